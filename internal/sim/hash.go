@@ -1,0 +1,51 @@
+package sim
+
+import "math/bits"
+
+// The engine hashes blocks with its own chain: a multiply-xor hash over the
+// parent hash and the block's token ids (two tokens per 64-bit word), with a
+// final avalanche, truncated to int64 like vLLM's integer block hashes. It
+// is deliberately not the router's xxh3 chain, so the router's mapping from
+// engine hashes to its own is exercised and never bypassed.
+
+const (
+	mixPrime = 0xff51afd7ed558ccd // odd, so multiplication is a bijection
+	seedMix  = 0x9e3779b97f4a7c15
+)
+
+// blockHash returns the engine hash of a block given its parent's hash.
+func blockHash(parent int64, tokens []int32) int64 {
+	h := uint64(parent) ^ seedMix
+	i := 0
+	for ; i+1 < len(tokens); i += 2 {
+		w := uint64(uint32(tokens[i])) | uint64(uint32(tokens[i+1]))<<32
+		h = (h ^ w) * mixPrime
+		h ^= h >> 29
+	}
+	if i < len(tokens) {
+		h = (h ^ uint64(uint32(tokens[i]))) * mixPrime
+		h ^= h >> 29
+	}
+	return int64(avalanche(h ^ uint64(len(tokens))))
+}
+
+// avalanche is the splitmix64 finalizer.
+func avalanche(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
+
+// OutputToken returns the i-th generated token of a request whose output
+// seed is seed: deterministic, spread over [256, vocab).
+func OutputToken(seed uint64, i int, vocab int) int32 {
+	if vocab <= 512 {
+		vocab = 32000
+	}
+	r := avalanche(seed + uint64(i)*seedMix)
+	hi, _ := bits.Mul64(r, uint64(vocab-256))
+	return int32(256 + hi)
+}
