@@ -1,0 +1,87 @@
+package extproc
+
+import "log/slog"
+
+// Header and metadata names of the Envoy and Gateway API contracts
+// (DESIGN 3.4, the Gateway API Inference Extension's endpoint picker protocol).
+const (
+	// DefaultTargetHeader carries the chosen worker's cluster name.
+	DefaultTargetHeader = "x-target-worker"
+	// DestinationHeader carries "ip:port[,fallback ip:port...]".
+	DestinationHeader = "x-gateway-destination-endpoint"
+	// LBMetadataNamespace holds DestinationHeader in dynamic metadata and the
+	// served-endpoint report in the response's metadata_context.
+	LBMetadataNamespace = "envoy.lb"
+	// SubsetHintNamespace and SubsetHintKey locate the list of endpoints the
+	// data plane allows for this request.
+	SubsetHintNamespace = "envoy.lb.subset_hint"
+	SubsetHintKey       = "x-gateway-destination-endpoint-subset"
+	// ServedKey is the endpoint that really served the request, in the
+	// response's metadata_context under LBMetadataNamespace.
+	ServedKey = "x-gateway-destination-endpoint-served"
+	// CachedTokensHeader and ModeHeader are the optional debug headers.
+	CachedTokensHeader = "x-kvroute-cached-tokens"
+	ModeHeader         = "x-kvroute-mode"
+)
+
+// TargetValue chooses what the target header holds.
+type TargetValue int
+
+const (
+	// TargetCluster writes the worker's Envoy cluster name (the default).
+	TargetCluster TargetValue = iota
+	// TargetAddress writes the worker's ip:port.
+	TargetAddress
+)
+
+// Config shapes how streams answer Envoy. The zero value works: defaults
+// are filled in where a field is zero.
+type Config struct {
+	// TargetHeader names the header that carries the chosen worker
+	// (default x-target-worker).
+	TargetHeader string
+	// TargetValue selects cluster name or ip:port for TargetHeader.
+	TargetValue TargetValue
+	// MaxBodyBytes is the largest request body accepted (default 16 MiB);
+	// larger ones get 413.
+	MaxBodyBytes int
+	// DebugHeaders adds x-kvroute-cached-tokens and x-kvroute-mode to the
+	// upstream request. Off by default; client copies are always removed.
+	DebugHeaders bool
+	// ChunkSize bounds each streamed_response chunk (default 62,000 bytes,
+	// under Envoy's per-message limits).
+	ChunkSize int
+	// DefaultRequestMode is assumed when Envoy sends no protocol_config
+	// (Envoy before 1.33). Zero means NONE; most deployments set BUFFERED.
+	DefaultRequestMode BodyMode
+	// Logger receives stream-level logs; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *Config) targetHeader() string {
+	if c.TargetHeader == "" {
+		return DefaultTargetHeader
+	}
+	return c.TargetHeader
+}
+
+func (c *Config) maxBody() int {
+	if c.MaxBodyBytes <= 0 {
+		return defaultMaxBodySize
+	}
+	return c.MaxBodyBytes
+}
+
+func (c *Config) chunkSize() int {
+	if c.ChunkSize <= 0 {
+		return defaultChunkSize
+	}
+	return c.ChunkSize
+}
+
+func (c *Config) logger() *slog.Logger {
+	if c.Logger == nil {
+		return slog.Default()
+	}
+	return c.Logger
+}

@@ -1,0 +1,143 @@
+package extproc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// Request is what the stream knows about one HTTP request when it asks for a
+// routing decision. The stream owns Body until Decide returns; a Decider must
+// not keep it.
+type Request struct {
+	// Method and Path come from the :method and :path pseudo-headers; Path
+	// keeps its query string.
+	Method, Path string
+	// Headers holds the request headers by lower-case name (first value
+	// wins), read from raw_value with value as the fallback. Pseudo-headers
+	// are included.
+	Headers map[string]string
+	// Body is the request body. It is nil when the body mode gives the
+	// router no body (NONE, STREAMED); HasBody tells the two cases apart.
+	Body    []byte
+	HasBody bool
+	// Truncated is set when Envoy sent only the first part of the body
+	// (BUFFERED_PARTIAL); a Decider should not reject what it cannot parse.
+	Truncated bool
+	// Subset is the Gateway API subset hint: when HasSubset is set, only
+	// endpoints (ip:port) in Subset may be chosen, and an empty Subset means
+	// none may.
+	Subset    []string
+	HasSubset bool
+}
+
+// Header returns the named request header (lower-case name) or "".
+func (r *Request) Header(name string) string { return r.Headers[name] }
+
+// Decision is the worker a Decider chose.
+type Decision struct {
+	// Cluster is the chosen worker's Envoy cluster name.
+	Cluster string
+	// Address is the chosen worker's ip:port.
+	Address string
+	// Fallbacks are the next-best workers' ip:port, best first.
+	Fallbacks []string
+	// Model is the request's model, for logs and metrics.
+	Model string
+	// Mode names the router mode that decided.
+	Mode string
+	// CachedTokens is how many prompt tokens the chosen worker already holds.
+	CachedTokens int
+	// Ticket tracks the request's load on the worker until the response
+	// ends. It may be nil when the Decider keeps no load.
+	Ticket Ticket
+}
+
+// Outcome says how a request's life ended, for Ticket.Free.
+type Outcome string
+
+// Outcomes a stream reports.
+const (
+	// OutcomeOK: the response ended normally.
+	OutcomeOK Outcome = "ok"
+	// OutcomeErrorStatus: the upstream answered with a 4xx/5xx status.
+	OutcomeErrorStatus Outcome = "error_status"
+	// OutcomeReset: the stream ended before the response did (client
+	// cancel, reset, protocol error, router shutdown).
+	OutcomeReset Outcome = "reset"
+)
+
+// Ticket is the response-path handle on a routed request. The stream calls
+// its methods from one goroutine, and Free exactly once.
+type Ticket interface {
+	// PrefillDone marks the first response byte: the prompt's prefill ended.
+	PrefillDone()
+	// Progress reports n more streamed (SSE) events, roughly output tokens.
+	Progress(n int)
+	// Served reports the endpoint Envoy really used (the Gateway API
+	// served-endpoint report) when it differs from the primary choice.
+	Served(address string)
+	// Free releases the request's load.
+	Free(outcome Outcome)
+}
+
+// Decider picks a worker for a request. Decide may block (an admission
+// queue) and must return when ctx ends. Errors that should reach the client
+// with a particular status are *HTTPError; any other error becomes a 500.
+type Decider interface {
+	Decide(ctx context.Context, req *Request) (Decision, error)
+}
+
+// HTTPError is a rejection the client sees as an OpenAI-style JSON error body
+// in an immediate response.
+type HTTPError struct {
+	// Status is the HTTP status code.
+	Status int
+	// Type and Code fill the OpenAI error object's "type" and "code".
+	Type, Code string
+	// Message is the human-readable explanation. It never holds prompt text.
+	Message string
+	// Err is the underlying cause, if any; it is not shown to the client.
+	Err error
+}
+
+func (e *HTTPError) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("%d %s: %s: %v", e.Status, e.Code, e.Message, e.Err)
+	}
+	return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message)
+}
+
+func (e *HTTPError) Unwrap() error { return e.Err }
+
+// ErrNoWorker returns the 503 a Decider gives when no worker can serve.
+func ErrNoWorker(msg string) *HTTPError {
+	return &HTTPError{Status: http.StatusServiceUnavailable, Type: "service_unavailable_error", Code: "no_worker", Message: msg}
+}
+
+// ErrShed returns the 429 a Decider gives when its admission queue sheds.
+func ErrShed(msg string) *HTTPError {
+	return &HTTPError{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: "queue_full", Message: msg}
+}
+
+// ErrBadBody returns the 400 a Decider gives for a body it cannot parse.
+func ErrBadBody(msg string, cause error) *HTTPError {
+	return &HTTPError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_body", Message: msg, Err: cause}
+}
+
+// errTooLarge is the 413 the stream gives for a body over the limit.
+func errTooLarge(limit int) *HTTPError {
+	return &HTTPError{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
+		Message: fmt.Sprintf("request body exceeds the router's limit of %d bytes", limit)}
+}
+
+// asHTTPError turns any Decide error into the rejection the client sees.
+func asHTTPError(err error) *HTTPError {
+	var he *HTTPError
+	if errors.As(err, &he) {
+		return he
+	}
+	return &HTTPError{Status: http.StatusInternalServerError, Type: "server_error", Code: "routing_failed",
+		Message: "the router could not choose a worker", Err: err}
+}

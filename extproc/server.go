@@ -1,0 +1,213 @@
+package extproc
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"sync/atomic"
+	"time"
+
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
+)
+
+// ServiceName is the ext_proc gRPC service, also a health-check service name.
+const ServiceName = "envoy.service.ext_proc.v3.ExternalProcessor"
+
+// Metrics receives the stream-level counts. Implementations must be safe
+// for concurrent use.
+type Metrics interface {
+	// StreamStarted counts a new ext_proc stream.
+	StreamStarted()
+	// StreamEnded counts an ended stream by its gRPC code (OK for clean ends).
+	StreamEnded(code codes.Code)
+	// Rejected counts an immediate response by HTTP status.
+	Rejected(status int)
+}
+
+type nopMetrics struct{}
+
+func (nopMetrics) StreamStarted()        {}
+func (nopMetrics) StreamEnded(codes.Code) {}
+func (nopMetrics) Rejected(int)          {}
+
+// ServerConfig configures the gRPC edge.
+type ServerConfig struct {
+	// Stream shapes each stream's answers.
+	Stream Config
+	// Decider chooses workers. Required.
+	Decider Decider
+	// Metrics may be nil.
+	Metrics Metrics
+	// TLS, when set, serves TLS (and mTLS when it verifies client certs).
+	TLS *tls.Config
+	// Logger may be nil (slog.Default()).
+	Logger *slog.Logger
+}
+
+// Server is the ext_proc gRPC server with the standard health service.
+// Health answers for "" and ServiceName (ready or not), "liveness"
+// (always serving while up) and "readiness" (same as ServiceName).
+type Server struct {
+	cfg     ServerConfig
+	grpc    *grpc.Server
+	health  *health.Server
+	metrics Metrics
+	log     *slog.Logger
+	ready   atomic.Bool
+}
+
+// NewServer builds the gRPC server. It starts NOT_SERVING; call SetReady
+// when the router can route.
+func NewServer(cfg ServerConfig) (*Server, error) {
+	if cfg.Decider == nil {
+		return nil, errors.New("extproc: ServerConfig.Decider is required")
+	}
+	s := &Server{cfg: cfg, metrics: cfg.Metrics, log: cfg.Logger, health: health.NewServer()}
+	if s.metrics == nil {
+		s.metrics = nopMetrics{}
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	s.cfg.Stream.Logger = s.log
+	opts := []grpc.ServerOption{
+		// The body arrives in one message in BUFFERED mode; leave room for
+		// headers and metadata around it.
+		grpc.MaxRecvMsgSize(s.cfg.Stream.maxBody() + 1<<20),
+		// Envoy's HTTP/2 keepalive (connection_keepalive) commonly pings
+		// every few seconds with no stream open; gRPC's default policy
+		// (5 min, no pings without streams) would answer with GOAWAY.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+	}
+	if cfg.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
+	}
+	s.grpc = grpc.NewServer(opts...)
+	pb.RegisterExternalProcessorServer(s.grpc, s)
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	s.health.SetServingStatus("liveness", healthpb.HealthCheckResponse_SERVING)
+	s.SetReady(false)
+	return s, nil
+}
+
+// SetReady flips the readiness health status ("", ServiceName, "readiness").
+func (s *Server) SetReady(ready bool) {
+	s.ready.Store(ready)
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if ready {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	for _, name := range []string{"", ServiceName, "readiness"} {
+		s.health.SetServingStatus(name, st)
+	}
+}
+
+// Ready reports the last SetReady value.
+func (s *Server) Ready() bool { return s.ready.Load() }
+
+// GRPC exposes the underlying server, to register more services.
+func (s *Server) GRPC() *grpc.Server { return s.grpc }
+
+// Serve accepts connections on lis until Shutdown.
+func (s *Server) Serve(lis net.Listener) error {
+	if err := s.grpc.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return fmt.Errorf("extproc: serve: %w", err)
+	}
+	return nil
+}
+
+// Shutdown turns every health status NOT_SERVING, lets open streams finish
+// until ctx ends, then stops hard.
+func (s *Server) Shutdown(ctx context.Context) {
+	s.ready.Store(false)
+	s.health.Shutdown()
+	done := make(chan struct{})
+	go func() {
+		s.grpc.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.grpc.Stop()
+		<-done
+	}
+}
+
+// Process implements the ext_proc service: one Stream per gRPC stream.
+func (s *Server) Process(srv grpc.BidiStreamingServer[pb.ProcessingRequest, pb.ProcessingResponse]) (err error) {
+	ctx := srv.Context()
+	st := NewStream(&s.cfg.Stream, s.cfg.Decider)
+	s.metrics.StreamStarted()
+	var ended error
+	defer func() {
+		st.Close(ended)
+		s.metrics.StreamEnded(status.Code(err))
+		if code := status.Code(err); code != codes.OK && code != codes.Canceled {
+			s.log.Warn("ext_proc stream failed", "phase", st.Phase(), "err", err)
+		}
+	}()
+	for {
+		m, rerr := srv.Recv()
+		if errors.Is(rerr, io.EOF) {
+			return nil
+		}
+		if rerr != nil {
+			ended = rerr
+			if ctx.Err() != nil {
+				return status.FromContextError(ctx.Err()).Err()
+			}
+			return rerr
+		}
+		out, serr := st.Step(ctx, m)
+		if serr != nil {
+			ended = serr
+			return serr
+		}
+		for _, r := range out {
+			if _, ok := r.Response.(*pb.ProcessingResponse_ImmediateResponse); ok {
+				s.metrics.Rejected(st.Status())
+			}
+			if werr := srv.Send(r); werr != nil {
+				ended = werr
+				return werr
+			}
+		}
+	}
+}
+
+// LoadTLS builds a server TLS config from PEM files. With clientCA set,
+// clients must present a certificate signed by it (mTLS).
+func LoadTLS(certFile, keyFile, clientCAFile string) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("extproc: load TLS key pair: %w", err)
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if clientCAFile != "" {
+		pem, err := os.ReadFile(clientCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("extproc: read client CA: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("extproc: client CA %s holds no PEM certificate", clientCAFile)
+		}
+		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	}
+	return cfg, nil
+}

@@ -1,0 +1,378 @@
+package extproc
+
+import (
+	"context"
+	"errors"
+	"strconv"
+
+	extprocmode "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// BodyMode is Envoy's body send mode, as the filter announces it in
+// protocol_config.
+type BodyMode = extprocmode.ProcessingMode_BodySendMode
+
+// Body modes the stream handles.
+const (
+	ModeNone           = extprocmode.ProcessingMode_NONE
+	ModeStreamed       = extprocmode.ProcessingMode_STREAMED
+	ModeBuffered       = extprocmode.ProcessingMode_BUFFERED
+	ModeBufferedPart   = extprocmode.ProcessingMode_BUFFERED_PARTIAL
+	ModeFullDuplex     = extprocmode.ProcessingMode_FULL_DUPLEX_STREAMED
+	ModeGRPC           = extprocmode.ProcessingMode_GRPC
+	defaultChunkSize   = 62000
+	defaultMaxBodySize = 16 << 20
+)
+
+type phase int
+
+const (
+	phHeaders    phase = iota // waiting for request_headers
+	phReqBody                 // collecting the request body (BUFFERED*, FULL_DUPLEX_STREAMED)
+	phReqPass                 // routed on headers; request body chunks pass through (STREAMED)
+	phRouted                  // request done and routed; waiting for response_headers
+	phRespBody                // response headers seen; body or trailers may follow
+	phDone                    // response ended, or an immediate response was sent
+)
+
+var phaseNames = [...]string{"request_headers", "request_body", "request_passthrough", "routed", "response_body", "done"}
+
+func (p phase) String() string { return phaseNames[p] }
+
+// Stream is the state of one ext_proc stream, which Envoy opens per HTTP
+// request. It is a pure state machine: Step takes each message Envoy sends
+// and returns the responses to send back, in order; I/O stays with the
+// caller. A Stream is used by one goroutine.
+type Stream struct {
+	cfg *Config
+	dec Decider
+
+	phase              phase
+	reqMode, respMode  BodyMode
+	req                Request
+	body               []byte
+	decision           Decision
+	routed             bool
+	immediate          bool
+	respStatus         int
+	sawRespBody        bool
+	freed              bool
+	served             bool
+	sse                sseCounter
+	requestTrailers    bool
+	lastImmediateState int
+}
+
+// NewStream returns the state machine for one ext_proc stream. cfg must not
+// change while the stream lives.
+func NewStream(cfg *Config, d Decider) *Stream {
+	return &Stream{cfg: cfg, dec: d}
+}
+
+// Phase names where the stream is, for logs.
+func (s *Stream) Phase() string { return s.phase.String() }
+
+// Decision returns the routing decision, once made.
+func (s *Stream) Decision() (Decision, bool) { return s.decision, s.routed }
+
+// Status returns the HTTP status of the immediate response the stream sent,
+// or 0.
+func (s *Stream) Status() int { return s.lastImmediateState }
+
+// Step handles one message from Envoy and returns the responses to send, in
+// order. A non-nil error is a gRPC status error: the caller ends the stream
+// with it, and must call Close.
+func (s *Stream) Step(ctx context.Context, m *pb.ProcessingRequest) ([]*pb.ProcessingResponse, error) {
+	out, err := s.step(ctx, m)
+	if err != nil {
+		s.release(OutcomeReset)
+		return nil, err
+	}
+	if m.GetObservabilityMode() {
+		return nil, nil
+	}
+	return out, nil
+}
+
+// Close ends the stream: a request whose response did not end normally has
+// its load released. err is what ended the gRPC stream (nil or io.EOF for a
+// clean half-close by Envoy).
+func (s *Stream) Close(err error) {
+	if s.freed || s.decision.Ticket == nil {
+		return
+	}
+	// With response body mode NONE Envoy never shows the response's end; the
+	// stream's clean end is that signal.
+	if err == nil && s.phase == phRespBody && s.respMode == ModeNone && s.respStatus < 400 {
+		s.release(OutcomeOK)
+		return
+	}
+	s.release(OutcomeReset)
+}
+
+func (s *Stream) step(ctx context.Context, m *pb.ProcessingRequest) ([]*pb.ProcessingResponse, error) {
+	if s.phase == phDone && s.immediate {
+		// Envoy may still deliver chunks it sent before our immediate
+		// response reached it; they need no answer.
+		return nil, nil
+	}
+	switch r := m.GetRequest().(type) {
+	case *pb.ProcessingRequest_RequestHeaders:
+		return s.onRequestHeaders(ctx, m, r.RequestHeaders)
+	case *pb.ProcessingRequest_RequestBody:
+		return s.onRequestBody(ctx, r.RequestBody)
+	case *pb.ProcessingRequest_RequestTrailers:
+		return s.onRequestTrailers(ctx)
+	case *pb.ProcessingRequest_ResponseHeaders:
+		return s.onResponseHeaders(m, r.ResponseHeaders)
+	case *pb.ProcessingRequest_ResponseBody:
+		return s.onResponseBody(m, r.ResponseBody)
+	case *pb.ProcessingRequest_ResponseTrailers:
+		return s.onResponseTrailers(m)
+	case nil:
+		return nil, status.Error(codes.InvalidArgument, "ext_proc: message carries no request (flow-control-only messages are not supported)")
+	default:
+		return nil, status.Errorf(codes.InvalidArgument, "ext_proc: unsupported message %T", r)
+	}
+}
+
+func (s *Stream) outOfOrder(what string) error {
+	return status.Errorf(codes.FailedPrecondition, "ext_proc: %s not expected in phase %s", what, s.phase)
+}
+
+func (s *Stream) onRequestHeaders(ctx context.Context, m *pb.ProcessingRequest, h *pb.HttpHeaders) ([]*pb.ProcessingResponse, error) {
+	if s.phase != phHeaders {
+		return nil, s.outOfOrder("request_headers")
+	}
+	s.reqMode, s.respMode = s.cfg.DefaultRequestMode, ModeNone
+	if pc := m.GetProtocolConfig(); pc != nil {
+		s.reqMode, s.respMode = pc.GetRequestBodyMode(), pc.GetResponseBodyMode()
+	}
+	if s.reqMode == ModeGRPC || s.respMode == ModeGRPC {
+		return nil, status.Error(codes.Unimplemented, "ext_proc: GRPC body send mode is not supported; use FULL_DUPLEX_STREAMED or BUFFERED")
+	}
+	s.req.Headers = headerMap(h.GetHeaders())
+	s.req.Method, s.req.Path = s.req.Headers[":method"], s.req.Headers[":path"]
+	s.req.Subset, s.req.HasSubset = subsetHint(m.GetMetadataContext())
+	if cl, err := strconv.ParseInt(s.req.Headers["content-length"], 10, 64); err == nil && cl > int64(s.cfg.maxBody()) {
+		return s.reject(errTooLarge(s.cfg.maxBody())), nil
+	}
+
+	bodyless := h.GetEndOfStream()
+	switch {
+	case bodyless || s.reqMode == ModeNone || s.reqMode == ModeStreamed:
+		// Route on headers and load alone.
+		if err := s.decide(ctx); err != nil {
+			return s.rejectOrFail(err)
+		}
+		resp := &pb.ProcessingResponse{Response: &pb.ProcessingResponse_RequestHeaders{RequestHeaders: &pb.HeadersResponse{Response: s.routeCommon()}}, DynamicMetadata: s.routeMetadata()}
+		s.phase = phRouted
+		if !bodyless && s.reqMode == ModeStreamed {
+			s.phase = phReqPass
+		}
+		return []*pb.ProcessingResponse{resp}, nil
+	case s.reqMode == ModeFullDuplex:
+		// The headers response waits until the whole body is in.
+		s.phase = phReqBody
+		return nil, nil
+	default: // BUFFERED, BUFFERED_PARTIAL
+		s.phase = phReqBody
+		return []*pb.ProcessingResponse{{Response: &pb.ProcessingResponse_RequestHeaders{RequestHeaders: &pb.HeadersResponse{}}}}, nil
+	}
+}
+
+func (s *Stream) onRequestBody(ctx context.Context, b *pb.HttpBody) ([]*pb.ProcessingResponse, error) {
+	switch s.phase {
+	case phReqPass:
+		if b.GetEndOfStream() {
+			s.phase = phRouted
+		}
+		return []*pb.ProcessingResponse{bodyContinue(true)}, nil
+	case phReqBody:
+	default:
+		return nil, s.outOfOrder("request_body")
+	}
+	if len(s.body)+len(b.GetBody()) > s.cfg.maxBody() {
+		return s.reject(errTooLarge(s.cfg.maxBody())), nil
+	}
+	s.body = append(s.body, b.GetBody()...)
+	if s.reqMode == ModeFullDuplex {
+		if !b.GetEndOfStream() {
+			return nil, nil
+		}
+		return s.finishDuplex(ctx, true)
+	}
+	// BUFFERED sends the whole body once; BUFFERED_PARTIAL may send only
+	// its first part, and the rest goes upstream without us.
+	s.req.Truncated = !b.GetEndOfStream()
+	if err := s.decideWithBody(ctx); err != nil {
+		return s.rejectOrFail(err)
+	}
+	s.phase = phRouted
+	return []*pb.ProcessingResponse{{
+		Response:        &pb.ProcessingResponse_RequestBody{RequestBody: &pb.BodyResponse{Response: s.routeCommon()}},
+		DynamicMetadata: s.routeMetadata(),
+	}}, nil
+}
+
+func (s *Stream) onRequestTrailers(ctx context.Context) ([]*pb.ProcessingResponse, error) {
+	switch {
+	case s.phase == phReqBody && s.reqMode == ModeFullDuplex:
+		s.requestTrailers = true
+		return s.finishDuplex(ctx, false)
+	case s.phase == phReqBody || s.phase == phReqPass || s.phase == phRouted:
+		// Trailers after a buffered or passed-through body: nothing to change.
+		s.phase = phRouted
+		return []*pb.ProcessingResponse{{Response: &pb.ProcessingResponse_RequestTrailers{RequestTrailers: &pb.TrailersResponse{}}}}, nil
+	default:
+		return nil, s.outOfOrder("request_trailers")
+	}
+}
+
+// finishDuplex answers a complete FULL_DUPLEX_STREAMED request: the headers
+// response with the route, the body in chunks, then the trailers response
+// when the request had trailers. bodyEOS says the body itself carried
+// end_of_stream (no trailers follow).
+func (s *Stream) finishDuplex(ctx context.Context, bodyEOS bool) ([]*pb.ProcessingResponse, error) {
+	if err := s.decideWithBody(ctx); err != nil {
+		return s.rejectOrFail(err)
+	}
+	out := make([]*pb.ProcessingResponse, 0, 2+len(s.body)/s.cfg.chunkSize())
+	out = append(out, &pb.ProcessingResponse{
+		Response:        &pb.ProcessingResponse_RequestHeaders{RequestHeaders: &pb.HeadersResponse{Response: s.routeCommon()}},
+		DynamicMetadata: s.routeMetadata(),
+	})
+	out = appendStreamedBody(out, s.body, bodyEOS, s.cfg.chunkSize(), true)
+	if !bodyEOS {
+		out = append(out, &pb.ProcessingResponse{Response: &pb.ProcessingResponse_RequestTrailers{RequestTrailers: &pb.TrailersResponse{}}})
+	}
+	s.body = nil
+	s.phase = phRouted
+	return out, nil
+}
+
+func (s *Stream) decideWithBody(ctx context.Context) error {
+	s.req.Body, s.req.HasBody = s.body, true
+	if s.req.Body == nil {
+		s.req.Body = []byte{}
+	}
+	err := s.decide(ctx)
+	s.req.Body = nil // the Decider must not keep it; neither do we
+	return err
+}
+
+func (s *Stream) decide(ctx context.Context) error {
+	d, err := s.dec.Decide(ctx, &s.req)
+	if err != nil {
+		return err
+	}
+	s.decision, s.routed = d, true
+	return nil
+}
+
+// rejectOrFail turns a Decide error into an immediate response, or into a
+// gRPC error when the stream itself ended.
+func (s *Stream) rejectOrFail(err error) ([]*pb.ProcessingResponse, error) {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return nil, status.FromContextError(err).Err()
+	}
+	return s.reject(asHTTPError(err)), nil
+}
+
+func (s *Stream) reject(e *HTTPError) []*pb.ProcessingResponse {
+	s.phase, s.immediate, s.lastImmediateState = phDone, true, e.Status
+	s.body = nil
+	s.release(OutcomeReset)
+	return []*pb.ProcessingResponse{immediateResponse(e)}
+}
+
+func (s *Stream) onResponseHeaders(m *pb.ProcessingRequest, h *pb.HttpHeaders) ([]*pb.ProcessingResponse, error) {
+	if s.phase != phRouted && s.phase != phReqPass {
+		return nil, s.outOfOrder("response_headers")
+	}
+	s.noteServed(m)
+	hm := h.GetHeaders()
+	s.respStatus, _ = strconv.Atoi(headerValue(hm, ":status"))
+	s.phase = phRespBody
+	switch {
+	case s.respStatus >= 400:
+		s.release(OutcomeErrorStatus)
+	case h.GetEndOfStream():
+		s.prefillDone()
+		s.release(OutcomeOK)
+	case s.respMode == ModeNone:
+		// No body will be shown to us; the headers are the first sign of life.
+		s.prefillDone()
+	}
+	if h.GetEndOfStream() {
+		s.phase = phDone
+	}
+	return []*pb.ProcessingResponse{{Response: &pb.ProcessingResponse_ResponseHeaders{ResponseHeaders: &pb.HeadersResponse{}}}}, nil
+}
+
+func (s *Stream) onResponseBody(m *pb.ProcessingRequest, b *pb.HttpBody) ([]*pb.ProcessingResponse, error) {
+	if s.phase != phRespBody {
+		return nil, s.outOfOrder("response_body")
+	}
+	s.noteServed(m)
+	if !s.freed {
+		s.prefillDone()
+		if n := s.sse.count(b.GetBody()); n > 0 && s.decision.Ticket != nil {
+			s.decision.Ticket.Progress(n)
+		}
+	}
+	eos := b.GetEndOfStream()
+	if eos {
+		s.release(OutcomeOK)
+		s.phase = phDone
+	}
+	if s.respMode == ModeFullDuplex {
+		return appendStreamedBody(nil, b.GetBody(), eos, s.cfg.chunkSize(), false), nil
+	}
+	return []*pb.ProcessingResponse{bodyContinue(false)}, nil
+}
+
+func (s *Stream) onResponseTrailers(m *pb.ProcessingRequest) ([]*pb.ProcessingResponse, error) {
+	if s.phase != phRespBody {
+		return nil, s.outOfOrder("response_trailers")
+	}
+	s.noteServed(m)
+	s.release(OutcomeOK)
+	s.phase = phDone
+	return []*pb.ProcessingResponse{{Response: &pb.ProcessingResponse_ResponseTrailers{ResponseTrailers: &pb.TrailersResponse{}}}}, nil
+}
+
+func (s *Stream) prefillDone() {
+	if s.sawRespBody || s.decision.Ticket == nil || s.freed {
+		return
+	}
+	s.sawRespBody = true
+	s.decision.Ticket.PrefillDone()
+}
+
+func (s *Stream) noteServed(m *pb.ProcessingRequest) {
+	if s.served || s.decision.Ticket == nil || s.freed {
+		return
+	}
+	addr, ok := servedEndpoint(m.GetMetadataContext())
+	if !ok {
+		return
+	}
+	s.served = true
+	if addr != s.decision.Address {
+		s.decision.Ticket.Served(addr)
+	}
+}
+
+func (s *Stream) release(o Outcome) {
+	if s.freed {
+		return
+	}
+	s.freed = true
+	if s.decision.Ticket != nil {
+		s.decision.Ticket.Free(o)
+	}
+}
