@@ -1,0 +1,187 @@
+package discovery
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/kvroute/kvroute/internal/testenv"
+)
+
+func testRecord(id string) Record {
+	return Record{ID: id, Model: "m", Address: "127.0.0.1:8000", BlockSize: 16, KVTotalBlocks: 100}
+}
+
+func etcdClient(t *testing.T) *clientv3.Client {
+	t.Helper()
+	e := testenv.StartEtcd(t)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+func quietOpts(ttl time.Duration) RegisterOptions {
+	return RegisterOptions{TTL: ttl, RetryInterval: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+}
+
+// getRecord reads the key and its lease; ok is false when absent.
+func getRecord(t *testing.T, cli *clientv3.Client, key string) (Record, clientv3.LeaseID, bool) {
+	t.Helper()
+	resp, err := cli.Get(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) == 0 {
+		return Record{}, 0, false
+	}
+	rec, err := ParseRecord(resp.Kvs[0].Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec, clientv3.LeaseID(resp.Kvs[0].Lease), true
+}
+
+func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestRegisterWritesTheRecordUnderALeaseAndCloseDeletesIt(t *testing.T) {
+	cli := etcdClient(t)
+	ctx := context.Background()
+	reg, err := Register(ctx, cli, "ns", testRecord("w0"), quietOpts(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, lease, ok := getRecord(t, cli, Key("ns", "w0"))
+	if !ok || rec.ID != "w0" || rec.Address != "127.0.0.1:8000" {
+		t.Fatalf("record %+v present=%v", rec, ok)
+	}
+	if lease == 0 || lease != reg.Lease() {
+		t.Fatalf("key lease %d, registration lease %d", lease, reg.Lease())
+	}
+	ttl, err := cli.TimeToLive(ctx, lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ttl.GrantedTTL != 10 {
+		t.Fatalf("granted TTL %d, want the default 10 s", ttl.GrantedTTL)
+	}
+	if err := reg.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, ok := getRecord(t, cli, Key("ns", "w0")); ok {
+		t.Fatal("record still present after Close")
+	}
+	if err := reg.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+}
+
+func TestRegisterKeepsALeaseAliveBeyondItsTTL(t *testing.T) {
+	cli := etcdClient(t)
+	reg, err := Register(context.Background(), cli, "ns", testRecord("w1"), quietOpts(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close()
+	first := reg.Lease()
+	time.Sleep(2500 * time.Millisecond)
+	if _, lease, ok := getRecord(t, cli, Key("ns", "w1")); !ok || lease != first {
+		t.Fatalf("after 2.5 TTLs: present=%v lease=%d, want the original lease %d", ok, lease, first)
+	}
+	if n := reg.Registrations(); n != 1 {
+		t.Fatalf("registrations %d, want 1 (no re-registration needed)", n)
+	}
+}
+
+func TestRegisterRecoversFromALostLease(t *testing.T) {
+	cli := etcdClient(t)
+	reg, err := Register(context.Background(), cli, "ns", testRecord("w2"), quietOpts(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close()
+	old := reg.Lease()
+	// Revoking the lease deletes the key, exactly what an expiry during an
+	// etcd outage does.
+	if _, err := cli.Revoke(context.Background(), old); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "re-registration", 10*time.Second, func() bool {
+		_, lease, ok := getRecord(t, cli, Key("ns", "w2"))
+		return ok && lease != old && lease == reg.Lease()
+	})
+	if n := reg.Registrations(); n < 2 {
+		t.Fatalf("registrations %d, want at least 2", n)
+	}
+}
+
+func TestAbandonLetsTheLeaseExpire(t *testing.T) {
+	cli := etcdClient(t)
+	reg, err := Register(context.Background(), cli, "ns", testRecord("w3"), quietOpts(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg.Abandon()
+	if _, _, ok := getRecord(t, cli, Key("ns", "w3")); !ok {
+		t.Fatal("Abandon deleted the record at once; it should wait for the lease")
+	}
+	waitFor(t, "lease expiry", 10*time.Second, func() bool {
+		_, _, ok := getRecord(t, cli, Key("ns", "w3"))
+		return !ok
+	})
+}
+
+func TestRegisterStopsWithItsContext(t *testing.T) {
+	cli := etcdClient(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	reg, err := Register(ctx, cli, "ns", testRecord("w4"), quietOpts(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	select {
+	case <-reg.done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("keepalive loop did not stop with its context")
+	}
+	if err := reg.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, ok := getRecord(t, cli, Key("ns", "w4")); ok {
+		t.Fatal("record present after Close")
+	}
+}
+
+func TestRegisterRejectsBadInput(t *testing.T) {
+	cli := etcdClient(t)
+	tests := []struct {
+		name string
+		ns   string
+		rec  Record
+	}{
+		{"invalid record", "ns", Record{ID: "bad/id", Model: "m", Address: "x:1", BlockSize: 16}},
+		{"empty namespace", "", testRecord("w5")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := Register(context.Background(), cli, tt.ns, tt.rec, quietOpts(0)); err == nil {
+				t.Fatal("Register accepted bad input")
+			}
+		})
+	}
+}
