@@ -39,9 +39,9 @@ type Metrics interface {
 
 type nopMetrics struct{}
 
-func (nopMetrics) StreamStarted()        {}
+func (nopMetrics) StreamStarted()         {}
 func (nopMetrics) StreamEnded(codes.Code) {}
-func (nopMetrics) Rejected(int)          {}
+func (nopMetrics) Rejected(int)           {}
 
 // ServerConfig configures the gRPC edge.
 type ServerConfig struct {

@@ -30,12 +30,12 @@ const (
 type phase int
 
 const (
-	phHeaders    phase = iota // waiting for request_headers
-	phReqBody                 // collecting the request body (BUFFERED*, FULL_DUPLEX_STREAMED)
-	phReqPass                 // routed on headers; request body chunks pass through (STREAMED)
-	phRouted                  // request done and routed; waiting for response_headers
-	phRespBody                // response headers seen; body or trailers may follow
-	phDone                    // response ended, or an immediate response was sent
+	phHeaders  phase = iota // waiting for request_headers
+	phReqBody               // collecting the request body (BUFFERED*, FULL_DUPLEX_STREAMED)
+	phReqPass               // routed on headers; request body chunks pass through (STREAMED)
+	phRouted                // request done and routed; waiting for response_headers
+	phRespBody              // response headers seen; body or trailers may follow
+	phDone                  // response ended, or an immediate response was sent
 )
 
 var phaseNames = [...]string{"request_headers", "request_body", "request_passthrough", "routed", "response_body", "done"}
