@@ -1,0 +1,12 @@
+// Package kvindex knows which GPU worker holds which KV-cache blocks.
+//
+// It owns the router's block hashing (Seed, HashBlocks: one function for
+// requests and for events), decodes and encodes vLLM KV event batches
+// byte for byte (DecodeBatch, EncodeBatch), keeps a concurrent prefix index
+// fed by those events (Index), offers an approximate index for fleets that
+// publish no events (Approx), and consumes the events from NATS (Consumer).
+//
+// The router never matches on engine hashes: every stored block is re-hashed
+// from its token ids, and each worker keeps a map from its engine hashes to
+// router hashes so that removals and parent hashes resolve.
+package kvindex
