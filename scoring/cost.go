@@ -1,0 +1,224 @@
+package scoring
+
+import "math"
+
+// KV is the cache-aware mode: each candidate gets a logit from the cost
+// model (lower is better) and the temperature picks among them. It serves
+// both "kv" and "kv_without_events"; they differ only in where the
+// caller's overlap comes from.
+//
+// The default cost (DESIGN 3.5):
+//
+//	logit = overlap_weight × prefill_blocks + decode_blocks
+//	prefill_blocks = uncached prompt tokens ÷ block size
+//	               (+ the worker's prefill tokens in flight ÷ block size
+//	                  unless NoTrackPrefillTokens)
+//	decode_blocks  = the worker's KV blocks in use (Load.KVUsedBlocks)
+//	               + this request's blocks (prompt + expected output)
+//
+// The weighted cost (seed 002), higher is better and used as −score:
+//
+//	score = a·overlap_ratio − b·kv_usage − c·normalized_waiting
+//
+// where overlap_ratio = matched tokens ÷ prompt tokens, kv_usage = KV blocks
+// in use ÷ capacity and normalized_waiting = Load.Waiting ÷ the largest
+// waiting count among the candidates.
+type KV struct {
+	name          string
+	source        OverlapSource
+	weighted      bool
+	overlapWeight float64
+	trackPrefill  bool
+	a, b, c       float64
+	temperature   float64
+	rand          Rand
+}
+
+func newKV(o Options, src OverlapSource) *KV {
+	name := ModeKV
+	if src == OverlapApprox {
+		name = ModeKVWithoutEvents
+	}
+	return &KV{
+		name: name, source: src, weighted: o.CostModel == CostWeighted,
+		overlapWeight: o.OverlapWeight, trackPrefill: !o.NoTrackPrefillTokens,
+		a: o.WeightedA, b: o.WeightedB, c: o.WeightedC,
+		temperature: o.Temperature, rand: o.Rand,
+	}
+}
+
+// Name implements Mode.
+func (m *KV) Name() string { return m.name }
+
+// Overlap implements Mode.
+func (m *KV) Overlap() OverlapSource { return m.source }
+
+// Pick implements Mode.
+func (m *KV) Pick(req *Request, loads []Load, exp *Explanation) int {
+	var maxWaiting int
+	if m.weighted {
+		for i := range loads {
+			maxWaiting = max(maxWaiting, loads[i].Waiting())
+		}
+	}
+	for i := range loads {
+		if m.weighted {
+			loads[i].logit = -m.weightedTerms(req, &loads[i], maxWaiting).score
+		} else {
+			loads[i].logit = m.defaultTerms(req, &loads[i]).logit
+		}
+	}
+	idx := selectLogit(loads, m.temperature, m.rand)
+	if exp != nil {
+		m.explain(req, loads, idx, maxWaiting, exp)
+	}
+	return idx
+}
+
+type defaultTerms struct{ prefill, decode, logit float64 }
+
+func (m *KV) defaultTerms(req *Request, l *Load) defaultTerms {
+	bs := float64(l.BlockSize)
+	uncached := max(req.PromptTokens-l.MatchedBlocks*l.BlockSize, 0)
+	prefill := float64(uncached) / bs
+	if m.trackPrefill {
+		prefill += float64(l.PrefillTokens) / bs
+	}
+	decode := float64(l.KVUsedBlocks() + blocksFor(req.PromptTokens+req.ExpectedOutputTokens, l.BlockSize))
+	return defaultTerms{prefill: prefill, decode: decode, logit: m.overlapWeight*prefill + decode}
+}
+
+type weightedTerms struct{ ratio, usage, waiting, score float64 }
+
+func (m *KV) weightedTerms(req *Request, l *Load, maxWaiting int) weightedTerms {
+	var t weightedTerms
+	if req.PromptTokens > 0 {
+		t.ratio = min(float64(l.MatchedBlocks*l.BlockSize)/float64(req.PromptTokens), 1)
+	}
+	capacity := l.KVTotalBlocks
+	if l.ReportFresh && l.Report.KVTotalBlocks > 0 {
+		capacity = l.Report.KVTotalBlocks
+	}
+	if capacity > 0 {
+		t.usage = min(float64(l.KVUsedBlocks())/float64(capacity), 1)
+	}
+	if maxWaiting > 0 {
+		t.waiting = float64(l.Waiting()) / float64(maxWaiting)
+	}
+	t.score = m.a*t.ratio - m.b*t.usage - m.c*t.waiting
+	return t
+}
+
+func (m *KV) explain(req *Request, loads []Load, idx, maxWaiting int, exp *Explanation) {
+	exp.begin(m.name, req, m.temperature, loads[idx].ID)
+	if m.weighted {
+		exp.CostModel = CostWeighted
+		exp.Coefficients = &WeightedCoefficients{A: m.a, B: m.b, C: m.c}
+	} else {
+		exp.CostModel = CostDefault
+	}
+	probs := m.temperature > 0
+	var minL, rng float64
+	var sum float64
+	if probs {
+		minL, rng = logitRange(loads)
+		for i := range loads {
+			sum += softmaxWeight(loads[i].logit, minL, rng, m.temperature)
+		}
+	}
+	for i := range loads {
+		l := &loads[i]
+		t := termsFromLoad(l)
+		t.Logit = l.logit
+		if m.weighted {
+			w := m.weightedTerms(req, l, maxWaiting)
+			t.Score, t.OverlapRatio, t.KVUsage, t.NormalizedWaiting = w.score, w.ratio, w.usage, w.waiting
+		} else {
+			d := m.defaultTerms(req, l)
+			t.OverlapWeight, t.PrefillBlocks, t.DecodeBlocks = m.overlapWeight, d.prefill, d.decode
+		}
+		if probs {
+			t.Probability = softmaxWeight(l.logit, minL, rng, m.temperature) / sum
+		}
+		exp.Workers = append(exp.Workers, t)
+	}
+}
+
+// tieEpsilon treats logits this close (relative) as equal, so float noise
+// in sums does not decide ties.
+const tieEpsilon = 1e-9
+
+func nearlyEqual(a, b float64) bool {
+	return math.Abs(a-b) <= tieEpsilon*math.Max(1, math.Max(math.Abs(a), math.Abs(b)))
+}
+
+// selectLogit picks by the loads' logits: at temperature 0 the lowest,
+// ties to the fewest cached blocks, then uniformly at random; above 0 a
+// sample from softmax(−(logit − min) ÷ (range × T)), uniform when every
+// logit is equal.
+func selectLogit(loads []Load, temperature float64, r Rand) int {
+	if len(loads) == 1 {
+		return 0
+	}
+	if temperature > 0 {
+		return sampleSoftmax(loads, temperature, r)
+	}
+	best, ties := 0, 1
+	for i := 1; i < len(loads); i++ {
+		b, l := &loads[best], &loads[i]
+		switch {
+		case nearlyEqual(l.logit, b.logit):
+			switch {
+			case l.CachedBlocks < b.CachedBlocks:
+				best, ties = i, 1
+			case l.CachedBlocks == b.CachedBlocks:
+				// Reservoir sampling keeps each tied worker equally likely
+				// without a second pass.
+				ties++
+				if r.IntN(ties) == 0 {
+					best = i
+				}
+			}
+		case l.logit < b.logit:
+			best, ties = i, 1
+		}
+	}
+	return best
+}
+
+func logitRange(loads []Load) (minL, rng float64) {
+	minL, maxL := loads[0].logit, loads[0].logit
+	for i := 1; i < len(loads); i++ {
+		minL = math.Min(minL, loads[i].logit)
+		maxL = math.Max(maxL, loads[i].logit)
+	}
+	return minL, maxL - minL
+}
+
+// softmaxWeight is exp(−(logit − min) ÷ (range × T)); shifting by the
+// minimum keeps every weight in (0, 1] without changing probabilities.
+func softmaxWeight(logit, minL, rng, temperature float64) float64 {
+	if rng == 0 {
+		return 1
+	}
+	return math.Exp(-(logit - minL) / (rng * temperature))
+}
+
+func sampleSoftmax(loads []Load, temperature float64, r Rand) int {
+	minL, rng := logitRange(loads)
+	if rng == 0 {
+		return r.IntN(len(loads))
+	}
+	var sum float64
+	for i := range loads {
+		sum += softmaxWeight(loads[i].logit, minL, rng, temperature)
+	}
+	u := r.Float64() * sum
+	for i := range loads {
+		u -= softmaxWeight(loads[i].logit, minL, rng, temperature)
+		if u < 0 {
+			return i
+		}
+	}
+	return len(loads) - 1
+}

@@ -1,0 +1,35 @@
+// Package scoring decides which worker serves a request.
+//
+// The KV index (package kvindex) says where the cache is; scoring weighs that
+// against each worker's live load. It holds:
+//
+//   - the Pool: the fleet's workers grouped by model (LoRA adapters
+//     included), each with its static facts (WorkerSpec) and its live load:
+//     active requests, active KV blocks counted once per unique block,
+//     prefill tokens in flight and the latest LoadReport;
+//   - the request lifecycle on the Pool: Add, PrefillDone, Progress, Free and
+//     Move, idempotent and safe in any order, with requests older than
+//     Options.MaxRequestAge force-freed by Sweep;
+//   - router modes (Mode), each a type: kv with the seeds' cost
+//     (logit = overlap_weight × prefill_blocks + decode_blocks) or the
+//     weighted cost model, kv_without_events, round_robin, random,
+//     least_loaded, power_of_two and weighted;
+//   - the Explanation of a decision, which renders the seeds' log line and
+//     marshals to JSON for the explain endpoint;
+//   - the Router, which ties a Pool, a Mode and the admission queue together:
+//     Route waits while every eligible worker is saturated with prefill work,
+//     orders waiters by policy (fcfs, wspt, lcfs) and sheds past the queue's
+//     limits with a *ShedError;
+//   - the NATS edges: LoadReports feeds worker load reports into the Pool and
+//     Sync shares lifecycle events between router replicas.
+//
+// Everything but the two NATS adapters is pure logic: no I/O, an injectable
+// clock and random source, so every behaviour is a table-driven test.
+//
+// Overlap is plain data: the caller (the ext_proc layer) asks the KV index
+// for each candidate's matched leading blocks and cached-block total and
+// passes them in as Candidates. Scoring never imports kvindex on that path.
+// For the kv_without_events mode the Router records each routing decision
+// on a PrefixRecorder (the approximate index satisfies it) so later
+// requests see the predicted cache.
+package scoring

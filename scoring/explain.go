@@ -1,0 +1,126 @@
+package scoring
+
+import (
+	"strconv"
+	"strings"
+)
+
+// Explanation records why a decision went the way it did: every
+// candidate's terms. String renders the seeds' log lines; it marshals to
+// JSON for the explain endpoint. Pass one to Router.Pick or Router.Route
+// only when it will be used: filling it costs allocations the fast path
+// avoids. An Explanation may be reused; each pick overwrites it.
+type Explanation struct {
+	// RequestID is the request's ID.
+	RequestID string `json:"request_id,omitempty"`
+	// Mode is the router mode that decided.
+	Mode string `json:"mode"`
+	// CostModel is CostDefault or CostWeighted for the kv modes.
+	CostModel string `json:"cost_model,omitempty"`
+	// Coefficients are the weighted cost model's a, b and c.
+	Coefficients *WeightedCoefficients `json:"coefficients,omitempty"`
+	// Temperature is the selection temperature of the kv modes.
+	Temperature float64 `json:"temperature"`
+	// PromptTokens is the request's prompt length.
+	PromptTokens int `json:"prompt_tokens"`
+	// Chosen is the chosen worker's ID.
+	Chosen string `json:"chosen"`
+	// Workers holds every candidate's terms in candidate order.
+	Workers []Terms `json:"workers"`
+}
+
+// WeightedCoefficients are the weighted cost model's a, b and c.
+type WeightedCoefficients struct {
+	A float64 `json:"a"`
+	B float64 `json:"b"`
+	C float64 `json:"c"`
+}
+
+// Terms are one candidate's inputs and cost in a decision.
+type Terms struct {
+	Worker string `json:"worker"`
+	// Logit is the cost the selection used, lower is better (the weighted
+	// cost model's −Score).
+	Logit float64 `json:"logit"`
+	// OverlapWeight, PrefillBlocks and DecodeBlocks are the default cost's
+	// terms: Logit = OverlapWeight × PrefillBlocks + DecodeBlocks.
+	OverlapWeight float64 `json:"overlap_weight,omitempty"`
+	PrefillBlocks float64 `json:"prefill_blocks,omitempty"`
+	DecodeBlocks  float64 `json:"decode_blocks,omitempty"`
+	// Score, OverlapRatio, KVUsage and NormalizedWaiting are the weighted
+	// cost's terms: Score = a·OverlapRatio − b·KVUsage − c·NormalizedWaiting.
+	Score             float64 `json:"score,omitempty"`
+	OverlapRatio      float64 `json:"overlap_ratio,omitempty"`
+	KVUsage           float64 `json:"kv_usage,omitempty"`
+	NormalizedWaiting float64 `json:"normalized_waiting,omitempty"`
+	// Probability is the chance the worker had of being chosen, for
+	// sampling modes (temperature > 0, weighted).
+	Probability float64 `json:"probability,omitempty"`
+	// The load and overlap the terms came from.
+	MatchedBlocks  int     `json:"matched_blocks"`
+	CachedBlocks   int     `json:"cached_blocks"`
+	ActiveBlocks   int     `json:"active_blocks"`
+	ActiveRequests int     `json:"active_requests"`
+	PrefillTokens  int     `json:"prefill_tokens"`
+	Weight         float64 `json:"weight"`
+}
+
+func termsFromLoad(l *Load) Terms {
+	return Terms{
+		Worker: l.ID, MatchedBlocks: l.MatchedBlocks, CachedBlocks: l.CachedBlocks,
+		ActiveBlocks: l.ActiveBlocks, ActiveRequests: l.ActiveRequests,
+		PrefillTokens: l.PrefillTokens, Weight: l.Weight,
+	}
+}
+
+func (e *Explanation) begin(mode string, req *Request, temperature float64, chosen string) {
+	*e = Explanation{
+		RequestID: req.ID, Mode: mode, Temperature: temperature,
+		PromptTokens: req.PromptTokens, Chosen: chosen, Workers: e.Workers[:0],
+	}
+}
+
+// Line renders worker i's terms as one log line, in the seeds' format for
+// the default cost:
+//
+//	worker=w1 logit=125.3 = 1.0*100.5 + 25.0 (cached_blocks=15)
+func (e *Explanation) Line(i int) string {
+	t := &e.Workers[i]
+	var b strings.Builder
+	b.WriteString("worker=")
+	b.WriteString(t.Worker)
+	switch {
+	case e.CostModel == CostDefault:
+		b.WriteString(" logit=" + f1(t.Logit) + " = " + f1(t.OverlapWeight) + "*" + f1(t.PrefillBlocks) + " + " + f1(t.DecodeBlocks))
+	case e.CostModel == CostWeighted && e.Coefficients != nil:
+		c := e.Coefficients
+		b.WriteString(" score=" + f3(t.Score) + " = " + f1(c.A) + "*" + f3(t.OverlapRatio) +
+			" - " + f1(c.B) + "*" + f3(t.KVUsage) + " - " + f1(c.C) + "*" + f3(t.NormalizedWaiting))
+	default:
+		b.WriteString(" active_blocks=" + strconv.Itoa(t.ActiveBlocks) +
+			" active_requests=" + strconv.Itoa(t.ActiveRequests) +
+			" prefill_tokens=" + strconv.Itoa(t.PrefillTokens) + " weight=" + f1(t.Weight))
+	}
+	if t.Probability > 0 {
+		b.WriteString(" p=" + f3(t.Probability))
+	}
+	b.WriteString(" (cached_blocks=" + strconv.Itoa(t.CachedBlocks) + ")")
+	return b.String()
+}
+
+// String renders one line per candidate followed by the chosen worker.
+func (e *Explanation) String() string {
+	var b strings.Builder
+	for i := range e.Workers {
+		b.WriteString(e.Line(i))
+		b.WriteByte('\n')
+	}
+	b.WriteString("chosen=" + e.Chosen + " mode=" + e.Mode)
+	if e.CostModel != "" {
+		b.WriteString(" cost_model=" + e.CostModel + " temperature=" + strconv.FormatFloat(e.Temperature, 'g', -1, 64))
+	}
+	return b.String()
+}
+
+func f1(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) }
+func f3(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }

@@ -1,0 +1,294 @@
+package scoring
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// active is one in-flight request. Guarded by Pool.mu.
+type active struct {
+	key    string // request ID, or "<router>\x00<id>" for a peer's request
+	w      *worker
+	hashes []uint64 // shared prompt blocks; immutable after Add
+	// promptTokens and outputTokens size the request's blocks.
+	promptTokens, outputTokens int
+	// prefillTokens is the uncached prompt still to prefill; 0 once the
+	// first token arrived.
+	prefillTokens int
+	// private is this request's share of worker.private.
+	private  int
+	lastSeen time.Time
+}
+
+func blocksFor(tokens, blockSize int) int {
+	if tokens <= 0 {
+		return 0
+	}
+	return (tokens + blockSize - 1) / blockSize
+}
+
+// privateBlocks is the request's blocks beyond its shared prompt blocks.
+func (a *active) privateBlocks() int {
+	n := blocksFor(a.promptTokens+a.outputTokens, a.w.spec.BlockSize) - len(a.hashes)
+	return max(n, 0)
+}
+
+// Add records that req was routed to worker, whose overlap with the prompt
+// was matchedBlocks. The request's uncached tokens count as prefill in
+// flight until PrefillDone or Progress. Adding an ID that is active, or was
+// freed recently, does nothing. Add copies req.Hashes.
+func (p *Pool) Add(req *Request, worker string, matchedBlocks int) error {
+	ev, err := p.add(req.ID, worker, req.PromptTokens, matchedBlocks, -1, req.Hashes, true)
+	if err != nil {
+		return err
+	}
+	p.emit(ev)
+	return nil
+}
+
+// add does Add for local and peer requests. prefill < 0 means "derive it
+// from matchedBlocks".
+func (p *Pool) add(key, worker string, promptTokens, matchedBlocks, prefill int, hashes []uint64, local bool) (SyncEvent, error) {
+	now := p.opts.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	w, ok := p.workers[worker]
+	if !ok {
+		return SyncEvent{}, fmt.Errorf("add request %q: worker %q: %w", key, worker, ErrUnknownWorker)
+	}
+	if _, dup := p.reqs[key]; dup || p.tomb.has(key) {
+		return SyncEvent{}, nil
+	}
+	if prefill < 0 {
+		prefill = max(promptTokens-matchedBlocks*w.spec.BlockSize, 0)
+	}
+	a := &active{key: key, w: w, hashes: slices.Clone(hashes), promptTokens: max(promptTokens, 0),
+		prefillTokens: prefill, lastSeen: now}
+	for _, h := range a.hashes {
+		w.blockRefs[h]++
+	}
+	a.private = a.privateBlocks()
+	w.private += a.private
+	w.requests++
+	if a.prefillTokens > 0 {
+		w.prefillTokens += a.prefillTokens
+		w.prefillRequests++
+	}
+	p.reqs[key] = a
+	if !local {
+		return SyncEvent{}, nil
+	}
+	return SyncEvent{Op: OpAdd, ID: key, Worker: worker, PromptTokens: a.promptTokens,
+		PrefillTokens: a.prefillTokens, Hashes: a.hashes}, nil
+}
+
+// PrefillDone records the request's first token: its prompt is no longer
+// prefill in flight. Unknown or finished IDs are ignored.
+func (p *Pool) PrefillDone(id string) {
+	if p.prefillDone(id) {
+		p.emit(SyncEvent{Op: OpPrefillDone, ID: id})
+		p.capacityChanged()
+	}
+}
+
+func (p *Pool) prefillDone(key string) bool {
+	now := p.opts.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	a, ok := p.reqs[key]
+	if !ok {
+		return false
+	}
+	a.lastSeen = now
+	return p.clearPrefillLocked(a)
+}
+
+func (p *Pool) clearPrefillLocked(a *active) bool {
+	if a.prefillTokens == 0 {
+		return false
+	}
+	a.w.prefillTokens -= a.prefillTokens
+	a.w.prefillRequests--
+	a.prefillTokens = 0
+	return true
+}
+
+// Progress records the output tokens generated so far; decode blocks grow
+// as blocks fill. It implies PrefillDone. Counts lower than an earlier one
+// are ignored, as are unknown IDs.
+func (p *Pool) Progress(id string, outputTokens int) {
+	changed, prefill := p.progress(id, outputTokens)
+	if changed {
+		p.emit(SyncEvent{Op: OpProgress, ID: id, OutputTokens: outputTokens})
+	}
+	if prefill {
+		p.capacityChanged()
+	}
+}
+
+// progress reports whether the block count or prefill state changed (worth
+// telling peers) and whether prefill finished.
+func (p *Pool) progress(key string, outputTokens int) (changed, prefillDone bool) {
+	now := p.opts.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	a, ok := p.reqs[key]
+	if !ok {
+		return false, false
+	}
+	a.lastSeen = now
+	prefillDone = p.clearPrefillLocked(a)
+	if outputTokens > a.outputTokens {
+		a.outputTokens = outputTokens
+		if n := a.privateBlocks(); n != a.private {
+			a.w.private += n - a.private
+			a.private = n
+			changed = true
+		}
+	}
+	return changed || prefillDone, prefillDone
+}
+
+// Free releases a request's load: at the end of the stream, on an error or
+// on a cancel. Freeing an unknown or already freed ID does nothing.
+func (p *Pool) Free(id string) {
+	if p.free(id) {
+		p.emit(SyncEvent{Op: OpFree, ID: id})
+		p.capacityChanged()
+	}
+}
+
+func (p *Pool) free(key string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.tomb.add(key)
+	a, ok := p.reqs[key]
+	if !ok {
+		return false
+	}
+	p.releaseLocked(a)
+	delete(p.reqs, key)
+	return true
+}
+
+// releaseLocked takes a's load off its worker.
+func (p *Pool) releaseLocked(a *active) {
+	w := a.w
+	for _, h := range a.hashes {
+		if n := w.blockRefs[h]; n <= 1 {
+			delete(w.blockRefs, h)
+		} else {
+			w.blockRefs[h] = n - 1
+		}
+	}
+	w.private -= a.private
+	w.requests--
+	if a.prefillTokens > 0 {
+		w.prefillTokens -= a.prefillTokens
+		w.prefillRequests--
+	}
+}
+
+// Move transfers a request's load to another worker, for when the proxy
+// reports it served the request elsewhere (a Gateway API fallback
+// endpoint). Unknown request IDs are ignored; an unknown worker is an error.
+func (p *Pool) Move(id, worker string) error {
+	moved, err := p.move(id, worker)
+	if err != nil {
+		return err
+	}
+	if moved {
+		p.emit(SyncEvent{Op: OpMove, ID: id, Worker: worker})
+		p.capacityChanged()
+	}
+	return nil
+}
+
+func (p *Pool) move(key, worker string) (bool, error) {
+	now := p.opts.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	w, ok := p.workers[worker]
+	if !ok {
+		return false, fmt.Errorf("move request %q: worker %q: %w", key, worker, ErrUnknownWorker)
+	}
+	a, ok := p.reqs[key]
+	if !ok || a.w == w {
+		return false, nil
+	}
+	p.releaseLocked(a)
+	a.w, a.lastSeen = w, now
+	for _, h := range a.hashes {
+		w.blockRefs[h]++
+	}
+	a.private = a.privateBlocks()
+	w.private += a.private
+	w.requests++
+	if a.prefillTokens > 0 {
+		w.prefillTokens += a.prefillTokens
+		w.prefillRequests++
+	}
+	return true, nil
+}
+
+// Active reports whether a request is in flight.
+func (p *Pool) Active(id string) bool {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	_, ok := p.reqs[id]
+	return ok
+}
+
+// Sweep force-frees requests with no lifecycle call for longer than
+// Options.MaxRequestAge, so nothing leaks when a stream vanishes, and
+// returns how many it freed. Router.Run calls it periodically.
+func (p *Pool) Sweep() int {
+	cutoff := p.opts.Now().Add(-p.opts.MaxRequestAge)
+	p.mu.Lock()
+	n := 0
+	for key, a := range p.reqs {
+		if a.lastSeen.Before(cutoff) {
+			p.releaseLocked(a)
+			delete(p.reqs, key)
+			p.tomb.add(key)
+			n++
+		}
+	}
+	p.mu.Unlock()
+	if n > 0 {
+		p.opts.Metrics.Expired(n)
+		p.capacityChanged()
+	}
+	return n
+}
+
+// tombstones remembers recently freed IDs so a late Add (or a peer's
+// reordered event) cannot resurrect a finished request. Bounded: the
+// oldest names are forgotten first.
+type tombstones struct {
+	set  map[string]struct{}
+	ring []string
+	next int
+}
+
+func newTombstones(n int) tombstones {
+	return tombstones{set: make(map[string]struct{}, n), ring: make([]string, n)}
+}
+
+func (t *tombstones) has(key string) bool {
+	_, ok := t.set[key]
+	return ok
+}
+
+func (t *tombstones) add(key string) {
+	if t.has(key) {
+		return
+	}
+	if old := t.ring[t.next]; old != "" {
+		delete(t.set, old)
+	}
+	t.ring[t.next] = key
+	t.set[key] = struct{}{}
+	t.next = (t.next + 1) % len(t.ring)
+}

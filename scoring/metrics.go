@@ -1,0 +1,56 @@
+package scoring
+
+import "time"
+
+// Metrics receives the package's counters. The binary wires them to
+// Prometheus; scoring itself imports no metrics library. Implementations
+// must be safe for concurrent use and cheap: they are called on the request
+// path. Embed NopMetrics to implement only some of them.
+type Metrics interface {
+	// Routed counts a routing decision by mode and chosen worker.
+	Routed(mode, worker string)
+	// Queued counts a request that entered the admission queue.
+	Queued()
+	// Dequeued records how long an admitted waiter waited.
+	Dequeued(wait time.Duration)
+	// Shed counts a request the queue refused; reason is "queue_full" or
+	// "max_wait".
+	Shed(reason string)
+	// Expired counts requests force-freed for exceeding the maximum age.
+	Expired(n int)
+	// LoadReportRejected counts load reports that were malformed or named
+	// an unknown worker.
+	LoadReportRejected()
+	// SyncRejected counts replica sync messages that could not be decoded.
+	SyncRejected()
+	// SyncDropped counts local events not published because the outgoing
+	// buffer was full.
+	SyncDropped()
+}
+
+// NopMetrics discards every counter. Embed it to implement part of Metrics.
+type NopMetrics struct{}
+
+// Routed implements Metrics.
+func (NopMetrics) Routed(string, string) {}
+
+// Queued implements Metrics.
+func (NopMetrics) Queued() {}
+
+// Dequeued implements Metrics.
+func (NopMetrics) Dequeued(time.Duration) {}
+
+// Shed implements Metrics.
+func (NopMetrics) Shed(string) {}
+
+// Expired implements Metrics.
+func (NopMetrics) Expired(int) {}
+
+// LoadReportRejected implements Metrics.
+func (NopMetrics) LoadReportRejected() {}
+
+// SyncRejected implements Metrics.
+func (NopMetrics) SyncRejected() {}
+
+// SyncDropped implements Metrics.
+func (NopMetrics) SyncDropped() {}

@@ -1,0 +1,179 @@
+package scoring
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// Cost model names for Options.CostModel.
+const (
+	// CostDefault is the seeds' cost: logit = overlap_weight ×
+	// prefill_blocks + decode_blocks, lower is better.
+	CostDefault = "default"
+	// CostWeighted is seed 002's cost: a·overlap_ratio − b·kv_usage −
+	// c·normalized_waiting, higher is better.
+	CostWeighted = "weighted"
+)
+
+// Options configures a Pool and a Router. Start from DefaultOptions: the
+// zero Options is not the defaults (an overlap weight of 0 is a legitimate
+// choice that means "ignore the cache"). Zero durations, an empty Mode,
+// CostModel or QueuePolicy, and nil Now, Rand and Metrics do fall back to
+// their defaults.
+type Options struct {
+	// Mode is the router mode (see ModeNames); default "kv".
+	Mode string
+	// CostModel is CostDefault or CostWeighted; default CostDefault.
+	CostModel string
+	// OverlapWeight multiplies prefill blocks in the default cost;
+	// default 1.0.
+	OverlapWeight float64
+	// Temperature 0 picks the best logit; T>0 samples from
+	// softmax(−logit ÷ (range × T)). Default 0.
+	Temperature float64
+	// NoTrackPrefillTokens leaves the worker's prefill tokens in flight out
+	// of prefill_blocks (--no-track-prefill-tokens). Default false.
+	NoTrackPrefillTokens bool
+	// WeightedA, WeightedB and WeightedC are the weighted cost model's
+	// coefficients for overlap ratio, KV usage and normalized waiting;
+	// defaults 2, 1, 1.
+	WeightedA, WeightedB, WeightedC float64
+
+	// QueueThreshold: a request waits only when every eligible worker has
+	// more than QueueThreshold × max_num_batched_tokens prefill tokens in
+	// flight. Default 4.0; 0 or negative disables queueing.
+	QueueThreshold float64
+	// QueuePolicy orders waiters: "fcfs" (default), "wspt" or "lcfs".
+	QueuePolicy string
+	// QueueMaxLength bounds the waiters across all models; past it new
+	// requests are shed. Default 1024.
+	QueueMaxLength int
+	// QueueMaxWait bounds one waiter's time in the queue; past it the
+	// request is shed. Default 30 s.
+	QueueMaxWait time.Duration
+
+	// MaxRequestAge force-frees requests older than this (Sweep), so nothing
+	// leaks when a stream vanishes. Default 300 s.
+	MaxRequestAge time.Duration
+	// StaleReportAge: a load report received longer ago than this is
+	// ignored by the cost. Default 2 s (eight missed 250 ms reports).
+	StaleReportAge time.Duration
+
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+	// Rand is the random source for ties and sampling; default a
+	// randomly seeded PCG. It is used under a lock, so any Rand works.
+	Rand Rand
+	// Metrics receives counters; default none.
+	Metrics Metrics
+	// Recorder, when set, learns every routing decision the Router makes
+	// (the approximate index of the kv_without_events mode). Default none.
+	Recorder PrefixRecorder
+}
+
+// PrefixRecorder learns which worker a prompt's blocks were sent to, so an
+// index without KV events can predict the cache. kvindex's approximate
+// index satisfies it; the interface lives here, with its consumer.
+type PrefixRecorder interface {
+	Record(worker string, hashes []uint64)
+}
+
+// Defaults of Options, as documented on its fields.
+const (
+	DefaultOverlapWeight  = 1.0
+	DefaultTemperature    = 0.0
+	DefaultQueueThreshold = 4.0
+	DefaultQueuePolicy    = "fcfs"
+	DefaultQueueMaxLength = 1024
+	DefaultQueueMaxWait   = 30 * time.Second
+	DefaultMaxRequestAge  = 300 * time.Second
+	DefaultStaleReportAge = 2 * time.Second
+	DefaultMode           = "kv"
+)
+
+// DefaultOptions returns the documented defaults.
+func DefaultOptions() Options {
+	return Options{
+		Mode:           DefaultMode,
+		CostModel:      CostDefault,
+		OverlapWeight:  DefaultOverlapWeight,
+		Temperature:    DefaultTemperature,
+		WeightedA:      2,
+		WeightedB:      1,
+		WeightedC:      1,
+		QueueThreshold: DefaultQueueThreshold,
+		QueuePolicy:    DefaultQueuePolicy,
+		QueueMaxLength: DefaultQueueMaxLength,
+		QueueMaxWait:   DefaultQueueMaxWait,
+		MaxRequestAge:  DefaultMaxRequestAge,
+		StaleReportAge: DefaultStaleReportAge,
+	}
+}
+
+// withDefaults fills the fields whose zero value means "default".
+func (o Options) withDefaults() Options {
+	if o.Mode == "" {
+		o.Mode = DefaultMode
+	}
+	if o.CostModel == "" {
+		o.CostModel = CostDefault
+	}
+	if o.QueuePolicy == "" {
+		o.QueuePolicy = DefaultQueuePolicy
+	}
+	if o.QueueMaxLength == 0 {
+		o.QueueMaxLength = DefaultQueueMaxLength
+	}
+	if o.QueueMaxWait == 0 {
+		o.QueueMaxWait = DefaultQueueMaxWait
+	}
+	if o.MaxRequestAge == 0 {
+		o.MaxRequestAge = DefaultMaxRequestAge
+	}
+	if o.StaleReportAge == 0 {
+		o.StaleReportAge = DefaultStaleReportAge
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Rand == nil {
+		o.Rand = newDefaultRand()
+	}
+	if _, ok := o.Rand.(*lockedRand); !ok {
+		o.Rand = &lockedRand{r: o.Rand}
+	}
+	if o.Metrics == nil {
+		o.Metrics = NopMetrics{}
+	}
+	return o
+}
+
+// Validate reports the first option that cannot work.
+func (o Options) Validate() error {
+	o = o.withDefaults()
+	if _, ok := modeFactories[normalizeName(o.Mode)]; !ok {
+		return fmt.Errorf("scoring options: unknown router mode %q (valid: %v)", o.Mode, ModeNames())
+	}
+	if o.CostModel != CostDefault && o.CostModel != CostWeighted {
+		return fmt.Errorf("scoring options: unknown cost model %q (valid: %s, %s)", o.CostModel, CostDefault, CostWeighted)
+	}
+	if _, err := parsePolicy(o.QueuePolicy); err != nil {
+		return fmt.Errorf("scoring options: %w", err)
+	}
+	for name, v := range map[string]float64{
+		"overlap weight": o.OverlapWeight, "temperature": o.Temperature,
+		"weighted a": o.WeightedA, "weighted b": o.WeightedB, "weighted c": o.WeightedC,
+	} {
+		if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+			return fmt.Errorf("scoring options: %s %g must be a finite number ≥ 0", name, v)
+		}
+	}
+	if math.IsNaN(o.QueueThreshold) || math.IsInf(o.QueueThreshold, 0) {
+		return fmt.Errorf("scoring options: queue threshold %g must be finite", o.QueueThreshold)
+	}
+	if o.QueueMaxLength < 0 || o.QueueMaxWait < 0 || o.MaxRequestAge < 0 || o.StaleReportAge < 0 {
+		return fmt.Errorf("scoring options: queue limits and ages must not be negative")
+	}
+	return nil
+}

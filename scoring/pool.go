@@ -1,0 +1,327 @@
+package scoring
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Pool holds the fleet's workers and their live load. It is safe for
+// concurrent use: lifecycle calls take its write lock for a few map
+// operations, picks take the read lock once per decision.
+type Pool struct {
+	opts Options
+
+	mu      sync.RWMutex
+	workers map[string]*worker
+	// models maps a model or LoRA adapter name to the workers serving it,
+	// sorted by ID; rebuilt when registrations change.
+	models map[string][]*worker
+	reqs   map[string]*active
+	tomb   tombstones
+
+	// onCapacity is called, outside the lock, after anything that may free
+	// capacity (Free, PrefillDone, Move, a load report, a registration).
+	onCapacity atomic.Pointer[func()]
+	// sink receives local lifecycle events for replica sync, outside the lock.
+	sink atomic.Pointer[func(SyncEvent)]
+}
+
+// worker is one worker's static facts and live load. Guarded by Pool.mu.
+type worker struct {
+	spec WorkerSpec
+	// blockRefs counts, per prompt block hash, the active requests holding
+	// it, so a shared prefix counts once.
+	blockRefs map[uint64]int32
+	// private is the sum of the active requests' blocks that are not shared
+	// prompt blocks (the partial last block and decode blocks).
+	private         int
+	requests        int
+	prefillTokens   int
+	prefillRequests int
+	report          LoadReport
+	reportAt        time.Time
+	hasReport       bool
+}
+
+func (w *worker) activeBlocks() int { return len(w.blockRefs) + w.private }
+
+// NewPool returns an empty pool. It uses opts' clock, ages and metrics.
+func NewPool(opts Options) *Pool {
+	return &Pool{
+		opts:    opts.withDefaults(),
+		workers: make(map[string]*worker),
+		models:  make(map[string][]*worker),
+		reqs:    make(map[string]*active),
+		tomb:    newTombstones(4096),
+	}
+}
+
+// Upsert adds a worker or updates its static facts, keeping its live load.
+func (p *Pool) Upsert(spec WorkerSpec) error {
+	if err := spec.Validate(); err != nil {
+		return fmt.Errorf("pool upsert: %w", err)
+	}
+	spec.LoRAAdapters = slices.Clone(spec.LoRAAdapters)
+	p.mu.Lock()
+	w, ok := p.workers[spec.ID]
+	if !ok {
+		w = &worker{blockRefs: make(map[uint64]int32)}
+		p.workers[spec.ID] = w
+	}
+	w.spec = spec
+	p.rebuildModelsLocked()
+	p.mu.Unlock()
+	p.capacityChanged()
+	return nil
+}
+
+// Remove forgets a worker and every request active on it. Unknown IDs are
+// ignored.
+func (p *Pool) Remove(id string) {
+	p.mu.Lock()
+	w, ok := p.workers[id]
+	if ok {
+		delete(p.workers, id)
+		for key, a := range p.reqs {
+			if a.w == w {
+				delete(p.reqs, key)
+			}
+		}
+		p.rebuildModelsLocked()
+	}
+	p.mu.Unlock()
+	if ok {
+		p.capacityChanged()
+	}
+}
+
+func (p *Pool) rebuildModelsLocked() {
+	clear(p.models)
+	for _, w := range p.workers {
+		p.models[w.spec.Model] = append(p.models[w.spec.Model], w)
+		for _, a := range w.spec.LoRAAdapters {
+			if a != w.spec.Model {
+				p.models[a] = append(p.models[a], w)
+			}
+		}
+	}
+	for _, ws := range p.models {
+		slices.SortFunc(ws, func(a, b *worker) int {
+			switch {
+			case a.spec.ID < b.spec.ID:
+				return -1
+			case a.spec.ID > b.spec.ID:
+				return 1
+			}
+			return 0
+		})
+	}
+}
+
+// AppendCandidates appends one Candidate (overlap zero) per worker serving
+// model, as base model or LoRA adapter, in ID order, and returns the
+// extended slice. Callers restrict it to a subset and fill in the overlap.
+func (p *Pool) AppendCandidates(dst []Candidate, model string) []Candidate {
+	p.mu.RLock()
+	for _, w := range p.models[model] {
+		dst = append(dst, Candidate{Worker: w.spec.ID})
+	}
+	p.mu.RUnlock()
+	return dst
+}
+
+// Spec returns a worker's static facts.
+func (p *Pool) Spec(id string) (WorkerSpec, bool) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	w, ok := p.workers[id]
+	if !ok {
+		return WorkerSpec{}, false
+	}
+	return w.spec, true
+}
+
+// Models returns the model and adapter names served, sorted.
+func (p *Pool) Models() []string {
+	p.mu.RLock()
+	out := make([]string, 0, len(p.models))
+	for m := range p.models {
+		out = append(out, m)
+	}
+	p.mu.RUnlock()
+	slices.Sort(out)
+	return out
+}
+
+// Len returns the number of workers.
+func (p *Pool) Len() int {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return len(p.workers)
+}
+
+// SetLoadReport records a worker's latest load report, received now. It
+// returns ErrUnknownWorker for a worker the pool does not hold.
+func (p *Pool) SetLoadReport(id string, r LoadReport) error {
+	now := p.opts.Now()
+	p.mu.Lock()
+	w, ok := p.workers[id]
+	if ok {
+		w.report, w.reportAt, w.hasReport = r, now, true
+	}
+	p.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("load report for %q: %w", id, ErrUnknownWorker)
+	}
+	p.capacityChanged()
+	return nil
+}
+
+// Load is a snapshot of one worker as the router modes see it: static
+// facts, live load and, inside a pick, the candidate's overlap.
+type Load struct {
+	ID                  string  `json:"id"`
+	Cluster             string  `json:"cluster"`
+	Address             string  `json:"address"`
+	BlockSize           int     `json:"block_size"`
+	KVTotalBlocks       int     `json:"kv_total_blocks"`
+	MaxNumBatchedTokens int     `json:"max_num_batched_tokens"`
+	Weight              float64 `json:"weight"`
+	// ActiveBlocks counts the KV blocks of the worker's active requests,
+	// each unique prompt block once.
+	ActiveBlocks int `json:"active_blocks"`
+	// ActiveRequests counts the worker's active requests.
+	ActiveRequests int `json:"active_requests"`
+	// PrefillTokens is the uncached prompt tokens of requests whose first
+	// token has not arrived yet.
+	PrefillTokens int `json:"prefill_tokens"`
+	// PrefillRequests counts those requests.
+	PrefillRequests int `json:"prefill_requests"`
+	// Report is the latest load report and ReportFresh whether it is recent
+	// enough to use (younger than Options.StaleReportAge).
+	Report      LoadReport `json:"report"`
+	ReportFresh bool       `json:"report_fresh"`
+	// MatchedBlocks and CachedBlocks come from the Candidate in a pick.
+	MatchedBlocks int `json:"matched_blocks"`
+	CachedBlocks  int `json:"cached_blocks"`
+
+	// index is the candidate's index in the caller's slice.
+	index int
+	// logit is scratch for the mode: lower is better.
+	logit float64
+}
+
+// KVUsedBlocks is the worker's KV blocks in use: the router's own count, or
+// the fresh load report's when that is higher (it also sees traffic other
+// routers sent).
+func (l *Load) KVUsedBlocks() int {
+	if l.ReportFresh && l.Report.KVUsedBlocks > l.ActiveBlocks {
+		return l.Report.KVUsedBlocks
+	}
+	return l.ActiveBlocks
+}
+
+// Waiting is the worker's queue: the fresh load report's waiting count, or
+// else the router's count of requests still in prefill.
+func (l *Load) Waiting() int {
+	if l.ReportFresh {
+		return l.Report.Waiting
+	}
+	return l.PrefillRequests
+}
+
+func (p *Pool) loadLocked(w *worker, now time.Time) Load {
+	return Load{
+		ID:                  w.spec.ID,
+		Cluster:             w.spec.ClusterName(),
+		Address:             w.spec.Address,
+		BlockSize:           w.spec.BlockSize,
+		KVTotalBlocks:       w.spec.KVTotalBlocks,
+		MaxNumBatchedTokens: w.spec.MaxNumBatchedTokens,
+		Weight:              w.spec.EffectiveWeight(),
+		ActiveBlocks:        w.activeBlocks(),
+		ActiveRequests:      w.requests,
+		PrefillTokens:       w.prefillTokens,
+		PrefillRequests:     w.prefillRequests,
+		Report:              w.report,
+		ReportFresh:         w.hasReport && now.Sub(w.reportAt) <= p.opts.StaleReportAge,
+	}
+}
+
+// appendLoads appends the loads of the known candidates, skipping IDs the
+// pool does not hold.
+func (p *Pool) appendLoads(dst []Load, cands []Candidate) []Load {
+	now := p.opts.Now()
+	p.mu.RLock()
+	for i, c := range cands {
+		w := p.workers[c.Worker]
+		if w == nil {
+			continue
+		}
+		l := p.loadLocked(w, now)
+		l.MatchedBlocks, l.CachedBlocks, l.index = c.MatchedBlocks, c.CachedBlocks, i
+		dst = append(dst, l)
+	}
+	p.mu.RUnlock()
+	return dst
+}
+
+// Snapshot returns every worker's load, sorted by ID, for debug endpoints
+// and gauges.
+func (p *Pool) Snapshot() []Load {
+	now := p.opts.Now()
+	p.mu.RLock()
+	out := make([]Load, 0, len(p.workers))
+	for _, w := range p.workers {
+		out = append(out, p.loadLocked(w, now))
+	}
+	p.mu.RUnlock()
+	slices.SortFunc(out, func(a, b Load) int {
+		switch {
+		case a.ID < b.ID:
+			return -1
+		case a.ID > b.ID:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// Load returns one worker's load.
+func (p *Pool) Load(id string) (Load, bool) {
+	now := p.opts.Now()
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	w, ok := p.workers[id]
+	if !ok {
+		return Load{}, false
+	}
+	return p.loadLocked(w, now), true
+}
+
+
+func (p *Pool) capacityChanged() {
+	if f := p.onCapacity.Load(); f != nil {
+		(*f)()
+	}
+}
+
+func (p *Pool) setCapacityListener(f func()) { p.onCapacity.Store(&f) }
+
+// minUncached is the request's fewest uncached tokens over the known
+// candidates: what it would cost to prefill on its best worker.
+func (p *Pool) minUncached(req *Request, cands []Candidate) int {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	best := req.PromptTokens
+	for _, c := range cands {
+		if w := p.workers[c.Worker]; w != nil {
+			best = min(best, max(req.PromptTokens-c.MatchedBlocks*w.spec.BlockSize, 0))
+		}
+	}
+	return best
+}

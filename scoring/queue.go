@@ -1,0 +1,294 @@
+package scoring
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Policy orders the admission queue.
+type Policy int
+
+const (
+	// PolicyFCFS serves the earliest arrival first; priority counts as
+	// seconds of earlier arrival.
+	PolicyFCFS Policy = iota
+	// PolicyWSPT (weighted shortest processing time) serves the highest
+	// (1 + priority) ÷ uncached tokens first.
+	PolicyWSPT
+	// PolicyLCFS serves the latest arrival first; for comparison only.
+	PolicyLCFS
+)
+
+var policyNames = []string{"fcfs", "wspt", "lcfs"}
+
+// PolicyNames lists the valid --queue-policy names, default first.
+func PolicyNames() []string { return append([]string(nil), policyNames...) }
+
+// String returns the policy's name.
+func (p Policy) String() string {
+	if int(p) < len(policyNames) {
+		return policyNames[p]
+	}
+	return "Policy(" + strconv.Itoa(int(p)) + ")"
+}
+
+func parsePolicy(s string) (Policy, error) {
+	for i, n := range policyNames {
+		if strings.EqualFold(strings.TrimSpace(s), n) {
+			return Policy(i), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown queue policy %q (valid: %s)", s, strings.Join(policyNames, ", "))
+}
+
+// ErrShed is what every *ShedError matches with errors.Is.
+var ErrShed = errors.New("scoring: request shed")
+
+// Shed reasons.
+const (
+	ShedQueueFull = "queue_full"
+	ShedMaxWait   = "max_wait"
+)
+
+// ShedError reports a request the admission queue refused; the caller
+// answers 429.
+type ShedError struct {
+	// Reason is ShedQueueFull or ShedMaxWait.
+	Reason string
+	// Model is the requested model.
+	Model string
+	// Waited is how long the request waited before being shed.
+	Waited time.Duration
+}
+
+// Error implements error.
+func (e *ShedError) Error() string {
+	return fmt.Sprintf("scoring: request for model %q shed (%s) after %s", e.Model, e.Reason, e.Waited.Round(time.Millisecond))
+}
+
+// Unwrap makes errors.Is(err, ErrShed) hold.
+func (e *ShedError) Unwrap() error { return ErrShed }
+
+// ParsePriority parses a priority from the x-kvroute-priority header or
+// nvext.agent_hints.priority. Negative values clamp to 0; an empty string
+// is 0; NaN, infinities and non-numbers are errors.
+func ParsePriority(s string) (float64, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return 0, nil
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+		return 0, fmt.Errorf("priority %q is not a finite number", s)
+	}
+	return ClampPriority(v), nil
+}
+
+// ClampPriority maps negative and NaN priorities to 0.
+func ClampPriority(v float64) float64 {
+	if !(v > 0) {
+		return 0
+	}
+	return v
+}
+
+// waiter is one request in the admission queue.
+type waiter struct {
+	req     *Request
+	cands   []Candidate
+	exp     *Explanation
+	arrival time.Time
+	key     float64 // lower is served first
+	seq     uint64  // arrival order breaks key ties
+	index   int     // position in its heap; -1 once out
+	done    chan struct{}
+	dec     Decision
+	err     error
+}
+
+type waiterHeap []*waiter
+
+func (h waiterHeap) Len() int { return len(h) }
+func (h waiterHeap) Less(i, j int) bool {
+	if h[i].key != h[j].key {
+		return h[i].key < h[j].key
+	}
+	return h[i].seq < h[j].seq
+}
+func (h waiterHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *waiterHeap) Push(x any) {
+	w := x.(*waiter)
+	w.index = len(*h)
+	*h = append(*h, w)
+}
+func (h *waiterHeap) Pop() any {
+	old := *h
+	w := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	w.index = -1
+	return w
+}
+
+// admission is the Router's queue: one heap per model, drained in policy
+// order whenever capacity may have changed. Dispatch happens under mu, so
+// each admitted waiter's Add is visible before the next is examined.
+type admission struct {
+	r      *Router
+	policy Policy
+	start  time.Time
+
+	n      atomic.Int64 // waiters across all models
+	mu     sync.Mutex
+	models map[string]*waiterHeap
+	seq    uint64
+}
+
+func newAdmission(r *Router, p Policy) *admission {
+	return &admission{r: r, policy: p, start: r.opts.Now(), models: make(map[string]*waiterHeap)}
+}
+
+// orderKey returns the waiter's place in line, lower first.
+func (q *admission) orderKey(w *waiter) float64 {
+	arrival := w.arrival.Sub(q.start).Seconds()
+	switch q.policy {
+	case PolicyWSPT:
+		return -(1 + w.req.Priority) / float64(max(q.r.pool.minUncached(w.req, w.cands), 1))
+	case PolicyLCFS:
+		return -(arrival + w.req.Priority)
+	}
+	return arrival - w.req.Priority
+}
+
+func (q *admission) admit(ctx context.Context, req *Request, cands []Candidate, exp *Explanation) (Decision, error) {
+	thr := q.r.opts.QueueThreshold
+	if q.n.Load() == 0 || q.modelEmpty(req.Model) {
+		d, saturated, err := q.r.decide(req, cands, exp, thr)
+		if err != nil {
+			return Decision{}, err
+		}
+		if !saturated {
+			return d, q.r.commit(req, d)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return Decision{}, err
+	}
+	w := &waiter{req: req, cands: cands, exp: exp, arrival: q.r.opts.Now(), done: make(chan struct{})}
+	w.key = q.orderKey(w)
+	q.mu.Lock()
+	if int(q.n.Load()) >= q.r.opts.QueueMaxLength {
+		q.mu.Unlock()
+		q.r.opts.Metrics.Shed(ShedQueueFull)
+		return Decision{}, &ShedError{Reason: ShedQueueFull, Model: req.Model}
+	}
+	h := q.models[req.Model]
+	if h == nil {
+		h = &waiterHeap{}
+		q.models[req.Model] = h
+	}
+	q.seq++
+	w.seq = q.seq
+	heap.Push(h, w)
+	q.n.Add(1)
+	q.mu.Unlock()
+	q.r.opts.Metrics.Queued()
+	q.dispatch(req.Model)
+
+	timer := time.NewTimer(q.r.opts.QueueMaxWait)
+	defer timer.Stop()
+	select {
+	case <-w.done:
+		q.r.opts.Metrics.Dequeued(q.r.opts.Now().Sub(w.arrival))
+		return w.dec, w.err
+	case <-ctx.Done():
+		return q.leave(w, ctx.Err(), true)
+	case <-timer.C:
+		return q.leave(w, &ShedError{Reason: ShedMaxWait, Model: req.Model, Waited: q.r.opts.Now().Sub(w.arrival)}, false)
+	}
+}
+
+// leave takes a waiter out of line with err. If a dispatch admitted it in
+// the meantime, a cancelled waiter gives its load back while a timed-out
+// one keeps its decision.
+func (q *admission) leave(w *waiter, err error, cancelled bool) (Decision, error) {
+	q.mu.Lock()
+	if w.index >= 0 {
+		heap.Remove(q.models[w.req.Model], w.index)
+		q.n.Add(-1)
+		q.mu.Unlock()
+		var shed *ShedError
+		if errors.As(err, &shed) {
+			q.r.opts.Metrics.Shed(shed.Reason)
+		}
+		return Decision{}, err
+	}
+	q.mu.Unlock()
+	<-w.done
+	if !cancelled {
+		return w.dec, w.err
+	}
+	if w.err == nil {
+		q.r.pool.Free(w.req.ID)
+	}
+	return Decision{}, err
+}
+
+func (q *admission) modelEmpty(model string) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	h := q.models[model]
+	return h == nil || h.Len() == 0
+}
+
+// dispatch admits the model's waiters in order while their candidates have
+// room.
+func (q *admission) dispatch(model string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	h := q.models[model]
+	for h != nil && h.Len() > 0 {
+		w := (*h)[0]
+		d, saturated, err := q.r.decide(w.req, w.cands, w.exp, q.r.opts.QueueThreshold)
+		if saturated {
+			return
+		}
+		heap.Pop(h)
+		q.n.Add(-1)
+		if err == nil {
+			err = q.r.commit(w.req, d)
+		}
+		w.dec, w.err = d, err
+		close(w.done)
+	}
+}
+
+// kick re-examines every model's waiters; the pool calls it whenever
+// capacity may have changed.
+func (q *admission) kick() {
+	if q.n.Load() == 0 {
+		return
+	}
+	q.mu.Lock()
+	models := make([]string, 0, len(q.models))
+	for m, h := range q.models {
+		if h.Len() > 0 {
+			models = append(models, m)
+		}
+	}
+	q.mu.Unlock()
+	for _, m := range models {
+		q.dispatch(m)
+	}
+}

@@ -1,0 +1,149 @@
+package scoring
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Router ties a Pool, a Mode and the admission queue together. It is safe
+// for concurrent use.
+//
+// Per request the caller (the ext_proc layer) builds the candidates with
+// Pool.AppendCandidates, fills in their overlap from the KV index when
+// Mode().Overlap() asks for it, and calls Route, which waits in the
+// admission queue if every candidate is saturated, picks a worker and Adds
+// the request to the pool. As the response streams the caller reports
+// Pool().PrefillDone, Pool().Progress and finally Pool().Free.
+type Router struct {
+	pool  *Pool
+	mode  Mode
+	opts  Options
+	queue *admission // nil when queueing is disabled
+}
+
+// NewRouter builds a router with an empty pool. Register workers with
+// Pool().Upsert.
+func NewRouter(opts Options) (*Router, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	opts = opts.withDefaults()
+	mode, err := NewMode(opts.Mode, opts)
+	if err != nil {
+		return nil, err
+	}
+	r := &Router{pool: NewPool(opts), mode: mode, opts: opts}
+	if opts.QueueThreshold > 0 {
+		policy, _ := parsePolicy(opts.QueuePolicy) // validated above
+		r.queue = newAdmission(r, policy)
+		r.pool.setCapacityListener(r.queue.kick)
+	}
+	return r, nil
+}
+
+// Pool returns the router's worker pool.
+func (r *Router) Pool() *Pool { return r.pool }
+
+// Mode returns the router mode.
+func (r *Router) Mode() Mode { return r.mode }
+
+// Options returns the router's options with defaults filled in.
+func (r *Router) Options() Options { return r.opts }
+
+var loadScratch = sync.Pool{New: func() any { s := make([]Load, 0, 64); return &s }}
+
+// Pick chooses a worker for req among cands without changing any state.
+// Candidates the pool does not know are skipped; if none is left Pick
+// returns ErrNoWorkers. exp, when not nil, receives every worker's terms.
+func (r *Router) Pick(req *Request, cands []Candidate, exp *Explanation) (Decision, error) {
+	d, _, err := r.decide(req, cands, exp, 0)
+	return d, err
+}
+
+// decide picks unless threshold > 0 and every candidate is saturated, in
+// which case it reports saturated and picks nothing.
+func (r *Router) decide(req *Request, cands []Candidate, exp *Explanation, threshold float64) (d Decision, saturated bool, err error) {
+	sp := loadScratch.Get().(*[]Load)
+	loads := r.pool.appendLoads((*sp)[:0], cands)
+	defer func() {
+		*sp = loads[:0]
+		loadScratch.Put(sp)
+	}()
+	if len(loads) == 0 {
+		return Decision{}, false, fmt.Errorf("pick for model %q among %d candidates: %w", req.Model, len(cands), ErrNoWorkers)
+	}
+	if threshold > 0 && allSaturated(loads, threshold) {
+		return Decision{}, true, nil
+	}
+	l := &loads[r.mode.Pick(req, loads, exp)]
+	return Decision{Worker: l.ID, Cluster: l.Cluster, Address: l.Address, Index: l.index, MatchedBlocks: l.MatchedBlocks}, false, nil
+}
+
+// allSaturated reports whether every worker has more than threshold ×
+// max_num_batched_tokens prefill tokens in flight. A worker whose
+// max_num_batched_tokens is unknown is never saturated.
+func allSaturated(loads []Load, threshold float64) bool {
+	for i := range loads {
+		l := &loads[i]
+		if l.MaxNumBatchedTokens == 0 || float64(l.PrefillTokens) <= threshold*float64(l.MaxNumBatchedTokens) {
+			return false
+		}
+	}
+	return true
+}
+
+// commit adds a picked request to the pool and tells the recorder.
+func (r *Router) commit(req *Request, d Decision) error {
+	if err := r.pool.Add(req, d.Worker, d.MatchedBlocks); err != nil {
+		return fmt.Errorf("route %q: %w", req.ID, err)
+	}
+	if r.opts.Recorder != nil && len(req.Hashes) > 0 {
+		r.opts.Recorder.Record(d.Worker, req.Hashes)
+	}
+	r.opts.Metrics.Routed(r.mode.Name(), d.Worker)
+	return nil
+}
+
+// Route admits, picks and adds: it waits in the admission queue while
+// every candidate is saturated with prefill work (see Options.
+// QueueThreshold), then picks a worker and Adds req to the pool. It returns
+// a *ShedError (errors.Is ErrShed) when the queue is full or the wait
+// exceeds Options.QueueMaxWait, ctx's error when ctx ends first (the
+// request then holds no load), and ErrNoWorkers when no candidate is
+// known. On success the caller owns the lifecycle: PrefillDone, Progress
+// and Free on Pool().
+func (r *Router) Route(ctx context.Context, req *Request, cands []Candidate, exp *Explanation) (Decision, error) {
+	if r.queue == nil {
+		d, err := r.Pick(req, cands, exp)
+		if err != nil {
+			return Decision{}, err
+		}
+		return d, r.commit(req, d)
+	}
+	return r.queue.admit(ctx, req, cands, exp)
+}
+
+// QueueLen returns the number of requests waiting for admission.
+func (r *Router) QueueLen() int {
+	if r.queue == nil {
+		return 0
+	}
+	return int(r.queue.n.Load())
+}
+
+// Run force-frees requests past Options.MaxRequestAge every second until
+// ctx ends.
+func (r *Router) Run(ctx context.Context) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			r.pool.Sweep()
+		}
+	}
+}

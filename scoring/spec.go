@@ -1,0 +1,124 @@
+package scoring
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrNoWorkers is returned when no known worker can serve a request.
+var ErrNoWorkers = errors.New("scoring: no worker can serve the request")
+
+// ErrUnknownWorker is returned by lifecycle calls that name a worker the
+// pool does not hold.
+var ErrUnknownWorker = errors.New("scoring: unknown worker")
+
+// WorkerSpec is what the router knows about a worker from its registration
+// (an etcd record or the static workers file). It holds static facts only;
+// the live load lives in the Pool.
+type WorkerSpec struct {
+	// ID names the worker uniquely in the namespace.
+	ID string
+	// Model is the served base model name.
+	Model string
+	// LoRAAdapters lists adapter names the worker serves besides Model.
+	LoRAAdapters []string
+	// Address is the worker's "ip:port".
+	Address string
+	// Cluster is the Envoy cluster name; empty means ID.
+	Cluster string
+	// BlockSize is the engine's KV block size in tokens (at least 1).
+	BlockSize int
+	// KVTotalBlocks is the engine's KV capacity in blocks; 0 means unknown.
+	KVTotalBlocks int
+	// MaxNumBatchedTokens bounds the tokens the engine schedules per step;
+	// 0 means unknown, and such a worker never counts as saturated for the
+	// admission queue.
+	MaxNumBatchedTokens int
+	// MaxNumSeqs bounds the sequences the engine runs at once; 0 is unknown.
+	MaxNumSeqs int
+	// Weight is the worker's relative capacity for the weighted mode;
+	// 0 means 1.
+	Weight float64
+}
+
+// Validate reports the first problem that makes the spec unusable.
+func (s WorkerSpec) Validate() error {
+	switch {
+	case s.ID == "":
+		return errors.New("worker spec: id is empty")
+	case s.Model == "":
+		return fmt.Errorf("worker spec %q: model is empty", s.ID)
+	case s.BlockSize < 1:
+		return fmt.Errorf("worker spec %q: block size %d must be at least 1", s.ID, s.BlockSize)
+	case s.KVTotalBlocks < 0 || s.MaxNumBatchedTokens < 0 || s.MaxNumSeqs < 0:
+		return fmt.Errorf("worker spec %q: negative capacity", s.ID)
+	case s.Weight < 0:
+		return fmt.Errorf("worker spec %q: weight %g must not be negative", s.ID, s.Weight)
+	}
+	return nil
+}
+
+// ClusterName returns Cluster, or ID when Cluster is empty.
+func (s WorkerSpec) ClusterName() string {
+	if s.Cluster != "" {
+		return s.Cluster
+	}
+	return s.ID
+}
+
+// EffectiveWeight returns Weight, or 1 when it is unset.
+func (s WorkerSpec) EffectiveWeight() float64 {
+	if s.Weight == 0 {
+		return 1
+	}
+	return s.Weight
+}
+
+// Candidate is one worker eligible for a request, with what the KV index
+// knows about it. Callers build the list with Pool.AppendCandidates, drop
+// workers outside any subset restriction, and fill in the overlap.
+type Candidate struct {
+	// Worker is the worker's ID.
+	Worker string
+	// MatchedBlocks is how many of the prompt's leading blocks the worker
+	// already holds.
+	MatchedBlocks int
+	// CachedBlocks is the worker's total cached blocks; it breaks ties
+	// toward the emptier cache.
+	CachedBlocks int
+}
+
+// Request is what scoring needs to know about one request.
+type Request struct {
+	// ID identifies the request for the lifecycle calls; unique per router.
+	ID string
+	// Model is the requested model (base or LoRA adapter name).
+	Model string
+	// PromptTokens is the prompt's length in tokens. With body mode NONE it
+	// is 0 and the request is routed on load alone.
+	PromptTokens int
+	// Hashes are the router block hashes of the prompt's full blocks (see
+	// DESIGN 3.3). Shared prefixes share hashes, which is how active blocks
+	// are counted once per unique block. May be nil.
+	Hashes []uint64
+	// ExpectedOutputTokens is the caller's estimate of the output length
+	// (e.g. max_tokens or an agent hint); 0 if unknown. It counts into the
+	// request's own blocks in the cost.
+	ExpectedOutputTokens int
+	// Priority orders the admission queue; see ParsePriority. Not negative.
+	Priority float64
+}
+
+// Decision is the outcome of a pick.
+type Decision struct {
+	// Worker is the chosen worker's ID.
+	Worker string
+	// Cluster is its Envoy cluster name.
+	Cluster string
+	// Address is its "ip:port".
+	Address string
+	// Index is the chosen entry's index in the candidate slice.
+	Index int
+	// MatchedBlocks is the chosen candidate's overlap, as given.
+	MatchedBlocks int
+}

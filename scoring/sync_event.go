@@ -1,0 +1,165 @@
+package scoring
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Lifecycle operations carried by a SyncEvent.
+const (
+	OpAdd         = "add"
+	OpPrefillDone = "prefill_done"
+	OpProgress    = "progress"
+	OpFree        = "free"
+	OpMove        = "move"
+	// OpReset tells peers to drop every request of the sending router; a
+	// replica sends it when it starts, so a restart does not leave its old
+	// load behind on its peers.
+	OpReset = "reset"
+)
+
+// maxSyncHashes bounds the hashes one add event may carry (a 1M-token
+// prompt at block size 16 has 65 536 blocks).
+const maxSyncHashes = 1 << 17
+
+// SyncEvent is one lifecycle event shared between router replicas on
+// SyncSubject, as JSON.
+type SyncEvent struct {
+	// Router is the sending replica's ID.
+	Router string `json:"router"`
+	// Op is one of the Op* constants.
+	Op string `json:"op"`
+	// ID is the request ID, unique within the sending router.
+	ID string `json:"id,omitempty"`
+	// Worker is the chosen worker, for add and move.
+	Worker string `json:"worker,omitempty"`
+	// PromptTokens and PrefillTokens size an added request.
+	PromptTokens  int `json:"prompt_tokens,omitempty"`
+	PrefillTokens int `json:"prefill_tokens,omitempty"`
+	// OutputTokens is the output so far, for progress.
+	OutputTokens int `json:"output_tokens,omitempty"`
+	// Hashes are the prompt's block hashes, for add.
+	Hashes []uint64 `json:"hashes,omitempty"`
+}
+
+// ParseSyncEvent decodes and validates a replica sync message.
+func ParseSyncEvent(data []byte) (SyncEvent, error) {
+	var ev SyncEvent
+	if err := json.Unmarshal(data, &ev); err != nil {
+		return SyncEvent{}, fmt.Errorf("sync event: %w", err)
+	}
+	if err := ev.validate(); err != nil {
+		return SyncEvent{}, fmt.Errorf("sync event: %w", err)
+	}
+	return ev, nil
+}
+
+func (ev SyncEvent) validate() error {
+	if ev.Router == "" {
+		return errors.New("router is empty")
+	}
+	if strings.ContainsRune(ev.Router, 0) {
+		return errors.New("router contains a NUL byte")
+	}
+	if ev.PromptTokens < 0 || ev.PrefillTokens < 0 || ev.OutputTokens < 0 {
+		return fmt.Errorf("negative token count (prompt=%d prefill=%d output=%d)", ev.PromptTokens, ev.PrefillTokens, ev.OutputTokens)
+	}
+	if len(ev.Hashes) > maxSyncHashes {
+		return fmt.Errorf("%d hashes exceed the limit of %d", len(ev.Hashes), maxSyncHashes)
+	}
+	switch ev.Op {
+	case OpReset:
+		return nil
+	case OpAdd, OpMove:
+		if ev.Worker == "" {
+			return fmt.Errorf("op %s without a worker", ev.Op)
+		}
+	case OpPrefillDone, OpProgress, OpFree:
+	default:
+		return fmt.Errorf("unknown op %q", ev.Op)
+	}
+	if ev.ID == "" {
+		return fmt.Errorf("op %s without a request id", ev.Op)
+	}
+	return nil
+}
+
+// peerKey names a peer's request inside the pool, apart from local IDs.
+func peerKey(router, id string) string { return router + "\x00" + id }
+
+// Apply applies a peer replica's lifecycle event to the pool, so the peer's
+// in-flight load counts like local load. It never re-publishes. Events for
+// workers this replica does not know are ignored with an error.
+func (p *Pool) Apply(ev SyncEvent) error {
+	if err := ev.validate(); err != nil {
+		return fmt.Errorf("apply sync event: %w", err)
+	}
+	key := peerKey(ev.Router, ev.ID)
+	switch ev.Op {
+	case OpAdd:
+		if _, err := p.add(key, ev.Worker, ev.PromptTokens, 0, ev.PrefillTokens, ev.Hashes, false); err != nil {
+			return fmt.Errorf("apply sync event from %q: %w", ev.Router, err)
+		}
+	case OpPrefillDone:
+		if p.prefillDone(key) {
+			p.capacityChanged()
+		}
+	case OpProgress:
+		if _, done := p.progress(key, ev.OutputTokens); done {
+			p.capacityChanged()
+		}
+	case OpFree:
+		if p.free(key) {
+			p.capacityChanged()
+		}
+	case OpMove:
+		moved, err := p.move(key, ev.Worker)
+		if err != nil {
+			return fmt.Errorf("apply sync event from %q: %w", ev.Router, err)
+		}
+		if moved {
+			p.capacityChanged()
+		}
+	case OpReset:
+		if p.resetPeer(ev.Router) > 0 {
+			p.capacityChanged()
+		}
+	}
+	return nil
+}
+
+// resetPeer drops every request a peer router added.
+func (p *Pool) resetPeer(router string) int {
+	prefix := router + "\x00"
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for key, a := range p.reqs {
+		if strings.HasPrefix(key, prefix) {
+			p.releaseLocked(a)
+			delete(p.reqs, key)
+			n++
+		}
+	}
+	return n
+}
+
+// emit hands a local event to the replica sync publisher, if any.
+func (p *Pool) emit(ev SyncEvent) {
+	if ev.Op == "" {
+		return
+	}
+	if f := p.sink.Load(); f != nil {
+		(*f)(ev)
+	}
+}
+
+func (p *Pool) setSink(f func(SyncEvent)) {
+	if f == nil {
+		p.sink.Store(nil)
+		return
+	}
+	p.sink.Store(&f)
+}
