@@ -1,0 +1,259 @@
+package envoy
+
+import (
+	"bytes"
+	"embed"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"text/template"
+	"time"
+)
+
+// The three bootstrap styles Generate understands and envoy/ ships.
+const (
+	// StyleClusterHeader routes on x-target-worker to one static cluster per worker.
+	StyleClusterHeader = "cluster-header"
+	// StyleOriginalDst routes through an ORIGINAL_DST cluster on
+	// x-gateway-destination-endpoint, as the Gateway API Inference Extension does.
+	StyleOriginalDst = "original-dst"
+	// StyleXDS routes on x-target-worker to clusters served by kvroute over ADS.
+	StyleXDS = "xds"
+)
+
+// Styles lists every style Generate accepts, in the order the docs present them.
+var Styles = []string{StyleClusterHeader, StyleOriginalDst, StyleXDS}
+
+// Names kvroute and the shipped bootstraps agree on.
+const (
+	// TargetHeader carries the picked worker's cluster name.
+	TargetHeader = "x-target-worker"
+	// DestinationHeader carries the picked worker's ip:port (Gateway API
+	// Inference Extension endpoint picker protocol).
+	DestinationHeader = "x-gateway-destination-endpoint"
+	// ExtProcClusterName is the cluster through which Envoy reaches kvroute.
+	ExtProcClusterName = "kvroute"
+	// XDSClusterName is the cluster through which Envoy reaches kvroute's ADS server.
+	XDSClusterName = "kvroute_xds"
+	// FallbackClusterName spreads requests over all workers when kvroute gave no answer.
+	FallbackClusterName = "kvroute_fallback"
+	// OriginalDstClusterName is the ORIGINAL_DST cluster of the original-dst style.
+	OriginalDstClusterName = "original_destination_cluster"
+)
+
+// Worker is one backend as the bootstraps see it.
+type Worker struct {
+	// Cluster is the Envoy cluster name, the value kvroute writes into x-target-worker.
+	Cluster string
+	// Address is the worker's "host:port"; an IP literal gives a STATIC
+	// cluster, a host name a STRICT_DNS one.
+	Address string
+}
+
+// Options tunes Generate. The zero value gives the documented defaults.
+type Options struct {
+	// ListenAddress is Envoy's listener, "0.0.0.0:8080" by default.
+	ListenAddress string
+	// AdminAddress is Envoy's admin endpoint, "127.0.0.1:9901" by default.
+	AdminAddress string
+	// ExtProcAddress is kvroute's ext_proc gRPC address, "127.0.0.1:9002" by default.
+	ExtProcAddress string
+	// XDSAddress is kvroute's ADS address (style xds), "127.0.0.1:18000" by default.
+	XDSAddress string
+	// MessageTimeout bounds each wait for kvroute's answer, 60s by default.
+	// It must exceed kvroute's admission-queue wait.
+	MessageTimeout time.Duration
+	// NodeID is Envoy's node id, "kvroute-envoy" by default.
+	NodeID string
+}
+
+func (o Options) withDefaults() Options {
+	def := func(s *string, v string) {
+		if *s == "" {
+			*s = v
+		}
+	}
+	def(&o.ListenAddress, "0.0.0.0:8080")
+	def(&o.AdminAddress, "127.0.0.1:9901")
+	def(&o.ExtProcAddress, "127.0.0.1:9002")
+	def(&o.XDSAddress, "127.0.0.1:18000")
+	def(&o.NodeID, "kvroute-envoy")
+	if o.MessageTimeout == 0 {
+		o.MessageTimeout = 60 * time.Second
+	}
+	return o
+}
+
+//go:embed templates/*.tmpl
+var templateFS embed.FS
+
+var templates = template.Must(template.New("").Funcs(template.FuncMap{
+	// quote writes a string as a JSON string, which is also a valid YAML scalar
+	// whatever the cluster name contains.
+	"quote": func(s string) string { b, _ := json.Marshal(s); return string(b) },
+}).ParseFS(templateFS, "templates/*.tmpl"))
+
+type hostPort struct {
+	Host string
+	Port uint16
+	IsIP bool
+}
+
+func parseHostPort(what, s string) (hostPort, error) {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return hostPort{}, fmt.Errorf("%s %q: %w", what, s, err)
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil || p == 0 {
+		return hostPort{}, fmt.Errorf("%s %q: port must be 1-65535", what, s)
+	}
+	if host == "" {
+		return hostPort{}, fmt.Errorf("%s %q: empty host", what, s)
+	}
+	for _, c := range host {
+		if !(c == '.' || c == '-' || c == ':' || c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
+			return hostPort{}, fmt.Errorf("%s %q: host has character %q", what, s, c)
+		}
+	}
+	_, ipErr := netip.ParseAddr(host)
+	return hostPort{Host: host, Port: uint16(p), IsIP: ipErr == nil}, nil
+}
+
+func discoveryType(hp hostPort) string {
+	if hp.IsIP {
+		return "STATIC"
+	}
+	return "STRICT_DNS"
+}
+
+type grpcClusterData struct {
+	Name        string
+	Type        string
+	Addr        hostPort
+	HealthCheck bool
+}
+
+type workerData struct {
+	Cluster string
+	Type    string
+	Addr    hostPort
+}
+
+type templateData struct {
+	NodeID            string
+	Admin, Listen     hostPort
+	MessageTimeout    string
+	TargetHeader      string
+	DestinationHeader string
+	ExtProc, XDS      grpcClusterData
+	Workers           []workerData
+	FallbackType      string
+}
+
+// Generate renders an Envoy bootstrap of the given style (StyleClusterHeader,
+// StyleOriginalDst or StyleXDS) as YAML. Workers are needed by the
+// cluster-header style only: the other two learn their destinations at run time.
+// The output passes Validate; the files shipped in envoy/ are Generate's
+// output for ExampleWorkers and default Options.
+func Generate(style string, workers []Worker, opts Options) ([]byte, error) {
+	opts = opts.withDefaults()
+	d := templateData{
+		NodeID:            opts.NodeID,
+		TargetHeader:      TargetHeader,
+		DestinationHeader: DestinationHeader,
+		FallbackType:      "STATIC",
+	}
+	if opts.MessageTimeout < time.Millisecond || opts.MessageTimeout >= time.Hour {
+		return nil, fmt.Errorf("envoy: message timeout %v outside Envoy's range [1ms, 1h)", opts.MessageTimeout)
+	}
+	d.MessageTimeout = formatDuration(opts.MessageTimeout)
+	if !validNodeID(opts.NodeID) {
+		return nil, fmt.Errorf("envoy: node id %q must be letters, digits, '-', '_' or '.'", opts.NodeID)
+	}
+	var err error
+	if d.Admin, err = parseHostPort("admin address", opts.AdminAddress); err != nil {
+		return nil, fmt.Errorf("envoy: %w", err)
+	}
+	if d.Listen, err = parseHostPort("listen address", opts.ListenAddress); err != nil {
+		return nil, fmt.Errorf("envoy: %w", err)
+	}
+	if !d.Admin.IsIP || !d.Listen.IsIP {
+		return nil, fmt.Errorf("envoy: listen and admin addresses must be IP literals")
+	}
+	ext, err := parseHostPort("ext_proc address", opts.ExtProcAddress)
+	if err != nil {
+		return nil, fmt.Errorf("envoy: %w", err)
+	}
+	d.ExtProc = grpcClusterData{Name: ExtProcClusterName, Type: discoveryType(ext), Addr: ext, HealthCheck: true}
+
+	switch style {
+	case StyleClusterHeader:
+		if len(workers) == 0 {
+			return nil, fmt.Errorf("envoy: style %s needs at least one worker", style)
+		}
+		seen := map[string]bool{ExtProcClusterName: true, FallbackClusterName: true, XDSClusterName: true}
+		for _, w := range workers {
+			if w.Cluster == "" {
+				return nil, fmt.Errorf("envoy: worker at %q has no cluster name", w.Address)
+			}
+			if seen[w.Cluster] {
+				return nil, fmt.Errorf("envoy: cluster name %q used twice or reserved", w.Cluster)
+			}
+			seen[w.Cluster] = true
+			hp, err := parseHostPort("worker "+w.Cluster+" address", w.Address)
+			if err != nil {
+				return nil, fmt.Errorf("envoy: %w", err)
+			}
+			if !hp.IsIP {
+				d.FallbackType = "STRICT_DNS"
+			}
+			d.Workers = append(d.Workers, workerData{Cluster: w.Cluster, Type: discoveryType(hp), Addr: hp})
+		}
+	case StyleOriginalDst:
+	case StyleXDS:
+		x, err := parseHostPort("xds address", opts.XDSAddress)
+		if err != nil {
+			return nil, fmt.Errorf("envoy: %w", err)
+		}
+		d.XDS = grpcClusterData{Name: XDSClusterName, Type: discoveryType(x), Addr: x}
+	default:
+		return nil, fmt.Errorf("envoy: unknown style %q (want one of %v)", style, Styles)
+	}
+	var buf bytes.Buffer
+	if err := templates.ExecuteTemplate(&buf, style+".yaml.tmpl", d); err != nil {
+		return nil, fmt.Errorf("envoy: render %s: %w", style, err)
+	}
+	buf.WriteByte('\n')
+	return buf.Bytes(), nil
+}
+
+// ExampleWorkers are the four local workers the shipped cluster-header.yaml
+// names, on local ports 8100-8103.
+var ExampleWorkers = []Worker{
+	{Cluster: "w0", Address: "127.0.0.1:8100"},
+	{Cluster: "w1", Address: "127.0.0.1:8101"},
+	{Cluster: "w2", Address: "127.0.0.1:8102"},
+	{Cluster: "w3", Address: "127.0.0.1:8103"},
+}
+
+func formatDuration(d time.Duration) string {
+	if d%time.Second == 0 {
+		return strconv.FormatInt(int64(d/time.Second), 10) + "s"
+	}
+	return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + "s"
+}
+
+func validNodeID(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range s {
+		if !(c == '.' || c == '-' || c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,134 @@
+package envoy
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+var update = flag.Bool("update", false, "rewrite the shipped bootstraps from Generate")
+
+// The YAMLs shipped in envoy/ are Generate's output for ExampleWorkers, so the
+// files users copy and the ones `kvroute envoy-config` prints cannot drift.
+func TestShippedBootstrapsAreGenerateOutput(t *testing.T) {
+	for _, style := range Styles {
+		t.Run(style, func(t *testing.T) {
+			got, err := Generate(style, ExampleWorkers, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := style + ".yaml"
+			if *update {
+				if err := os.WriteFile(path, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("%s differs from Generate(%q); run go test ./envoy -run TestShipped -update", path, style)
+			}
+			if _, err := Validate(want); err != nil {
+				t.Fatalf("shipped %s fails validation: %v", path, err)
+			}
+		})
+	}
+}
+
+func TestGenerateOutputValidatesForEveryStyle(t *testing.T) {
+	workers := []Worker{
+		{Cluster: "gpu-a", Address: "10.0.0.5:8000"},
+		{Cluster: "gpu b", Address: "[fd00::7]:8000"},
+		{Cluster: "gpu-c", Address: "vllm-2.vllm.svc:8000"},
+	}
+	opts := Options{ExtProcAddress: "kvroute.kvroute.svc:9002", XDSAddress: "10.1.1.1:18000",
+		MessageTimeout: 1500 * time.Millisecond, ListenAddress: "[::]:10000"}
+	for _, style := range Styles {
+		t.Run(style, func(t *testing.T) {
+			out, err := Generate(style, workers, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := Validate(out)
+			if err != nil {
+				t.Fatalf("generated %s bootstrap fails validation: %v\n%s", style, err, out)
+			}
+			clusters := staticClusters(b)
+			if _, ok := clusters[ExtProcClusterName]; !ok {
+				t.Fatalf("no %s cluster", ExtProcClusterName)
+			}
+			_, hasWorker := clusters["gpu b"]
+			if hasWorker != (style == StyleClusterHeader) {
+				t.Fatalf("style %s: worker cluster present = %v", style, hasWorker)
+			}
+			if style == StyleClusterHeader {
+				if got := clusters["gpu-c"].GetType().String(); got != "STRICT_DNS" {
+					t.Fatalf("host-name worker got cluster type %s", got)
+				}
+				if got := clusters["gpu-a"].GetType().String(); got != "STATIC" {
+					t.Fatalf("IP worker got cluster type %s", got)
+				}
+				if n := len(clusters[FallbackClusterName].GetLoadAssignment().GetEndpoints()[0].GetLbEndpoints()); n != 3 {
+					t.Fatalf("fallback cluster has %d endpoints, want 3", n)
+				}
+			}
+			views, _ := listenerViews(b)
+			if got := views[0].extProc().GetMessageTimeout().AsDuration(); got != 1500*time.Millisecond {
+				t.Fatalf("message_timeout %v", got)
+			}
+		})
+	}
+}
+
+func TestGenerateRejectsBadInput(t *testing.T) {
+	cases := []struct {
+		name    string
+		style   string
+		workers []Worker
+		opts    Options
+		want    string
+	}{
+		{"unknown style", "nginx", ExampleWorkers, Options{}, "unknown style"},
+		{"cluster-header without workers", StyleClusterHeader, nil, Options{}, "at least one worker"},
+		{"duplicate cluster", StyleClusterHeader, []Worker{{"a", "1.2.3.4:1"}, {"a", "1.2.3.4:2"}}, Options{}, "used twice"},
+		{"reserved cluster name", StyleClusterHeader, []Worker{{ExtProcClusterName, "1.2.3.4:1"}}, Options{}, "reserved"},
+		{"worker without cluster", StyleClusterHeader, []Worker{{"", "1.2.3.4:1"}}, Options{}, "no cluster name"},
+		{"worker without port", StyleClusterHeader, []Worker{{"a", "1.2.3.4"}}, Options{}, "missing port"},
+		{"port zero", StyleClusterHeader, []Worker{{"a", "1.2.3.4:0"}}, Options{}, "port must be"},
+		{"yaml injection in host", StyleClusterHeader, []Worker{{"a", "x}\n:1"}}, Options{}, "character"},
+		{"bad ext_proc address", StyleOriginalDst, nil, Options{ExtProcAddress: "kvroute"}, "ext_proc address"},
+		{"message timeout too long", StyleXDS, nil, Options{MessageTimeout: 2 * time.Hour}, "message timeout"},
+		{"node id with spaces", StyleXDS, nil, Options{NodeID: "a b"}, "node id"},
+		{"listen host name", StyleXDS, nil, Options{ListenAddress: "localhost:80"}, "IP literals"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Generate(tc.style, tc.workers, tc.opts)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want it to mention %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// Worker cluster names are arbitrary strings; quoting keeps them intact.
+func TestGenerateKeepsOddClusterNames(t *testing.T) {
+	name := `w"0: {odd} # name`
+	out, err := Generate(StyleClusterHeader, []Worker{{Cluster: name, Address: "127.0.0.1:9"}}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Validate(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, ok := staticClusters(b)[name]
+	if !ok || c.GetLoadAssignment().GetClusterName() != name {
+		t.Fatalf("cluster %q lost in rendering", name)
+	}
+}

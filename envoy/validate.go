@@ -1,0 +1,242 @@
+package envoy
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	"google.golang.org/protobuf/proto"
+)
+
+// minBreaker is the circuit-breaker floor: Envoy's default of 1,024 would cap
+// the fleet's concurrent requests and kvroute's ext_proc streams.
+const minBreaker = 1024
+
+// minLongTimeout is the shortest route or idle timeout that still fits a long
+// generation (0 disables the timeout, which is fine too).
+const minLongTimeout = 5 * time.Minute
+
+// Validate parses a bootstrap and checks it the way Envoy would before
+// serving it, plus the properties kvroute relies on:
+//   - protojson decoding into bootstrap.Bootstrap (unknown fields fail);
+//   - protoc-gen-validate rules on the bootstrap and on every message packed
+//     in an Any (Bootstrap.ValidateAll does not look inside Any);
+//   - Envoy's semantic rules: FULL_DUPLEX_STREAMED needs trailers SEND,
+//     ORIGINAL_DST needs CLUSTER_PROVIDED and no load assignment, every
+//     referenced cluster exists, the ext_proc and ADS clusters speak HTTP/2;
+//   - kvroute's contract: header names x-target-worker and
+//     x-gateway-destination-endpoint, x-target-worker removed before the
+//     worker sees it, message_timeout set, gRPC health checking of kvroute,
+//     circuit breakers above 1,024 and timeouts fit for long generations.
+//
+// All failures are reported together.
+func Validate(data []byte) (*bootstrapv3.Bootstrap, error) {
+	b, err := ParseBootstrap(data)
+	if err != nil {
+		return nil, err
+	}
+	if err := ValidateBootstrap(b); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// ValidateBootstrap runs Validate's checks on an already decoded bootstrap.
+func ValidateBootstrap(b *bootstrapv3.Bootstrap) error {
+	if err := b.ValidateAll(); err != nil {
+		return fmt.Errorf("envoy: bootstrap: %w", err)
+	}
+	err := walkAny(b.ProtoReflect(), "bootstrap", func(path string, m proto.Message) error {
+		if v, ok := m.(interface{ ValidateAll() error }); ok {
+			if err := v.ValidateAll(); err != nil {
+				return fmt.Errorf("%s: %w", path, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("envoy: %w", err)
+	}
+	views, err := listenerViews(b)
+	if err != nil {
+		return fmt.Errorf("envoy: %w", err)
+	}
+	c := &checker{clusters: staticClusters(b)}
+	c.checkClusters(b)
+	c.checkADS(b)
+	for _, v := range views {
+		c.checkListener(v)
+	}
+	if len(c.errs) > 0 {
+		return fmt.Errorf("envoy: bootstrap fails %d check(s): %w", len(c.errs), errors.Join(c.errs...))
+	}
+	return nil
+}
+
+type checker struct {
+	clusters map[string]*clusterv3.Cluster
+	errs     []error
+}
+
+func (c *checker) failf(format string, args ...any) {
+	c.errs = append(c.errs, fmt.Errorf(format, args...))
+}
+
+func (c *checker) checkClusters(b *bootstrapv3.Bootstrap) {
+	for _, cl := range b.GetStaticResources().GetClusters() {
+		name := cl.GetName()
+		if cl.GetType() == clusterv3.Cluster_ORIGINAL_DST {
+			if cl.GetLbPolicy() != clusterv3.Cluster_CLUSTER_PROVIDED {
+				c.failf("cluster %q: ORIGINAL_DST needs lb_policy CLUSTER_PROVIDED, not %s", name, cl.GetLbPolicy())
+			}
+			if cl.GetLoadAssignment() != nil {
+				c.failf("cluster %q: ORIGINAL_DST clusters must have no load_assignment", name)
+			}
+			od := cl.GetOriginalDstLbConfig()
+			if !od.GetUseHttpHeader() {
+				c.failf("cluster %q: ORIGINAL_DST must route on the %s header (use_http_header: true)", name, DestinationHeader)
+			} else if od.GetHttpHeaderName() != DestinationHeader {
+				c.failf("cluster %q: http_header_name is %q, kvroute writes %q", name, od.GetHttpHeaderName(), DestinationHeader)
+			}
+		} else if cl.GetLbPolicy() == clusterv3.Cluster_CLUSTER_PROVIDED {
+			c.failf("cluster %q: lb_policy CLUSTER_PROVIDED needs a cluster type that provides one (ORIGINAL_DST)", name)
+		}
+		if od := cl.GetOriginalDstLbConfig(); od.GetHttpHeaderName() != "" && !od.GetUseHttpHeader() {
+			c.failf("cluster %q: http_header_name is set but use_http_header is false", name)
+		}
+		if !breakersRaised(cl) {
+			c.failf("cluster %q: circuit breakers must raise max_connections, max_pending_requests and max_requests above %d", name, minBreaker)
+		}
+	}
+}
+
+func breakersRaised(cl *clusterv3.Cluster) bool {
+	for _, t := range cl.GetCircuitBreakers().GetThresholds() {
+		if t.GetPriority() != 0 { // DEFAULT priority carries the traffic
+			continue
+		}
+		if t.GetMaxConnections().GetValue() > minBreaker &&
+			t.GetMaxPendingRequests().GetValue() > minBreaker &&
+			t.GetMaxRequests().GetValue() > minBreaker {
+			return true
+		}
+	}
+	return false
+}
+
+// checkGrpcCluster checks a cluster Envoy reaches over gRPC (kvroute's ext_proc or ADS).
+func (c *checker) checkGrpcCluster(role, name string, wantHealthCheck bool) {
+	if name == "" {
+		c.failf("%s: must use envoy_grpc with a cluster_name", role)
+		return
+	}
+	cl, ok := c.clusters[name]
+	if !ok {
+		c.failf("%s: cluster %q does not exist among the static clusters", role, name)
+		return
+	}
+	if !speaksHTTP2(cl) {
+		c.failf("%s: cluster %q must speak HTTP/2 (explicit_http_config.http2_protocol_options)", role, name)
+	}
+	if wantHealthCheck && !slices.ContainsFunc(cl.GetHealthChecks(), func(h *corev3.HealthCheck) bool { return h.GetGrpcHealthCheck() != nil }) {
+		c.failf("%s: cluster %q needs a gRPC health check", role, name)
+	}
+}
+
+func (c *checker) checkADS(b *bootstrapv3.Bootstrap) {
+	dr := b.GetDynamicResources()
+	if dr == nil {
+		return
+	}
+	if dr.GetAdsConfig() == nil {
+		c.failf("dynamic_resources: only ADS from kvroute is supported (ads_config missing)")
+		return
+	}
+	services := dr.GetAdsConfig().GetGrpcServices()
+	if len(services) == 0 {
+		c.failf("dynamic_resources.ads_config: needs a grpc_services entry pointing at kvroute")
+	}
+	for _, g := range services {
+		c.checkGrpcCluster("ADS", envoyGrpcCluster(g), false)
+	}
+	if dr.GetCdsConfig().GetAds() == nil {
+		c.failf("dynamic_resources.cds_config: clusters must come over ADS (ads: {})")
+	}
+}
+
+func (c *checker) checkListener(v listenerView) {
+	where := fmt.Sprintf("listener %q", v.listener.GetName())
+	ep := v.extProc()
+	if ep == nil {
+		c.failf("%s: has no %s filter", where, extProcFilterName)
+	} else {
+		c.checkExtProc(where, ep)
+	}
+	if n := len(v.filters); n == 0 || !v.filters[n-1].router {
+		c.failf("%s: the last http filter must be %s", where, routerFilterName)
+	}
+	if t := v.hcm.GetStreamIdleTimeout(); t == nil || !longEnough(t.AsDuration()) {
+		c.failf("%s: stream_idle_timeout must be set to 0 or at least %v for long generations", where, minLongTimeout)
+	}
+	rc := v.hcm.GetRouteConfig()
+	if rc == nil {
+		c.failf("%s: needs a static route_config", where)
+		return
+	}
+	c.checkRoutes(where, rc)
+}
+
+func (c *checker) checkExtProc(where string, ep *extprocv3.ExternalProcessor) {
+	c.checkGrpcCluster(where+": ext_proc", envoyGrpcCluster(ep.GetGrpcService()), true)
+	pm := ep.GetProcessingMode()
+	if pm.GetRequestBodyMode() == extprocv3.ProcessingMode_FULL_DUPLEX_STREAMED && pm.GetRequestTrailerMode() != extprocv3.ProcessingMode_SEND {
+		c.failf("%s: ext_proc request_body_mode FULL_DUPLEX_STREAMED needs request_trailer_mode SEND", where)
+	}
+	if pm.GetResponseBodyMode() == extprocv3.ProcessingMode_FULL_DUPLEX_STREAMED && pm.GetResponseTrailerMode() != extprocv3.ProcessingMode_SEND {
+		c.failf("%s: ext_proc response_body_mode FULL_DUPLEX_STREAMED needs response_trailer_mode SEND", where)
+	}
+	if ep.GetMessageTimeout() == nil {
+		c.failf("%s: ext_proc message_timeout must be set (Envoy's 200ms default is shorter than kvroute's queue)", where)
+	}
+}
+
+func (c *checker) checkRoutes(where string, rc *routev3.RouteConfiguration) {
+	stripped := slices.Contains(rc.GetRequestHeadersToRemove(), TargetHeader)
+	for _, vh := range rc.GetVirtualHosts() {
+		vhStripped := stripped || slices.Contains(vh.GetRequestHeadersToRemove(), TargetHeader)
+		for _, r := range vh.GetRoutes() {
+			rw := fmt.Sprintf("%s: route %q", where, r.GetName())
+			ra := r.GetRoute()
+			if ra == nil {
+				c.failf("%s: only route actions (no redirects or direct responses) are expected", rw)
+				continue
+			}
+			if !vhStripped && !slices.Contains(r.GetRequestHeadersToRemove(), TargetHeader) {
+				c.failf("%s: %s must be in request_headers_to_remove so it never reaches the worker", rw, TargetHeader)
+			}
+			if t := ra.GetTimeout(); t == nil || !longEnough(t.AsDuration()) {
+				c.failf("%s: timeout must be set to 0 or at least %v (Envoy's 15s default cuts generations short)", rw, minLongTimeout)
+			}
+			switch spec := ra.GetClusterSpecifier().(type) {
+			case *routev3.RouteAction_Cluster:
+				if _, ok := c.clusters[spec.Cluster]; !ok {
+					c.failf("%s: cluster %q does not exist among the static clusters", rw, spec.Cluster)
+				}
+			case *routev3.RouteAction_ClusterHeader:
+				if spec.ClusterHeader != TargetHeader {
+					c.failf("%s: cluster_header is %q, kvroute writes %q", rw, spec.ClusterHeader, TargetHeader)
+				}
+			default:
+				c.failf("%s: route by cluster or cluster_header, not %T", rw, spec)
+			}
+		}
+	}
+}
+
+func longEnough(d time.Duration) bool { return d == 0 || d >= minLongTimeout }
