@@ -1,0 +1,204 @@
+package tokenizer
+
+import (
+	"strings"
+)
+
+const (
+	noRank = ^uint32(0)
+	// heapThreshold is the symbol count above which merges use a heap; below
+	// it a linear scan for the lowest rank is faster. Both pick the lowest
+	// (rank, position) pair at every step, so they give the same result.
+	heapThreshold = 48
+	// maxCachedPiece is the longest piece (in bytes) kept in the piece cache.
+	maxCachedPiece = 256
+)
+
+// bpeModel is a byte-pair-encoding model as tokenizer.json describes it.
+type bpeModel struct {
+	vocab    map[string]uint32 // token string as written in the file -> id
+	tokens   []string          // id -> token string
+	hasToken []bool
+	// merges maps the pair (left<<32 | right) to (rank<<32 | new id).
+	merges map[uint64]uint64
+
+	// byteMode runs the model on raw bytes: the pre-tokenizer chain ends with
+	// ByteLevel and every byte has a token, so mapping bytes to the
+	// byte-level alphabet and back is skipped.
+	byteMode bool
+	byteID   [256]uint32
+	rawVocab map[string]uint32 // raw bytes -> id, for ignore_merges in byte mode
+
+	ignoreMerges bool
+	byteFallback bool
+	fallbackID   [256]int64 // id of "<0xXX>", -1 when absent
+	unk          int64      // -1 when there is no unk token
+	fuseUnk      bool
+	prefix       string // continuing_subword_prefix
+	suffix       string // end_of_word_suffix
+
+	cache *pieceCache // nil disables caching
+}
+
+// pair returns the rank and new id of merging left and right, or noRank.
+func (m *bpeModel) pair(left, right uint32) (uint32, uint32) {
+	v, ok := m.merges[uint64(left)<<32|uint64(right)]
+	if !ok {
+		return noRank, 0
+	}
+	return uint32(v >> 32), uint32(v)
+}
+
+// encodePiece appends the ids of one pre-tokenized piece to dst.
+func (m *bpeModel) encodePiece(st *encodeState, s string, dst []uint32) []uint32 {
+	if s == "" {
+		return dst
+	}
+	if m.ignoreMerges {
+		var id uint32
+		var ok bool
+		if m.byteMode {
+			id, ok = m.rawVocab[s]
+		} else {
+			id, ok = m.vocab[s]
+		}
+		if ok {
+			return append(dst, id)
+		}
+	}
+	cacheable := m.cache != nil && len(s) < maxCachedPiece
+	if cacheable {
+		if ids, ok := m.cache.get(s); ok {
+			return append(dst, ids...)
+		}
+	}
+	var syms []uint32
+	if m.byteMode {
+		syms = st.syms[:0]
+		for i := 0; i < len(s); i++ {
+			syms = append(syms, m.byteID[s[i]])
+		}
+	} else {
+		syms = m.initialSymbols(s, st.syms[:0])
+	}
+	if len(syms) > heapThreshold {
+		syms = m.mergeHeap(st, syms)
+	} else {
+		syms = m.mergeLinear(st, syms)
+	}
+	st.syms = syms[:0]
+	if cacheable {
+		m.cache.put(s, syms)
+	}
+	return append(dst, syms...)
+}
+
+// initialSymbols splits a piece into per-character tokens as the reference
+// BPE does: continuing-subword prefix and end-of-word suffix, byte fallback
+// for characters outside the vocabulary, then the unk token (fused if asked).
+func (m *bpeModel) initialSymbols(s string, syms []uint32) []uint32 {
+	unkPending := false
+	flushUnk := func() {
+		if unkPending {
+			syms = append(syms, uint32(m.unk))
+			unkPending = false
+		}
+	}
+	for i := 0; i < len(s); {
+		j := i + 1
+		for j < len(s) && s[j]&0xC0 == 0x80 {
+			j++
+		}
+		ch := s[i:j]
+		if (m.prefix != "" && i > 0) || (m.suffix != "" && j == len(s)) {
+			var b strings.Builder
+			if i > 0 {
+				b.WriteString(m.prefix)
+			}
+			b.WriteString(ch)
+			if j == len(s) {
+				b.WriteString(m.suffix)
+			}
+			ch = b.String()
+		}
+		i = j
+		if id, ok := m.vocab[ch]; ok {
+			flushUnk()
+			syms = append(syms, id)
+			continue
+		}
+		if m.byteFallback && m.appendFallback(ch, &syms) {
+			// The reference adds byte tokens without flushing a pending unk.
+			continue
+		}
+		if m.unk < 0 {
+			continue
+		}
+		if unkPending && !m.fuseUnk {
+			syms = append(syms, uint32(m.unk))
+		}
+		unkPending = true
+	}
+	flushUnk()
+	return syms
+}
+
+// appendFallback appends the <0xXX> tokens of ch's bytes if all exist.
+func (m *bpeModel) appendFallback(ch string, syms *[]uint32) bool {
+	for k := 0; k < len(ch); k++ {
+		if m.fallbackID[ch[k]] < 0 {
+			return false
+		}
+	}
+	for k := 0; k < len(ch); k++ {
+		*syms = append(*syms, uint32(m.fallbackID[ch[k]]))
+	}
+	return true
+}
+
+// mergeLinear applies merges to a short symbol list by scanning for the
+// lowest-ranked (then leftmost) adjacent pair at each step.
+func (m *bpeModel) mergeLinear(st *encodeState, syms []uint32) []uint32 {
+	n := len(syms)
+	if n < 2 {
+		return syms
+	}
+	ranks := grow(st.ranks, n)
+	newIDs := grow(st.newIDs, n)
+	st.ranks, st.newIDs = ranks, newIDs
+	for i := 0; i < n-1; i++ {
+		ranks[i], newIDs[i] = m.pair(syms[i], syms[i+1])
+	}
+	for n > 1 {
+		best, bi := noRank, -1
+		for i := 0; i < n-1; i++ {
+			if ranks[i] < best {
+				best, bi = ranks[i], i
+			}
+		}
+		if bi < 0 {
+			break
+		}
+		syms[bi] = newIDs[bi]
+		copy(syms[bi+1:], syms[bi+2:n])
+		if bi+2 < n-1 {
+			copy(ranks[bi+1:], ranks[bi+2:n-1])
+			copy(newIDs[bi+1:], newIDs[bi+2:n-1])
+		}
+		n--
+		if bi > 0 {
+			ranks[bi-1], newIDs[bi-1] = m.pair(syms[bi-1], syms[bi])
+		}
+		if bi < n-1 {
+			ranks[bi], newIDs[bi] = m.pair(syms[bi], syms[bi+1])
+		}
+	}
+	return syms[:n]
+}
+
+func grow(b []uint32, n int) []uint32 {
+	if cap(b) < n {
+		return make([]uint32, n, n*2)
+	}
+	return b[:n]
+}

@@ -1,0 +1,51 @@
+package tokenizer
+
+import "strings"
+
+// The byte-level alphabet of GPT-2: every byte maps to one printable rune so
+// that byte strings can live in a text vocabulary. Printable Latin-1 bytes map
+// to themselves; the other 68 bytes map, in order, to U+0100 onwards.
+var (
+	byteToRune [256]rune
+	runeToByte = map[rune]byte{}
+	// byteToStr holds byteToRune as strings, to build mapped text fast.
+	byteToStr [256]string
+)
+
+func init() {
+	next := rune(256)
+	for b := 0; b < 256; b++ {
+		if (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF) {
+			byteToRune[b] = rune(b)
+		} else {
+			byteToRune[b] = next
+			next++
+		}
+		runeToByte[byteToRune[b]] = byte(b)
+		byteToStr[b] = string(byteToRune[b])
+	}
+}
+
+// byteLevelEncode maps every byte of s to its byte-level rune.
+func byteLevelEncode(s string) string {
+	var sb strings.Builder
+	sb.Grow(len(s) * 2)
+	for i := 0; i < len(s); i++ {
+		sb.WriteString(byteToStr[s[i]])
+	}
+	return sb.String()
+}
+
+// byteLevelDecode maps a byte-level string back to bytes. ok is false when a
+// rune is outside the alphabet.
+func byteLevelDecode(s string) (string, bool) {
+	b := make([]byte, 0, len(s))
+	for _, r := range s {
+		c, ok := runeToByte[r]
+		if !ok {
+			return "", false
+		}
+		b = append(b, c)
+	}
+	return string(b), true
+}

@@ -1,0 +1,153 @@
+package tokenizer
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+type bpeJSON struct {
+	Type                    string            `json:"type"`
+	Dropout                 *float64          `json:"dropout"`
+	UnkToken                *string           `json:"unk_token"`
+	ContinuingSubwordPrefix *string           `json:"continuing_subword_prefix"`
+	EndOfWordSuffix         *string           `json:"end_of_word_suffix"`
+	FuseUnk                 bool              `json:"fuse_unk"`
+	ByteFallback            bool              `json:"byte_fallback"`
+	IgnoreMerges            bool              `json:"ignore_merges"`
+	Vocab                   map[string]uint32 `json:"vocab"`
+	Merges                  []mergeJSON       `json:"merges"`
+}
+
+// mergeJSON is one merge rule, written either as "a b" or as ["a", "b"].
+type mergeJSON struct{ a, b string }
+
+func (m *mergeJSON) UnmarshalJSON(data []byte) error {
+	if len(data) > 0 && data[0] == '"' {
+		var s string
+		if err := json.Unmarshal(data, &s); err != nil {
+			return err
+		}
+		a, b, ok := strings.Cut(s, " ")
+		if !ok {
+			return fmt.Errorf("merge %q is not two tokens separated by a space", s)
+		}
+		m.a, m.b = a, b
+		return nil
+	}
+	var pair []string
+	if err := json.Unmarshal(data, &pair); err != nil {
+		return fmt.Errorf("merge %s: %w", data, err)
+	}
+	if len(pair) != 2 {
+		return fmt.Errorf("merge %s does not have two tokens", data)
+	}
+	m.a, m.b = pair[0], pair[1]
+	return nil
+}
+
+// parseModel builds the BPE model. byteLevel says the pre-tokenizer chain
+// ends with ByteLevel, which lets the model run on raw bytes.
+func parseModel(raw json.RawMessage, byteLevel bool) (*bpeModel, error) {
+	var j bpeJSON
+	if err := json.Unmarshal(raw, &j); err != nil {
+		return nil, err
+	}
+	if j.Type == "" && j.Merges != nil {
+		j.Type = "BPE"
+	}
+	if j.Type != "BPE" {
+		return nil, fmt.Errorf("unsupported model type %q (only BPE is implemented)", j.Type)
+	}
+	if j.Dropout != nil && *j.Dropout != 0 {
+		return nil, fmt.Errorf("unsupported BPE dropout %v (encoding would not be deterministic)", *j.Dropout)
+	}
+	if len(j.Vocab) == 0 {
+		return nil, errors.New("BPE vocab is empty")
+	}
+	m := &bpeModel{
+		vocab:        j.Vocab,
+		ignoreMerges: j.IgnoreMerges,
+		byteFallback: j.ByteFallback,
+		fuseUnk:      j.FuseUnk,
+		unk:          -1,
+		cache:        newPieceCache(defaultCacheSlots),
+	}
+	if j.ContinuingSubwordPrefix != nil {
+		m.prefix = *j.ContinuingSubwordPrefix
+	}
+	if j.EndOfWordSuffix != nil {
+		m.suffix = *j.EndOfWordSuffix
+	}
+	maxID := uint32(0)
+	for _, id := range j.Vocab {
+		maxID = max(maxID, id)
+	}
+	if maxID > 1<<26 {
+		return nil, fmt.Errorf("BPE vocab id %d is implausibly large", maxID)
+	}
+	m.tokens = make([]string, maxID+1)
+	m.hasToken = make([]bool, maxID+1)
+	for s, id := range j.Vocab {
+		m.tokens[id] = s
+		m.hasToken[id] = true
+	}
+	if j.UnkToken != nil {
+		id, ok := j.Vocab[*j.UnkToken]
+		if !ok {
+			return nil, fmt.Errorf("BPE unk_token %q is not in the vocab", *j.UnkToken)
+		}
+		m.unk = int64(id)
+	}
+	for b := 0; b < 256; b++ {
+		m.fallbackID[b] = -1
+		if id, ok := j.Vocab[fmt.Sprintf("<0x%02X>", b)]; ok {
+			m.fallbackID[b] = int64(id)
+		}
+	}
+	m.merges = make(map[uint64]uint64, len(j.Merges))
+	for rank, mg := range j.Merges {
+		a, ok := j.Vocab[mg.a]
+		if !ok {
+			return nil, fmt.Errorf("BPE merge %d (%q %q): %q is not in the vocab", rank, mg.a, mg.b, mg.a)
+		}
+		b, ok := j.Vocab[mg.b]
+		if !ok {
+			return nil, fmt.Errorf("BPE merge %d (%q %q): %q is not in the vocab", rank, mg.a, mg.b, mg.b)
+		}
+		right := mg.b
+		if m.prefix != "" {
+			right = strings.TrimPrefix(right, m.prefix)
+		}
+		nid, ok := j.Vocab[mg.a+right]
+		if !ok {
+			return nil, fmt.Errorf("BPE merge %d (%q %q): %q is not in the vocab", rank, mg.a, mg.b, mg.a+right)
+		}
+		m.merges[uint64(a)<<32|uint64(b)] = uint64(rank)<<32 | uint64(nid)
+	}
+	if byteLevel && m.prefix == "" && m.suffix == "" {
+		m.setupByteMode()
+	}
+	return m, nil
+}
+
+// setupByteMode switches the model to raw bytes when every byte has a token.
+func (m *bpeModel) setupByteMode() {
+	for b := 0; b < 256; b++ {
+		id, ok := m.vocab[byteToStr[b]]
+		if !ok {
+			return
+		}
+		m.byteID[b] = id
+	}
+	if m.ignoreMerges {
+		m.rawVocab = make(map[string]uint32, len(m.vocab))
+		for s, id := range m.vocab {
+			if raw, ok := byteLevelDecode(s); ok {
+				m.rawVocab[raw] = id
+			}
+		}
+	}
+	m.byteMode = true
+}
