@@ -23,10 +23,35 @@ type ApproxConfig struct {
 // Approx is the index for fleets that publish no KV events: it believes that
 // a worker holds the blocks of every prompt the router sent it, for a TTL.
 // When it outgrows MaxBlocks it prunes to PruneTo × MaxBlocks, dropping the
-// oldest records first and, within a record, its deepest blocks first.
+// oldest records first and, within a record, its deepest blocks first, so
+// what survives is still a prefix. Safe for concurrent use.
 type Approx struct {
-	mu  sync.RWMutex
-	cfg ApproxConfig
+	mu      sync.RWMutex
+	cfg     ApproxConfig
+	workers map[string]*apxWorker
+	slots   []*apxWorker
+	words   []*bitTable
+	queue   []apxRecord // oldest first, from head
+	head    int
+	seq     uint64
+	size    int
+}
+
+type apxWorker struct {
+	id   string
+	idx  int
+	word int
+	bit  uint64
+	// held maps each block hash to the sequence number of the newest
+	// record that holds it; an older record no longer owns the block.
+	held map[uint64]uint64
+}
+
+type apxRecord struct {
+	seq    uint64
+	at     time.Time
+	worker *apxWorker
+	hashes []uint64
 }
 
 // NewApprox returns an empty approximate index.
@@ -43,24 +68,154 @@ func NewApprox(cfg ApproxConfig) *Approx {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Approx{cfg: cfg}
+	return &Approx{cfg: cfg, workers: map[string]*apxWorker{}}
 }
 
 // Record notes that the router sent a prompt with these block hashes to
-// worker, which will therefore hold them.
-func (a *Approx) Record(worker string, hashes []uint64) {}
+// worker, which will therefore hold them (newest first to be kept).
+func (a *Approx) Record(worker string, hashes []uint64) {
+	if len(hashes) == 0 {
+		return
+	}
+	now := a.cfg.Now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.expire(now)
+	w := a.worker(worker)
+	a.seq++
+	t := a.words[w.word]
+	for _, h := range hashes {
+		if _, ok := w.held[h]; !ok {
+			a.size++
+			t.set(h, w.bit)
+		}
+		w.held[h] = a.seq
+	}
+	a.queue = append(a.queue, apxRecord{seq: a.seq, at: now, worker: w, hashes: append([]uint64(nil), hashes...)})
+	if a.size > a.cfg.MaxBlocks {
+		a.prune(int(float64(a.cfg.MaxBlocks) * a.cfg.PruneTo))
+	}
+}
+
+func (a *Approx) worker(id string) *apxWorker {
+	if w := a.workers[id]; w != nil {
+		return w
+	}
+	idx := 0
+	for idx < len(a.slots) && a.slots[idx] != nil {
+		idx++
+	}
+	if idx == len(a.slots) {
+		a.slots = append(a.slots, nil)
+	}
+	w := &apxWorker{id: id, idx: idx, word: idx / 64, bit: 1 << (idx % 64), held: map[uint64]uint64{}}
+	a.slots[idx] = w
+	for len(a.words) <= w.word {
+		a.words = append(a.words, newBitTable(0))
+	}
+	a.workers[id] = w
+	return w
+}
+
+// expire drops records older than the TTL. Caller holds the write lock.
+func (a *Approx) expire(now time.Time) {
+	for a.head < len(a.queue) && !now.Before(a.queue[a.head].at.Add(a.cfg.TTL)) {
+		a.dropFrom(&a.queue[a.head], 0)
+		a.pop()
+	}
+}
+
+func (a *Approx) headExpired(now time.Time) bool {
+	return a.head < len(a.queue) && !now.Before(a.queue[a.head].at.Add(a.cfg.TTL))
+}
+
+// prune drops oldest records, deepest blocks first, until size <= target.
+func (a *Approx) prune(target int) {
+	for a.size > target && a.head < len(a.queue) {
+		rec := &a.queue[a.head]
+		for i := len(rec.hashes) - 1; i >= 0 && a.size > target; i-- {
+			a.dropFrom(rec, i)
+			rec.hashes = rec.hashes[:i]
+		}
+		if len(rec.hashes) == 0 {
+			a.pop()
+		}
+	}
+}
+
+// dropFrom removes the blocks rec still owns from position i on.
+func (a *Approx) dropFrom(rec *apxRecord, i int) {
+	w := rec.worker
+	if w.held == nil {
+		return // the worker was removed
+	}
+	t := a.words[w.word]
+	for _, h := range rec.hashes[i:] {
+		if w.held[h] == rec.seq {
+			delete(w.held, h)
+			t.clear(h, w.bit)
+			a.size--
+		}
+	}
+}
+
+func (a *Approx) pop() {
+	a.queue[a.head] = apxRecord{}
+	a.head++
+	if a.head > 1024 && a.head*2 > len(a.queue) {
+		a.queue = append(a.queue[:0], a.queue[a.head:]...)
+		a.head = 0
+	}
+}
 
 // RemoveWorker forgets worker's records.
-func (a *Approx) RemoveWorker(worker string) {}
+func (a *Approx) RemoveWorker(worker string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	w := a.workers[worker]
+	if w == nil {
+		return
+	}
+	t := a.words[w.word]
+	for h := range w.held {
+		t.clear(h, w.bit)
+	}
+	a.size -= len(w.held)
+	w.held = nil // records still queued see a removed worker
+	delete(a.workers, worker)
+	a.slots[w.idx] = nil
+}
 
 // Len returns the number of (block, worker) pairs held.
-func (a *Approx) Len() int { return 0 }
+func (a *Approx) Len() int {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return a.size
+}
 
-// Match implements Matcher.
+// Match implements Matcher. Blocks older than the TTL are not matched.
 func (a *Approx) Match(hashes []uint64, candidates []string, out []MatchResult) []MatchResult {
-	out = out[:0]
-	for _, c := range candidates {
-		out = append(out, MatchResult{Worker: c})
+	now := a.cfg.Now()
+	a.mu.RLock()
+	if a.headExpired(now) {
+		a.mu.RUnlock()
+		a.mu.Lock()
+		a.expire(now)
+		a.mu.Unlock()
+		a.mu.RLock()
 	}
-	return out
+	defer a.mu.RUnlock()
+	return matchWords(a.words, len(a.slots), hashes, candidates, out, func(id string) (workerRef, bool) {
+		w := a.workers[id]
+		if w == nil {
+			return workerRef{}, false
+		}
+		return workerRef{idx: w.idx, word: w.word, bit: w.bit, cached: len(w.held)}, true
+	}, func(yield func(string)) {
+		for _, w := range a.slots {
+			if w != nil {
+				yield(w.id)
+			}
+		}
+	})
 }

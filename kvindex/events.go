@@ -195,4 +195,3 @@ func (h EngineHash) String() string {
 	}
 	return fmt.Sprintf("%d", h.v)
 }
-

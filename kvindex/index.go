@@ -1,6 +1,7 @@
 package kvindex
 
 import (
+	"math/bits"
 	"sync"
 )
 
@@ -13,17 +14,48 @@ type Config struct {
 // Index is the concurrent prefix index fed by KV events: for every router
 // block hash, which workers hold it on the device tier. Any number of
 // goroutines may call Match while others Apply batches.
+//
+// Workers get dense indices; word w of the index is a bitTable holding the
+// sets of workers 64w..64w+63, so a fleet of up to 64 workers costs one
+// 16-byte slot per distinct block and no per-entry pointers.
 type Index struct {
 	mu      sync.RWMutex
 	cfg     Config
 	workers map[string]*workerState
+	slots   []*workerState // by dense index; nil when free
+	words   []*bitTable    // words[w] holds bits of workers 64w..64w+63
+	scratch []uint64       // router hashes of the batch being applied
 }
 
+// workerState is one worker's view. Guarded by Index.mu.
 type workerState struct {
 	id, model string
 	blockSize int
-	stale     bool
+	idx       int
+	word      int
+	bit       uint64
+	// device maps each device-tier engine hash key to its router hash.
+	device map[uint64]uint64
+	// offDevice holds blocks stored in other media (CPU, disk): engine key
+	// to router hash and a bitmask of media.
+	offDevice map[uint64]offEntry
+	// dups counts, per router hash, device engine keys beyond the first
+	// that map to it (e.g. multimodal prompts with equal placeholder
+	// tokens), so one removal does not clear a block still held.
+	dups   map[uint64]uint32
+	blocks int // distinct router hashes whose bit is set
+	stale  bool
 }
+
+type offEntry struct {
+	router uint64
+	media  uint8
+}
+
+const (
+	mediaCPU   uint8 = 1
+	mediaOther uint8 = 2
+)
 
 // New returns an empty index.
 func New(cfg Config) *Index {
@@ -36,14 +68,45 @@ func New(cfg Config) *Index {
 func (ix *Index) AddWorker(id, model string, blockSize int) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	ix.workers[id] = &workerState{id: id, model: model, blockSize: blockSize}
+	if w := ix.workers[id]; w != nil {
+		if w.model != model || w.blockSize != blockSize {
+			ix.purge(w)
+			w.model, w.blockSize = model, blockSize
+		}
+		return
+	}
+	idx := 0
+	for idx < len(ix.slots) && ix.slots[idx] != nil {
+		idx++
+	}
+	if idx == len(ix.slots) {
+		ix.slots = append(ix.slots, nil)
+	}
+	w := &workerState{
+		id: id, model: model, blockSize: blockSize,
+		idx: idx, word: idx / 64, bit: 1 << (idx % 64),
+		device:    map[uint64]uint64{},
+		offDevice: map[uint64]offEntry{},
+		dups:      map[uint64]uint32{},
+	}
+	ix.slots[idx] = w
+	for len(ix.words) <= w.word {
+		ix.words = append(ix.words, newBitTable(ix.cfg.InitialBlocks))
+	}
+	ix.workers[id] = w
 }
 
 // RemoveWorker forgets a worker and every block it held.
 func (ix *Index) RemoveWorker(id string) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
+	w := ix.workers[id]
+	if w == nil {
+		return
+	}
+	ix.purge(w)
 	delete(ix.workers, id)
+	ix.slots[w.idx] = nil
 }
 
 // HasWorker reports whether id is registered.
@@ -53,37 +116,21 @@ func (ix *Index) HasWorker(id string) bool {
 	return ix.workers[id] != nil
 }
 
-// ApplyStats counts what Apply did with one batch.
-type ApplyStats struct {
-	StoredEvents      int // BlockStored events applied
-	StoredBlocks      int // blocks added (device and other tiers)
-	DuplicateBlocks   int // blocks already held in that medium
-	OffDeviceBlocks   int // blocks stored in a medium other than GPU
-	RemovedEvents     int // BlockRemoved events applied
-	RemovedBlocks     int // blocks removed
-	UnknownRemoved    int // removed hashes the worker never stored (ignored)
-	Cleared           int // AllBlocksCleared events
-	UnknownParent     int // BlockStored events dropped: parent hash unknown
-	BlockSizeMismatch int // BlockStored events rejected: block size differs from the worker's
-	Malformed         int // BlockStored events whose token count is not blocks × block size
-	IgnoredGroup      int // events for a KV cache group other than 0
-	UnknownWorker     bool
-}
-
-// Apply applies one batch from worker, in order. See the package README for
-// the semantics of each event.
-func (ix *Index) Apply(worker string, b EventBatch) ApplyStats {
-	ix.mu.Lock()
-	defer ix.mu.Unlock()
-	if ix.workers[worker] == nil {
-		return ApplyStats{UnknownWorker: true}
+// purge drops every block of w. Caller holds mu.
+func (ix *Index) purge(w *workerState) {
+	t := ix.words[w.word]
+	for _, r := range w.device {
+		t.clear(r, w.bit)
 	}
-	return ApplyStats{}
+	w.device = map[uint64]uint64{}
+	w.offDevice = map[uint64]offEntry{}
+	w.dups = map[uint64]uint32{}
+	w.blocks = 0
 }
 
 // NeedsResync reports whether worker's view is stale: a sequence gap or
 // restart, or an event whose parent was unknown, happened since the last
-// AllBlocksCleared or fresh stream.
+// AllBlocksCleared or Reset.
 func (ix *Index) NeedsResync(worker string) bool {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
@@ -106,27 +153,87 @@ func (ix *Index) Reset(worker string) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	if w := ix.workers[worker]; w != nil {
+		ix.purge(w)
 		w.stale = false
 	}
 }
 
-// Match implements Matcher.
+// Match implements Matcher: per candidate, the consecutive leading blocks
+// of hashes it holds on the device tier. It walks the prompt once for all
+// candidates and stops as soon as none of them holds the next block.
 func (ix *Index) Match(hashes []uint64, candidates []string, out []MatchResult) []MatchResult {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
-	out = out[:0]
-	for _, c := range candidates {
-		w := ix.workers[c]
-		out = append(out, MatchResult{Worker: c, Known: w != nil, Stale: w != nil && w.stale})
+	return matchWords(ix.words, len(ix.slots), hashes, candidates, out, ix.ref, ix.all)
+}
+
+func (ix *Index) ref(id string) (workerRef, bool) {
+	w := ix.workers[id]
+	if w == nil {
+		return workerRef{}, false
 	}
-	return out
+	return workerRef{idx: w.idx, word: w.word, bit: w.bit, cached: w.blocks, stale: w.stale}, true
+}
+
+func (ix *Index) all(yield func(string)) {
+	for _, w := range ix.slots {
+		if w != nil {
+			yield(w.id)
+		}
+	}
+}
+
+// matchChunk is how many lookups walk issues before using their results:
+// independent loads let the CPU overlap their cache misses.
+const matchChunk = 8
+
+// walk sets depth[b] for every bit b of alive to the number of leading
+// hashes whose set in t contains b.
+func walk(t *bitTable, hashes []uint64, alive uint64, depth []int32) {
+	n := len(hashes)
+	for d := 0; d < n; d += matchChunk {
+		end := min(d+matchChunk, n)
+		var got [matchChunk]uint64
+		for j := d; j < end; j++ {
+			got[j-d] = t.get(hashes[j])
+		}
+		for j := d; j < end; j++ {
+			dying := alive &^ got[j-d]
+			for dying != 0 {
+				b := bits.TrailingZeros64(dying)
+				dying &= dying - 1
+				if b < len(depth) {
+					depth[b] = int32(j)
+				}
+			}
+			alive &= got[j-d]
+			if alive == 0 {
+				return
+			}
+		}
+	}
+	for alive != 0 {
+		b := bits.TrailingZeros64(alive)
+		alive &= alive - 1
+		if b < len(depth) {
+			depth[b] = int32(n)
+		}
+	}
+}
+
+func resize[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
 }
 
 // Stats is a snapshot of the index's size.
 type Stats struct {
 	Workers   int
-	Blocks    int // distinct router hashes held on the device tier
+	Blocks    int // rows of the block table: distinct router hashes per group of 64 workers
 	Entries   int // (block, worker) pairs on the device tier
+	Bytes     int // approximate memory of the block table and engine-hash maps
 	PerWorker []WorkerStats
 }
 
@@ -136,17 +243,29 @@ type WorkerStats struct {
 	Model           string
 	BlockSize       int
 	Blocks          int // device blocks
-	OffDeviceBlocks int // blocks held only in other media (CPU, disk)
+	OffDeviceBlocks int // engine hashes held in other media (CPU, disk)
 	Stale           bool
 }
 
-// Stats returns a snapshot of the index's size.
+// Stats returns a snapshot of the index's size, workers in index order.
 func (ix *Index) Stats() Stats {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	s := Stats{Workers: len(ix.workers)}
-	for _, w := range ix.workers {
-		s.PerWorker = append(s.PerWorker, WorkerStats{ID: w.id, Model: w.model, BlockSize: w.blockSize, Stale: w.stale})
+	for _, t := range ix.words {
+		s.Blocks += t.count
+		s.Bytes += t.bytes()
+	}
+	for _, w := range ix.slots {
+		if w == nil {
+			continue
+		}
+		s.Entries += w.blocks
+		s.Bytes += (len(w.device) + len(w.offDevice)) * 32
+		s.PerWorker = append(s.PerWorker, WorkerStats{
+			ID: w.id, Model: w.model, BlockSize: w.blockSize,
+			Blocks: w.blocks, OffDeviceBlocks: len(w.offDevice), Stale: w.stale,
+		})
 	}
 	return s
 }

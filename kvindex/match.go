@@ -25,3 +25,66 @@ type Matcher interface {
 	// returns it. A nil candidates slice means every known worker.
 	Match(hashes []uint64, candidates []string, out []MatchResult) []MatchResult
 }
+
+// workerRef is what matching needs to know of a candidate.
+type workerRef struct {
+	idx    int
+	word   int
+	bit    uint64
+	cached int
+	stale  bool
+}
+
+// matchWords is the Match shared by Index and Approx. words[w] holds the
+// sets of dense worker indices 64w..64w+63; nslots bounds the indices;
+// lookup resolves a candidate; all lists every worker for nil candidates.
+// The caller holds the read lock that guards all of them.
+func matchWords(words []*bitTable, nslots int, hashes []uint64, candidates []string, out []MatchResult,
+	lookup func(string) (workerRef, bool), all func(yield func(string))) []MatchResult {
+	if candidates == nil {
+		out = out[:0]
+		all(func(id string) { out = append(out, MatchResult{Worker: id}) })
+	} else {
+		out = resize(out, len(candidates))
+		for i, c := range candidates {
+			out[i] = MatchResult{Worker: c}
+		}
+	}
+	var refBuf [64]workerRef
+	refs := refBuf[:0]
+	if len(out) > len(refBuf) {
+		refs = make([]workerRef, 0, len(out))
+	}
+	var aliveBuf [4]uint64
+	alive := aliveBuf[:0]
+	for range words {
+		alive = append(alive, 0)
+	}
+	for i := range out {
+		ref, ok := lookup(out[i].Worker)
+		if !ok {
+			ref.idx = -1
+		} else {
+			out[i].Known, out[i].Stale, out[i].Cached = true, ref.stale, ref.cached
+			alive[ref.word] |= ref.bit
+		}
+		refs = append(refs, ref)
+	}
+	var depthBuf [64]int32
+	depth := depthBuf[:0]
+	if nslots > len(depthBuf) {
+		depth = make([]int32, 0, nslots)
+	}
+	depth = depth[:nslots]
+	for wd, a := range alive {
+		if a != 0 {
+			walk(words[wd], hashes, a, depth[wd*64:min(nslots, wd*64+64)])
+		}
+	}
+	for i, ref := range refs {
+		if ref.idx >= 0 {
+			out[i].Blocks = int(depth[ref.idx])
+		}
+	}
+	return out
+}

@@ -1,9 +1,7 @@
 package kvindex
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
 	"strconv"
 
 	"github.com/nats-io/nats.go"
@@ -56,6 +54,7 @@ const (
 	SeqRestart SeqEvent = "restart" // numbers went back, but not to 0
 	SeqFresh   SeqEvent = "fresh"   // 0 after a known stream: the publisher started over
 	SeqMissing SeqEvent = "missing" // no or unparsable header
+	SeqJoin    SeqEvent = "join"    // first batch seen from a worker did not have sequence 0
 )
 
 // Metrics receives the consumer's counters; the binary wires it to
@@ -80,44 +79,3 @@ func (NopMetrics) Applied(string, ApplyStats) {}
 
 // Sequence does nothing.
 func (NopMetrics) Sequence(string, SeqEvent) {}
-
-// ConsumerConfig configures a Consumer.
-type ConsumerConfig struct {
-	Namespace string
-	Index     *Index
-	Metrics   Metrics      // default NopMetrics
-	Logger    *slog.Logger // default slog.Default()
-	Buffer    int          // messages queued between NATS and the index; default 4096
-}
-
-// Consumer applies KV event batches from NATS to an Index, in per-worker
-// order, tracking each worker's SeqHeader.
-type Consumer struct {
-	nc   *nats.Conn
-	cfg  ConsumerConfig
-	done chan struct{}
-}
-
-// NewConsumer returns a consumer; Start subscribes.
-func NewConsumer(nc *nats.Conn, cfg ConsumerConfig) *Consumer {
-	if cfg.Metrics == nil {
-		cfg.Metrics = NopMetrics{}
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Buffer <= 0 {
-		cfg.Buffer = 4096
-	}
-	return &Consumer{nc: nc, cfg: cfg, done: make(chan struct{})}
-}
-
-// Start subscribes to EventsWildcard(Namespace) and applies batches until
-// ctx ends; the subscription is live on the server when Start returns.
-func (c *Consumer) Start(ctx context.Context) error {
-	close(c.done)
-	return nil
-}
-
-// Done is closed once the consumer has stopped after its context ended.
-func (c *Consumer) Done() <-chan struct{} { return c.done }

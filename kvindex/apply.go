@@ -1,0 +1,220 @@
+package kvindex
+
+// ApplyStats counts what Apply did with one batch.
+type ApplyStats struct {
+	StoredEvents      int  // BlockStored events applied
+	StoredBlocks      int  // blocks added (device and other tiers)
+	DuplicateBlocks   int  // blocks already held in that medium
+	OffDeviceBlocks   int  // of StoredBlocks, those in a medium other than GPU
+	RemovedEvents     int  // BlockRemoved events applied
+	RemovedBlocks     int  // blocks removed
+	UnknownRemoved    int  // removed hashes the worker did not hold in that medium (ignored)
+	Cleared           int  // AllBlocksCleared events
+	UnknownParent     int  // BlockStored events dropped: parent hash unknown
+	BlockSizeMismatch int  // BlockStored events rejected: block size differs from the worker's
+	Malformed         int  // BlockStored events whose token count is not blocks × block size
+	IgnoredGroup      int  // events for a KV cache group other than 0
+	UnknownWorker     bool // the worker is not registered; nothing was applied
+}
+
+// Add accumulates o into s.
+func (s *ApplyStats) Add(o ApplyStats) {
+	s.StoredEvents += o.StoredEvents
+	s.StoredBlocks += o.StoredBlocks
+	s.DuplicateBlocks += o.DuplicateBlocks
+	s.OffDeviceBlocks += o.OffDeviceBlocks
+	s.RemovedEvents += o.RemovedEvents
+	s.RemovedBlocks += o.RemovedBlocks
+	s.UnknownRemoved += o.UnknownRemoved
+	s.Cleared += o.Cleared
+	s.UnknownParent += o.UnknownParent
+	s.BlockSizeMismatch += o.BlockSizeMismatch
+	s.Malformed += o.Malformed
+	s.IgnoredGroup += o.IgnoredGroup
+	s.UnknownWorker = s.UnknownWorker || o.UnknownWorker
+}
+
+// Apply applies one batch from worker, event by event, in order:
+//
+//   - BlockStored chains its blocks from the router hash of its parent (an
+//     engine hash the worker stored before) or, with no parent, from
+//     Seed(model, lora_name, cache_salt), where cache_salt is read from the
+//     first block's extra_keys. An unknown parent drops the event, counts
+//     it and marks the worker stale. A block size other than the worker's
+//     is rejected and counted. Blocks in a medium other than GPU are
+//     recorded but not matched.
+//   - BlockRemoved drops the given engine hashes from that medium; hashes
+//     the worker does not hold are counted and ignored.
+//   - AllBlocksCleared purges the worker and clears its stale flag: from
+//     here on the index is in step with the engine.
+//
+// Events of a KV cache group other than 0 (hybrid models' secondary
+// groups) are counted and ignored. An unregistered worker changes nothing.
+func (ix *Index) Apply(worker string, b EventBatch) ApplyStats {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	var st ApplyStats
+	w := ix.workers[worker]
+	if w == nil {
+		st.UnknownWorker = true
+		return st
+	}
+	for _, ev := range b.Events {
+		switch e := ev.(type) {
+		case BlockStored:
+			ix.applyStored(w, &e, &st)
+		case *BlockStored:
+			ix.applyStored(w, e, &st)
+		case BlockRemoved:
+			ix.applyRemoved(w, &e, &st)
+		case *BlockRemoved:
+			ix.applyRemoved(w, e, &st)
+		case AllBlocksCleared, *AllBlocksCleared:
+			ix.purge(w)
+			w.stale = false
+			st.Cleared++
+		}
+	}
+	return st
+}
+
+func otherGroup(g *int64) bool { return g != nil && *g != 0 }
+
+// mediaBit returns 0 for the device tier, else the off-device bit.
+func mediaBit(m *string) uint8 {
+	switch {
+	case m == nil || *m == MediumGPU:
+		return 0
+	case *m == MediumCPU:
+		return mediaCPU
+	}
+	return mediaOther
+}
+
+func (ix *Index) applyStored(w *workerState, e *BlockStored, st *ApplyStats) {
+	if otherGroup(e.GroupIdx) {
+		st.IgnoredGroup++
+		return
+	}
+	if e.BlockSize != w.blockSize {
+		st.BlockSizeMismatch++
+		return
+	}
+	if len(e.TokenIDs) != len(e.BlockHashes)*e.BlockSize {
+		st.Malformed++
+		return
+	}
+	var prev uint64
+	if e.ParentBlockHash == nil {
+		lora := ""
+		if e.LoraName != nil {
+			lora = *e.LoraName
+		}
+		prev = Seed(w.model, lora, cacheSalt(e.ExtraKeys, lora))
+	} else {
+		var ok bool
+		if prev, ok = w.router(e.ParentBlockHash.Key()); !ok {
+			st.UnknownParent++
+			w.stale = true
+			return
+		}
+	}
+	ix.scratch = HashBlocks(prev, e.TokenIDs, e.BlockSize, ix.scratch[:0])
+	medium := mediaBit(e.Medium)
+	t := ix.words[w.word]
+	for i, h := range e.BlockHashes {
+		r := ix.scratch[i]
+		key := h.Key()
+		if medium != 0 {
+			oe, ok := w.offDevice[key]
+			if ok && oe.router == r && oe.media&medium != 0 {
+				st.DuplicateBlocks++
+				continue
+			}
+			if ok && oe.router != r {
+				oe = offEntry{}
+			}
+			w.offDevice[key] = offEntry{router: r, media: oe.media | medium}
+			st.StoredBlocks++
+			st.OffDeviceBlocks++
+			continue
+		}
+		if old, ok := w.device[key]; ok {
+			if old == r {
+				st.DuplicateBlocks++
+				continue
+			}
+			// The engine reused a hash for other content: the new block wins.
+			ix.dropDevice(w, t, old)
+		}
+		w.device[key] = r
+		if t.set(r, w.bit) {
+			w.dups[r]++
+		} else {
+			w.blocks++
+		}
+		st.StoredBlocks++
+	}
+	st.StoredEvents++
+}
+
+// router resolves an engine key of w in any medium.
+func (w *workerState) router(key uint64) (uint64, bool) {
+	if r, ok := w.device[key]; ok {
+		return r, true
+	}
+	if oe, ok := w.offDevice[key]; ok {
+		return oe.router, true
+	}
+	return 0, false
+}
+
+// dropDevice removes one device holding of router hash r by w.
+func (ix *Index) dropDevice(w *workerState, t *bitTable, r uint64) {
+	if n := w.dups[r]; n > 0 {
+		if n == 1 {
+			delete(w.dups, r)
+		} else {
+			w.dups[r] = n - 1
+		}
+		return
+	}
+	if t.clear(r, w.bit) {
+		w.blocks--
+	}
+}
+
+func (ix *Index) applyRemoved(w *workerState, e *BlockRemoved, st *ApplyStats) {
+	if otherGroup(e.GroupIdx) {
+		st.IgnoredGroup++
+		return
+	}
+	medium := mediaBit(e.Medium)
+	t := ix.words[w.word]
+	for _, h := range e.BlockHashes {
+		key := h.Key()
+		if medium != 0 {
+			oe, ok := w.offDevice[key]
+			if !ok || oe.media&medium == 0 {
+				st.UnknownRemoved++
+				continue
+			}
+			if oe.media &^= medium; oe.media == 0 {
+				delete(w.offDevice, key)
+			} else {
+				w.offDevice[key] = oe
+			}
+			st.RemovedBlocks++
+			continue
+		}
+		r, ok := w.device[key]
+		if !ok {
+			st.UnknownRemoved++
+			continue
+		}
+		delete(w.device, key)
+		ix.dropDevice(w, t, r)
+		st.RemovedBlocks++
+	}
+	st.RemovedEvents++
+}
