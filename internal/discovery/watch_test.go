@@ -1,0 +1,208 @@
+package discovery
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvroute/kvroute/internal/testenv"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// fleet is a Sink that records the current fleet.
+type fleet struct {
+	mu      sync.Mutex
+	workers map[string]Record
+	removed []string
+}
+
+func newFleetSink() *fleet { return &fleet{workers: map[string]Record{}} }
+
+func (f *fleet) Upsert(r Record) { f.mu.Lock(); f.workers[r.ID] = r; f.mu.Unlock() }
+func (f *fleet) Remove(id string) {
+	f.mu.Lock()
+	delete(f.workers, id)
+	f.removed = append(f.removed, id)
+	f.mu.Unlock()
+}
+
+func (f *fleet) get(id string) (Record, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r, ok := f.workers[id]
+	return r, ok
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func record(id string, blockSize int) Record {
+	return Record{ID: id, Model: "m", Address: "10.0.0.1:8000", BlockSize: blockSize, KVTotalBlocks: 100}
+}
+
+func putJSON(t *testing.T, cli *clientv3.Client, key string, v any, opts ...clientv3.OpOption) {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(context.Background(), key, string(b), opts...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestWatcherFollowsEtcd(t *testing.T) {
+	testenv.Quiet()
+	e := testenv.StartEtcd(t)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	// One worker registered before the router starts: the initial Get.
+	pre, err := Register(ctx, cli, "ns", record("pre", 16), RegisterOptions{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pre.Close()
+	// A worker of another namespace must stay invisible.
+	putJSON(t, cli, Key("other", "x"), record("x", 16))
+
+	sink := newFleetSink()
+	var badMu sync.Mutex
+	var badKeys []string
+	w := NewWatcher(cli, "ns", sink, WatchOptions{Logger: quietLogger(), OnBadValue: func(key string, err error) {
+		badMu.Lock()
+		badKeys = append(badKeys, key)
+		badMu.Unlock()
+	}})
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	select {
+	case <-w.Synced():
+	case <-time.After(10 * time.Second):
+		t.Fatal("watcher never synced")
+	}
+	if _, ok := sink.get("pre"); !ok {
+		t.Fatal("worker registered before start not seen by the initial Get")
+	}
+	if _, ok := sink.get("x"); ok {
+		t.Fatal("worker of another namespace seen")
+	}
+
+	t.Run("add", func(t *testing.T) {
+		putJSON(t, cli, Key("ns", "w1"), record("w1", 16))
+		eventually(t, "w1 added", func() bool { _, ok := sink.get("w1"); return ok })
+	})
+	t.Run("update", func(t *testing.T) {
+		putJSON(t, cli, Key("ns", "w1"), record("w1", 32))
+		eventually(t, "w1 updated", func() bool { r, _ := sink.get("w1"); return r.BlockSize == 32 })
+	})
+	t.Run("bad value is counted and ignored", func(t *testing.T) {
+		before := w.BadValues()
+		if _, err := cli.Put(ctx, Key("ns", "w1"), "{not json"); err != nil {
+			t.Fatal(err)
+		}
+		putJSON(t, cli, Key("ns", "w2"), record("other-id", 16)) // id does not match its key
+		putJSON(t, cli, Key("ns", "w3"), Record{ID: "w3"})       // fails validation
+		putJSON(t, cli, Key("ns", "w4"), record("w4", 16))       // a good one after the bad ones
+		eventually(t, "w4 added", func() bool { _, ok := sink.get("w4"); return ok })
+		if got := w.BadValues() - before; got != 3 {
+			t.Errorf("bad values counted %d, want 3", got)
+		}
+		if r, ok := sink.get("w1"); !ok || r.BlockSize != 32 {
+			t.Errorf("w1 after a bad update = %+v %v, want the last good record", r, ok)
+		}
+		for _, id := range []string{"w2", "other-id", "w3"} {
+			if _, ok := sink.get(id); ok {
+				t.Errorf("bad record %s reached the fleet", id)
+			}
+		}
+		badMu.Lock()
+		if len(badKeys) < 3 {
+			t.Errorf("OnBadValue saw %v", badKeys)
+		}
+		badMu.Unlock()
+	})
+	t.Run("delete removes", func(t *testing.T) {
+		if _, err := cli.Delete(ctx, Key("ns", "w4")); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "w4 removed", func() bool { _, ok := sink.get("w4"); return !ok })
+	})
+	t.Run("lease expiry removes", func(t *testing.T) {
+		reg, err := Register(ctx, cli, "ns", record("leased", 16), RegisterOptions{TTL: time.Second, Logger: quietLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "leased added", func() bool { _, ok := sink.get("leased"); return ok })
+		reg.Abandon() // the worker "crashes": no more keepalives
+		eventually(t, "leased expired", func() bool { _, ok := sink.get("leased"); return !ok })
+	})
+	t.Run("deregistration removes", func(t *testing.T) {
+		if err := pre.Close(); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "pre removed", func() bool { _, ok := sink.get("pre"); return !ok })
+	})
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != context.Canceled {
+			t.Errorf("Run returned %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not stop")
+	}
+}
+
+func TestWatcherResyncRemovesVanishedWorkers(t *testing.T) {
+	testenv.Quiet()
+	e := testenv.StartEtcd(t)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	sink := newFleetSink()
+	w := NewWatcher(cli, "ns", sink, WatchOptions{Logger: quietLogger()})
+	for i := range 3 {
+		putJSON(t, cli, Key("ns", fmt.Sprintf("w%d", i)), record(fmt.Sprintf("w%d", i), 16))
+	}
+	if _, err := w.resync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Delete(context.Background(), Key("ns", "w1")); err != nil {
+		t.Fatal(err)
+	}
+	// A resync (as after a compacted watch) must notice w1 is gone.
+	if _, err := w.resync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := sink.get("w1"); ok {
+		t.Error("w1 survived a resync after its deletion")
+	}
+	if _, ok := sink.get("w2"); !ok {
+		t.Error("w2 lost in resync")
+	}
+}
