@@ -71,6 +71,7 @@ func (p *Pool) add(key, worker string, promptTokens, matchedBlocks, prefill int,
 	a.private = a.privateBlocks()
 	w.private += a.private
 	w.requests++
+	w.adds++
 	if a.prefillTokens > 0 {
 		w.prefillTokens += a.prefillTokens
 		w.prefillRequests++
@@ -225,6 +226,7 @@ func (p *Pool) move(key, worker string) (bool, error) {
 	a.private = a.privateBlocks()
 	w.private += a.private
 	w.requests++
+	w.adds++
 	if a.prefillTokens > 0 {
 		w.prefillTokens += a.prefillTokens
 		w.prefillRequests++

@@ -44,6 +44,10 @@ type worker struct {
 	report          LoadReport
 	reportAt        time.Time
 	hasReport       bool
+	// adds counts Adds and Moves onto the worker; reportAdds is its value
+	// when the report arrived, so an idle report is trusted only if no
+	// request was sent since.
+	adds, reportAdds uint64
 }
 
 func (w *worker) activeBlocks() int { return len(w.blockRefs) + w.private }
@@ -170,7 +174,7 @@ func (p *Pool) SetLoadReport(id string, r LoadReport) error {
 	p.mu.Lock()
 	w, ok := p.workers[id]
 	if ok {
-		w.report, w.reportAt, w.hasReport = r, now, true
+		w.report, w.reportAt, w.hasReport, w.reportAdds = r, now, true, w.adds
 	}
 	p.mu.Unlock()
 	if !ok {
@@ -204,6 +208,9 @@ type Load struct {
 	// enough to use (younger than Options.StaleReportAge).
 	Report      LoadReport `json:"report"`
 	ReportFresh bool       `json:"report_fresh"`
+	// ReportIdle is set when a fresh report shows nothing running or
+	// waiting and no request was sent to the worker since it arrived.
+	ReportIdle bool `json:"report_idle"`
 	// MatchedBlocks and CachedBlocks come from the Candidate in a pick.
 	MatchedBlocks int `json:"matched_blocks"`
 	CachedBlocks  int `json:"cached_blocks"`
@@ -234,6 +241,7 @@ func (l *Load) Waiting() int {
 }
 
 func (p *Pool) loadLocked(w *worker, now time.Time) Load {
+	fresh := w.hasReport && now.Sub(w.reportAt) <= p.opts.StaleReportAge
 	return Load{
 		ID:                  w.spec.ID,
 		Cluster:             w.spec.ClusterName(),
@@ -247,7 +255,8 @@ func (p *Pool) loadLocked(w *worker, now time.Time) Load {
 		PrefillTokens:       w.prefillTokens,
 		PrefillRequests:     w.prefillRequests,
 		Report:              w.report,
-		ReportFresh:         w.hasReport && now.Sub(w.reportAt) <= p.opts.StaleReportAge,
+		ReportFresh:         fresh,
+		ReportIdle:          fresh && w.report.Running == 0 && w.report.Waiting == 0 && w.reportAdds == w.adds,
 	}
 }
 
@@ -302,7 +311,6 @@ func (p *Pool) Load(id string) (Load, bool) {
 	}
 	return p.loadLocked(w, now), true
 }
-
 
 func (p *Pool) capacityChanged() {
 	if f := p.onCapacity.Load(); f != nil {

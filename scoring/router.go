@@ -83,11 +83,14 @@ func (r *Router) decide(req *Request, cands []Candidate, exp *Explanation, thres
 
 // allSaturated reports whether every worker has more than threshold ×
 // max_num_batched_tokens prefill tokens in flight. A worker whose
-// max_num_batched_tokens is unknown is never saturated.
+// max_num_batched_tokens is unknown is never saturated, nor is one whose
+// latest report shows it idle (Load.ReportIdle): the engine itself says the
+// router's count is stale, e.g. after a lost PrefillDone.
 func allSaturated(loads []Load, threshold float64) bool {
 	for i := range loads {
 		l := &loads[i]
-		if l.MaxNumBatchedTokens == 0 || float64(l.PrefillTokens) <= threshold*float64(l.MaxNumBatchedTokens) {
+		if l.MaxNumBatchedTokens == 0 || l.ReportIdle ||
+			float64(l.PrefillTokens) <= threshold*float64(l.MaxNumBatchedTokens) {
 			return false
 		}
 	}
