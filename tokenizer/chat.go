@@ -1,0 +1,187 @@
+package tokenizer
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+)
+
+// Chat joins a Tokenizer with its tokenizer_config.json to turn chat requests
+// into prompts and token ids exactly as vLLM does: render the chat template,
+// then encode the text without adding special tokens. A Chat is safe for
+// concurrent use.
+type Chat struct {
+	tok   *Tokenizer
+	cfg   *Config
+	vars  map[string]any // special-token variables, read-only after NewChat
+	cache *PrefixCache   // nil disables prefix reuse
+
+	override *Template // per-model template that replaces the tokenizer's own
+
+	mu        sync.Mutex
+	templates map[string]*compiledTemplate // by source selection name
+}
+
+type compiledTemplate struct {
+	tpl *Template
+	err error
+}
+
+// ChatOptions tunes NewChat. The zero value uses the tokenizer's own template
+// and a default-sized prefix cache.
+type ChatOptions struct {
+	// TemplateOverride, when not empty, is a chat template source used instead
+	// of the tokenizer's (vLLM's --chat-template).
+	TemplateOverride string
+	// CacheBytes bounds the prefix cache (token ids held, 4 bytes each);
+	// 0 means DefaultCacheBytes, negative disables the cache.
+	CacheBytes int
+}
+
+// DefaultCacheBytes is the prefix cache bound when ChatOptions leaves it 0.
+const DefaultCacheBytes = 64 << 20
+
+// NewChat builds a Chat. An override template that does not parse is an
+// error here; the tokenizer's own template is compiled on first use, and a
+// parse failure then is returned by every render.
+func NewChat(tok *Tokenizer, cfg *Config, opts ChatOptions) (*Chat, error) {
+	if tok == nil {
+		return nil, errors.New("chat: nil tokenizer")
+	}
+	if cfg == nil {
+		cfg = &Config{SpecialTokens: map[string]string{}}
+	}
+	c := &Chat{tok: tok, cfg: cfg, vars: cfg.templateVars(), templates: map[string]*compiledTemplate{}}
+	if opts.TemplateOverride != "" {
+		t, err := ParseTemplate(opts.TemplateOverride)
+		if err != nil {
+			return nil, fmt.Errorf("chat: template override: %w", err)
+		}
+		c.override = t
+	}
+	switch {
+	case opts.CacheBytes == 0:
+		c.cache = NewPrefixCache(tok, DefaultCacheBytes)
+	case opts.CacheBytes > 0:
+		c.cache = NewPrefixCache(tok, opts.CacheBytes)
+	}
+	return c, nil
+}
+
+// LoadChat loads the tokenizer and tokenizer_config.json in dir. templateFile,
+// when not empty, names a chat template file that overrides the tokenizer's.
+func LoadChat(dir, templateFile string, opts ChatOptions) (*Chat, error) {
+	tok, err := Load(dir)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := LoadConfig(dir)
+	if err != nil {
+		return nil, err
+	}
+	if templateFile != "" {
+		src, err := os.ReadFile(templateFile)
+		if err != nil {
+			return nil, fmt.Errorf("chat: template override: %w", err)
+		}
+		opts.TemplateOverride = string(src)
+	}
+	return NewChat(tok, cfg, opts)
+}
+
+// Tokenizer returns the underlying tokenizer.
+func (c *Chat) Tokenizer() *Tokenizer { return c.tok }
+
+// Config returns the parsed tokenizer_config.json.
+func (c *Chat) Config() *Config { return c.cfg }
+
+// Cache returns the prefix cache, or nil when it is disabled.
+func (c *Chat) Cache() *PrefixCache { return c.cache }
+
+// template picks and compiles (once) the template for a request.
+func (c *Chat) template(hasTools bool) (*Template, error) {
+	if c.override != nil {
+		return c.override, nil
+	}
+	name, src, err := c.cfg.TemplateFor(hasTools)
+	if err != nil {
+		return nil, fmt.Errorf("chat: %w", err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ct, ok := c.templates[name]
+	if !ok {
+		ct = &compiledTemplate{}
+		ct.tpl, ct.err = ParseTemplate(src)
+		if ct.err != nil {
+			ct.err = fmt.Errorf("chat: %s template: %w", name, ct.err)
+		}
+		c.templates[name] = ct
+	}
+	return ct.tpl, ct.err
+}
+
+// CheckTemplate compiles the template a request without tools would use and
+// reports whether it parses, so that loaders can fail early.
+func (c *Chat) CheckTemplate() error {
+	_, err := c.template(false)
+	return err
+}
+
+// reservedKwargs may not be set through chat_template_kwargs: transformers
+// passes them itself and rejects duplicates.
+var reservedKwargs = map[string]bool{"messages": true, "chat_template": true, "tokenize": true, "conversation": true}
+
+// ApplyChatTemplate renders req into the prompt text the model server would
+// build. A template's raise_exception comes back as a *TemplateError.
+func (c *Chat) ApplyChatTemplate(req ChatRequest) (string, error) {
+	tools := req.Tools
+	if v, ok := req.ChatTemplateKwargs.Get("tools"); ok {
+		tl, _ := v.([]any)
+		tools = tl
+	}
+	tpl, err := c.template(len(tools) > 0)
+	if err != nil {
+		return "", err
+	}
+	vars := make(map[string]any, len(c.vars)+4+len(req.ChatTemplateKwargs))
+	for k, v := range c.vars {
+		vars[k] = v
+	}
+	msgs := make([]any, len(req.Messages))
+	for i := range req.Messages {
+		msgs[i] = req.Messages[i].templateMessage()
+	}
+	vars["messages"] = msgs
+	if req.Tools != nil {
+		vars["tools"] = req.Tools
+	}
+	vars["add_generation_prompt"] = req.generationPrompt()
+	for _, f := range req.ChatTemplateKwargs {
+		if reservedKwargs[f.Key] {
+			return "", fmt.Errorf("chat: chat_template_kwargs may not set %q", f.Key)
+		}
+		vars[f.Key] = f.Value
+	}
+	return tpl.Render(vars)
+}
+
+// EncodeChat renders req and encodes the text without adding special tokens,
+// reusing cached ids of earlier turns where the prefix cache allows.
+func (c *Chat) EncodeChat(req ChatRequest) ([]uint32, error) {
+	text, err := c.ApplyChatTemplate(req)
+	if err != nil {
+		return nil, err
+	}
+	return c.EncodePrompt(text), nil
+}
+
+// EncodePrompt encodes rendered chat text without adding special tokens,
+// through the prefix cache when it is enabled.
+func (c *Chat) EncodePrompt(text string) []uint32 {
+	if c.cache == nil {
+		return c.tok.Encode(text, false)
+	}
+	return c.cache.Encode(text)
+}

@@ -1,0 +1,171 @@
+package tokenizer
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nikolalohinski/gonja/v2/builtins"
+	"github.com/nikolalohinski/gonja/v2/config"
+	"github.com/nikolalohinski/gonja/v2/exec"
+	"github.com/nikolalohinski/gonja/v2/loaders"
+)
+
+// Template is a compiled chat template. It renders with a Jinja environment
+// set up as transformers sets up its own (trim_blocks, lstrip_blocks, loop
+// controls, raise_exception, strftime_now, a Python-exact tojson) so that the
+// text matches what the model server renders. A Template is safe for
+// concurrent use.
+type Template struct {
+	source string
+	tpl    *exec.Template
+}
+
+// TemplateError is returned when a template calls raise_exception: the
+// template itself rejected the conversation (for example roles that do not
+// alternate). Message is the template's own text.
+type TemplateError struct {
+	Message string
+}
+
+func (e *TemplateError) Error() string { return "chat template: " + e.Message }
+
+// ErrTemplateSyntax is wrapped by ParseTemplate errors for templates that the
+// Jinja engine cannot parse.
+var ErrTemplateSyntax = errors.New("chat template cannot be parsed")
+
+const templateName = "/chat_template.jinja"
+
+// ParseTemplate compiles a Jinja chat template.
+func ParseTemplate(source string) (t *Template, err error) {
+	defer func() {
+		// The parser is third-party code fed with operator-supplied text; a
+		// panic in it must become an error, not take the router down.
+		if r := recover(); r != nil {
+			t, err = nil, fmt.Errorf("%w: parser panicked: %v", ErrTemplateSyntax, r)
+		}
+	}()
+	loader, err := loaders.NewMemoryLoader(map[string]string{templateName: source})
+	if err != nil {
+		return nil, fmt.Errorf("chat template loader: %w", err)
+	}
+	tpl, err := exec.NewTemplate(templateName, templateConfig(), loader, chatEnvironment())
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s", ErrTemplateSyntax, trimGonjaError(err.Error(), source))
+	}
+	return &Template{source: source, tpl: tpl}, nil
+}
+
+// Source returns the template text.
+func (t *Template) Source() string { return t.source }
+
+// Render executes the template with vars as its top-level variables. Values
+// may be the JSON values described on Object; they are converted to the
+// engine's types here, keeping key order.
+func (t *Template) Render(vars map[string]any) (out string, err error) {
+	st := &renderState{}
+	data := make(map[string]any, len(vars)+2)
+	for k, v := range vars {
+		data[k] = toTemplateValue(v)
+	}
+	data["raise_exception"] = st.raiseException
+	data["strftime_now"] = strftimeNow
+	defer func() {
+		if r := recover(); r != nil {
+			out, err = "", fmt.Errorf("chat template: render panicked: %v", r)
+		}
+	}()
+	out, err = t.tpl.ExecuteToString(exec.NewContext(data))
+	if err != nil {
+		if st.raised != nil {
+			return "", st.raised
+		}
+		return "", fmt.Errorf("chat template: render: %s", lastGonjaCause(err.Error()))
+	}
+	return out, nil
+}
+
+// renderState carries what one render learns about its own failure.
+type renderState struct {
+	raised *TemplateError
+}
+
+func (s *renderState) raiseException(args *exec.VarArgs) (any, error) {
+	msg := ""
+	if len(args.Args) > 0 {
+		msg = args.Args[0].String()
+	}
+	s.raised = &TemplateError{Message: msg}
+	return nil, s.raised
+}
+
+func strftimeNow(args *exec.VarArgs) (any, error) {
+	if len(args.Args) != 1 || !args.Args[0].IsString() {
+		return nil, errors.New("strftime_now takes one format string")
+	}
+	return pyStrftime(time.Now(), args.Args[0].String()), nil
+}
+
+func templateConfig() *config.Config {
+	c := config.New()
+	c.TrimBlocks = true
+	c.LeftStripBlocks = true
+	c.KeepTrailingNewline = false
+	c.AutoEscape = false
+	return c
+}
+
+var (
+	envOnce sync.Once
+	env     *exec.Environment
+)
+
+// chatEnvironment is gonja's default environment with the filters, tests and
+// dict methods that differ from Python's Jinja2 replaced.
+func chatEnvironment() *exec.Environment {
+	envOnce.Do(func() {
+		filters := exec.NewFilterSet(map[string]exec.FilterFunction{}).Update(builtins.Filters)
+		mustReplace(filters.Replace("tojson", filterToJSON))
+		mustReplace(filters.Replace("items", filterItems))
+		mustReplace(filters.Replace("trim", filterTrim))
+		tests := exec.NewTestSet(map[string]exec.TestFunction{}).Update(builtins.Tests)
+		mustReplace(tests.Replace("false", testFalse))
+		mustReplace(tests.Replace("true", testTrue))
+		mustReplace(tests.Replace("sequence", testSequence))
+		methods := builtins.Methods
+		methods.Dict = orderedDictMethods
+		env = &exec.Environment{
+			Context:           exec.EmptyContext().Update(builtins.GlobalFunctions).Update(builtins.GlobalVariables),
+			Filters:           filters,
+			Tests:             tests,
+			ControlStructures: builtins.ControlStructures,
+			Methods:           methods,
+		}
+	})
+	return env
+}
+
+func mustReplace(err error) {
+	if err != nil {
+		panic("tokenizer: gonja environment: " + err.Error())
+	}
+}
+
+// trimGonjaError shortens gonja's parse errors, which embed the whole template source.
+func trimGonjaError(msg, source string) string {
+	if source != "" {
+		msg = strings.ReplaceAll(msg, source, "<template>")
+	}
+	return msg
+}
+
+// lastGonjaCause drops gonja's chain of "unable to evaluate ..." wrappers,
+// which repeat whole expressions, and keeps the innermost cause.
+func lastGonjaCause(msg string) string {
+	if i := strings.LastIndex(msg, ": "); i >= 0 && len(msg) > 400 {
+		return msg[i+2:]
+	}
+	return msg
+}

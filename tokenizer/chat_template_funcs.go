@@ -1,0 +1,317 @@
+package tokenizer
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nikolalohinski/gonja/v2/exec"
+)
+
+// This file holds the pieces of the template environment that make gonja
+// behave as Python's Jinja2 does for the constructs real chat templates use.
+
+// pyList is a list as templates see it. It exists to give negative indexing
+// Python's meaning (gonja's own lookup refuses x[-1] on a one-element list).
+type pyList []any
+
+// GetItem implements gonja's ItemGetter.
+func (l pyList) GetItem(key any) (*exec.Value, bool) {
+	i, ok := key.(int)
+	if !ok {
+		return exec.AsValue(nil), false
+	}
+	if i < 0 {
+		i += len(l)
+	}
+	if i < 0 || i >= len(l) {
+		return exec.AsValue(nil), false
+	}
+	return exec.ToValue(l[i]), true
+}
+
+// toTemplateValue converts request values to the engine's: Objects become
+// ordered gonja dicts, lists become pyLists. Other values pass unchanged.
+func toTemplateValue(v any) any {
+	switch t := v.(type) {
+	case Object:
+		d := &exec.Dict{Pairs: make([]*exec.Pair, len(t))}
+		for i, f := range t {
+			d.Pairs[i] = &exec.Pair{Key: exec.AsValue(f.Key), Value: exec.AsValue(toTemplateValue(f.Value))}
+		}
+		return d
+	case []any:
+		l := make(pyList, len(t))
+		for i, e := range t {
+			l[i] = toTemplateValue(e)
+		}
+		return l
+	case []Object:
+		l := make(pyList, len(t))
+		for i, e := range t {
+			l[i] = toTemplateValue(e)
+		}
+		return l
+	case []string:
+		l := make(pyList, len(t))
+		for i, e := range t {
+			l[i] = e
+		}
+		return l
+	}
+	return v
+}
+
+// filterToJSON is transformers' tojson: json.dumps(x, ensure_ascii=False,
+// indent=None, separators=None, sort_keys=False).
+func filterToJSON(_ *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.Value {
+	if in.IsError() {
+		return in
+	}
+	p := defaultPyJSON
+	for k, v := range params.KwArgs {
+		switch k {
+		case "indent":
+			if err := p.setIndent(v); err != nil {
+				return exec.AsValue(err)
+			}
+		case "ensure_ascii":
+			p.ensureASCII = v.IsTrue()
+		case "sort_keys":
+			p.sortKeys = v.IsTrue()
+		case "separators":
+			if v.IsNil() {
+				continue
+			}
+			if !v.IsList() || v.Len() != 2 {
+				return exec.AsValue(errors.New("tojson: separators must be a pair of strings"))
+			}
+			p.itemSep, p.keySep = v.Index(0).String(), v.Index(1).String()
+		default:
+			return exec.AsValue(fmt.Errorf("tojson: unexpected keyword argument %q", k))
+		}
+	}
+	if len(params.Args) > 0 {
+		if err := p.setIndent(params.Args[0]); err != nil {
+			return exec.AsValue(err)
+		}
+	}
+	if _, ok := params.KwArgs["separators"]; !ok && p.hasIndent {
+		p.itemSep = "," // Python's default item separator once indent is set
+	}
+	s, err := p.dumps(in)
+	if err != nil {
+		return exec.AsValue(err)
+	}
+	return exec.AsSafeValue(s)
+}
+
+func (p *pyJSON) setIndent(v *exec.Value) error {
+	switch {
+	case v.IsNil():
+		p.hasIndent = false
+	case v.IsInteger():
+		p.hasIndent, p.indent = true, strings.Repeat(" ", max(v.Integer(), 0))
+	case v.IsString():
+		p.hasIndent, p.indent = true, v.String()
+	default:
+		return fmt.Errorf("tojson: indent must be an int or a string, not %s", v.String())
+	}
+	return nil
+}
+
+// dictPairs lists a dict's keys and values in order (insertion order for
+// request objects; gonja's own maps have none, so they come sorted).
+func dictPairs(v *exec.Value) (keys, vals []*exec.Value) {
+	v.Iterate(func(_, _ int, k, val *exec.Value) bool {
+		keys = append(keys, k)
+		vals = append(vals, val)
+		return true
+	}, func() {})
+	return keys, vals
+}
+
+// filterItems is Jinja2's items filter, in the dict's own order.
+func filterItems(_ *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.Value {
+	if in.IsError() {
+		return in
+	}
+	if in.IsNil() {
+		return exec.AsValue(pyList{})
+	}
+	if !in.IsDict() {
+		return exec.AsValue(fmt.Errorf("items: %s is not a mapping", in.String()))
+	}
+	keys, vals := dictPairs(in)
+	out := make(pyList, len(keys))
+	for i := range keys {
+		out[i] = pyList{keys[i], vals[i]}
+	}
+	return exec.AsValue(out)
+}
+
+// pyWhitespace is what Python's str.strip() removes when given no argument.
+func pyWhitespace(r rune) bool {
+	switch r {
+	case ' ', '\t', '\n', '\v', '\f', '\r', 0x1c, 0x1d, 0x1e, 0x1f, 0x85, 0xa0,
+		0x1680, 0x2028, 0x2029, 0x202f, 0x205f, 0x3000:
+		return true
+	}
+	return r >= 0x2000 && r <= 0x200a
+}
+
+// filterTrim is Jinja2's trim: str.strip(chars).
+func filterTrim(_ *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.Value {
+	if in.IsError() {
+		return in
+	}
+	s := in.String()
+	chars := params.GetKeywordArgument("chars", nil)
+	if len(params.Args) > 0 {
+		chars = params.Args[0]
+	}
+	if chars.IsNil() {
+		return exec.AsValue(strings.TrimFunc(s, pyWhitespace))
+	}
+	return exec.AsValue(strings.Trim(s, chars.String()))
+}
+
+// Jinja2's "x is false" / "x is true" test identity with the booleans.
+func testFalse(_ *exec.Context, in *exec.Value, _ *exec.VarArgs) (bool, error) {
+	return in.IsBool() && !in.Bool(), nil
+}
+
+func testTrue(_ *exec.Context, in *exec.Value, _ *exec.VarArgs) (bool, error) {
+	return in.IsBool() && in.Bool(), nil
+}
+
+// testSequence: strings and dicts are sequences for Jinja2 too.
+func testSequence(_ *exec.Context, in *exec.Value, _ *exec.VarArgs) (bool, error) {
+	return in.IsList() || in.IsString() || in.IsDict(), nil
+}
+
+// orderedDictMethods are the dict methods templates call (items, keys,
+// values, get), answering in the dict's own order.
+var orderedDictMethods = exec.NewMethodSet[map[string]any](map[string]exec.Method[map[string]any]{
+	"items": func(_ map[string]any, self *exec.Value, args *exec.VarArgs) (any, error) {
+		if len(args.Args)+len(args.KwArgs) > 0 {
+			return nil, exec.ErrInvalidCall(errors.New("items() takes no arguments"))
+		}
+		keys, vals := dictPairs(self)
+		out := make(pyList, len(keys))
+		for i := range keys {
+			out[i] = pyList{keys[i], vals[i]}
+		}
+		return out, nil
+	},
+	"keys": func(_ map[string]any, self *exec.Value, args *exec.VarArgs) (any, error) {
+		if len(args.Args)+len(args.KwArgs) > 0 {
+			return nil, exec.ErrInvalidCall(errors.New("keys() takes no arguments"))
+		}
+		keys, _ := dictPairs(self)
+		out := make(pyList, len(keys))
+		for i, k := range keys {
+			out[i] = k
+		}
+		return out, nil
+	},
+	"values": func(_ map[string]any, self *exec.Value, args *exec.VarArgs) (any, error) {
+		if len(args.Args)+len(args.KwArgs) > 0 {
+			return nil, exec.ErrInvalidCall(errors.New("values() takes no arguments"))
+		}
+		_, vals := dictPairs(self)
+		out := make(pyList, len(vals))
+		for i, v := range vals {
+			out[i] = v
+		}
+		return out, nil
+	},
+	"get": func(_ map[string]any, self *exec.Value, args *exec.VarArgs) (any, error) {
+		if len(args.Args) < 1 || len(args.Args) > 2 {
+			return nil, exec.ErrInvalidCall(errors.New("get() takes 1 or 2 positional arguments"))
+		}
+		keys, vals := dictPairs(self)
+		for i, k := range keys {
+			if k.EqualValueTo(args.Args[0]) {
+				return vals[i], nil
+			}
+		}
+		if len(args.Args) == 2 {
+			return args.Args[1], nil
+		}
+		return nil, nil
+	},
+})
+
+// pyStrftime formats t with Python's strftime directives (C locale).
+func pyStrftime(t time.Time, format string) string {
+	var b strings.Builder
+	for i := 0; i < len(format); i++ {
+		c := format[i]
+		if c != '%' || i+1 == len(format) {
+			b.WriteByte(c)
+			continue
+		}
+		i++
+		switch format[i] {
+		case 'a':
+			b.WriteString(t.Weekday().String()[:3])
+		case 'A':
+			b.WriteString(t.Weekday().String())
+		case 'b', 'h':
+			b.WriteString(t.Month().String()[:3])
+		case 'B':
+			b.WriteString(t.Month().String())
+		case 'd':
+			fmt.Fprintf(&b, "%02d", t.Day())
+		case 'e':
+			fmt.Fprintf(&b, "%2d", t.Day())
+		case 'm':
+			fmt.Fprintf(&b, "%02d", int(t.Month()))
+		case 'y':
+			fmt.Fprintf(&b, "%02d", t.Year()%100)
+		case 'Y':
+			b.WriteString(strconv.Itoa(t.Year()))
+		case 'H':
+			fmt.Fprintf(&b, "%02d", t.Hour())
+		case 'I':
+			h := t.Hour() % 12
+			if h == 0 {
+				h = 12
+			}
+			fmt.Fprintf(&b, "%02d", h)
+		case 'M':
+			fmt.Fprintf(&b, "%02d", t.Minute())
+		case 'S':
+			fmt.Fprintf(&b, "%02d", t.Second())
+		case 'p':
+			if t.Hour() < 12 {
+				b.WriteString("AM")
+			} else {
+				b.WriteString("PM")
+			}
+		case 'j':
+			fmt.Fprintf(&b, "%03d", t.YearDay())
+		case 'f':
+			fmt.Fprintf(&b, "%06d", t.Nanosecond()/1000)
+		case 'z':
+			b.WriteString(t.Format("-0700"))
+		case 'Z':
+			b.WriteString(t.Format("MST"))
+		case 'w':
+			b.WriteString(strconv.Itoa(int(t.Weekday())))
+		case 'F':
+			b.WriteString(t.Format("2006-01-02"))
+		case 'T':
+			b.WriteString(t.Format("15:04:05"))
+		case '%':
+			b.WriteByte('%')
+		default:
+			b.WriteByte('%')
+			b.WriteByte(format[i])
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,278 @@
+// Regenerates kvroute's chat-template golden vectors:
+//   cd tokenizer/gen && npm ci && node chat.mjs
+//
+// Each case is an OpenAI chat completions body. It is turned into template
+// input the way vLLM does (content parts joined with "\n", null content ""
+// , tool call arguments parsed into objects, only role/content/tool_calls/
+// reasoning/tool_call_id/name kept), rendered with @huggingface/jinja (which
+// renders as Python's Jinja2 does) with transformers' variables (special tokens
+// from tokenizer_config.json, messages, tools, add_generation_prompt, then
+// chat_template_kwargs), and encoded with the Hugging Face tokenizers library
+// without adding special tokens, as vLLM encodes rendered chats.
+//
+// Output: ../testdata/chat/<template>.jsonl, one case per line:
+//   {"case", "template", "tokenizer", "request", "text", "ids"} or {..., "error"}.
+import { readFileSync, writeFileSync, mkdirSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+import { dirname, join } from "node:path";
+import { Template } from "@huggingface/jinja";
+import { Tokenizer } from "tokenizers";
+
+const here = dirname(fileURLToPath(import.meta.url));
+const testdata = join(here, "..", "testdata");
+const templates = JSON.parse(readFileSync(join(testdata, "chat_templates.json"), "utf8"));
+
+// Which real template renders with which tokenizer folder.
+const families = [
+  { name: "llama3.1", key: "library/llama3.1:8b", tokenizer: "llama3" },
+  { name: "qwen2.5", key: "library/qwen2.5:0.5b", tokenizer: "qwen3" },
+  { name: "qwen3", key: "library/qwen3:0.6b", tokenizer: "qwen3" },
+  { name: "mistral", key: "library/mistral:7b-instruct-fp16", tokenizer: "mistral-sp" },
+  { name: "deepseek-v3", key: "library/deepseek-v3:671b", tokenizer: "deepseek_v3" },
+];
+
+const weatherTool = {
+  type: "function",
+  function: {
+    name: "get_weather",
+    description: "Current weather for a city — in °C, \"quoted\" & <b>bold</b>",
+    parameters: {
+      type: "object",
+      properties: {
+        city: { type: "string", description: "City name, e.g. Zürich or 東京" },
+        unit: { enum: ["celsius", "fahrenheit"], type: "string" },
+      },
+      required: ["city"],
+    },
+  },
+};
+const searchTool = {
+  type: "function",
+  function: {
+    name: "search",
+    parameters: { properties: { query: { type: "string" }, limit: { type: "integer", default: 5 } }, type: "object" },
+    description: "Search the web",
+  },
+};
+
+const cases = [
+  {
+    case: "system_multi_turn",
+    body: {
+      model: "m",
+      messages: [
+        { role: "system", content: "You are a terse assistant.  " },
+        { role: "user", content: "What is the capital of France?" },
+        { role: "assistant", content: "Paris." },
+        { role: "user", content: "And of Japan? Answer in 日本語 😀" },
+        { role: "assistant", content: "東京です。" },
+        { role: "user", content: "Thanks!\n\nOne more:  what's 2+2?" },
+      ],
+    },
+  },
+  {
+    case: "multi_turn",
+    body: {
+      messages: [
+        { role: "user", content: "  Leading and trailing spaces  " },
+        { role: "assistant", content: "Noted.\n" },
+        { role: "user", content: "Tabs\tand\r\nnewlines, code: `for i in range(10):\n    print(i)`" },
+      ],
+    },
+  },
+  {
+    case: "single_turn",
+    body: { messages: [{ role: "user", content: "Hello there" }] },
+  },
+  {
+    case: "content_parts",
+    body: {
+      messages: [
+        { role: "user", content: [{ type: "text", text: "First part." }, { type: "text", text: "Second part  " }] },
+      ],
+      add_generation_prompt: true,
+    },
+  },
+  {
+    case: "no_generation_prompt",
+    body: {
+      messages: [
+        { role: "user", content: "Say hi." },
+        { role: "assistant", content: "Hi!" },
+      ],
+      add_generation_prompt: false,
+    },
+  },
+  {
+    case: "tools",
+    body: {
+      messages: [
+        { role: "system", content: "Use tools when helpful." },
+        { role: "user", content: "Weather in Zürich?" },
+        {
+          role: "assistant",
+          content: null,
+          tool_calls: [
+            {
+              id: "call_1",
+              type: "function",
+              function: { name: "get_weather", arguments: "{\"unit\": \"celsius\", \"city\": \"Zürich\"}" },
+            },
+          ],
+        },
+        { role: "tool", tool_call_id: "call_1", content: "{\"temp\": 21.5, \"sky\": \"clear\"}" },
+        { role: "user", content: "And tomorrow?" },
+      ],
+      tools: [weatherTool, searchTool],
+    },
+  },
+  {
+    case: "role_alternation",
+    body: {
+      messages: [
+        { role: "user", content: "first" },
+        { role: "user", content: "second" },
+      ],
+    },
+  },
+  {
+    case: "template_kwargs",
+    body: {
+      messages: [
+        { role: "system", content: "Be brief." },
+        { role: "user", content: "Plan a trip." },
+      ],
+      chat_template_kwargs: { enable_thinking: false, date_string: "01 Jan 2026" },
+    },
+  },
+  {
+    case: "reasoning_history",
+    body: {
+      messages: [
+        { role: "user", content: "2+2?" },
+        { role: "assistant", content: "<think>\nadd them\n</think>\n\n4" },
+        { role: "user", content: "3+3?" },
+      ],
+    },
+  },
+];
+
+// normalize applies vLLM's message preprocessing (string content format).
+function normalize(messages) {
+  return messages.map((m) => {
+    const out = { role: m.role, content: contentText(m.content) };
+    if (m.role === "assistant") {
+      if (m.tool_calls != null && m.tool_calls.length > 0) {
+        out.tool_calls = m.tool_calls.map((call) => {
+          const fn = { ...call.function, arguments: parseArguments(call.function.arguments) };
+          return { ...call, function: fn };
+        });
+      }
+      if (m.reasoning != null) {
+        out.reasoning = m.reasoning;
+        out.reasoning_content = m.reasoning;
+      }
+    } else if (m.role === "tool" && m.tool_call_id != null) {
+      out.tool_call_id = m.tool_call_id;
+    }
+    if (typeof m.name === "string" && m.name !== "") out.name = m.name;
+    return out;
+  });
+}
+
+function contentText(content) {
+  if (content == null) return "";
+  if (typeof content === "string") return content;
+  return content
+    .map((p) => (typeof p === "string" ? p : p.text))
+    .filter((t) => t != null)
+    .join("\n");
+}
+
+function parseArguments(args) {
+  if (!args) return {};
+  if (typeof args === "object") return Array.isArray(args) ? {} : args;
+  try {
+    const v = JSON.parse(args);
+    return v !== null && typeof v === "object" && !Array.isArray(v) ? v : {};
+  } catch {
+    return {};
+  }
+}
+
+// specialTokens mirrors transformers' special_tokens_map.
+function specialTokens(config) {
+  const out = {};
+  for (const key of ["bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"]) {
+    const v = config[key];
+    const s = typeof v === "string" ? v : v && typeof v === "object" ? v.content : null;
+    if (s) out[key] = s;
+  }
+  if (Array.isArray(config.additional_special_tokens) && config.additional_special_tokens.length > 0) {
+    out.additional_special_tokens = config.additional_special_tokens.map((t) => (typeof t === "string" ? t : t.content));
+  }
+  return out;
+}
+
+// pythonTypeError reports what Python's Jinja2 raises where @huggingface/jinja
+// instead stringifies an object inside a string concatenation.
+function pythonDivergence(text) {
+  if (text.includes("[object Map]") || text.includes("[object Object]")) {
+    return 'can only concatenate str (not "dict") to str';
+  }
+  return null;
+}
+
+const out = join(testdata, "chat");
+mkdirSync(out, { recursive: true });
+const tokenizers = new Map();
+for (const fam of families) {
+  const dir = join(testdata, fam.tokenizer);
+  if (!tokenizers.has(fam.tokenizer)) tokenizers.set(fam.tokenizer, Tokenizer.fromFile(join(dir, "tokenizer.json")));
+  const tok = tokenizers.get(fam.tokenizer);
+  const config = JSON.parse(readFileSync(join(dir, "tokenizer_config.json"), "utf8"));
+  const template = new Template(templates[fam.key]);
+  const lines = [];
+  for (const c of cases) {
+    const body = c.body;
+    const vars = {
+      ...specialTokens(config),
+      messages: normalize(body.messages),
+      tools: body.tools ?? null,
+      documents: null,
+      add_generation_prompt: body.add_generation_prompt ?? true,
+      ...(body.chat_template_kwargs ?? {}),
+    };
+    const rec = { case: c.case, template: fam.key, tokenizer: fam.tokenizer, request: body };
+    try {
+      const text = template.render(vars);
+      const divergence = pythonDivergence(text);
+      if (divergence) {
+        rec.error = divergence;
+      } else {
+        rec.text = text;
+        rec.ids = (await tok.encode(text, null, { addSpecialTokens: false })).getIds();
+      }
+    } catch (e) {
+      rec.error = e.message;
+    }
+    lines.push(JSON.stringify(rec));
+  }
+  writeFileSync(join(out, fam.name + ".jsonl"), lines.join("\n") + "\n");
+  console.log(fam.name, lines.length, "cases");
+}
+
+// A probe template that prints what templates receive, so the Go side proves
+// it hands them the same ordered structures (request key order, vLLM's
+// message rebuilding, Python's json.dumps spelling).
+const probe = new Template("{{ tools | tojson }}\n{{ messages | tojson(indent=2) }}\n{{ messages[-1]['role'] }}");
+const probeLines = cases.map((c) =>
+  JSON.stringify({
+    case: c.case,
+    template: "probe",
+    request: c.body,
+    text: probe.render({ messages: normalize(c.body.messages), tools: c.body.tools ?? null }),
+  }),
+);
+writeFileSync(join(out, "probe.jsonl"), probeLines.join("\n") + "\n");
+console.log("probe", probeLines.length, "cases");
