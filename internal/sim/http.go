@@ -1,0 +1,296 @@
+package sim
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// maxBodyBytes bounds request bodies.
+const maxBodyBytes = 64 << 20
+
+// Handler returns the worker's HTTP API: the OpenAI endpoints, /health and
+// /metrics.
+func (w *Worker) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/completions", func(rw http.ResponseWriter, r *http.Request) { w.serveGenerate(rw, r, false) })
+	mux.HandleFunc("POST /v1/chat/completions", func(rw http.ResponseWriter, r *http.Request) { w.serveGenerate(rw, r, true) })
+	mux.HandleFunc("GET /v1/models", w.serveModels)
+	mux.HandleFunc("GET /health", func(rw http.ResponseWriter, r *http.Request) { rw.WriteHeader(http.StatusOK) })
+	mux.Handle("GET /metrics", promhttp.HandlerFor(w.metrics.reg, promhttp.HandlerOpts{}))
+	return mux
+}
+
+func (w *Worker) serveModels(rw http.ResponseWriter, _ *http.Request) {
+	writeJSON(rw, http.StatusOK, modelList{Object: "list", Data: []modelCard{{
+		ID: w.cfg.Model, Object: "model", Created: w.created, OwnedBy: "kvsim", Root: w.cfg.Model,
+		MaxModelLen: w.cfg.Engine.TotalTokens(),
+	}}})
+}
+
+func writeJSON(rw http.ResponseWriter, code int, v any) {
+	rw.Header().Set("Content-Type", "application/json")
+	rw.WriteHeader(code)
+	_ = json.NewEncoder(rw).Encode(v)
+}
+
+func writeError(rw http.ResponseWriter, code int, typ, msg string) {
+	writeJSON(rw, code, apiError{Error: apiErrorBody{Message: msg, Type: typ, Code: code}})
+}
+
+// prompt tokenizes the request as vLLM would.
+func (w *Worker) prompt(body []byte, req apiRequest, chat bool) ([]int32, error) {
+	var ids []uint32
+	var err error
+	if chat {
+		if len(req.Messages) == 0 {
+			return nil, fmt.Errorf("%w: messages is required", errBadRequest)
+		}
+		ids, err = w.encoder.EncodeChat(body)
+	} else {
+		p, perr := parsePrompt(req.Prompt)
+		if perr != nil {
+			return nil, perr
+		}
+		if p.isIDs {
+			return p.tokens, nil
+		}
+		ids, err = w.encoder.EncodeCompletion(p.text)
+	}
+	if err != nil {
+		if errors.Is(err, errBadRequest) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: %v", errBadRequest, err)
+	}
+	out := make([]int32, len(ids))
+	for i, id := range ids {
+		out[i] = int32(id)
+	}
+	return out, nil
+}
+
+func (w *Worker) serveGenerate(rw http.ResponseWriter, r *http.Request, chat bool) {
+	arrived := time.Now()
+	body, err := io.ReadAll(http.MaxBytesReader(rw, r.Body, maxBodyBytes))
+	if err != nil {
+		writeError(rw, http.StatusBadRequest, "BadRequestError", "reading body: "+err.Error())
+		return
+	}
+	req, err := parseAPIRequest(body)
+	if err != nil {
+		writeError(rw, http.StatusBadRequest, "BadRequestError", err.Error())
+		return
+	}
+	if req.Model != "" && req.Model != w.cfg.Model {
+		writeError(rw, http.StatusNotFound, "NotFoundError", fmt.Sprintf("The model `%s` does not exist.", req.Model))
+		return
+	}
+	def := 16
+	if chat {
+		def = w.cfg.DefaultMaxTokens
+	}
+	maxTokens, err := req.maxTokens(def)
+	if err != nil {
+		writeError(rw, http.StatusBadRequest, "BadRequestError", err.Error())
+		return
+	}
+	prompt, err := w.prompt(body, req, chat)
+	if err != nil {
+		writeError(rw, http.StatusBadRequest, "BadRequestError", err.Error())
+		return
+	}
+	if len(prompt) == 0 {
+		writeError(rw, http.StatusBadRequest, "BadRequestError", "the prompt is empty")
+		return
+	}
+	if limit := w.cfg.Engine.TotalTokens(); len(prompt)+maxTokens > limit {
+		writeError(rw, http.StatusBadRequest, "BadRequestError", fmt.Sprintf(
+			"This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion).",
+			limit, len(prompt)+maxTokens, len(prompt), maxTokens))
+		return
+	}
+	id := w.nextID.Add(1)
+	st := newStream(maxTokens)
+	w.run.submit(command{kind: cmdAdd, id: id, prompt: prompt, max: maxTokens, st: st})
+	g := &generation{w: w, rw: rw, chat: chat, stream: req.Stream, arrived: arrived, max: maxTokens}
+	if chat {
+		g.id = "chatcmpl-" + w.cfg.ID + "-" + strconv.FormatUint(id, 10)
+	} else {
+		g.id = "cmpl-" + w.cfg.ID + "-" + strconv.FormatUint(id, 10)
+	}
+	if err := g.follow(r, st); err != nil {
+		w.run.submit(command{kind: cmdAbort, id: id})
+		w.metrics.aborted.Inc()
+		w.log.Debug("request aborted", "id", g.id, "err", err)
+	}
+}
+
+// generation writes one request's response as its tokens arrive.
+type generation struct {
+	w       *Worker
+	rw      http.ResponseWriter
+	bw      *bufio.Writer
+	flusher http.Flusher
+	chat    bool
+	stream  bool
+	id      string
+	arrived time.Time
+	last    time.Time
+	max     int
+	text    strings.Builder
+	n       int
+}
+
+// follow waits for tokens and writes them; an error means the request must
+// be aborted (client gone or worker stopped).
+func (g *generation) follow(r *http.Request, st *stream) error {
+	created := g.arrived.Unix()
+	if g.stream {
+		h := g.rw.Header()
+		h.Set("Content-Type", "text/event-stream")
+		h.Set("Cache-Control", "no-cache")
+		g.rw.WriteHeader(http.StatusOK)
+		g.bw = bufio.NewWriterSize(g.rw, 4096)
+		g.flusher, _ = g.rw.(http.Flusher)
+		if g.chat {
+			g.event(chatResponse{ID: g.id, Object: "chat.completion.chunk", Created: created, Model: g.w.cfg.Model,
+				Choices: []chatChoice{{Delta: &chatMessage{Role: "assistant", Content: ""}}}})
+		}
+		if err := g.flush(); err != nil {
+			return err
+		}
+	}
+	var buf []int32
+	var tbuf []time.Time
+	for {
+		select {
+		case <-st.notify:
+		case <-r.Context().Done():
+			return r.Context().Err()
+		}
+		snap := st.since(g.n, buf, tbuf)
+		buf, tbuf = snap.tokens, snap.times
+		if snap.err != nil {
+			if !g.stream {
+				writeError(g.rw, http.StatusServiceUnavailable, "ServiceUnavailableError", snap.err.Error())
+			} else {
+				g.event(apiError{Error: apiErrorBody{Message: snap.err.Error(), Type: "ServiceUnavailableError", Code: 503}})
+				_ = g.flush()
+			}
+			return snap.err
+		}
+		g.observe(snap.times)
+		for i, tok := range snap.tokens {
+			last := snap.finished && i == len(snap.tokens)-1
+			g.token(tok, last, created)
+		}
+		g.n += len(snap.tokens)
+		if g.stream && len(snap.tokens) > 0 {
+			if err := g.flush(); err != nil {
+				return err
+			}
+		}
+		if snap.finished {
+			return g.finish(snap, created)
+		}
+	}
+}
+
+// observe records TTFT and inter-token latencies from the times the worker
+// produced the new tokens.
+func (g *generation) observe(times []time.Time) {
+	m := g.w.metrics
+	for i, at := range times {
+		if g.n == 0 && i == 0 {
+			m.ttft.Observe(at.Sub(g.arrived).Seconds())
+		} else {
+			m.itl.Observe(at.Sub(g.last).Seconds())
+		}
+		g.last = at
+	}
+}
+
+var finishLength = "length"
+
+func (g *generation) token(tok int32, last bool, created int64) {
+	text := tokenText(tok)
+	if !g.stream {
+		g.text.WriteString(text)
+		return
+	}
+	var fr *string
+	if last {
+		fr = &finishLength
+	}
+	if g.chat {
+		g.event(chatResponse{ID: g.id, Object: "chat.completion.chunk", Created: created, Model: g.w.cfg.Model,
+			Choices: []chatChoice{{Delta: &chatMessage{Content: text}, FinishReason: fr}}})
+	} else {
+		g.event(completionResponse{ID: g.id, Object: "text_completion", Created: created, Model: g.w.cfg.Model,
+			Choices: []completionChoice{{Text: text, FinishReason: fr}}})
+	}
+}
+
+func (g *generation) finish(snap snapshot, created int64) error {
+	m := g.w.metrics
+	m.e2e.Observe(time.Since(g.arrived).Seconds())
+	m.promptToks.Add(float64(snap.promptTokens))
+	m.genToks.Add(float64(g.n))
+	m.success.Inc()
+	u := &usage{
+		PromptTokens: snap.promptTokens, CompletionTokens: g.n, TotalTokens: snap.promptTokens + g.n,
+		PromptTokensDetails: &promptDetail{CachedTokens: snap.cachedTokens},
+	}
+	if g.stream {
+		// vLLM sends usage in a last chunk with no choices when
+		// stream_options.include_usage is set; kvsim always does.
+		if g.chat {
+			g.event(chatResponse{ID: g.id, Object: "chat.completion.chunk", Created: created, Model: g.w.cfg.Model,
+				Choices: []chatChoice{}, Usage: u})
+		} else {
+			g.event(completionResponse{ID: g.id, Object: "text_completion", Created: created, Model: g.w.cfg.Model,
+				Choices: []completionChoice{}, Usage: u})
+		}
+		g.bw.WriteString("data: [DONE]\n\n")
+		return g.flush()
+	}
+	if g.chat {
+		writeJSON(g.rw, http.StatusOK, chatResponse{ID: g.id, Object: "chat.completion", Created: created, Model: g.w.cfg.Model,
+			Choices: []chatChoice{{Message: &chatMessage{Role: "assistant", Content: g.text.String()}, FinishReason: &finishLength}},
+			Usage:   u})
+	} else {
+		writeJSON(g.rw, http.StatusOK, completionResponse{ID: g.id, Object: "text_completion", Created: created, Model: g.w.cfg.Model,
+			Choices: []completionChoice{{Text: g.text.String(), FinishReason: &finishLength}}, Usage: u})
+	}
+	return nil
+}
+
+// event writes one SSE event: "data: <json>\n\n".
+func (g *generation) event(v any) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return
+	}
+	g.bw.WriteString("data: ")
+	g.bw.Write(data)
+	g.bw.WriteString("\n\n")
+}
+
+func (g *generation) flush() error {
+	if err := g.bw.Flush(); err != nil {
+		return fmt.Errorf("write to client: %w", err)
+	}
+	if g.flusher != nil {
+		g.flusher.Flush()
+	}
+	return nil
+}

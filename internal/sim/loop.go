@@ -1,0 +1,182 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// errWorkerStopped ends streams of requests still in flight when a worker
+// stops.
+var errWorkerStopped = errors.New("worker stopped")
+
+// maxLag bounds how far the simulated clock may fall behind real time
+// before it is resynchronised, so a starved process does not replay a burst.
+const maxLag = 50 * time.Millisecond
+
+// minSleep is the shortest wait worth a timer; shorter debts accumulate.
+const minSleep = 200 * time.Microsecond
+
+// command is an operation handed to the loop goroutine.
+type command struct {
+	kind   commandKind
+	id     uint64
+	prompt []int32
+	max    int
+	st     *stream
+}
+
+type commandKind uint8
+
+const (
+	cmdAdd commandKind = iota
+	cmdAbort
+	cmdReset
+)
+
+// runner owns an Engine and steps it in scaled real time on one goroutine.
+// Other goroutines talk to it only through submit.
+type runner struct {
+	eng    *Engine
+	timing *TimingModel
+	total  int
+	// onStep runs on the loop after each step's simulated time elapsed,
+	// before outputs are delivered; it receives the step's result.
+	onStep func(*StepResult)
+	// flush runs on the loop after commands are applied and after each
+	// step; the worker hands the engine's KV events on from there.
+	flush func()
+
+	mu      sync.Mutex
+	inbox   []command
+	spare   []command
+	wake    chan struct{}
+	streams map[uint64]*stream
+
+	// Snapshot for metrics and load reports, written by the loop.
+	running, waiting, usedBlocks atomic.Int64
+	prefixQueries, prefixHits    atomic.Uint64
+	steps                        atomic.Uint64
+}
+
+func newRunner(eng *Engine, timing *TimingModel) *runner {
+	return &runner{
+		eng:     eng,
+		timing:  timing,
+		total:   eng.Config().TotalTokens(),
+		wake:    make(chan struct{}, 1),
+		streams: make(map[uint64]*stream),
+	}
+}
+
+func (r *runner) submit(c command) {
+	r.mu.Lock()
+	r.inbox = append(r.inbox, c)
+	r.mu.Unlock()
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// drain applies queued commands to the engine.
+func (r *runner) drain() {
+	r.mu.Lock()
+	cmds := r.inbox
+	r.inbox = r.spare[:0]
+	r.mu.Unlock()
+	for i := range cmds {
+		c := &cmds[i]
+		switch c.kind {
+		case cmdAdd:
+			if err := r.eng.Add(c.id, c.prompt, c.max); err != nil {
+				c.st.fail(err)
+				break
+			}
+			r.streams[c.id] = c.st
+		case cmdAbort:
+			r.eng.Abort(c.id)
+			delete(r.streams, c.id)
+		case cmdReset:
+			r.eng.Reset()
+		}
+		*c = command{}
+	}
+	r.spare = cmds[:0]
+	r.publishStats()
+	if r.flush != nil {
+		r.flush()
+	}
+}
+
+func (r *runner) publishStats() {
+	st := r.eng.Stats()
+	r.running.Store(int64(st.Running))
+	r.waiting.Store(int64(st.Waiting))
+	r.usedBlocks.Store(int64(st.UsedBlocks))
+	r.prefixQueries.Store(st.PrefixQueries)
+	r.prefixHits.Store(st.PrefixHits)
+}
+
+// run steps the engine until ctx ends, then fails every open stream.
+func (r *runner) run(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer func() {
+		for id, st := range r.streams {
+			st.fail(errWorkerStopped)
+			delete(r.streams, id)
+		}
+	}()
+	var clock time.Time
+	for {
+		r.drain()
+		if !r.eng.HasWork() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-r.wake:
+			}
+			continue
+		}
+		res := r.eng.Step()
+		r.steps.Add(1)
+		d := r.timing.StepDuration(res, r.total)
+		now := time.Now()
+		if clock.Before(now.Add(-maxLag)) {
+			clock = now
+		}
+		clock = clock.Add(d)
+		if wait := clock.Sub(now); wait > minSleep {
+			timer.Reset(wait)
+			select {
+			case <-ctx.Done():
+				timer.Stop()
+				return
+			case <-timer.C:
+			}
+		} else if ctx.Err() != nil {
+			return
+		}
+		if r.onStep != nil {
+			r.onStep(res)
+		}
+		at := time.Now()
+		for _, o := range res.Outputs {
+			st, ok := r.streams[o.ID]
+			if !ok {
+				continue
+			}
+			st.deliver(o, at)
+			if o.Finished {
+				delete(r.streams, o.ID)
+			}
+		}
+		r.publishStats()
+		if r.flush != nil {
+			r.flush()
+		}
+	}
+}

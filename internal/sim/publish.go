@@ -1,0 +1,226 @@
+package sim
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/kvroute/kvroute/internal/vllmzmq"
+	"github.com/kvroute/kvroute/kvindex"
+)
+
+// Event batching defaults: a batch closes at this many events or this long
+// after its first event, whichever comes first.
+const (
+	DefaultEventBatchMax      = 256
+	DefaultEventFlushInterval = 10 * time.Millisecond
+)
+
+var mediumGPU = kvindex.MediumGPU
+
+// toKVIndex converts an engine event to kvindex's mirror of vLLM's types,
+// copying the engine's slices.
+func toKVIndex(e Event) kvindex.Event {
+	switch e.Kind {
+	case BlockStored:
+		ev := kvindex.BlockStored{
+			BlockHashes: make([]kvindex.EngineHash, len(e.Hashes)),
+			TokenIDs:    make([]uint32, len(e.Tokens)),
+			BlockSize:   e.BlockSize,
+			Medium:      &mediumGPU,
+		}
+		for i, h := range e.Hashes {
+			ev.BlockHashes[i] = kvindex.HashInt(h)
+		}
+		for i, t := range e.Tokens {
+			ev.TokenIDs[i] = uint32(t)
+		}
+		if e.HasParent {
+			p := kvindex.HashInt(e.Parent)
+			ev.ParentBlockHash = &p
+		}
+		return ev
+	case BlockRemoved:
+		ev := kvindex.BlockRemoved{BlockHashes: make([]kvindex.EngineHash, len(e.Hashes)), Medium: &mediumGPU}
+		for i, h := range e.Hashes {
+			ev.BlockHashes[i] = kvindex.HashInt(h)
+		}
+		return ev
+	default:
+		return kvindex.AllBlocksCleared{}
+	}
+}
+
+// eventPublisher batches a worker's KV events and publishes each batch,
+// encoded as vLLM's KVEventBatch, to NATS (with the Kvroute-Seq header) and
+// optionally to a vLLM-style ZMQ PUB socket. Sequence numbers start at 0
+// and grow by one per batch, as vLLM's do; a dropped batch still consumes
+// its number so consumers see the gap.
+type eventPublisher struct {
+	nc      *nats.Conn
+	subject string
+	zmq     *vllmzmq.Publisher
+	rank    int
+	max     int
+	every   time.Duration
+	log     *slog.Logger
+
+	mu      sync.Mutex
+	pending []kvindex.Event
+	kick    chan struct{}
+	full    chan struct{}
+
+	// Only the run goroutine touches these.
+	seq uint64
+	buf []byte
+
+	dropNext, dupNext atomic.Int64
+	published         atomic.Uint64
+	dropped           atomic.Uint64
+	failures          atomic.Uint64
+}
+
+func newEventPublisher(nc *nats.Conn, subject string, zmq *vllmzmq.Publisher, rank, max int, every time.Duration, log *slog.Logger) *eventPublisher {
+	if max <= 0 {
+		max = DefaultEventBatchMax
+	}
+	if every <= 0 {
+		every = DefaultEventFlushInterval
+	}
+	return &eventPublisher{
+		nc: nc, subject: subject, zmq: zmq, rank: rank, max: max, every: every, log: log,
+		kick: make(chan struct{}, 1), full: make(chan struct{}, 1),
+	}
+}
+
+// add queues events; called by the worker loop.
+func (p *eventPublisher) add(evs []kvindex.Event) {
+	if len(evs) == 0 {
+		return
+	}
+	p.mu.Lock()
+	wasEmpty := len(p.pending) == 0
+	p.pending = append(p.pending, evs...)
+	n := len(p.pending)
+	p.mu.Unlock()
+	if wasEmpty {
+		signal(p.kick)
+	}
+	if n >= p.max {
+		signal(p.full)
+	}
+}
+
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// run flushes batches until ctx ends, then flushes what is left.
+func (p *eventPublisher) run(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			p.flush()
+			return
+		case <-p.kick:
+		}
+		timer.Reset(p.every)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			p.flush()
+			return
+		case <-timer.C:
+		case <-p.full:
+			timer.Stop()
+		}
+		p.flush()
+	}
+}
+
+// flush publishes everything pending in batches of at most max events.
+func (p *eventPublisher) flush() {
+	p.mu.Lock()
+	evs := p.pending
+	p.pending = nil
+	p.mu.Unlock()
+	for len(evs) > 0 {
+		n := min(len(evs), p.max)
+		p.publish(evs[:n])
+		evs = evs[n:]
+	}
+}
+
+func (p *eventPublisher) publish(evs []kvindex.Event) {
+	rank := p.rank
+	b := kvindex.EventBatch{
+		TS:     float64(time.Now().UnixNano()) / 1e9,
+		Events: evs,
+		DPRank: &rank,
+		Format: kvindex.FormatArray,
+	}
+	var err error
+	p.buf, err = kvindex.AppendBatch(p.buf[:0], b)
+	if err != nil {
+		p.failures.Add(1)
+		p.log.Error("encode KV event batch", "err", err)
+		return
+	}
+	seq := p.seq
+	p.seq++
+	if p.zmq != nil {
+		// The ZMQ publisher numbers batches itself (the same 0, 1, 2, ...) and
+		// keeps payloads for replay, so it gets its own copy. Faults apply to
+		// NATS only: ZMQ consumers have replay to test against instead.
+		if _, err := p.zmq.Publish(append([]byte(nil), p.buf...)); err != nil {
+			p.failures.Add(1)
+			p.log.Warn("publish KV events to ZMQ", "seq", seq, "err", err)
+		}
+	}
+	if p.nc == nil {
+		p.published.Add(1)
+		return
+	}
+	if takeOne(&p.dropNext) {
+		p.dropped.Add(1)
+		p.log.Info("fault: dropped KV event batch", "seq", seq)
+		return
+	}
+	copies := 1
+	if takeOne(&p.dupNext) {
+		copies = 2
+		p.log.Info("fault: duplicated KV event batch", "seq", seq)
+	}
+	for range copies {
+		msg := &nats.Msg{Subject: p.subject, Data: p.buf, Header: nats.Header{}}
+		msg.Header.Set(kvindex.SeqHeader, strconv.FormatUint(seq, 10))
+		if err := p.nc.PublishMsg(msg); err != nil {
+			p.failures.Add(1)
+			p.log.Warn("publish KV events to NATS", "seq", seq, "err", err)
+		}
+	}
+	p.published.Add(1)
+}
+
+// takeOne decrements a positive counter and reports whether it did.
+func takeOne(c *atomic.Int64) bool {
+	for {
+		n := c.Load()
+		if n <= 0 {
+			return false
+		}
+		if c.CompareAndSwap(n, n-1) {
+			return true
+		}
+	}
+}
