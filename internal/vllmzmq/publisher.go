@@ -192,6 +192,24 @@ func (p *Publisher) Publish(payload []byte) (uint64, error) {
 	return seq, nil
 }
 
+// PublishDropped numbers and buffers a batch for replay without sending it,
+// as when a real PUB socket drops a message at its high-water mark or a
+// subscriber's connection loses it. Simulators and tests use it to make
+// sequence gaps on purpose.
+func (p *Publisher) PublishDropped(payload []byte) (uint64, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return 0, errors.New("vllmzmq: publisher is closed")
+	}
+	seq := p.next
+	p.next++
+	buf := make([]byte, len(payload))
+	copy(buf, payload)
+	p.push(Replayed{Seq: seq, Payload: buf})
+	return seq, nil
+}
+
 // NextSeq returns the sequence number the next Publish will use.
 func (p *Publisher) NextSeq() uint64 {
 	p.mu.Lock()
