@@ -69,12 +69,14 @@ func decodeBatchArray(r *reader, b *EventBatch) error {
 		}
 	}
 	for i := 3; i < n; i++ {
-		if err := r.skip(); err != nil {
+		v, err := r.raw()
+		if err != nil {
 			return fmt.Errorf("batch field %d: %w", i, err)
 		}
+		b.Unknown = append(b.Unknown, UnknownField{Value: v})
 	}
 	if n != 3 {
-		b.WireFields = n
+		b.WireFields = min(n, 3)
 	}
 	return nil
 }
@@ -106,9 +108,11 @@ func decodeBatchMap(r *reader, b *EventBatch) error {
 				return err
 			}
 		default:
-			if err := r.skip(); err != nil {
+			v, err := r.raw()
+			if err != nil {
 				return fmt.Errorf("batch %q: %w", key, err)
 			}
+			b.Unknown = append(b.Unknown, UnknownField{Name: key, Value: v})
 		}
 	}
 	if !haveTS || !haveEvents {

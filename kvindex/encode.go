@@ -28,7 +28,7 @@ func AppendBatch(dst []byte, b EventBatch) ([]byte, error) {
 		if n < 2 || n > 3 {
 			return nil, fmt.Errorf("encode batch: WireFields %d, want 2 or 3", n)
 		}
-		dst = appendArrayHeader(dst, n)
+		dst = appendArrayHeader(dst, n+len(b.Unknown))
 		dst = appendFloat(dst, b.TS)
 		var err error
 		if dst, err = appendEvents(dst, b.Events, mapEvents); err != nil {
@@ -37,8 +37,9 @@ func AppendBatch(dst []byte, b EventBatch) ([]byte, error) {
 		if n == 3 {
 			dst = appendOptInt(dst, intPtr64(b.DPRank))
 		}
+		dst = appendUnknown(dst, b.Unknown, false)
 	case FormatMap:
-		n := 2
+		n := 2 + len(b.Unknown)
 		if b.DPRank != nil {
 			n++
 		}
@@ -54,6 +55,7 @@ func AppendBatch(dst []byte, b EventBatch) ([]byte, error) {
 			dst = appendStr(dst, "data_parallel_rank")
 			dst = appendInt(dst, int64(*b.DPRank))
 		}
+		dst = appendUnknown(dst, b.Unknown, true)
 	default:
 		return nil, fmt.Errorf("encode batch: unknown format %v", b.Format)
 	}

@@ -49,9 +49,12 @@ type EventBatch struct {
 	// Format is the wire layout; DecodeBatch records what it read so that
 	// EncodeBatch writes the same bytes back.
 	Format Format
-	// WireFields is how many positional fields the array form carries.
-	// 0 means the current schema (3); vLLM before data_parallel_rank sent 2.
+	// WireFields is how many known positional fields the array form
+	// carries. 0 means the current schema (3); vLLM before
+	// data_parallel_rank sent 2.
 	WireFields int
+	// Unknown holds batch fields this package does not know, in wire order.
+	Unknown []UnknownField
 }
 
 // Event is one KV cache event: BlockStored, BlockRemoved or AllBlocksCleared.

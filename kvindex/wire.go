@@ -132,6 +132,9 @@ func (r *reader) str() (string, error) {
 	if !isStringCode(c) {
 		return "", fmt.Errorf("want string, got %s", codeName(c))
 	}
+	if err := r.fits(); err != nil {
+		return "", err
+	}
 	s, err := r.d.DecodeString()
 	if err != nil {
 		return "", errTruncated
@@ -228,6 +231,9 @@ func (r *reader) engineHash() (EngineHash, error) {
 		}
 		return HashInt(v), nil
 	case isBinCode(c):
+		if err := r.fits(); err != nil {
+			return EngineHash{}, err
+		}
 		b, err := r.d.DecodeBytes()
 		if err != nil {
 			return EngineHash{}, errTruncated
@@ -286,6 +292,13 @@ func (r *reader) tokens() ([]uint32, error) {
 		out[i] = uint32(u)
 	}
 	return out, nil
+}
+
+// fits checks that the next value's length headers fit the input, so the
+// library never sizes a buffer from a forged length.
+func (r *reader) fits() error {
+	_, err := skipValue(r.data, r.pos(), maxDepth)
+	return err
 }
 
 // raw returns the bytes of the next value (copied) and moves past it.
