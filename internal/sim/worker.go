@@ -63,7 +63,8 @@ type WorkerConfig struct {
 	// LoadInterval is the load report period (default 200 ms).
 	LoadInterval time.Duration
 	// ZMQEndpoint, when set, also publishes KV events as vLLM does on a ZMQ
-	// PUB socket (e.g. "tcp://*:5557"), with replay on ZMQReplayEndpoint.
+	// PUB socket bound there (e.g. "tcp://*:5557"), with replay on
+	// ZMQReplayEndpoint. Faults (drop, duplicate) apply to NATS only.
 	ZMQEndpoint       string
 	ZMQReplayEndpoint string
 	ZMQTopic          string
@@ -142,7 +143,7 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 	if cfg.ZMQEndpoint != "" {
 		w.zmq, err = vllmzmq.NewPublisher(w.ctx, vllmzmq.PublisherConfig{
 			Endpoint: cfg.ZMQEndpoint, ReplayEndpoint: cfg.ZMQReplayEndpoint,
-			Topic: cfg.ZMQTopic, Logger: log,
+			Topic: cfg.ZMQTopic, Mode: vllmzmq.Bind, Logger: log,
 		})
 		if err != nil {
 			w.cancel()
