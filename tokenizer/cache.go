@@ -192,6 +192,7 @@ type boundaryTokens struct {
 	byText   map[string]AddedToken // boundary candidates by content
 	lengths  []int                 // distinct candidate lengths, longest first
 	first    [256]bool             // first bytes of candidates
+	oneFirst byte                  // the only first byte, when there is one (0 otherwise)
 	mu       sync.Mutex
 	conflict map[string][]string // per candidate: raw tokens that could overlap it
 }
@@ -216,6 +217,15 @@ func newBoundaryTokens(tok *Tokenizer) *boundaryTokens {
 			b.lengths = append(b.lengths, len(t.Content))
 		}
 	}
+	for c := range b.first {
+		if b.first[c] {
+			if b.oneFirst != 0 {
+				b.oneFirst = 0
+				break
+			}
+			b.oneFirst = byte(c)
+		}
+	}
 	// Longest first, so that a longer candidate wins at the same position.
 	for i := 1; i < len(b.lengths); i++ {
 		for j := i; j > 0 && b.lengths[j] > b.lengths[j-1]; j-- {
@@ -233,7 +243,15 @@ func (b *boundaryTokens) cuts(text string) []cut {
 	}
 	var out []cut
 	for i := 0; i < len(text); i++ {
-		if !b.first[text[i]] {
+		if b.oneFirst != 0 {
+			// All candidates start with the same byte (usually '<'): let
+			// the vectorized search skip the text between them.
+			j := strings.IndexByte(text[i:], b.oneFirst)
+			if j < 0 {
+				break
+			}
+			i += j
+		} else if !b.first[text[i]] {
 			continue
 		}
 		for _, l := range b.lengths {

@@ -67,8 +67,10 @@ func (t *Template) Source() string { return t.source }
 func (t *Template) Render(vars map[string]any) (out string, err error) {
 	st := &renderState{}
 	data := make(map[string]any, len(vars)+2)
+	size := len(t.source)
 	for k, v := range vars {
 		data[k] = toTemplateValue(v)
+		size += approxTextSize(v)
 	}
 	data["raise_exception"] = st.raiseException
 	data["strftime_now"] = strftimeNow
@@ -77,14 +79,40 @@ func (t *Template) Render(vars map[string]any) (out string, err error) {
 			out, err = "", fmt.Errorf("chat template: render panicked: %v", r)
 		}
 	}()
-	out, err = t.tpl.ExecuteToString(exec.NewContext(data))
+	// Templates print every message once, so the request's own text size
+	// is a good first guess for the output buffer; growing by doubling
+	// would copy a long prompt several times.
+	var b strings.Builder
+	b.Grow(size + size/8)
+	err = t.tpl.Execute(&b, exec.NewContext(data))
 	if err != nil {
 		if st.raised != nil {
 			return "", st.raised
 		}
 		return "", fmt.Errorf("chat template: render: %s", lastGonjaCause(err.Error()))
 	}
-	return out, nil
+	return b.String(), nil
+}
+
+// approxTextSize sums the string lengths inside a request value.
+func approxTextSize(v any) int {
+	switch t := v.(type) {
+	case string:
+		return len(t)
+	case Object:
+		n := 0
+		for _, f := range t {
+			n += len(f.Key) + approxTextSize(f.Value)
+		}
+		return n
+	case []any:
+		n := 0
+		for _, e := range t {
+			n += approxTextSize(e)
+		}
+		return n
+	}
+	return 8
 }
 
 // renderState carries what one render learns about its own failure.
