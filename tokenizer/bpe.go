@@ -27,7 +27,6 @@ type bpeModel struct {
 	// byte-level alphabet and back is skipped.
 	byteMode bool
 	byteID   [256]uint32
-	rawVocab map[string]uint32 // raw bytes -> id, for ignore_merges in byte mode
 
 	ignoreMerges bool
 	byteFallback bool
@@ -58,7 +57,13 @@ func (m *bpeModel) encodePiece(st *encodeState, s string, dst []uint32) []uint32
 		var id uint32
 		var ok bool
 		if m.byteMode {
-			id, ok = m.rawVocab[s]
+			// Look the piece up in its byte-level spelling without allocating.
+			buf := st.mapped[:0]
+			for i := 0; i < len(s); i++ {
+				buf = append(buf, byteToStr[s[i]]...)
+			}
+			st.mapped = buf
+			id, ok = m.vocab[string(buf)]
 		} else {
 			id, ok = m.vocab[s]
 		}

@@ -9,6 +9,7 @@ type encodeState struct {
 	inner  []segment
 	pieces [2][]piece
 	locs   []int
+	mapped []byte
 	syms   []uint32
 	ranks  []uint32
 	newIDs []uint32

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 )
 
 // fileJSON is the part of tokenizer.json this package reads.
@@ -12,7 +13,6 @@ type fileJSON struct {
 	AddedTokens   []addedTokenJSON `json:"added_tokens"`
 	Normalizer    json.RawMessage  `json:"normalizer"`
 	PreTokenizer  json.RawMessage  `json:"pre_tokenizer"`
-	Model         json.RawMessage  `json:"model"`
 	PostProcessor json.RawMessage  `json:"post_processor"`
 	Decoder       json.RawMessage  `json:"decoder"`
 }
@@ -53,17 +53,83 @@ func componentType(raw json.RawMessage) (string, error) {
 	return t.Type, nil
 }
 
+// readFile splits tokenizer.json into its members, reading the model's vocab
+// and merges with the fast scanner and everything else as raw JSON.
+func readFile(data []byte) (fileJSON, bpeJSON, error) {
+	var f fileJSON
+	var m bpeJSON
+	sc := &jsonScanner{data: data}
+	var modelRest []byte
+	err := sc.object(func(key string) error {
+		if key == "model" {
+			return sc.object(func(mk string) error {
+				var err error
+				switch mk {
+				case "vocab":
+					if sc.peek() == '{' {
+						m.Vocab, err = sc.vocab()
+						return err
+					}
+				case "merges":
+					if sc.peek() == '[' {
+						m.Merges, err = sc.merges()
+						return err
+					}
+				}
+				raw, err := sc.skip()
+				if err != nil {
+					return err
+				}
+				if len(modelRest) > 0 {
+					modelRest = append(modelRest, ',')
+				}
+				modelRest = strconv.AppendQuote(append(modelRest, ""...), mk)
+				modelRest = append(append(modelRest, ':'), raw...)
+				return nil
+			})
+		}
+		raw, err := sc.skip()
+		if err != nil {
+			return err
+		}
+		switch key {
+		case "added_tokens":
+			return json.Unmarshal(raw, &f.AddedTokens)
+		case "normalizer":
+			f.Normalizer = raw
+		case "pre_tokenizer":
+			f.PreTokenizer = raw
+		case "post_processor":
+			f.PostProcessor = raw
+		case "decoder":
+			f.Decoder = raw
+		}
+		return nil
+	})
+	if err != nil {
+		return f, m, err
+	}
+	if sc.peek() != 0 {
+		return f, m, sc.errorf("data after the top-level object")
+	}
+	if modelRest == nil && m.Vocab == nil {
+		return f, m, errors.New("tokenizer.json has no model")
+	}
+	vocab, merges := m.Vocab, m.Merges
+	if err := json.Unmarshal(append(append([]byte{'{'}, modelRest...), '}'), &m); err != nil {
+		return f, m, fmt.Errorf("model: %w", err)
+	}
+	m.Vocab, m.Merges = vocab, merges
+	return f, m, nil
+}
+
 // Parse builds a Tokenizer from the bytes of a tokenizer.json file.
 func Parse(data []byte) (*Tokenizer, error) {
-	var f fileJSON
-	if err := json.Unmarshal(data, &f); err != nil {
+	f, mj, err := readFile(data)
+	if err != nil {
 		return nil, fmt.Errorf("decode tokenizer.json: %w", err)
 	}
-	if isNull(f.Model) {
-		return nil, errors.New("tokenizer.json has no model")
-	}
 	t := &Tokenizer{}
-	var err error
 	if !isNull(f.Normalizer) {
 		if t.normalizer, err = parseNormalizer(f.Normalizer); err != nil {
 			return nil, fmt.Errorf("normalizer: %w", err)
@@ -75,7 +141,7 @@ func Parse(data []byte) (*Tokenizer, error) {
 			return nil, fmt.Errorf("pre_tokenizer: %w", err)
 		}
 	}
-	if t.model, err = parseModel(f.Model, byteLevel); err != nil {
+	if t.model, err = parseModel(mj, byteLevel); err != nil {
 		return nil, fmt.Errorf("model: %w", err)
 	}
 	if !t.model.byteMode && byteLevel {

@@ -1,7 +1,6 @@
 package tokenizer
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -16,44 +15,16 @@ type bpeJSON struct {
 	FuseUnk                 bool              `json:"fuse_unk"`
 	ByteFallback            bool              `json:"byte_fallback"`
 	IgnoreMerges            bool              `json:"ignore_merges"`
-	Vocab                   map[string]uint32 `json:"vocab"`
-	Merges                  []mergeJSON       `json:"merges"`
+	Vocab                   map[string]uint32 `json:"-"` // read by jsonScanner
+	Merges                  []mergeJSON       `json:"-"` // read by jsonScanner
 }
 
 // mergeJSON is one merge rule, written either as "a b" or as ["a", "b"].
 type mergeJSON struct{ a, b string }
 
-func (m *mergeJSON) UnmarshalJSON(data []byte) error {
-	if len(data) > 0 && data[0] == '"' {
-		var s string
-		if err := json.Unmarshal(data, &s); err != nil {
-			return err
-		}
-		a, b, ok := strings.Cut(s, " ")
-		if !ok {
-			return fmt.Errorf("merge %q is not two tokens separated by a space", s)
-		}
-		m.a, m.b = a, b
-		return nil
-	}
-	var pair []string
-	if err := json.Unmarshal(data, &pair); err != nil {
-		return fmt.Errorf("merge %s: %w", data, err)
-	}
-	if len(pair) != 2 {
-		return fmt.Errorf("merge %s does not have two tokens", data)
-	}
-	m.a, m.b = pair[0], pair[1]
-	return nil
-}
-
 // parseModel builds the BPE model. byteLevel says the pre-tokenizer chain
 // ends with ByteLevel, which lets the model run on raw bytes.
-func parseModel(raw json.RawMessage, byteLevel bool) (*bpeModel, error) {
-	var j bpeJSON
-	if err := json.Unmarshal(raw, &j); err != nil {
-		return nil, err
-	}
+func parseModel(j bpeJSON, byteLevel bool) (*bpeModel, error) {
 	if j.Type == "" && j.Merges != nil {
 		j.Type = "BPE"
 	}
@@ -107,6 +78,7 @@ func parseModel(raw json.RawMessage, byteLevel bool) (*bpeModel, error) {
 		}
 	}
 	m.merges = make(map[uint64]uint64, len(j.Merges))
+	var buf []byte
 	for rank, mg := range j.Merges {
 		a, ok := j.Vocab[mg.a]
 		if !ok {
@@ -120,9 +92,10 @@ func parseModel(raw json.RawMessage, byteLevel bool) (*bpeModel, error) {
 		if m.prefix != "" {
 			right = strings.TrimPrefix(right, m.prefix)
 		}
-		nid, ok := j.Vocab[mg.a+right]
+		buf = append(append(buf[:0], mg.a...), right...)
+		nid, ok := j.Vocab[string(buf)]
 		if !ok {
-			return nil, fmt.Errorf("BPE merge %d (%q %q): %q is not in the vocab", rank, mg.a, mg.b, mg.a+right)
+			return nil, fmt.Errorf("BPE merge %d (%q %q): %q is not in the vocab", rank, mg.a, mg.b, buf)
 		}
 		m.merges[uint64(a)<<32|uint64(b)] = uint64(rank)<<32 | uint64(nid)
 	}
@@ -140,14 +113,6 @@ func (m *bpeModel) setupByteMode() {
 			return
 		}
 		m.byteID[b] = id
-	}
-	if m.ignoreMerges {
-		m.rawVocab = make(map[string]uint32, len(m.vocab))
-		for s, id := range m.vocab {
-			if raw, ok := byteLevelDecode(s); ok {
-				m.rawVocab[raw] = id
-			}
-		}
 	}
 	m.byteMode = true
 }
