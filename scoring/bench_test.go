@@ -1,0 +1,101 @@
+package scoring
+
+import (
+	"fmt"
+	"testing"
+)
+
+// benchRouter returns a router over n workers, each carrying some load,
+// and candidates where a quarter of the workers hold part of the prompt.
+func benchRouter(b *testing.B, n int, change func(*Options)) (*Router, []Candidate) {
+	b.Helper()
+	o := testOptions(newFakeClock(), 1)
+	change(&o)
+	r := newTestRouter(b, o, n)
+	cs := r.Pool().AppendCandidates(nil, "m")
+	for i := range cs {
+		req := &Request{ID: fmt.Sprint("bg", i), PromptTokens: 512 + 16*(i%7), Hashes: hashes(uint64(i), 32, i%5, i)}
+		if err := r.Pool().Add(req, cs[i].Worker, 0); err != nil {
+			b.Fatal(err)
+		}
+		if i%4 == 0 {
+			cs[i].MatchedBlocks, cs[i].CachedBlocks = 8+i%64, 1000+i
+		}
+	}
+	return r, cs
+}
+
+// BenchmarkPick measures one routing decision (no state change) over 8,
+// 64 and 512 workers: targets 2, 10 and 80 µs.
+func BenchmarkPick(b *testing.B) {
+	for _, mode := range []struct {
+		name   string
+		change func(*Options)
+	}{
+		{"kv", func(*Options) {}},
+		{"kv_T0.5", func(o *Options) { o.Temperature = 0.5 }},
+		{"kv_weighted", func(o *Options) { o.CostModel = CostWeighted }},
+		{"least_loaded", func(o *Options) { o.Mode = ModeLeastLoaded }},
+	} {
+		for _, n := range []int{8, 64, 512} {
+			b.Run(fmt.Sprintf("%s/workers=%d", mode.name, n), func(b *testing.B) {
+				r, cs := benchRouter(b, n, mode.change)
+				req := &Request{ID: "r", Model: "m", PromptTokens: 2048}
+				b.ReportAllocs()
+				b.ResetTimer()
+				for b.Loop() {
+					if _, err := r.Pick(req, cs, nil); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1e3, "µs/pick")
+			})
+		}
+	}
+}
+
+// BenchmarkPickExplained is Pick with the explanation filled in, the
+// debug path.
+func BenchmarkPickExplained(b *testing.B) {
+	r, cs := benchRouter(b, 64, func(*Options) {})
+	req := &Request{ID: "r", Model: "m", PromptTokens: 2048}
+	exp := &Explanation{}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := r.Pick(req, cs, exp); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkLifecycle measures the four lifecycle operations of one
+// request (Add, PrefillDone, Progress, Free) with a 32-block prompt that
+// shares 24 blocks with the worker's other requests; target ≥ 1 M ops/s.
+func BenchmarkLifecycle(b *testing.B) {
+	r, _ := benchRouter(b, 64, func(*Options) {})
+	p := r.Pool()
+	// More distinct IDs than the tombstone ring holds, so an ID is
+	// forgotten before it comes round again.
+	const live = 1 << 14
+	reqs := make([]*Request, live)
+	for i := range reqs {
+		reqs[i] = &Request{ID: fmt.Sprint("req", i), Model: "m", PromptTokens: 32*16 + 5,
+			Hashes: append(hashes(99, 24, 0, 0), hashes(0, 0, 8, i)...)}
+	}
+	workers := p.AppendCandidates(nil, "m")
+	b.ReportAllocs()
+	b.ResetTimer()
+	i := 0
+	for b.Loop() {
+		req := reqs[i%live]
+		w := workers[i%len(workers)].Worker
+		if err := p.Add(req, w, 4); err != nil {
+			b.Fatal(err)
+		}
+		p.PrefillDone(req.ID)
+		p.Progress(req.ID, 40)
+		p.Free(req.ID)
+		i++
+	}
+	b.ReportMetric(4*float64(b.N)/b.Elapsed().Seconds()/1e6, "Mops/s")
+}
