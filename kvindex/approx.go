@@ -205,17 +205,22 @@ func (a *Approx) Match(hashes []uint64, candidates []string, out []MatchResult) 
 		a.mu.RLock()
 	}
 	defer a.mu.RUnlock()
-	return matchWords(a.words, len(a.slots), hashes, candidates, out, func(id string) (workerRef, bool) {
-		w := a.workers[id]
-		if w == nil {
-			return workerRef{}, false
+	return matchWords(a, a.words, len(a.slots), hashes, candidates, out)
+}
+
+func (a *Approx) ref(id string) (workerRef, bool) {
+	w := a.workers[id]
+	if w == nil {
+		return workerRef{}, false
+	}
+	return workerRef{idx: w.idx, word: w.word, bit: w.bit, cached: len(w.held)}, true
+}
+
+func (a *Approx) appendAll(out []MatchResult) []MatchResult {
+	for _, w := range a.slots {
+		if w != nil {
+			out = append(out, MatchResult{Worker: w.id})
 		}
-		return workerRef{idx: w.idx, word: w.word, bit: w.bit, cached: len(w.held)}, true
-	}, func(yield func(string)) {
-		for _, w := range a.slots {
-			if w != nil {
-				yield(w.id)
-			}
-		}
-	})
+	}
+	return out
 }

@@ -164,7 +164,7 @@ func (ix *Index) Reset(worker string) {
 func (ix *Index) Match(hashes []uint64, candidates []string, out []MatchResult) []MatchResult {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
-	return matchWords(ix.words, len(ix.slots), hashes, candidates, out, ix.ref, ix.all)
+	return matchWords(ix, ix.words, len(ix.slots), hashes, candidates, out)
 }
 
 func (ix *Index) ref(id string) (workerRef, bool) {
@@ -175,12 +175,13 @@ func (ix *Index) ref(id string) (workerRef, bool) {
 	return workerRef{idx: w.idx, word: w.word, bit: w.bit, cached: w.blocks, stale: w.stale}, true
 }
 
-func (ix *Index) all(yield func(string)) {
+func (ix *Index) appendAll(out []MatchResult) []MatchResult {
 	for _, w := range ix.slots {
 		if w != nil {
-			yield(w.id)
+			out = append(out, MatchResult{Worker: w.id})
 		}
 	}
+	return out
 }
 
 // matchChunk is how many lookups walk issues before using their results:

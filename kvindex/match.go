@@ -35,15 +35,20 @@ type workerRef struct {
 	stale  bool
 }
 
+// workerSource is what matchWords needs of Index and Approx.
+type workerSource interface {
+	// ref resolves a worker id.
+	ref(id string) (workerRef, bool)
+	// appendAll appends a result for every worker, in dense-index order.
+	appendAll(out []MatchResult) []MatchResult
+}
+
 // matchWords is the Match shared by Index and Approx. words[w] holds the
-// sets of dense worker indices 64w..64w+63; nslots bounds the indices;
-// lookup resolves a candidate; all lists every worker for nil candidates.
-// The caller holds the read lock that guards all of them.
-func matchWords(words []*bitTable, nslots int, hashes []uint64, candidates []string, out []MatchResult,
-	lookup func(string) (workerRef, bool), all func(yield func(string))) []MatchResult {
+// sets of dense worker indices 64w..64w+63; nslots bounds the indices.
+// The caller holds the read lock that guards src and words.
+func matchWords(src workerSource, words []*bitTable, nslots int, hashes []uint64, candidates []string, out []MatchResult) []MatchResult {
 	if candidates == nil {
-		out = out[:0]
-		all(func(id string) { out = append(out, MatchResult{Worker: id}) })
+		out = src.appendAll(out[:0])
 	} else {
 		out = resize(out, len(candidates))
 		for i, c := range candidates {
@@ -61,7 +66,7 @@ func matchWords(words []*bitTable, nslots int, hashes []uint64, candidates []str
 		alive = append(alive, 0)
 	}
 	for i := range out {
-		ref, ok := lookup(out[i].Worker)
+		ref, ok := src.ref(out[i].Worker)
 		if !ok {
 			ref.idx = -1
 		} else {

@@ -1,0 +1,424 @@
+package kvindex
+
+import (
+	"testing"
+)
+
+const (
+	testModel = "Qwen/Qwen3-8B"
+	testBS    = 4
+)
+
+// doc is a token sequence of n full blocks of testBS tokens, block j of
+// doc d made of tokens (d<<16 | j<<4 | k).
+func doc(d, n int) []uint32 {
+	toks := make([]uint32, 0, n*testBS)
+	for j := 0; j < n; j++ {
+		for k := 0; k < testBS; k++ {
+			toks = append(toks, uint32(d<<16|j<<4|k))
+		}
+	}
+	return toks
+}
+
+// engineOf is a fake engine hash for block j of doc d.
+func engineOf(d, j int) EngineHash { return HashUint(uint64(d)<<32 | uint64(j) + 1000) }
+
+// storeEv stores blocks [from, to) of doc d, chained to block from-1.
+func storeEv(d, from, to int) BlockStored {
+	ev := BlockStored{TokenIDs: doc(d, to)[from*testBS:], BlockSize: testBS, Medium: ptr(MediumGPU)}
+	for j := from; j < to; j++ {
+		ev.BlockHashes = append(ev.BlockHashes, engineOf(d, j))
+	}
+	if from > 0 {
+		ev.ParentBlockHash = ptr(engineOf(d, from-1))
+	}
+	return ev
+}
+
+func removeEv(d int, blocks ...int) BlockRemoved {
+	ev := BlockRemoved{Medium: ptr(MediumGPU)}
+	for _, j := range blocks {
+		ev.BlockHashes = append(ev.BlockHashes, engineOf(d, j))
+	}
+	return ev
+}
+
+func withMedium[E BlockStored | BlockRemoved](ev E, m string) E {
+	switch e := any(&ev).(type) {
+	case *BlockStored:
+		e.Medium = ptr(m)
+	case *BlockRemoved:
+		e.Medium = ptr(m)
+	}
+	return ev
+}
+
+func promptHashes(d, n int) []uint64 {
+	return HashBlocks(Seed(testModel, "", ""), doc(d, n), testBS, nil)
+}
+
+type step struct {
+	worker string
+	events []Event
+}
+
+func TestApplySemantics(t *testing.T) {
+	salted := storeEv(1, 0, 3)
+	salted.ExtraKeys = mustRaw(t, []any{[]any{"tenant-a"}, nil, nil})
+	lora := storeEv(1, 0, 3)
+	lora.LoraName = ptr("sql-lora")
+	lora.ExtraKeys = mustRaw(t, []any{[]any{"sql-lora", "tenant-b"}, []any{"sql-lora"}, []any{"sql-lora"}})
+	otherGroup := storeEv(1, 0, 3)
+	otherGroup.GroupIdx = ptr[int64](1)
+	wrongSize := storeEv(1, 0, 3)
+	wrongSize.BlockSize = 8
+	wrongSize.TokenIDs = doc(1, 6)
+	short := storeEv(1, 0, 3)
+	short.TokenIDs = short.TokenIDs[:5]
+	bytesEv := storeEv(1, 0, 2)
+	bytesEv.BlockHashes = []EngineHash{HashBytes([]byte("block-0")), HashBytes([]byte("block-1"))}
+
+	tests := []struct {
+		name      string
+		steps     []step
+		prompt    []uint64
+		want      map[string]int // worker -> leading blocks
+		cached    map[string]int
+		stale     []string
+		wantStats ApplyStats // of the last step
+	}{
+		{
+			name:      "root chain is matched from the model seed",
+			steps:     []step{{"w0", []Event{storeEv(1, 0, 4)}}},
+			prompt:    promptHashes(1, 6),
+			want:      map[string]int{"w0": 4, "w1": 0},
+			cached:    map[string]int{"w0": 4},
+			wantStats: ApplyStats{StoredEvents: 1, StoredBlocks: 4},
+		},
+		{
+			name:      "child chains from its parent's router hash",
+			steps:     []step{{"w0", []Event{storeEv(1, 0, 2)}}, {"w0", []Event{storeEv(1, 2, 5)}}},
+			prompt:    promptHashes(1, 6),
+			want:      map[string]int{"w0": 5},
+			wantStats: ApplyStats{StoredEvents: 1, StoredBlocks: 3},
+		},
+		{
+			name:      "unknown parent drops the event and marks the worker stale",
+			steps:     []step{{"w0", []Event{storeEv(1, 0, 2)}}, {"w0", []Event{storeEv(2, 3, 5), storeEv(1, 2, 3)}}},
+			prompt:    promptHashes(1, 6),
+			want:      map[string]int{"w0": 3},
+			stale:     []string{"w0"},
+			wantStats: ApplyStats{StoredEvents: 1, StoredBlocks: 1, UnknownParent: 1},
+		},
+		{
+			name:      "removing a middle block cuts the prefix there",
+			steps:     []step{{"w0", []Event{storeEv(1, 0, 5)}}, {"w0", []Event{removeEv(1, 2)}}},
+			prompt:    promptHashes(1, 5),
+			want:      map[string]int{"w0": 2},
+			cached:    map[string]int{"w0": 4},
+			wantStats: ApplyStats{RemovedEvents: 1, RemovedBlocks: 1},
+		},
+		{
+			name:      "unknown removes are counted and ignored",
+			steps:     []step{{"w0", []Event{storeEv(1, 0, 2)}}, {"w0", []Event{removeEv(7, 0, 1), removeEv(1, 1)}}},
+			prompt:    promptHashes(1, 2),
+			want:      map[string]int{"w0": 1},
+			wantStats: ApplyStats{RemovedEvents: 2, RemovedBlocks: 1, UnknownRemoved: 2},
+		},
+		{
+			name: "AllBlocksCleared purges the worker and clears stale",
+			steps: []step{
+				{"w0", []Event{storeEv(1, 0, 3), storeEv(2, 1, 2)}},
+				{"w1", []Event{storeEv(1, 0, 3)}},
+				{"w0", []Event{AllBlocksCleared{}}},
+			},
+			prompt:    promptHashes(1, 3),
+			want:      map[string]int{"w0": 0, "w1": 3},
+			cached:    map[string]int{"w0": 0, "w1": 3},
+			wantStats: ApplyStats{Cleared: 1},
+		},
+		{
+			name:      "a block size other than the worker's is rejected",
+			steps:     []step{{"w0", []Event{wrongSize}}},
+			prompt:    promptHashes(1, 3),
+			want:      map[string]int{"w0": 0},
+			wantStats: ApplyStats{BlockSizeMismatch: 1},
+		},
+		{
+			name:      "token count not matching the blocks is malformed",
+			steps:     []step{{"w0", []Event{short}}},
+			prompt:    promptHashes(1, 3),
+			want:      map[string]int{"w0": 0},
+			wantStats: ApplyStats{Malformed: 1},
+		},
+		{
+			name:      "CPU blocks are recorded but not matched",
+			steps:     []step{{"w0", []Event{storeEv(1, 0, 2), withMedium(storeEv(1, 2, 4), MediumCPU)}}},
+			prompt:    promptHashes(1, 4),
+			want:      map[string]int{"w0": 2},
+			cached:    map[string]int{"w0": 2},
+			wantStats: ApplyStats{StoredEvents: 2, StoredBlocks: 4, OffDeviceBlocks: 2},
+		},
+		{
+			name: "an offloaded block stays a parent after leaving the GPU",
+			steps: []step{
+				{"w0", []Event{storeEv(1, 0, 2), withMedium(storeEv(1, 0, 2), MediumCPU), removeEv(1, 0, 1)}},
+				{"w0", []Event{storeEv(1, 2, 3)}},
+			},
+			prompt:    promptHashes(1, 3),
+			want:      map[string]int{"w0": 0},
+			cached:    map[string]int{"w0": 1},
+			wantStats: ApplyStats{StoredEvents: 1, StoredBlocks: 1},
+		},
+		{
+			name:      "removing from CPU leaves the GPU copy",
+			steps:     []step{{"w0", []Event{storeEv(1, 0, 2), withMedium(storeEv(1, 0, 2), MediumCPU), withMedium(removeEv(1, 0, 1), MediumCPU)}}},
+			prompt:    promptHashes(1, 2),
+			want:      map[string]int{"w0": 2},
+			wantStats: ApplyStats{StoredEvents: 2, StoredBlocks: 4, OffDeviceBlocks: 2, RemovedEvents: 1, RemovedBlocks: 2},
+		},
+		{
+			name:      "cache_salt from the first block's extra keys seeds the chain",
+			steps:     []step{{"w0", []Event{salted}}},
+			prompt:    HashBlocks(Seed(testModel, "", "tenant-a"), doc(1, 3), testBS, nil),
+			want:      map[string]int{"w0": 3},
+			wantStats: ApplyStats{StoredEvents: 1, StoredBlocks: 3},
+		},
+		{
+			name:   "a salted chain does not match the unsalted prompt",
+			steps:  []step{{"w0", []Event{salted}}},
+			prompt: promptHashes(1, 3),
+			want:   map[string]int{"w0": 0},
+			cached: map[string]int{"w0": 3},
+		},
+		{
+			name:   "lora_name and the salt after it seed the chain",
+			steps:  []step{{"w0", []Event{lora}}},
+			prompt: HashBlocks(Seed(testModel, "sql-lora", "tenant-b"), doc(1, 3), testBS, nil),
+			want:   map[string]int{"w0": 3},
+		},
+		{
+			name:      "events of another KV cache group are ignored",
+			steps:     []step{{"w0", []Event{otherGroup}}},
+			prompt:    promptHashes(1, 3),
+			want:      map[string]int{"w0": 0},
+			wantStats: ApplyStats{IgnoredGroup: 1},
+		},
+		{
+			name:      "a repeated store is a duplicate and one remove drops it",
+			steps:     []step{{"w0", []Event{storeEv(1, 0, 2), storeEv(1, 0, 2), removeEv(1, 1)}}},
+			prompt:    promptHashes(1, 2),
+			want:      map[string]int{"w0": 1},
+			wantStats: ApplyStats{StoredEvents: 2, StoredBlocks: 2, DuplicateBlocks: 2, RemovedEvents: 1, RemovedBlocks: 1},
+		},
+		{
+			name: "two engine hashes for one router hash need two removes",
+			steps: []step{{"w0", []Event{
+				storeEv(1, 0, 2),
+				BlockStored{BlockHashes: []EngineHash{HashUint(77)}, TokenIDs: doc(1, 1), BlockSize: testBS},
+				removeEv(1, 0),
+			}}},
+			prompt: promptHashes(1, 2),
+			want:   map[string]int{"w0": 2},
+		},
+		{
+			name:   "byte-string engine hashes resolve like integers",
+			steps:  []step{{"w0", []Event{bytesEv, BlockRemoved{BlockHashes: []EngineHash{HashBytes([]byte("block-1"))}}}}},
+			prompt: promptHashes(1, 2),
+			want:   map[string]int{"w0": 1},
+		},
+		{
+			name:      "events for an unregistered worker change nothing",
+			steps:     []step{{"ghost", []Event{storeEv(1, 0, 2)}}},
+			prompt:    promptHashes(1, 2),
+			want:      map[string]int{"w0": 0, "ghost": 0},
+			wantStats: ApplyStats{UnknownWorker: true},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ix := New(Config{})
+			ix.AddWorker("w0", testModel, testBS)
+			ix.AddWorker("w1", testModel, testBS)
+			var st ApplyStats
+			for _, s := range tt.steps {
+				st = ix.Apply(s.worker, EventBatch{Events: s.events})
+			}
+			if tt.wantStats != (ApplyStats{}) && st != tt.wantStats {
+				t.Errorf("stats of the last batch = %+v\nwant %+v", st, tt.wantStats)
+			}
+			var cands []string
+			for w := range tt.want {
+				cands = append(cands, w)
+			}
+			res := ix.Match(tt.prompt, cands, nil)
+			if len(res) != len(cands) {
+				t.Fatalf("got %d results for %d candidates", len(res), len(cands))
+			}
+			for i, r := range res {
+				if r.Worker != cands[i] {
+					t.Errorf("result %d is for %q, want %q", i, r.Worker, cands[i])
+				}
+				if r.Blocks != tt.want[r.Worker] {
+					t.Errorf("%s matched %d blocks, want %d", r.Worker, r.Blocks, tt.want[r.Worker])
+				}
+				if c, ok := tt.cached[r.Worker]; ok && r.Cached != c {
+					t.Errorf("%s caches %d blocks, want %d", r.Worker, r.Cached, c)
+				}
+				if r.Known != (r.Worker != "ghost") {
+					t.Errorf("%s known = %v", r.Worker, r.Known)
+				}
+			}
+			for _, w := range []string{"w0", "w1"} {
+				want := false
+				for _, s := range tt.stale {
+					want = want || s == w
+				}
+				if got := ix.NeedsResync(w); got != want {
+					t.Errorf("NeedsResync(%s) = %v, want %v", w, got, want)
+				}
+			}
+		})
+	}
+}
+
+func TestMatchWithNilCandidatesCoversEveryWorker(t *testing.T) {
+	ix := New(Config{})
+	for _, w := range []string{"a", "b", "c"} {
+		ix.AddWorker(w, testModel, testBS)
+	}
+	ix.Apply("b", EventBatch{Events: []Event{storeEv(1, 0, 3)}})
+	res := ix.Match(promptHashes(1, 3), nil, nil)
+	if len(res) != 3 {
+		t.Fatalf("got %d results, want 3", len(res))
+	}
+	for _, r := range res {
+		want := 0
+		if r.Worker == "b" {
+			want = 3
+		}
+		if r.Blocks != want || !r.Known {
+			t.Errorf("%+v, want %d blocks", r, want)
+		}
+	}
+}
+
+func TestMatchReusesTheCallersSlice(t *testing.T) {
+	ix := New(Config{})
+	ix.AddWorker("a", testModel, testBS)
+	ix.Apply("a", EventBatch{Events: []Event{storeEv(1, 0, 3)}})
+	out := make([]MatchResult, 0, 8)
+	prompt := promptHashes(1, 3)
+	cands := []string{"a"}
+	allocs := testing.AllocsPerRun(100, func() { out = ix.Match(prompt, cands, out) })
+	if allocs != 0 {
+		t.Errorf("Match allocated %.1f times per call", allocs)
+	}
+	if out[0].Blocks != 3 {
+		t.Errorf("matched %d, want 3", out[0].Blocks)
+	}
+}
+
+func TestRemoveWorkerFreesItsBlocksAndIndex(t *testing.T) {
+	ix := New(Config{})
+	ix.AddWorker("a", testModel, testBS)
+	ix.AddWorker("b", testModel, testBS)
+	ix.Apply("a", EventBatch{Events: []Event{storeEv(1, 0, 3)}})
+	ix.Apply("b", EventBatch{Events: []Event{storeEv(1, 0, 2)}})
+	ix.RemoveWorker("a")
+	if s := ix.Stats(); s.Workers != 1 || s.Entries != 2 || s.Blocks != 2 {
+		t.Fatalf("stats after remove = %+v", s)
+	}
+	// A new worker reuses the dense slot and starts empty.
+	ix.AddWorker("c", testModel, testBS)
+	res := ix.Match(promptHashes(1, 3), []string{"a", "b", "c"}, nil)
+	if res[0].Known || res[1].Blocks != 2 || res[2].Blocks != 0 || !res[2].Known {
+		t.Fatalf("results = %+v", res)
+	}
+}
+
+func TestAddWorkerWithNewBlockSizePurges(t *testing.T) {
+	ix := New(Config{})
+	ix.AddWorker("a", testModel, testBS)
+	ix.Apply("a", EventBatch{Events: []Event{storeEv(1, 0, 3)}})
+	ix.AddWorker("a", testModel, testBS) // same: keeps
+	if got := ix.Match(promptHashes(1, 3), []string{"a"}, nil)[0].Blocks; got != 3 {
+		t.Fatalf("re-adding the same worker dropped blocks: %d", got)
+	}
+	ix.AddWorker("a", testModel, 16)
+	if got := ix.Match(promptHashes(1, 3), []string{"a"}, nil)[0]; got.Blocks != 0 || got.Cached != 0 {
+		t.Fatalf("changing block size kept blocks: %+v", got)
+	}
+}
+
+func TestManyWorkersSpanSeveralWords(t *testing.T) {
+	ix := New(Config{})
+	var names []string
+	for i := 0; i < 150; i++ {
+		n := "w" + string(rune('A'+i/26)) + string(rune('a'+i%26))
+		names = append(names, n)
+		ix.AddWorker(n, testModel, testBS)
+		ix.Apply(n, EventBatch{Events: []Event{storeEv(1, 0, 1+i%7)}})
+	}
+	res := ix.Match(promptHashes(1, 8), names, nil)
+	for i, r := range res {
+		if r.Blocks != 1+i%7 {
+			t.Fatalf("%s matched %d, want %d", r.Worker, r.Blocks, 1+i%7)
+		}
+	}
+}
+
+func TestHashBlocksChainsFullBlocksOnly(t *testing.T) {
+	seed := Seed("m", "", "")
+	toks := doc(3, 3)
+	all := HashBlocks(seed, append(toks, 1, 2), testBS, nil)
+	if len(all) != 3 {
+		t.Fatalf("got %d hashes for 3 full blocks and a partial one", len(all))
+	}
+	// Chaining from a prefix's last hash gives the same tail.
+	tail := HashBlocks(all[0], toks[testBS:], testBS, nil)
+	if tail[0] != all[1] || tail[1] != all[2] {
+		t.Fatal("hashing a suffix from its parent hash differs from hashing the whole")
+	}
+	// Large blocks take the streaming path and agree with themselves.
+	big := make([]uint32, 1000)
+	for i := range big {
+		big[i] = uint32(i)
+	}
+	h1 := HashBlocks(seed, big, 500, nil)
+	h2 := HashBlocks(seed, big[:500], 500, nil)
+	if len(h1) != 2 || h1[0] != h2[0] {
+		t.Fatal("large-block hashing is inconsistent")
+	}
+	if HashBlocks(seed, toks, 0, nil) != nil {
+		t.Fatal("block size 0 must hash nothing")
+	}
+	seeds := map[uint64]bool{}
+	for _, s := range [][3]string{{"m", "", ""}, {"m", "a", ""}, {"m", "", "a"}, {"ma", "", ""}, {"m", "a", "b"}, {"m", "ab", ""}} {
+		seeds[Seed(s[0], s[1], s[2])] = true
+	}
+	if len(seeds) != 6 {
+		t.Fatal("distinct (model, lora, salt) triples share a seed")
+	}
+}
+
+func TestHashBlocksStreamingPathMatchesStackPath(t *testing.T) {
+	// 128 tokens uses the stack buffer, 129 the streaming hasher; both
+	// must implement the same formula, checked on a hand-built buffer.
+	for _, bs := range []int{128, 129} {
+		toks := make([]uint32, bs)
+		for i := range toks {
+			toks[i] = uint32(i * 7)
+		}
+		got := HashBlocks(42, toks, bs, nil)[0]
+		buf := make([]byte, 0, 8+4*bs)
+		buf = append(buf, 42, 0, 0, 0, 0, 0, 0, 0)
+		for _, t := range toks {
+			buf = append(buf, byte(t), byte(t>>8), byte(t>>16), byte(t>>24))
+		}
+		if want := nonZero(xxh3Hash(buf)); got != want {
+			t.Fatalf("block size %d: %x, want %x", bs, got, want)
+		}
+	}
+}

@@ -1,0 +1,302 @@
+package kvindex
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+)
+
+// refModel is the obvious implementation the index must agree with: per
+// worker, the set of engine hashes held per medium, and each engine hash's
+// router hash (known to the generator, which builds blocks from documents).
+type refModel struct {
+	gpu, cpu map[string]map[uint64]bool
+	router   map[uint64]uint64 // engine key -> router hash
+}
+
+func newRefModel() *refModel {
+	return &refModel{gpu: map[string]map[uint64]bool{}, cpu: map[string]map[uint64]bool{}, router: map[uint64]uint64{}}
+}
+
+func (m *refModel) holds(w string, key uint64) bool { return m.gpu[w][key] || m.cpu[w][key] }
+
+func (m *refModel) apply(w string, ev Event) {
+	if m.gpu[w] == nil {
+		m.gpu[w], m.cpu[w] = map[uint64]bool{}, map[uint64]bool{}
+	}
+	switch e := ev.(type) {
+	case BlockStored:
+		if e.ParentBlockHash != nil && !m.holds(w, e.ParentBlockHash.Key()) {
+			return
+		}
+		set := m.gpu[w]
+		if e.Medium != nil && *e.Medium == MediumCPU {
+			set = m.cpu[w]
+		}
+		for _, h := range e.BlockHashes {
+			set[h.Key()] = true
+		}
+	case BlockRemoved:
+		set := m.gpu[w]
+		if e.Medium != nil && *e.Medium == MediumCPU {
+			set = m.cpu[w]
+		}
+		for _, h := range e.BlockHashes {
+			delete(set, h.Key())
+		}
+	case AllBlocksCleared:
+		m.gpu[w], m.cpu[w] = map[uint64]bool{}, map[uint64]bool{}
+	}
+}
+
+func (m *refModel) match(prompt []uint64, w string) (blocks, cached int) {
+	held := map[uint64]bool{}
+	for key := range m.gpu[w] {
+		held[m.router[key]] = true
+	}
+	for blocks < len(prompt) && held[prompt[blocks]] {
+		blocks++
+	}
+	return blocks, len(held)
+}
+
+// randomStream drives an Index and the reference model with the same random
+// events: stores that chain from random points of a family of documents
+// sharing prefixes, removes (some of hashes never stored), offloads to
+// CPU, clears; and compares every worker's Match on random prompts.
+func TestIndexAgreesWithReferenceModelOnRandomStreams(t *testing.T) {
+	for seed := uint64(1); seed <= 6; seed++ {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 99))
+			const docs, docBlocks = 12, 24
+			// Documents share prefixes: doc d copies the first d%5*3 blocks of doc 0.
+			tokens := make([][]uint32, docs)
+			for d := range tokens {
+				tokens[d] = doc(d, docBlocks)
+				copy(tokens[d], tokens[0][:(d%5)*3*testBS])
+			}
+			seed0 := Seed(testModel, "", "")
+			routers := make([][]uint64, docs)
+			ref := newRefModel()
+			engine := func(d, j int) EngineHash {
+				// Engine hashes are a function of content, like vLLM's.
+				return HashUint(routers[d][j] ^ 0xabcdef)
+			}
+			for d := range routers {
+				routers[d] = HashBlocks(seed0, tokens[d], testBS, nil)
+				for j, r := range routers[d] {
+					ref.router[engine(d, j).Key()] = r
+				}
+			}
+			ix := New(Config{})
+			workers := []string{"w0", "w1", "w2", "w3", "w4"}
+			for _, w := range workers {
+				ix.AddWorker(w, testModel, testBS)
+			}
+			var out []MatchResult
+			nonzero := 0
+			for step := 0; step < 4000; step++ {
+				w := workers[rng.IntN(len(workers))]
+				var ev Event
+				switch p := rng.IntN(100); {
+				case p < 55:
+					d, from := rng.IntN(docs), rng.IntN(docBlocks)
+					to := min(docBlocks, from+1+rng.IntN(6))
+					e := BlockStored{BlockSize: testBS, TokenIDs: tokens[d][from*testBS : to*testBS]}
+					for j := from; j < to; j++ {
+						e.BlockHashes = append(e.BlockHashes, engine(d, j))
+					}
+					if from > 0 {
+						e.ParentBlockHash = ptr(engine(d, from-1))
+					}
+					if rng.IntN(5) == 0 {
+						e.Medium = ptr(MediumCPU)
+					}
+					ev = e
+				case p < 97:
+					e := BlockRemoved{}
+					for k := rng.IntN(5); k >= 0; k-- {
+						d, j := rng.IntN(docs), rng.IntN(docBlocks)
+						e.BlockHashes = append(e.BlockHashes, engine(d, j))
+					}
+					if rng.IntN(5) == 0 {
+						e.Medium = ptr(MediumCPU)
+					}
+					ev = e
+				default:
+					ev = AllBlocksCleared{}
+				}
+				ref.apply(w, ev)
+				ix.Apply(w, EventBatch{Events: []Event{ev}})
+
+				if step%7 == 0 {
+					d := rng.IntN(docs)
+					prompt := routers[d][:1+rng.IntN(docBlocks)]
+					cands := slices.Clone(workers)
+					rng.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
+					cands = append(cands[:1+rng.IntN(len(cands))], "nobody")
+					out = ix.Match(prompt, cands, out)
+					for i, r := range out {
+						if r.Worker != cands[i] {
+							t.Fatalf("step %d: result %d for %s, want %s", step, i, r.Worker, cands[i])
+						}
+						wb, wc := ref.match(prompt, r.Worker)
+						if wb > 0 {
+							nonzero++
+						}
+						if r.Blocks != wb || r.Cached != wc {
+							t.Fatalf("step %d: %s matched %d cached %d, reference %d cached %d",
+								step, r.Worker, r.Blocks, r.Cached, wb, wc)
+						}
+					}
+				}
+			}
+			if nonzero < 100 {
+				t.Fatalf("only %d non-empty matches: the stream does not exercise the index", nonzero)
+			}
+			s := ix.Stats()
+			entries := 0
+			for _, w := range workers {
+				_, c := ref.match(nil, w)
+				entries += c
+			}
+			if s.Entries != entries {
+				t.Fatalf("index holds %d entries, reference %d", s.Entries, entries)
+			}
+		})
+	}
+}
+
+// TestConcurrentApplyAndMatch runs writers (one per worker, as the consumer
+// does), readers and worker churn at once; run it with -race. Afterwards
+// every writer's final state must be exactly what it applied last.
+func TestConcurrentApplyAndMatch(t *testing.T) {
+	ix := New(Config{})
+	const writers, rounds = 4, 300
+	for i := 0; i < writers; i++ {
+		ix.AddWorker(fmt.Sprint("w", i), testModel, testBS)
+	}
+	prompt := promptHashes(1, 16)
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for i := 0; i < writers; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			w := fmt.Sprint("w", i)
+			for r := 0; r < rounds; r++ {
+				ix.Apply(w, EventBatch{Events: []Event{storeEv(1, 0, 8), storeEv(1, 8, 16)}})
+				ix.Apply(w, EventBatch{Events: []Event{removeEv(1, 15-r%16)}})
+				if r%50 == 0 {
+					ix.Apply(w, EventBatch{Events: []Event{AllBlocksCleared{}}})
+				}
+			}
+			ix.Apply(w, EventBatch{Events: []Event{AllBlocksCleared{}, storeEv(1, 0, 4+i)}})
+		}(i)
+	}
+	var readers sync.WaitGroup
+	for i := 0; i < 3; i++ {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			var out []MatchResult
+			cands := []string{"w0", "w1", "w2", "w3", "churn"}
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				out = ix.Match(prompt, cands, out)
+				for _, r := range out {
+					if r.Blocks < 0 || r.Blocks > len(prompt) || r.Blocks > r.Cached {
+						t.Errorf("impossible result %+v", r)
+						return
+					}
+				}
+				_ = ix.Stats()
+			}
+		}()
+	}
+	readers.Add(1)
+	go func() {
+		defer readers.Done()
+		for r := 0; ; r++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			ix.AddWorker("churn", testModel, testBS)
+			ix.Apply("churn", EventBatch{Events: []Event{storeEv(1, 0, 3)}})
+			ix.RemoveWorker("churn")
+		}
+	}()
+	wg.Wait()
+	close(stop)
+	readers.Wait()
+	res := ix.Match(prompt, []string{"w0", "w1", "w2", "w3", "churn"}, nil)
+	for i := 0; i < writers; i++ {
+		if res[i].Blocks != 4+i || res[i].Cached != 4+i {
+			t.Errorf("w%d ends with %+v, want %d blocks", i, res[i], 4+i)
+		}
+	}
+	if res[4].Known {
+		t.Error("removed worker still known")
+	}
+}
+
+// TestBitTableAgreesWithMap checks the open-addressing table, including
+// backward-shift deletion across growth and shrinking, against a Go map.
+func TestBitTableAgreesWithMap(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	tb := newBitTable(0)
+	ref := map[uint64]uint64{}
+	// Few distinct keys, many collisions: keys from a small range with
+	// low-entropy values stress probe runs.
+	for step := 0; step < 200000; step++ {
+		key := uint64(rng.IntN(5000)) + 1
+		if step == 100000 { // shrink phase: drop every key above 300
+			for k := range ref {
+				if k > 300 {
+					tb.clear(k, 7)
+					delete(ref, k)
+				}
+			}
+		}
+		if step >= 100000 {
+			key = uint64(rng.IntN(300)) + 1
+		}
+		bit := uint64(1) << rng.IntN(3)
+		if rng.IntN(2) == 0 {
+			had := tb.set(key, bit)
+			if had != (ref[key]&bit != 0) {
+				t.Fatalf("step %d: set(%d) had=%v", step, key, had)
+			}
+			ref[key] |= bit
+		} else {
+			had := tb.clear(key, bit)
+			if had != (ref[key]&bit != 0) {
+				t.Fatalf("step %d: clear(%d) had=%v", step, key, had)
+			}
+			if ref[key] &^= bit; ref[key] == 0 {
+				delete(ref, key)
+			}
+		}
+		if step%997 == 0 {
+			if tb.count != len(ref) {
+				t.Fatalf("step %d: count %d, want %d", step, tb.count, len(ref))
+			}
+			for k := uint64(1); k <= 5000; k++ {
+				if tb.get(k) != ref[k] {
+					t.Fatalf("step %d: get(%d) = %b, want %b", step, k, tb.get(k), ref[k])
+				}
+			}
+		}
+	}
+	if len(tb.slots) > 4096 {
+		t.Fatalf("table did not shrink: %d slots for %d keys", len(tb.slots), tb.count)
+	}
+}
