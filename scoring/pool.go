@@ -19,8 +19,10 @@ type Pool struct {
 	// models maps a model or LoRA adapter name to the workers serving it,
 	// sorted by ID; rebuilt when registrations change.
 	models map[string][]*worker
-	reqs   map[string]*active
-	tomb   tombstones
+	// byAddress maps "ip:port" to worker ID, for endpoints the proxy reports.
+	byAddress map[string]string
+	reqs      map[string]*active
+	tomb      tombstones
 
 	// onCapacity is called, outside the lock, after anything that may free
 	// capacity (Free, PrefillDone, Move, a load report, a registration).
@@ -55,11 +57,12 @@ func (w *worker) activeBlocks() int { return len(w.blockRefs) + w.private }
 // NewPool returns an empty pool. It uses opts' clock, ages and metrics.
 func NewPool(opts Options) *Pool {
 	return &Pool{
-		opts:    opts.withDefaults(),
-		workers: make(map[string]*worker),
-		models:  make(map[string][]*worker),
-		reqs:    make(map[string]*active),
-		tomb:    newTombstones(4096),
+		opts:      opts.withDefaults(),
+		workers:   make(map[string]*worker),
+		models:    make(map[string][]*worker),
+		byAddress: make(map[string]string),
+		reqs:      make(map[string]*active),
+		tomb:      newTombstones(4096),
 	}
 }
 
@@ -104,7 +107,11 @@ func (p *Pool) Remove(id string) {
 
 func (p *Pool) rebuildModelsLocked() {
 	clear(p.models)
+	clear(p.byAddress)
 	for _, w := range p.workers {
+		if w.spec.Address != "" {
+			p.byAddress[w.spec.Address] = w.spec.ID
+		}
 		p.models[w.spec.Model] = append(p.models[w.spec.Model], w)
 		for _, a := range w.spec.LoRAAdapters {
 			if a != w.spec.Model {
@@ -135,6 +142,28 @@ func (p *Pool) AppendCandidates(dst []Candidate, model string) []Candidate {
 	}
 	p.mu.RUnlock()
 	return dst
+}
+
+// AppendCandidatesFunc is AppendCandidates restricted to the workers keep
+// accepts, for a subset hint that names workers by ID or address.
+func (p *Pool) AppendCandidatesFunc(dst []Candidate, model string, keep func(id, address string) bool) []Candidate {
+	p.mu.RLock()
+	for _, w := range p.models[model] {
+		if keep(w.spec.ID, w.spec.Address) {
+			dst = append(dst, Candidate{Worker: w.spec.ID})
+		}
+	}
+	p.mu.RUnlock()
+	return dst
+}
+
+// WorkerByAddress returns the ID of the worker at "ip:port", for when the
+// proxy reports the endpoint that served a request (see Move).
+func (p *Pool) WorkerByAddress(address string) (string, bool) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	id, ok := p.byAddress[address]
+	return id, ok
 }
 
 // Spec returns a worker's static facts.

@@ -300,3 +300,29 @@ func TestStaleLoadReportIsIgnored(t *testing.T) {
 		t.Errorf("report for unknown worker: %v", err)
 	}
 }
+
+func TestCandidatesBySubsetAndAddress(t *testing.T) {
+	p := NewPool(DefaultOptions())
+	for i, id := range []string{"w0", "w1", "w2"} {
+		s := spec(id)
+		s.Address = "10.0.0." + string(rune('1'+i)) + ":8000"
+		if err := p.Upsert(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	subset := map[string]bool{"10.0.0.2:8000": true, "w2": true}
+	var got []string
+	for _, c := range p.AppendCandidatesFunc(nil, "m", func(id, addr string) bool { return subset[id] || subset[addr] }) {
+		got = append(got, c.Worker)
+	}
+	if !slices.Equal(got, []string{"w1", "w2"}) {
+		t.Errorf("subset candidates = %v, want [w1 w2]", got)
+	}
+	if id, ok := p.WorkerByAddress("10.0.0.3:8000"); !ok || id != "w2" {
+		t.Errorf("WorkerByAddress = %q, %v; want w2", id, ok)
+	}
+	p.Remove("w2")
+	if _, ok := p.WorkerByAddress("10.0.0.3:8000"); ok {
+		t.Error("removed worker's address still resolves")
+	}
+}

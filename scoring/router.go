@@ -136,10 +136,10 @@ func (r *Router) QueueLen() int {
 	return int(r.queue.n.Load())
 }
 
-// Run force-frees requests past Options.MaxRequestAge every second until
-// ctx ends.
+// Run force-frees requests past Options.MaxRequestAge every second (or
+// every half maximum age, if that is shorter) until ctx ends.
 func (r *Router) Run(ctx context.Context) {
-	tick := time.NewTicker(time.Second)
+	tick := time.NewTicker(min(time.Second, r.opts.MaxRequestAge/2))
 	defer tick.Stop()
 	for {
 		select {
