@@ -1,0 +1,177 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/kvroute/kvroute/tokenizer"
+)
+
+const tokenizeUsage = `Usage: kvroute tokenize --tokenizer DIR [--chat-template FILE]
+
+Tokenizes exactly as kvroute routes: reads JSON lines on stdin and writes one
+JSON line per input line on stdout, in order.
+
+  {"text": "...", "add_special_tokens": false}   -> {"ids": [...]}
+      add_special_tokens defaults to true (a completions prompt)
+  {"messages": [...], "tools": [...], "add_generation_prompt": true,
+   "chat_template_kwargs": {...}}                -> {"text": "<rendered>", "ids": [...]}
+      an OpenAI chat body; other fields (model, stream, ...) are ignored;
+      rendered with the chat template and encoded without special tokens,
+      as vLLM does
+  anything that fails                            -> {"error": "..."}
+      a bad line never stops the stream
+
+Use it to answer "why did this request miss the cache?": compare its ids
+with what the model server logged.
+
+Flags (each also read from the environment variable shown):
+`
+
+// tokenizeLine is one input line: a completions prompt or a chat body.
+type tokenizeLine struct {
+	Text             *string `json:"text"`
+	AddSpecialTokens *bool   `json:"add_special_tokens"`
+	Messages         any     `json:"messages"`
+}
+
+// Output lines, one shape each.
+type (
+	idsResult struct {
+		IDs []uint32 `json:"ids"`
+	}
+	chatResult struct {
+		Text string   `json:"text"`
+		IDs  []uint32 `json:"ids"`
+	}
+	errorResult struct {
+		Error string `json:"error"`
+	}
+)
+
+// maxTokenizeLine bounds one input line.
+var maxTokenizeLine = 64 << 20
+
+// runTokenize implements `kvroute tokenize`.
+func runTokenize(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("tokenize", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dir := fs.String("tokenizer", os.Getenv("KVROUTE_TOKENIZER"),
+		"folder with tokenizer.json and tokenizer_config.json (KVROUTE_TOKENIZER)")
+	tmpl := fs.String("chat-template", os.Getenv("KVROUTE_CHAT_TEMPLATE"),
+		"chat template file that replaces the tokenizer's own (KVROUTE_CHAT_TEMPLATE)")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, tokenizeUsage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if fs.NArg() > 0 {
+		fs.Usage()
+		return fmt.Errorf("tokenize: unexpected arguments %q", fs.Args())
+	}
+	if *dir == "" {
+		fs.Usage()
+		return errors.New("tokenize: --tokenizer is required")
+	}
+	chat, err := tokenizer.LoadChat(*dir, *tmpl, tokenizer.ChatOptions{})
+	if err != nil {
+		return fmt.Errorf("tokenize: %w", err)
+	}
+
+	in := bufio.NewReaderSize(stdin, 1<<20)
+	out := bufio.NewWriter(stdout)
+	enc := json.NewEncoder(out)
+	enc.SetEscapeHTML(false) // rendered prompts are full of <|tokens|>
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		line, tooLong, readErr := readLine(in)
+		if readErr != nil && !errors.Is(readErr, io.EOF) {
+			return fmt.Errorf("tokenize: read stdin: %w", readErr)
+		}
+		if errors.Is(readErr, io.EOF) && len(line) == 0 && !tooLong {
+			return nil
+		}
+		var res any
+		if tooLong {
+			res = errorResult{Error: fmt.Sprintf("input line longer than %d bytes", maxTokenizeLine)}
+		} else {
+			res = tokenizeOne(chat, line)
+		}
+		if err := enc.Encode(res); err != nil {
+			return fmt.Errorf("tokenize: write: %w", err)
+		}
+		if err := out.Flush(); err != nil {
+			return fmt.Errorf("tokenize: write: %w", err)
+		}
+		if errors.Is(readErr, io.EOF) {
+			return nil
+		}
+	}
+}
+
+// readLine returns the next line without its line ending. A line over the
+// limit is consumed whole and reported with tooLong.
+func readLine(r *bufio.Reader) (line []byte, tooLong bool, err error) {
+	for {
+		part, err := r.ReadSlice('\n')
+		if !tooLong {
+			if len(line)+len(part) > maxTokenizeLine {
+				tooLong, line = true, nil
+			} else {
+				line = append(line, part...)
+			}
+		}
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return bytes.TrimRight(line, "\r\n"), tooLong, err
+		}
+	}
+}
+
+// tokenizeOne answers one input line.
+func tokenizeOne(chat *tokenizer.Chat, line []byte) any {
+	if len(bytes.TrimSpace(line)) == 0 {
+		return errorResult{Error: "empty line: want a JSON object"}
+	}
+	var probe tokenizeLine
+	if err := json.Unmarshal(line, &probe); err != nil {
+		return errorResult{Error: "invalid JSON: " + err.Error()}
+	}
+	if probe.Messages != nil {
+		req, err := tokenizer.ParseChatRequest(line)
+		if err != nil {
+			return errorResult{Error: err.Error()}
+		}
+		text, err := chat.ApplyChatTemplate(req)
+		if err != nil {
+			return errorResult{Error: err.Error()}
+		}
+		return chatResult{Text: text, IDs: nonNil(chat.EncodePrompt(text))}
+	}
+	if probe.Text == nil {
+		return errorResult{Error: `want {"text": ...} or an OpenAI chat body with "messages"`}
+	}
+	add := probe.AddSpecialTokens == nil || *probe.AddSpecialTokens
+	return idsResult{IDs: nonNil(chat.Tokenizer().Encode(*probe.Text, add))}
+}
+
+// nonNil makes empty results print as [] rather than null.
+func nonNil(ids []uint32) []uint32 {
+	if ids == nil {
+		return []uint32{}
+	}
+	return ids
+}
