@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go"
 )
@@ -63,6 +64,10 @@ type ConsumerStats struct {
 	Fresh         uint64 // streams that started over at 0
 }
 
+// flushTimeout bounds how long Start waits for the server to confirm the
+// subscription.
+const flushTimeout = 5 * time.Second
+
 // NewConsumer returns a consumer; Start subscribes.
 func NewConsumer(nc *nats.Conn, cfg ConsumerConfig) *Consumer {
 	if cfg.Metrics == nil {
@@ -94,7 +99,9 @@ func (c *Consumer) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("subscribe %s: %w", EventsWildcard(c.cfg.Namespace), err)
 	}
-	if err := c.nc.FlushWithContext(ctx); err != nil {
+	fctx, cancel := context.WithTimeout(ctx, flushTimeout)
+	defer cancel()
+	if err := c.nc.FlushWithContext(fctx); err != nil {
 		_ = sub.Unsubscribe()
 		return fmt.Errorf("subscribe %s: flush: %w", EventsWildcard(c.cfg.Namespace), err)
 	}
