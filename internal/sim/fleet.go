@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -155,9 +156,17 @@ func (f *Fleet) Close(ctx context.Context) error {
 	if f.admin != nil {
 		errs = append(errs, f.admin.close())
 	}
-	for _, w := range f.workers {
-		errs = append(errs, w.Close(ctx))
+	werrs := make([]error, len(f.workers))
+	var wg sync.WaitGroup
+	for i, w := range f.workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			werrs[i] = w.Close(ctx)
+		}()
 	}
+	wg.Wait()
+	errs = append(errs, werrs...)
 	f.closeClients()
 	return errors.Join(errs...)
 }
