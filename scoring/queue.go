@@ -143,7 +143,10 @@ func (h *waiterHeap) Pop() any {
 
 // admission is the Router's queue: one heap per model, drained in policy
 // order whenever capacity may have changed. Dispatch happens under mu, so
-// each admitted waiter's Add is visible before the next is examined.
+// each admitted waiter's Add is visible before the next is examined. The
+// head of a model's line blocks those behind it even when they were
+// restricted to a different subset of workers: a simplification that only
+// matters when subset hints split one model's fleet.
 type admission struct {
 	r      *Router
 	policy Policy

@@ -116,7 +116,8 @@ func (r *Router) commit(req *Request, d Decision) error {
 // exceeds Options.QueueMaxWait, ctx's error when ctx ends first (the
 // request then holds no load), and ErrNoWorkers when no candidate is
 // known. On success the caller owns the lifecycle: PrefillDone, Progress
-// and Free on Pool().
+// and Free on Pool(). req and cands must not change until Route returns;
+// a queued request is picked with the overlap it arrived with.
 func (r *Router) Route(ctx context.Context, req *Request, cands []Candidate, exp *Explanation) (Decision, error) {
 	if r.queue == nil {
 		d, err := r.Pick(req, cands, exp)
