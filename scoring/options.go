@@ -158,7 +158,7 @@ func (o Options) Validate() error {
 	if o.CostModel != CostDefault && o.CostModel != CostWeighted {
 		return fmt.Errorf("scoring options: unknown cost model %q (valid: %s, %s)", o.CostModel, CostDefault, CostWeighted)
 	}
-	if _, err := parsePolicy(o.QueuePolicy); err != nil {
+	if _, err := ParsePolicy(o.QueuePolicy); err != nil {
 		return fmt.Errorf("scoring options: %w", err)
 	}
 	for name, v := range map[string]float64{

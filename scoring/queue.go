@@ -40,7 +40,8 @@ func (p Policy) String() string {
 	return "Policy(" + strconv.Itoa(int(p)) + ")"
 }
 
-func parsePolicy(s string) (Policy, error) {
+// ParsePolicy returns the policy named s (see PolicyNames), ignoring case.
+func ParsePolicy(s string) (Policy, error) {
 	for i, n := range policyNames {
 		if strings.EqualFold(strings.TrimSpace(s), n) {
 			return Policy(i), nil

@@ -36,7 +36,7 @@ func NewRouter(opts Options) (*Router, error) {
 	}
 	r := &Router{pool: NewPool(opts), mode: mode, opts: opts}
 	if opts.QueueThreshold > 0 {
-		policy, _ := parsePolicy(opts.QueuePolicy) // validated above
+		policy, _ := ParsePolicy(opts.QueuePolicy) // validated above
 		r.queue = newAdmission(r, policy)
 		r.pool.setCapacityListener(r.queue.kick)
 	}
