@@ -1,0 +1,116 @@
+// Command kvsim runs simulated vLLM workers for kvroute: an OpenAI-compatible
+// HTTP server per worker backed by a paged KV cache with prefix caching,
+// continuous batching and Dynamo's mocker timing model, publishing KV events
+// and load reports to NATS and registering in etcd under a lease. Run
+// `kvsim --help` for the flags.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/kvroute/kvroute/internal/sim"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return
+		}
+		fmt.Fprintln(os.Stderr, "kvsim:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	o, err := parseFlags(args, os.Getenv, os.Stderr)
+	if err != nil {
+		return err
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	slog.SetDefault(log)
+
+	cfg, err := fleetConfig(o, log)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	fleet, err := sim.StartFleet(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	for _, w := range fleet.Workers() {
+		log.Info("serving", "worker", w.ID(), "url", w.URL(), "zmq", w.ZMQEndpoint())
+	}
+	if a := fleet.AdminAddr(); a != "" {
+		log.Info("admin endpoint", "url", "http://"+a+"/admin/workers")
+	}
+	<-ctx.Done()
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return fleet.Close(sctx)
+}
+
+// fleetConfig turns the options into a sim.FleetConfig, loading the
+// tokenizer when one is given.
+func fleetConfig(o *options, log *slog.Logger) (sim.FleetConfig, error) {
+	eng := sim.EngineConfig{
+		NumGPUBlocks: o.numGPUBlocks, BlockSize: o.blockSize,
+		MaxNumSeqs: o.maxNumSeqs, MaxNumBatchedTokens: o.maxBatched,
+	}
+	if err := eng.Validate(); err != nil {
+		return sim.FleetConfig{}, err
+	}
+	if o.workers < 1 {
+		return sim.FleetConfig{}, fmt.Errorf("--workers %d must be at least 1", o.workers)
+	}
+	if o.speedup <= 0 {
+		return sim.FleetConfig{}, fmt.Errorf("--speedup %g must be positive", o.speedup)
+	}
+	if o.jitter < 0 || o.jitter >= 1 {
+		return sim.FleetConfig{}, fmt.Errorf("--jitter %g must be in [0, 1)", o.jitter)
+	}
+	wc := sim.WorkerConfig{
+		Model: o.model, Engine: eng, Speedup: o.speedup, Jitter: o.jitter, Seed: o.seed,
+		DefaultMaxTokens: o.defaultMaxToks, Namespace: o.namespace, LeaseTTL: o.leaseTTL,
+		EventBatchMax: o.eventBatchMax, EventFlushInterval: o.eventFlush, LoadInterval: o.loadInterval,
+		Logger: log,
+	}
+	if o.tokenizerDir != "" {
+		start := time.Now()
+		enc, err := sim.LoadChatEncoder(o.tokenizerDir, o.chatTemplate)
+		if err != nil {
+			return sim.FleetConfig{}, err
+		}
+		wc.Encoder = enc
+		wc.Engine.VocabSize = enc.Chat.Tokenizer().VocabSize()
+		log.Info("tokenizer loaded", "dir", o.tokenizerDir, "vocab", wc.Engine.VocabSize, "took", time.Since(start).Round(time.Millisecond))
+	} else {
+		log.Warn("no --tokenizer: text prompts are encoded one token per byte, which a router with a real tokenizer will not match")
+	}
+	var etcd []string
+	for _, e := range strings.Split(o.etcdEndpoints, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			etcd = append(etcd, e)
+		}
+	}
+	return sim.FleetConfig{
+		Workers: o.workers, IDPrefix: o.idPrefix, Host: o.host, BasePort: o.basePort,
+		AdvertiseHost: o.advertiseHost, Worker: wc, NATSURL: o.natsURL, EtcdEndpoints: etcd,
+		ZMQBasePort: o.zmqBasePort, AdminAddr: o.adminAddr,
+	}, nil
+}

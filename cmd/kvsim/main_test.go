@@ -1,0 +1,65 @@
+package main
+
+import (
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestFlagsComeFromEnvironmentAndCommandLine(t *testing.T) {
+	env := map[string]string{
+		"KVROUTE_WORKERS":        "8",
+		"KVROUTE_NATS_URL":       "nats://127.0.0.1:4222",
+		"KVROUTE_SPEEDUP":        "50",
+		"KVROUTE_LEASE_TTL":      "3s",
+		"KVROUTE_ETCD_ENDPOINTS": "http://a:2379, http://b:2379",
+	}
+	o, err := parseFlags([]string{"--speedup", "100", "--block-size", "16"}, func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.workers != 8 || o.natsURL != "nats://127.0.0.1:4222" || o.leaseTTL != 3*time.Second {
+		t.Fatalf("environment not applied: %+v", o)
+	}
+	if o.speedup != 100 || o.blockSize != 16 {
+		t.Fatalf("command line must win over the environment: speedup %g block %d", o.speedup, o.blockSize)
+	}
+	cfg, err := fleetConfig(o, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Workers != 8 || len(cfg.EtcdEndpoints) != 2 || cfg.EtcdEndpoints[1] != "http://b:2379" ||
+		cfg.Worker.Engine.BlockSize != 16 || cfg.Worker.Engine.NumGPUBlocks != 16384 {
+		t.Fatalf("fleet config %+v", cfg)
+	}
+}
+
+func TestBadSettingsAreRejected(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"bad environment value", nil, map[string]string{"KVROUTE_WORKERS": "many"}, "KVROUTE_WORKERS"},
+		{"unknown flag", []string{"--nope"}, nil, "nope"},
+		{"stray argument", []string{"extra"}, nil, "unexpected"},
+		{"zero workers", []string{"--workers", "0"}, nil, "--workers"},
+		{"negative block size", []string{"--block-size", "-1"}, nil, "block_size"},
+		{"negative speedup", []string{"--speedup", "-1"}, nil, "--speedup"},
+		{"missing tokenizer folder", []string{"--tokenizer", "/nonexistent"}, nil, "tokenizer"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o, err := parseFlags(tt.args, func(k string) string { return tt.env[k] }, io.Discard)
+			if err == nil {
+				_, err = fleetConfig(o, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want mention of %q", err, tt.want)
+			}
+		})
+	}
+}
