@@ -126,4 +126,3 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*opti
 	}
 	return o, nil
 }
-
