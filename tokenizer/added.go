@@ -21,28 +21,62 @@ type addedVocab struct {
 	tokens    []AddedToken
 	byContent map[string]AddedToken
 	byID      map[uint32]AddedToken
+	idString  map[uint32]string // what TokenString and Decode see
 	raw       *tokenTrie
 	norm      *tokenTrie
 }
 
-func newAddedVocab(list []addedTokenJSON, n normalizer) (*addedVocab, error) {
+// newAddedVocab registers the added tokens as the reference does when it
+// loads a file: one at a time in file order, each taking its id from earlier
+// added tokens or the model's vocabulary when its content is already there,
+// and otherwise the next free id after the vocabulary. The ids written in the
+// file are only what the reference expects; for files it wrote they agree.
+func newAddedVocab(list []addedTokenJSON, n normalizer, m *bpeModel) (*addedVocab, error) {
 	v := &addedVocab{
 		byContent: make(map[string]AddedToken, len(list)),
 		byID:      make(map[uint32]AddedToken, len(list)),
+		idString:  make(map[uint32]string, len(list)),
 		raw:       &tokenTrie{},
 		norm:      &tokenTrie{},
 	}
+	vocabSize := int64(len(m.vocab))
+	maxID := int64(-1)
+	seen := make(map[AddedToken]bool, len(list))
 	for _, j := range list {
 		if j.Content == "" {
-			return nil, fmt.Errorf("added token %d has empty content", j.ID)
+			continue
 		}
-		tok := AddedToken{ID: j.ID, Content: j.Content, Special: j.Special, LStrip: j.LStrip,
+		tok := AddedToken{Content: j.Content, Special: j.Special, LStrip: j.LStrip,
 			RStrip: j.RStrip, SingleWord: j.SingleWord, Normalized: j.Normalized}
+		if seen[tok] {
+			continue
+		}
+		seen[tok] = true
+		var id int64
+		if prev, ok := v.byContent[tok.Content]; ok {
+			id = int64(prev.ID)
+		} else if vid, ok := m.vocab[tok.Content]; ok {
+			id = int64(vid)
+		} else if maxID >= vocabSize || (maxID >= 0 && vocabSize == 0) {
+			id = maxID + 1
+		} else {
+			id = vocabSize
+		}
+		if id > 1<<32-1 {
+			return nil, fmt.Errorf("added token %q: id overflow", tok.Content)
+		}
+		tok.ID = uint32(id)
+		maxID = max(maxID, id)
 		v.tokens = append(v.tokens, tok)
 		v.byContent[tok.Content] = tok
 		v.byID[tok.ID] = tok
+		// The reference hands normalized tokens to the decoder in their
+		// normalized form (e.g. "▁hello▁world"), so the decoder spaces them.
+		v.idString[tok.ID] = tok.Content
+		if tok.Normalized && n != nil {
+			v.idString[tok.ID] = n.normalize(tok.Content)
+		}
 	}
-	// Later entries with the same content win, as in the reference's map.
 	for _, tok := range v.byContent {
 		if tok.Normalized {
 			pattern := tok.Content

@@ -12,28 +12,9 @@ import (
 func TestEncodeMatchesReference(t *testing.T) {
 	for _, fam := range families {
 		t.Run(fam, func(t *testing.T) {
-			tok := loadFamily(t, fam)
-			cases := readGolden(t, fam)
-			strings, failures := 0, 0
-			for _, c := range cases {
-				if c.Corpus {
-					continue
-				}
-				strings++
-				got := tok.Encode(c.Text, c.AddSpecialTokens)
-				if !slices.Equal(got, c.IDs) {
-					failures++
-					if failures <= 5 {
-						t.Errorf("Encode(%q, %v):\n got %v\nwant %v\n got %s\nwant %s", c.Text, c.AddSpecialTokens,
-							got, c.IDs, describe(tok, got), describe(tok, c.IDs))
-					}
-				}
-			}
-			if strings < 4000 {
-				t.Fatalf("only %d golden strings, want >= 4000 (2,000 texts x 2 modes)", strings)
-			}
-			if failures > 0 {
-				t.Errorf("%d of %d golden strings differ", failures, strings)
+			n := checkGolden(t, loadFamily(t, fam), readGolden(t, fam))
+			if n < 4000 {
+				t.Fatalf("only %d golden strings, want >= 4000 (2,000 texts x 2 modes)", n)
 			}
 		})
 	}
@@ -70,6 +51,40 @@ func TestEncodeCorpusMatchesReference(t *testing.T) {
 			}
 		})
 	}
+}
+
+// checkGolden compares Encode (and Decode, where the golden line has the
+// reference's decoding) with every golden case and returns how many it checked.
+func checkGolden(t *testing.T, tok *Tokenizer, cases []goldenCase) int {
+	t.Helper()
+	n, failures := 0, 0
+	for _, c := range cases {
+		if c.Corpus {
+			continue
+		}
+		n++
+		got := tok.Encode(c.Text, c.AddSpecialTokens)
+		if !slices.Equal(got, c.IDs) {
+			failures++
+			if failures <= 5 {
+				t.Errorf("Encode(%q, %v):\n got %v\nwant %v\n got %s\nwant %s", c.Text, c.AddSpecialTokens,
+					got, c.IDs, describe(tok, got), describe(tok, c.IDs))
+			}
+			continue
+		}
+		if c.Decoded != nil {
+			if d := tok.Decode(c.IDs); d != *c.Decoded {
+				failures++
+				if failures <= 5 {
+					t.Errorf("Decode(%v) = %q, want %q (%s)", c.IDs, d, *c.Decoded, describe(tok, c.IDs))
+				}
+			}
+		}
+	}
+	if failures > 0 {
+		t.Errorf("%d of %d golden cases differ", failures, n)
+	}
+	return n
 }
 
 func firstDiff(a, b []uint32) int {

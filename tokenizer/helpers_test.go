@@ -46,11 +46,17 @@ type goldenCase struct {
 	AddSpecialTokens bool     `json:"add_special_tokens"`
 	Corpus           bool     `json:"corpus"`
 	IDs              []uint32 `json:"ids"`
+	Decoded          *string  `json:"decoded"`
 }
 
 func readGolden(tb testing.TB, family string) []goldenCase {
 	tb.Helper()
-	f, err := os.Open(filepath.Join("testdata", "golden", family+".jsonl.gz"))
+	return readGoldenFile(tb, filepath.Join("testdata", "golden", family+".jsonl.gz"))
+}
+
+func readGoldenFile(tb testing.TB, path string) []goldenCase {
+	tb.Helper()
+	f, err := os.Open(path)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -65,7 +71,7 @@ func readGolden(tb testing.TB, family string) []goldenCase {
 	for sc.Scan() {
 		var c goldenCase
 		if err := json.Unmarshal(sc.Bytes(), &c); err != nil {
-			tb.Fatalf("golden %s: %v", family, err)
+			tb.Fatalf("golden %s: %v", path, err)
 		}
 		out = append(out, c)
 	}

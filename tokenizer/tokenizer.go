@@ -160,9 +160,11 @@ func (t *Tokenizer) TokenID(s string) (uint32, bool) {
 }
 
 // TokenString returns the string of a token id as the vocabulary writes it.
+// For an added token with normalized=true it is the normalized content, as
+// the reference's id_to_token returns it.
 func (t *Tokenizer) TokenString(id uint32) (string, bool) {
-	if tok, ok := t.added.byID[id]; ok {
-		return tok.Content, true
+	if s, ok := t.added.idString[id]; ok {
+		return s, true
 	}
 	if int(id) < len(t.model.tokens) && t.model.hasToken[id] {
 		return t.model.tokens[id], true
@@ -177,7 +179,9 @@ func (t *Tokenizer) IsSpecial(id uint32) bool {
 }
 
 // SpecialTokens returns a copy of every added token (special or not) in the
-// order the file lists them, with their ids and flags.
+// order the file lists them, with their ids and flags. IDs are the ones the
+// reference assigns when it loads the file, which match the file's own for
+// every file the reference wrote.
 func (t *Tokenizer) SpecialTokens() []AddedToken {
 	out := make([]AddedToken, len(t.added.tokens))
 	copy(out, t.added.tokens)

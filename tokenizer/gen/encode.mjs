@@ -6,8 +6,11 @@
 // Writes, deterministically (seeded PRNG, no clock, no network):
 //   ../testdata/corpus.txt                 mixed prose/code/multilingual text (> 500 KB)
 //   ../testdata/golden/<family>.jsonl.gz   one JSON object per line:
-//     {"text": "...", "add_special_tokens": bool, "ids": [...]}   (>= 2,000 strings x 2 modes)
+//     {"text": "...", "add_special_tokens": bool, "ids": [...], "decoded": "..."}   (>= 2,000 strings x 2 modes)
 //     {"corpus": true, "ids": [...]}                              (corpus.txt, no special tokens)
+//   ../testdata/golden/variants/<name>.jsonl.gz   the same for ../testdata/variants/variants.json:
+//     a base family's tokenizer.json with other normalizers, pre-tokenizers, added tokens,
+//     post-processors and decoders swapped in, to pin every component against the reference.
 // and prints the reference's encoding speed on the corpus.
 import fs from 'node:fs';
 import path from 'node:path';
@@ -187,7 +190,9 @@ async function main() {
     for (const text of strings) {
       for (const add of [false, true]) {
         const enc = await tok.encode(text, null, { addSpecialTokens: add });
-        lines.push(JSON.stringify({ text, add_special_tokens: add, ids: Array.from(enc.getIds()) }));
+        const ids = Array.from(enc.getIds());
+        const decoded = await tok.decode(ids, false);
+        lines.push(JSON.stringify({ text, add_special_tokens: add, ids, decoded }));
       }
     }
     const t0 = process.hrtime.bigint();
@@ -202,4 +207,31 @@ async function main() {
   }
 }
 
-main().catch((e) => { console.error(e); process.exit(1); });
+// variants writes golden vectors for tokenizers assembled from a base family
+// and the overrides in testdata/variants/variants.json.
+async function variants() {
+  const list = JSON.parse(fs.readFileSync(path.join(testdata, 'variants', 'variants.json'), 'utf8'));
+  fs.mkdirSync(path.join(testdata, 'golden', 'variants'), { recursive: true });
+  for (const [i, v] of list.entries()) {
+    const json = JSON.parse(fs.readFileSync(path.join(testdata, v.base, 'tokenizer.json'), 'utf8'));
+    Object.assign(json, v.override);
+    Object.assign(json.model, v.model || {});
+    json.added_tokens = json.added_tokens.concat(v.extra_tokens || []);
+    const tok = Tokenizer.fromString(JSON.stringify(json));
+    const specials = json.added_tokens.map((t) => t.content).concat(['word', 'and', 'hello world', 'Hello World', 'the',
+      ' <mask> ', 'a-b--c', 'x1y22z', 'AND', 'words']);
+    const strings = makeStrings(5000 + i, specials).slice(-600);
+    const lines = [];
+    for (const text of strings) {
+      for (const add of [false, true]) {
+        const ids = Array.from((await tok.encode(text, null, { addSpecialTokens: add })).getIds());
+        lines.push(JSON.stringify({ text, add_special_tokens: add, ids, decoded: await tok.decode(ids, false) }));
+      }
+    }
+    fs.writeFileSync(path.join(testdata, 'golden', 'variants', `${v.name}.jsonl.gz`),
+      zlib.gzipSync(lines.join('\n') + '\n', { level: 9 }));
+    console.log(`variant ${v.name}: ${strings.length} strings x 2`);
+  }
+}
+
+main().then(variants).catch((e) => { console.error(e); process.exit(1); });

@@ -1,0 +1,59 @@
+package tokenizer
+
+import (
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/dlclark/regexp2"
+)
+
+// scanAlphabet mixes the characters the patterns treat differently: ASCII
+// and non-ASCII letters of every case class, marks, numbers, punctuation,
+// symbols, every kind of whitespace, apostrophes with contraction letters,
+// controls, ZWJ, emoji and the edges of DeepSeek's CJK/kana ranges.
+var scanAlphabet = []rune(
+	"aAsStTrReEvVmMlLdDxyzQ" + "'''" + "éÉßİǅʰ中日ا" + "\u0301\u0e31\u093e" +
+		"0123٣½Ⅻ" + ".,!?-()[]{}\"#$%&*+/:;<=>@\\^_`|~" + "€∑😀👍🏽" +
+		"   \t\n\r\u00a0\u3000\u2003\u000b\u000c\u0085\u2028" + "\u0000\u200d\u00ad" +
+		"\u4e00\u9fa5\u9fa6\u3040\u309f\u30a0\u30ff\u3041\u30a2ー")
+
+func randomScanString(r *rand.Rand) string {
+	n := r.IntN(24)
+	var b strings.Builder
+	for range n {
+		b.WriteRune(scanAlphabet[r.IntN(len(scanAlphabet))])
+	}
+	return b.String()
+}
+
+// TestScannersMatchRegexp2 cross-checks every hand-written scanner against
+// regexp2 running the original pattern, on random strings.
+func TestScannersMatchRegexp2(t *testing.T) {
+	iterations := 20000
+	if raceEnabled || testing.Short() {
+		iterations = 3000
+	}
+	for src, scan := range knownScanners {
+		re := regexp2.MustCompile(src, regexp2.None)
+		want := &matcher{source: src, re: re}
+		got := &matcher{source: src, scan: scan}
+		r := rand.New(rand.NewPCG(1, uint64(len(src))))
+		for range iterations {
+			s := randomScanString(r)
+			g, w := got.findAll(s, nil), want.findAll(s, nil)
+			if !slices.Equal(g, w) {
+				t.Fatalf("pattern %q on %q:\n scanner %v %q\n regexp2 %v %q", src, s, g, pieces(s, g), w, pieces(s, w))
+			}
+		}
+	}
+}
+
+func pieces(s string, locs []int) []string {
+	var out []string
+	for k := 0; k < len(locs); k += 2 {
+		out = append(out, s[locs[k]:locs[k+1]])
+	}
+	return out
+}
