@@ -1,0 +1,125 @@
+// Package router runs a whole kvroute instance in-process: the ext_proc
+// gRPC server, the Picker with its KV index, tokenizers and scoring router,
+// worker discovery (etcd or a static file), the NATS consumers (KV events,
+// load reports, replica sync) with an embedded NATS server when none is
+// given, and the HTTP side (/metrics, /healthz, /readyz, /debug/*,
+// /admin/mode). cmd/kvroute is a thin flag layer over Run; tests and
+// kvbench start routers with Start.
+package router
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/kvroute/kvroute/extproc"
+	"github.com/kvroute/kvroute/scoring"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Config is everything a router instance needs. Start from DefaultConfig.
+type Config struct {
+	// Namespace scopes etcd keys and NATS subjects (default "default").
+	Namespace string
+	// GRPCAddr is the ext_proc listen address (default ":9002").
+	GRPCAddr string
+	// HTTPAddr serves /metrics, /healthz, /readyz, /debug/* and /admin/*
+	// (default ":9090"); "-" disables it.
+	HTTPAddr string
+
+	// NATSURL is the NATS server to use; empty starts an embedded one on
+	// EmbeddedNATSAddr.
+	NATSURL string
+	// EmbeddedNATSAddr is where the embedded NATS server listens (default
+	// "127.0.0.1:4222"; port 0 picks a free one).
+	EmbeddedNATSAddr string
+
+	// EtcdEndpoints, when set, discover workers from etcd.
+	EtcdEndpoints []string
+	// EtcdUsername and EtcdPassword authenticate to etcd.
+	EtcdUsername, EtcdPassword string
+	// EtcdTLS is the client TLS for etcd, or nil.
+	EtcdTLS *tls.Config
+	// WorkersFile is the static YAML/JSON fleet, used when there is no etcd.
+	WorkersFile string
+	// WorkersFileInterval is how often WorkersFile is checked (default 2 s).
+	WorkersFileInterval time.Duration
+
+	// Tokenizers are "MODEL=DIR" specs.
+	Tokenizers []string
+	// Scoring configures modes, cost and the admission queue.
+	Scoring scoring.Options
+	// KVEvents consumes KV events; false makes "kv" use the approximate
+	// index (kv_without_events) and starts no consumer.
+	KVEvents bool
+	// BlockSize, when positive, overrides the workers' block size.
+	BlockSize int
+	// Stream shapes ext_proc answers (target header, body limit, debug
+	// headers).
+	Stream extproc.Config
+	// Fallbacks is how many next-best endpoints follow the primary.
+	Fallbacks int
+	// OnBadBody decides between 400 and routing by load.
+	OnBadBody extproc.BadBodyPolicy
+	// ModelHeader carries the model in body mode NONE (optional).
+	ModelHeader string
+	// TLS serves ext_proc over TLS (mTLS when it verifies clients).
+	TLS *tls.Config
+	// ReplicaSync shares request lifecycles with peer replicas over NATS.
+	ReplicaSync bool
+	// RouterID names this replica for replica sync (default: hostname-pid).
+	RouterID string
+	// ShutdownGrace bounds the graceful stop of open streams (default 15 s).
+	ShutdownGrace time.Duration
+	// Registerer receives the Prometheus metrics; nil makes a private
+	// registry (served on /metrics either way).
+	Registry *prometheus.Registry
+	// Logger may be nil (slog.Default()).
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the documented defaults.
+func DefaultConfig() Config {
+	return Config{
+		Namespace:        "default",
+		GRPCAddr:         ":9002",
+		HTTPAddr:         ":9090",
+		EmbeddedNATSAddr: "127.0.0.1:4222",
+		Scoring:          scoring.DefaultOptions(),
+		KVEvents:         true,
+		Fallbacks:        2,
+		ShutdownGrace:    15 * time.Second,
+	}
+}
+
+// Validate reports the first setting that cannot work.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.Namespace == "" {
+		errs = append(errs, errors.New("namespace is empty"))
+	}
+	if c.GRPCAddr == "" {
+		errs = append(errs, errors.New("grpc address is empty"))
+	}
+	if len(c.EtcdEndpoints) > 0 && c.WorkersFile != "" {
+		errs = append(errs, errors.New("use either etcd endpoints or a workers file, not both"))
+	}
+	if len(c.EtcdEndpoints) == 0 && c.WorkersFile == "" {
+		errs = append(errs, errors.New("no worker discovery: give etcd endpoints or a workers file"))
+	}
+	if c.Fallbacks < 0 {
+		errs = append(errs, fmt.Errorf("fallbacks %d must not be negative", c.Fallbacks))
+	}
+	if c.BlockSize < 0 {
+		errs = append(errs, fmt.Errorf("block size %d must not be negative", c.BlockSize))
+	}
+	if err := c.Scoring.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("router config: %w", errors.Join(errs...))
+	}
+	return nil
+}
