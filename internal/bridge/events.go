@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -109,6 +110,7 @@ type stream struct {
 	resync   chan struct{}
 
 	seq     Sequencer
+	last    []byte         // payload of the last republished batch, for Verify
 	dirty   bool           // a publish failed: the router's view is suspect
 	touched map[int]string // ranks (and their worker ids) this stream published to
 }
@@ -186,6 +188,9 @@ func (s *stream) handle(ctx context.Context, ev vllmzmq.Event) {
 	if s.dirty && act != Drop {
 		act = Reset
 	}
+	if act == Verify {
+		act = s.verify(ctx, ev.Seq)
+	}
 	switch act {
 	case Drop:
 		s.stats.Duplicates.Add(1)
@@ -221,6 +226,23 @@ func (s *stream) handle(ctx context.Context, ev vllmzmq.Event) {
 		}
 		s.forward(ev.Seq, ev.Payload, false)
 	}
+}
+
+// verify decides, after a lost connection, whether the engine is the one
+// the stream was following: its replay buffer must still hold the last
+// republished batch, byte for byte.
+func (s *stream) verify(ctx context.Context, seq uint64) Action {
+	last, _ := s.seq.Next()
+	last--
+	replayed, err := s.sub.Replay(ctx, last)
+	if err == nil && len(replayed) > 0 && replayed[0].Seq == last && bytes.Equal(replayed[0].Payload, s.last) {
+		if seq == last+1 {
+			return Forward
+		}
+		return Heal
+	}
+	s.log.Info("engine after reconnect is not the one followed so far", "last_forwarded", last, "seq", seq, "replay_err", err)
+	return Reset
 }
 
 // resyncFromReplay clears and replays everything the engine still buffers.
@@ -265,6 +287,7 @@ func (s *stream) forward(seq uint64, payload []byte, replayed bool) {
 		return
 	}
 	s.seq.Forwarded(seq)
+	s.last = payload
 	s.stats.Forwarded.Add(1)
 	if replayed {
 		s.stats.Replayed.Add(1)

@@ -122,8 +122,9 @@ func TestSequencer(t *testing.T) {
 		{"gap heals", []step{{"live", 0, Reset}, {"live", 3, Heal}, {"live", 4, Forward}}},
 		{"engine restart goes back", []step{{"live", 5, Reset}, {"live", 6, Forward}, {"live", 0, Reset}, {"live", 1, Forward}}},
 		{"restart to the same number", []step{{"live", 5, Reset}, {"live", 5, Reset}}},
-		{"after loss continuing is fine", []step{{"live", 2, Reset}, {"lost", 0, 0}, {"live", 3, Forward}}},
-		{"after loss a jump resets", []step{{"live", 2, Reset}, {"lost", 0, 0}, {"live", 9, Reset}}},
+		{"after loss continuing needs verifying", []step{{"live", 2, Reset}, {"lost", 0, 0}, {"live", 3, Verify}, {"live", 4, Forward}}},
+		{"after loss a jump needs verifying", []step{{"live", 2, Reset}, {"lost", 0, 0}, {"live", 9, Verify}}},
+		{"after loss with nothing forwarded resets", []step{{"live", 2, Reset}, {"clear", 0, 0}, {"lost", 0, 0}, {"live", 3, Reset}}},
 		{"after loss going back resets", []step{{"live", 2, Reset}, {"lost", 0, 0}, {"live", 0, Reset}}},
 		{"after a clear with nothing forwarded, the next is a gap", []step{{"live", 2, Reset}, {"clear", 0, 0}, {"live", 3, Heal}}},
 	}

@@ -24,6 +24,12 @@ const (
 	// lost and the numbers do not simply continue). Publish AllBlocksCleared,
 	// replay what the engine still buffers from 0, then republish this one.
 	Reset
+	// Verify: the connection was lost and the numbers go on from where they
+	// were. That is the same engine, or a restarted one whose count happens
+	// to have reached the same place; the stream compares the engine's
+	// replayed copy of the last republished batch with what it sent to
+	// tell, then forwards, heals or resets.
+	Verify
 )
 
 func (a Action) String() string {
@@ -36,6 +42,8 @@ func (a Action) String() string {
 		return "heal"
 	case Reset:
 		return "reset"
+	case Verify:
+		return "verify"
 	}
 	return fmt.Sprintf("Action(%d)", int(a))
 }
@@ -64,16 +72,15 @@ func (s *Sequencer) Step(seq uint64) Action {
 	case seq <= s.liveLast:
 		// The live socket never goes back on its own: a new engine.
 		return Reset
+	case lost && s.forwarded && seq > s.fwdLast:
+		return Verify
+	case lost:
+		// Nothing to compare against: start over.
+		return Reset
 	case s.forwarded && seq <= s.fwdLast:
 		return Drop
 	case s.forwarded && seq == s.fwdLast+1:
 		return Forward
-	case lost:
-		// After a lost connection a jump ahead is as likely a restarted
-		// engine that already published a few batches as the same engine
-		// having moved on; on the engine's own host it is almost always the
-		// former. Clearing is the answer that is right in both cases.
-		return Reset
 	default:
 		return Heal
 	}
