@@ -69,8 +69,10 @@ func (x *exchange) run() {
 	// makes it look again.
 	x.choice, x.routeOK = x.g.cfg.routes.match(x.hs)
 	hasBody := x.r.Body != nil && x.r.Body != http.NoBody
-	x.startProc()
 	defer x.endProc()
+	if x.startProc() {
+		return
+	}
 	if x.proc != nil {
 		err := x.proc.send(&extprocsvc.ProcessingRequest{
 			Request: &extprocsvc.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocsvc.HttpHeaders{
@@ -89,16 +91,17 @@ func (x *exchange) run() {
 	}
 }
 
-func (x *exchange) startProc() {
+// startProc opens the ext_proc stream; true means a reply was sent instead.
+func (x *exchange) startProc() bool {
 	// The stream outlives the handler by the deferred-close grace, so it is
 	// not tied to the request context; a client that goes away aborts it.
 	p, err := openProcStream(context.WithoutCancel(x.ctx), x.g.client, x.pc)
 	if err != nil {
-		x.procFail(err)
-		return
+		return x.procFail(err)
 	}
 	x.proc = p
 	x.stopAbort = context.AfterFunc(x.ctx, p.abort)
+	return false
 }
 
 func (x *exchange) endProc() {

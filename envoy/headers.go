@@ -95,7 +95,7 @@ var hopByHop = map[string]bool{
 // mutationRules is Envoy's HeaderMutationRules checker.
 type mutationRules struct {
 	allowAllRouting, allowEnvoy, disallowSystem, disallowAll, disallowIsError bool
-	allowExpr, disallowExpr                                                  *regexp.Regexp
+	allowExpr, disallowExpr                                                   *regexp.Regexp
 }
 
 // routingHeaders may only change with allow_all_routing.

@@ -235,4 +235,3 @@ func (x *exchange) responseAttributes(code int) map[string]*structpb.Struct {
 	}
 	return map[string]*structpb.Struct{extProcFilterName: {Fields: fields}}
 }
-

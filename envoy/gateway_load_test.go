@@ -1,0 +1,95 @@
+package envoy
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+)
+
+// Where a bootstrap and the Gateway disagree, loading fails instead of the
+// Gateway behaving unlike Envoy.
+func TestLoadGatewayRejectsWhatItDoesNotImplement(t *testing.T) {
+	eps := map[string][]string{ExtProcClusterName: {"127.0.0.1:9"}}
+	cases := []struct {
+		name, style, old, new, want string
+	}{
+		{"streamed request body", StyleClusterHeader, "request_body_mode: BUFFERED", "request_body_mode: STREAMED", "request_body_mode STREAMED"},
+		{"buffered response body", StyleClusterHeader, "response_body_mode: STREAMED", "response_body_mode: BUFFERED", "response_body_mode BUFFERED"},
+		{"request header skip", StyleClusterHeader, "request_header_mode: SEND", "request_header_mode: SKIP", "request_header_mode SKIP"},
+		{"retry policy", StyleClusterHeader, "cluster: kvroute_fallback\n", "cluster: kvroute_fallback\n                  retry_policy: {num_retries: 2}\n", "retry_policy"},
+		{"regex header match", StyleClusterHeader, "present_match: true", "safe_regex_match: {regex: \".+\"}", "safe_regex_match"},
+		{"unknown attribute", StyleClusterHeader, "failure_mode_allow: true", "failure_mode_allow: true\n              request_attributes: [xds.route_name]", "xds.route_name"},
+		{"observability mode", StyleOriginalDst, "failure_mode_allow: false", "failure_mode_allow: false\n              observability_mode: true", "observability_mode"},
+		{"cluster field", StyleOriginalDst, "lb_policy: CLUSTER_PROVIDED", "lb_policy: CLUSTER_PROVIDED\n    upstream_connection_options: {tcp_keepalive: {}}", "upstream_connection_options"},
+		{"metadata forwarding", StyleOriginalDst, "failure_mode_allow: false", "failure_mode_allow: false\n              metadata_options: {forwarding_namespaces: {untyped: [envoy.lb.subset_hint]}}", "metadata_options"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			src := breakVariant(t, readShipped(t, tc.style), tc.old, tc.new)
+			_, err := LoadGateway([]byte(src), GatewayOptions{Endpoints: eps})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want it to name %q", err, tc.want)
+			}
+		})
+	}
+	t.Run("endpoints for an unknown cluster", func(t *testing.T) {
+		_, err := LoadGateway([]byte(readShipped(t, StyleClusterHeader)), GatewayOptions{Endpoints: map[string][]string{"w9": {"127.0.0.1:1"}}})
+		if err == nil || !strings.Contains(err.Error(), "w9") {
+			t.Fatalf("err = %v", err)
+		}
+	})
+	t.Run("endpoints for the ORIGINAL_DST cluster", func(t *testing.T) {
+		_, err := LoadGateway([]byte(readShipped(t, StyleOriginalDst)), GatewayOptions{Endpoints: map[string][]string{OriginalDstClusterName: {"127.0.0.1:1"}}})
+		if err == nil || !strings.Contains(err.Error(), "ORIGINAL_DST") {
+			t.Fatalf("err = %v", err)
+		}
+	})
+	t.Run("invalid bootstrap", func(t *testing.T) {
+		src := breakVariant(t, readShipped(t, StyleOriginalDst), "request_trailer_mode: SEND", "request_trailer_mode: SKIP")
+		if _, err := LoadGateway([]byte(src), GatewayOptions{}); err == nil {
+			t.Fatal("a bootstrap Envoy would refuse was loaded")
+		}
+	})
+}
+
+func TestRequestAttributesKeyedUnderFilterName(t *testing.T) {
+	f := startFleet(t)
+	proc := startProcServer(t, router{decide: pickFromBody, clear: true}.script)
+	g := startGateway(t, StyleClusterHeader, edits("failure_mode_allow: true",
+		"failure_mode_allow: true\n              request_attributes: [request.path, request.method, source.port]"), f.endpoints(proc.addr))
+	post(t, g.URL(), `{"user":"w0"}`)
+	attrs := proc.lastSession(t).received[0].GetAttributes()[extProcFilterName].GetFields()
+	if attrs["request.path"].GetStringValue() != "/v1/chat/completions" || attrs["request.method"].GetStringValue() != "POST" ||
+		attrs["source.port"].GetNumberValue() == 0 {
+		t.Fatalf("attributes %v", attrs)
+	}
+}
+
+func TestStartGatewayForEveryStyle(t *testing.T) {
+	for _, style := range Styles {
+		t.Run(style, func(t *testing.T) {
+			f := startFleet(t)
+			var workers []Worker
+			for _, w := range ExampleWorkers {
+				workers = append(workers, Worker{Cluster: w.Cluster, Address: hostOf(f.workers[w.Cluster])})
+			}
+			proc := startProcServer(t, router{decide: func(_ *corev3.HeaderMap, _ []byte) *extprocsvc.HeaderMutation {
+				return setHeaders(TargetHeader, "w2", DestinationHeader, workers[2].Address)
+			}, clear: true}.script)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			g, err := StartGateway(ctx, style, workers, proc.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.Close()
+			resp, got := post(t, g.URL(), `{}`)
+			if resp.StatusCode != 200 || got.Worker != "w2" {
+				t.Fatalf("status %d worker %q", resp.StatusCode, got.Worker)
+			}
+		})
+	}
+}
