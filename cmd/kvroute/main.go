@@ -1,13 +1,19 @@
-// Command kvroute is the KV-cache-aware router for LLM inference fleets.
+// Command kvroute is the KV-cache-aware router for LLM inference fleets: an
+// Envoy ext_proc server that sends every OpenAI-style request to the GPU
+// worker that already holds most of its prompt's KV cache, weighed against
+// load.
 //
-// This is a minimal placeholder dispatcher so that the tokenize subcommand
-// can be built and used before the router's own main.go lands; the router's
-// owner replaces this file.
+//	kvroute [serve] [flags]   run the router (the default)
+//	kvroute tokenize ...      print token ids as the router computes them
+//	kvroute help              explain every flag
 package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -16,12 +22,37 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if len(os.Args) < 2 || os.Args[1] != "tokenize" {
-		fmt.Fprintln(os.Stderr, "usage: kvroute tokenize --tokenizer DIR [--chat-template FILE]")
-		os.Exit(2)
+	if err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr, os.LookupEnv); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "kvroute:", err)
+		}
+		os.Exit(exitCode(err))
 	}
-	if err := runTokenize(ctx, os.Args[2:], os.Stdin, os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "kvroute:", err)
-		os.Exit(1)
+}
+
+func exitCode(err error) int {
+	if errors.Is(err, errUsage) {
+		return 2
 	}
+	return 1
+}
+
+var errUsage = errors.New("usage")
+
+// run dispatches the subcommand; lookupEnv reads KVROUTE_* variables.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) error {
+	cmd := "serve"
+	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "serve":
+		return runServe(ctx, args, stderr, lookupEnv)
+	case "tokenize":
+		return runTokenize(ctx, args, stdin, stdout, stderr)
+	case "help":
+		return runServe(ctx, []string{"-help"}, stdout, lookupEnv)
+	}
+	fmt.Fprintf(stderr, "kvroute: unknown command %q (want serve, tokenize or help)\n", cmd)
+	return fmt.Errorf("%w: unknown command %q", errUsage, cmd)
 }

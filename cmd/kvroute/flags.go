@@ -1,0 +1,82 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// envName is the environment variable that sets a flag: KVROUTE_<FLAG>.
+func envName(flagName string) string {
+	return "KVROUTE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// applyEnv sets every flag not given on the command line from its
+// KVROUTE_* variable.
+func applyEnv(fs *flag.FlagSet, lookupEnv func(string) (string, bool)) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if given[f.Name] || err != nil {
+			return
+		}
+		if v, ok := lookupEnv(envName(f.Name)); ok {
+			if e := fs.Set(f.Name, v); e != nil {
+				err = fmt.Errorf("%s=%q: %w", envName(f.Name), v, e)
+			}
+		}
+	})
+	return err
+}
+
+// stringList is a repeatable flag; from the environment, values are
+// comma-separated.
+type stringList []string
+
+func (l *stringList) String() string { return strings.Join(*l, ",") }
+
+func (l *stringList) Set(v string) error {
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			*l = append(*l, s)
+		}
+	}
+	return nil
+}
+
+// printUsage writes the help: a summary, then every flag with its default
+// and environment variable.
+func printUsage(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprint(w, serveUsage)
+	fs.VisitAll(func(f *flag.Flag) {
+		name, usage := flag.UnquoteUsage(f)
+		fmt.Fprintf(w, "  --%s", f.Name)
+		if name != "" {
+			fmt.Fprintf(w, " %s", name)
+		}
+		fmt.Fprintf(w, "\n      %s\n      env %s", usage, envName(f.Name))
+		if f.DefValue != "" && f.DefValue != "[]" {
+			fmt.Fprintf(w, ", default %s", f.DefValue)
+		}
+		fmt.Fprintln(w)
+	})
+}
+
+const serveUsage = `kvroute — KV-cache-aware router for LLM inference, as an Envoy ext_proc server.
+
+Usage:
+  kvroute [serve] [flags]     run the router (default)
+  kvroute tokenize [flags]    tokenize JSON lines from stdin as the router does
+  kvroute help                this text
+
+For every request Envoy sends over ext_proc, kvroute tokenizes the OpenAI body
+as the model server will, finds how many leading KV blocks each worker holds
+(from vLLM KV events on NATS), weighs that against load, and sets
+x-target-worker, x-gateway-destination-endpoint and envoy.lb metadata.
+Workers come from etcd (--etcd-endpoints) or a static file (--workers-file).
+Every flag can also be set with the environment variable shown.
+
+Flags:
+`

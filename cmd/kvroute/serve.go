@@ -1,0 +1,192 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/kvroute/kvroute/extproc"
+	"github.com/kvroute/kvroute/extproc/router"
+	"github.com/kvroute/kvroute/scoring"
+)
+
+// serveFlags are `kvroute serve`'s settings beyond router.Config.
+type serveFlags struct {
+	cfg                       router.Config
+	tokenizers                stringList
+	etcdEndpoints             string
+	etcdCert, etcdKey, etcdCA string
+	noKVEvents                bool
+	targetValue               string
+	onBadBody                 string
+	defaultBodyMode           string
+	tlsCert, tlsKey, tlsCA    string
+	logLevel                  string
+}
+
+func newServeFlags(w io.Writer) (*flag.FlagSet, *serveFlags) {
+	s := &serveFlags{cfg: router.DefaultConfig()}
+	c, o := &s.cfg, &s.cfg.Scoring
+	fs := flag.NewFlagSet("kvroute serve", flag.ContinueOnError)
+	fs.SetOutput(w)
+	fs.Usage = func() { printUsage(w, fs) }
+
+	fs.StringVar(&c.Namespace, "namespace", c.Namespace, "fleet namespace: etcd keys /kvroute/<ns>/workers/ and NATS subjects kvroute.<ns>.*")
+	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "ext_proc gRPC (and gRPC health) listen `address`")
+	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP `address` for /metrics, /healthz, /readyz, /debug/workers, /debug/explain, /admin/mode (\"-\" disables)")
+	fs.StringVar(&c.NATSURL, "nats-url", "", "NATS `url` for KV events, load reports and replica sync; empty starts an embedded NATS server")
+	fs.StringVar(&c.EmbeddedNATSAddr, "embedded-nats-addr", c.EmbeddedNATSAddr, "listen `address` of the embedded NATS server (workers publish here)")
+	fs.StringVar(&s.etcdEndpoints, "etcd-endpoints", "", "comma-separated etcd `urls` to discover workers from (leased records)")
+	fs.StringVar(&c.EtcdUsername, "etcd-username", "", "etcd user")
+	fs.StringVar(&c.EtcdPassword, "etcd-password", "", "etcd password")
+	fs.StringVar(&s.etcdCert, "etcd-cert", "", "client certificate `file` for etcd TLS")
+	fs.StringVar(&s.etcdKey, "etcd-key", "", "client key `file` for etcd TLS")
+	fs.StringVar(&s.etcdCA, "etcd-ca", "", "CA `file` that signs the etcd server certificate (enables TLS)")
+	fs.StringVar(&c.WorkersFile, "workers-file", "", "static YAML or JSON `file` of worker records, reloaded on change (instead of etcd)")
+	fs.DurationVar(&c.WorkersFileInterval, "workers-file-interval", 2*time.Second, "how often --workers-file is checked for changes")
+	fs.Var(&s.tokenizers, "tokenizer", "`MODEL=DIR`: tokenizer.json and tokenizer_config.json for MODEL (repeatable); models without one are routed by load")
+
+	fs.StringVar(&o.Mode, "router-mode", o.Mode, "router mode: "+strings.Join(scoring.ModeNames(), ", "))
+	fs.StringVar(&o.CostModel, "cost-model", scoring.CostDefault, "cost model of the kv modes: default (overlap_weight × prefill_blocks + decode_blocks) or weighted")
+	fs.Float64Var(&o.OverlapWeight, "kv-overlap-score-weight", o.OverlapWeight, "weight of prefill blocks against decode blocks in the default cost (0 ignores the cache)")
+	fs.Float64Var(&o.Temperature, "router-temperature", o.Temperature, "0 picks the lowest cost; T>0 samples from softmax(−logit/(range×T))")
+	fs.Float64Var(&o.WeightedA, "weighted-a", o.WeightedA, "weighted cost: coefficient of the overlap ratio")
+	fs.Float64Var(&o.WeightedB, "weighted-b", o.WeightedB, "weighted cost: coefficient of KV usage")
+	fs.Float64Var(&o.WeightedC, "weighted-c", o.WeightedC, "weighted cost: coefficient of normalized waiting")
+	fs.BoolVar(&c.KVEvents, "kv-events", true, "consume vLLM KV events from NATS for the kv mode")
+	fs.BoolVar(&s.noKVEvents, "no-kv-events", false, "do not consume KV events; kv mode predicts caches from its own decisions (kv_without_events)")
+	fs.IntVar(&c.BlockSize, "kv-cache-block-size", 0, "override every worker's KV block size in tokens (0: use each record's block_size)")
+	fs.Float64Var(&o.QueueThreshold, "router-queue-threshold", o.QueueThreshold, "queue a request while every eligible worker has more than this × max_num_batched_tokens in prefill (0 disables the queue)")
+	fs.StringVar(&o.QueuePolicy, "router-queue-policy", o.QueuePolicy, "admission queue order: "+strings.Join(scoring.PolicyNames(), ", "))
+	fs.IntVar(&o.QueueMaxLength, "router-queue-max-length", o.QueueMaxLength, "waiting requests beyond which new ones are shed with 429")
+	fs.DurationVar(&o.QueueMaxWait, "router-queue-max-wait", o.QueueMaxWait, "longest wait in the admission queue before 429")
+	fs.BoolVar(&o.NoTrackPrefillTokens, "no-track-prefill-tokens", false, "leave workers' in-flight prefill tokens out of the cost")
+	fs.DurationVar(&o.MaxRequestAge, "max-request-age", o.MaxRequestAge, "force-free requests with no lifecycle news for this long")
+	fs.DurationVar(&o.StaleReportAge, "stale-report-age", o.StaleReportAge, "ignore worker load reports older than this")
+
+	fs.StringVar(&c.Stream.TargetHeader, "target-header", extproc.DefaultTargetHeader, "request header that names the chosen worker")
+	fs.StringVar(&s.targetValue, "target-value", "cluster", "what --target-header holds: cluster (the record's Envoy cluster) or address (ip:port)")
+	fs.IntVar(&c.Fallbacks, "fallbacks", c.Fallbacks, "next-best endpoints appended to x-gateway-destination-endpoint")
+	fs.IntVar(&c.Stream.MaxBodyBytes, "max-body-bytes", 16<<20, "largest request body accepted; larger ones get 413")
+	fs.StringVar(&s.onBadBody, "on-bad-body", "reject", "body that is not JSON: reject (400) or route-by-load")
+	fs.BoolVar(&c.Stream.DebugHeaders, "debug-headers", false, "add x-kvroute-cached-tokens and x-kvroute-mode to upstream requests")
+	fs.StringVar(&s.defaultBodyMode, "default-body-mode", "BUFFERED", "request body mode assumed when Envoy sends no protocol_config (Envoy < 1.33): NONE, BUFFERED or FULL_DUPLEX_STREAMED")
+	fs.StringVar(&c.ModelHeader, "model-header", "", "request header carrying the model when Envoy sends no body (body mode NONE)")
+	fs.StringVar(&s.tlsCert, "tls-cert", "", "server certificate `file`: serve ext_proc over TLS")
+	fs.StringVar(&s.tlsKey, "tls-key", "", "server key `file`")
+	fs.StringVar(&s.tlsCA, "tls-client-ca", "", "CA `file` for client certificates: require mTLS")
+	fs.BoolVar(&c.ReplicaSync, "replica-sync", false, "share in-flight request load with other kvroute replicas over NATS")
+	fs.StringVar(&c.RouterID, "router-id", "", "this replica's id for replica sync (default hostname-pid)")
+	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", c.ShutdownGrace, "on SIGTERM, how long open streams may finish before they are cut")
+	fs.StringVar(&s.logLevel, "log-level", "info", "debug (adds the per-decision line), info, warn or error")
+	return fs, s
+}
+
+// config turns parsed flags into a router.Config.
+func (s *serveFlags) config(stderr io.Writer) (router.Config, error) {
+	c := s.cfg
+	c.Tokenizers = s.tokenizers
+	if s.etcdEndpoints != "" {
+		c.EtcdEndpoints = strings.Split(s.etcdEndpoints, ",")
+	}
+	if s.noKVEvents {
+		c.KVEvents = false
+	}
+	switch s.targetValue {
+	case "cluster":
+		c.Stream.TargetValue = extproc.TargetCluster
+	case "address":
+		c.Stream.TargetValue = extproc.TargetAddress
+	default:
+		return c, fmt.Errorf("--target-value %q: want cluster or address", s.targetValue)
+	}
+	var err error
+	if c.OnBadBody, err = extproc.ParseBadBodyPolicy(s.onBadBody); err != nil {
+		return c, err
+	}
+	switch strings.ToUpper(s.defaultBodyMode) {
+	case "NONE":
+		c.Stream.DefaultRequestMode = extproc.ModeNone
+	case "BUFFERED":
+		c.Stream.DefaultRequestMode = extproc.ModeBuffered
+	case "FULL_DUPLEX_STREAMED":
+		c.Stream.DefaultRequestMode = extproc.ModeFullDuplex
+	default:
+		return c, fmt.Errorf("--default-body-mode %q: want NONE, BUFFERED or FULL_DUPLEX_STREAMED", s.defaultBodyMode)
+	}
+	if s.tlsCert != "" || s.tlsKey != "" {
+		if c.TLS, err = extproc.LoadTLS(s.tlsCert, s.tlsKey, s.tlsCA); err != nil {
+			return c, err
+		}
+	} else if s.tlsCA != "" {
+		return c, errors.New("--tls-client-ca needs --tls-cert and --tls-key")
+	}
+	if s.etcdCA != "" || s.etcdCert != "" {
+		if c.EtcdTLS, err = etcdTLS(s.etcdCert, s.etcdKey, s.etcdCA); err != nil {
+			return c, err
+		}
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(s.logLevel)); err != nil {
+		return c, fmt.Errorf("--log-level: %w", err)
+	}
+	c.Logger = slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	return c, c.Validate()
+}
+
+func etcdTLS(cert, key, ca string) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if cert != "" {
+		pair, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			return nil, fmt.Errorf("etcd client certificate: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	if ca != "" {
+		pem, err := os.ReadFile(ca)
+		if err != nil {
+			return nil, fmt.Errorf("etcd CA: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("etcd CA %s holds no PEM certificate", ca)
+		}
+		cfg.RootCAs = pool
+	}
+	return cfg, nil
+}
+
+// parseServe parses args and the environment into a router.Config.
+func parseServe(args []string, out io.Writer, lookupEnv func(string) (string, bool)) (router.Config, error) {
+	fs, s := newServeFlags(out)
+	if err := fs.Parse(args); err != nil {
+		return router.Config{}, err
+	}
+	if fs.NArg() > 0 {
+		return router.Config{}, fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
+	}
+	if err := applyEnv(fs, lookupEnv); err != nil {
+		return router.Config{}, err
+	}
+	return s.config(out)
+}
+
+func runServe(ctx context.Context, args []string, stderr io.Writer, lookupEnv func(string) (string, bool)) error {
+	cfg, err := parseServe(args, stderr, lookupEnv)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	return router.Run(ctx, cfg)
+}

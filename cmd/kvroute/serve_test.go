@@ -1,0 +1,130 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvroute/kvroute/extproc"
+)
+
+func envOf(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func TestParseServeFlagsAndEnvironment(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		check   func(t *testing.T, out string)
+		wantErr string
+	}{
+		{
+			name: "environment fills flags not given",
+			args: []string{"--workers-file", "w.yaml"},
+			env:  map[string]string{"KVROUTE_ROUTER_MODE": "round_robin", "KVROUTE_TOKENIZER": "a=/x,b=/y", "KVROUTE_NO_KV_EVENTS": "true", "KVROUTE_KV_OVERLAP_SCORE_WEIGHT": "2.5"},
+		},
+		{
+			name: "command line beats environment",
+			args: []string{"--workers-file", "w.yaml", "--router-mode", "random"},
+			env:  map[string]string{"KVROUTE_ROUTER_MODE": "round_robin"},
+		},
+		{name: "bad environment value", args: []string{"--workers-file", "w.yaml"}, env: map[string]string{"KVROUTE_FALLBACKS": "many"}, wantErr: "KVROUTE_FALLBACKS"},
+		{name: "bad target value", args: []string{"--workers-file", "w.yaml", "--target-value", "pod"}, wantErr: "target-value"},
+		{name: "bad body policy", args: []string{"--workers-file", "w.yaml", "--on-bad-body", "ignore"}, wantErr: "on-bad-body"},
+		{name: "no discovery", args: nil, wantErr: "discovery"},
+		{name: "client CA without a certificate", args: []string{"--workers-file", "w.yaml", "--tls-client-ca", "ca.pem"}, wantErr: "tls-cert"},
+		{name: "unknown mode", args: []string{"--workers-file", "w.yaml", "--router-mode", "magic"}, wantErr: "magic"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out bytes.Buffer
+			cfg, err := parseServe(tt.args, &out, envOf(tt.env))
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want one mentioning %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch tt.name {
+			case "environment fills flags not given":
+				if cfg.Scoring.Mode != "round_robin" || len(cfg.Tokenizers) != 2 || cfg.KVEvents || cfg.Scoring.OverlapWeight != 2.5 {
+					t.Errorf("cfg = %+v", cfg)
+				}
+				if cfg.Stream.DefaultRequestMode != extproc.ModeBuffered || cfg.Fallbacks != 2 || cfg.GRPCAddr != ":9002" {
+					t.Errorf("defaults lost: %+v", cfg)
+				}
+			case "command line beats environment":
+				if cfg.Scoring.Mode != "random" {
+					t.Errorf("mode %s", cfg.Scoring.Mode)
+				}
+			}
+		})
+	}
+}
+
+func TestHelpExplainsEveryFlag(t *testing.T) {
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"help"}, nil, &out, &out, envOf(nil)); err != nil {
+		t.Fatal(err)
+	}
+	fs, _ := newServeFlags(&bytes.Buffer{})
+	fs.VisitAll(func(f *flag.Flag) {
+		if !strings.Contains(out.String(), "--"+f.Name) || !strings.Contains(out.String(), envName(f.Name)) {
+			t.Errorf("help lacks --%s or %s", f.Name, envName(f.Name))
+		}
+	})
+	for _, want := range []string{"--router-mode", "--kv-overlap-score-weight", "--router-temperature", "--no-kv-events",
+		"--kv-cache-block-size", "--router-queue-threshold", "--router-queue-policy", "--no-track-prefill-tokens", "--namespace", "--tokenizer"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("help lacks %s", want)
+		}
+	}
+}
+
+func TestUnknownCommandIsAUsageError(t *testing.T) {
+	var out bytes.Buffer
+	err := run(context.Background(), []string{"frobnicate"}, nil, &out, &out, envOf(nil))
+	if exitCode(err) != 2 {
+		t.Fatalf("err = %v (exit %d), want a usage error", err, exitCode(err))
+	}
+}
+
+func TestServeStartsAndStopsOnCancel(t *testing.T) {
+	dir := t.TempDir()
+	wf := filepath.Join(dir, "workers.json")
+	if err := os.WriteFile(wf, []byte(`[{"id":"w0","model":"m","address":"127.0.0.1:9","block_size":16}]`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	var logs bytes.Buffer
+	go func() {
+		done <- run(ctx, []string{"serve", "--workers-file", wf, "--grpc-addr", "127.0.0.1:0", "--http-addr", "-",
+			"--embedded-nats-addr", "127.0.0.1:0", "--shutdown-grace", "1s", "--log-level", "warn"}, nil, &logs, &logs, envOf(nil))
+	}()
+	time.Sleep(300 * time.Millisecond) // let it come up; a failure to start returns early
+	select {
+	case err := <-done:
+		t.Fatalf("serve ended early: %v\n%s", err, logs.String())
+	default:
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve returned %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not stop after cancel")
+	}
+}
