@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -115,6 +116,8 @@ func (c *Config) setDefaults() error {
 	}
 	if c.WorkerID == "" {
 		errs = append(errs, errors.New("worker id is empty"))
+	} else if strings.ContainsAny(c.WorkerID, "/ \t\n.*>") {
+		errs = append(errs, fmt.Errorf("worker id %q contains a character not allowed in etcd keys or NATS subjects", c.WorkerID))
 	}
 	if c.EngineURL == "" {
 		errs = append(errs, errors.New("engine URL is empty"))

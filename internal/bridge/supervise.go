@@ -145,6 +145,10 @@ func (b *Bridge) register(ctx context.Context, info engineInfo) {
 		return
 	}
 	for _, rec := range recs {
+		if err := rec.Validate(); err != nil {
+			b.log.Error("not registering: the engine's answers make an invalid record", "err", err)
+			continue
+		}
 		for {
 			reg, err := discovery.Register(ctx, b.cfg.Etcd, b.cfg.Namespace, rec, discovery.RegisterOptions{
 				TTL: b.cfg.LeaseTTL, Logger: b.log,

@@ -1,0 +1,155 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/kvroute/kvroute/internal/bridge"
+)
+
+// options are kvbridge's command-line settings.
+type options struct {
+	engine           string
+	engineURL        string
+	eventsEndpoint   string
+	replayEndpoint   string
+	topic            string
+	dpSize           int
+	workerID         string
+	namespace        string
+	natsURL          string
+	etcdEndpoints    string
+	advertiseAddress string
+	cluster          string
+	blockSize        int
+	kvTotalBlocks    int
+	maxNumSeqs       int
+	maxBatched       int
+	weight           float64
+	scrapeInterval   time.Duration
+	unhealthyAfter   time.Duration
+	leaseTTL         time.Duration
+	replayTimeout    time.Duration
+	logLevel         string
+}
+
+// envName is the environment variable that sets a flag: KVROUTE_<FLAG>.
+func envName(flagName string) string {
+	return "KVROUTE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+func newFlagSet(o *options) *flag.FlagSet {
+	fs := flag.NewFlagSet("kvbridge", flag.ContinueOnError)
+	fs.StringVar(&o.engine, "engine", "vllm", "engine beside the bridge: vllm or sglang (picks the metric names)")
+	fs.StringVar(&o.engineURL, "engine-url", "http://127.0.0.1:8000", "the engine's HTTP server (/health, /v1/models, /metrics)")
+	fs.StringVar(&o.eventsEndpoint, "events-endpoint", "tcp://127.0.0.1:5557", "the engine's ZMQ KV event PUB endpoint (kv-events-config endpoint); rank r uses port+r")
+	fs.StringVar(&o.replayEndpoint, "replay-endpoint", "tcp://127.0.0.1:5558", "the engine's ZMQ replay endpoint (kv-events-config replay_endpoint); empty: none, every gap clears the worker")
+	fs.StringVar(&o.topic, "topic", "", "ZMQ topic filter (kv-events-config topic); empty receives every topic")
+	fs.IntVar(&o.dpSize, "data-parallel-size", 1, "data-parallel ranks of the engine; each rank is registered as worker <worker-id>-dp<rank>")
+	fs.StringVar(&o.workerID, "worker-id", "", "worker id in etcd and NATS subjects (default: $POD_NAME, else the host name)")
+	fs.StringVar(&o.namespace, "namespace", "default", "fleet namespace in NATS subjects and etcd keys")
+	fs.StringVar(&o.natsURL, "nats-url", "nats://127.0.0.1:4222", "NATS server for KV events and load reports")
+	fs.StringVar(&o.etcdEndpoints, "etcd-endpoints", "", "comma-separated etcd endpoints for leased registration (empty: do not register)")
+	fs.StringVar(&o.advertiseAddress, "advertise-address", "", "ip:port the router sends requests to (default: $POD_IP and the engine URL's port)")
+	fs.StringVar(&o.cluster, "cluster", "", "Envoy cluster name written into x-target-worker (default: the worker id)")
+	fs.IntVar(&o.blockSize, "block-size", 0, "KV block size in tokens (default: vllm:cache_config_info, SGLang's page_size)")
+	fs.IntVar(&o.kvTotalBlocks, "kv-total-blocks", 0, "KV capacity in blocks per rank (default: from /metrics)")
+	fs.IntVar(&o.maxNumSeqs, "max-num-seqs", 0, "engine's --max-num-seqs, copied into the registration (0: omit)")
+	fs.IntVar(&o.maxBatched, "max-num-batched-tokens", 0, "engine's --max-num-batched-tokens, copied into the registration (0: omit)")
+	fs.Float64Var(&o.weight, "weight", 0, "relative capacity for the weighted router mode (0: 1)")
+	fs.DurationVar(&o.scrapeInterval, "scrape-interval", bridge.DefaultScrapeInterval, "how often /metrics is scraped and a load report published")
+	fs.DurationVar(&o.unhealthyAfter, "unhealthy-after", bridge.DefaultUnhealthyAfter, "deregister after /metrics has failed this long; register again when the engine is ready")
+	fs.DurationVar(&o.leaseTTL, "lease-ttl", 10*time.Second, "etcd lease TTL")
+	fs.DurationVar(&o.replayTimeout, "replay-timeout", 2*time.Second, "longest wait for one replay answer from the engine")
+	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.Usage = func() {
+		out := fs.Output()
+		fmt.Fprint(out, `kvbridge is the sidecar that brings a stock vLLM or SGLang engine into a kvroute
+fleet. It subscribes to the engine's ZMQ KV events and republishes each batch
+unchanged on NATS (kvroute.<namespace>.events.<worker>, header Kvroute-Seq),
+asking the engine's replay socket for batches it missed and publishing a
+synthetic AllBlocksCleared when they cannot be had or the engine restarted;
+it scrapes /metrics every --scrape-interval into load reports
+(kvroute.<namespace>.load.<worker>); and, once /health and /v1/models answer,
+registers the worker in etcd under a lease, deregistering on SIGTERM or when the
+engine stops answering.
+
+Start vLLM with prefix caching and ZMQ KV events, e.g.
+  vllm serve MODEL --enable-prefix-caching --kv-events-config \
+    '{"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:5557",
+      "replay_endpoint": "tcp://*:5558", "topic": "kv-events"}'
+
+Each flag can also be set with the environment variable KVROUTE_<FLAG>
+(e.g. KVROUTE_NATS_URL); a flag on the command line wins.
+
+Usage: kvbridge [flags]
+
+Flags:
+`)
+		fs.VisitAll(func(f *flag.Flag) {
+			def := ""
+			if f.DefValue != "" && f.DefValue != "0" {
+				def = " (default " + f.DefValue + ")"
+			}
+			fmt.Fprintf(out, "  --%s\n      %s%s [%s]\n", f.Name, f.Usage, def, envName(f.Name))
+		})
+	}
+	return fs
+}
+
+// parseFlags applies KVROUTE_* variables, then the command line, then fills
+// the defaults that come from the pod's environment.
+func parseFlags(args []string, getenv func(string) string, hostname func() (string, error), out io.Writer) (*options, error) {
+	o := &options{}
+	fs := newFlagSet(o)
+	fs.SetOutput(out)
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if v := getenv(envName(f.Name)); v != "" && err == nil {
+			if serr := fs.Set(f.Name, v); serr != nil {
+				err = fmt.Errorf("%s=%q: %w", envName(f.Name), v, serr)
+			}
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	if _, err := bridge.ParseEngine(o.engine); err != nil {
+		return nil, fmt.Errorf("--engine: %w", err)
+	}
+	if o.workerID == "" {
+		o.workerID = getenv("POD_NAME")
+	}
+	if o.workerID == "" {
+		if h, err := hostname(); err == nil {
+			o.workerID = h
+		}
+	}
+	if o.workerID == "" {
+		return nil, errors.New("--worker-id is empty and neither POD_NAME nor the host name is set")
+	}
+	if o.advertiseAddress == "" && o.etcdEndpoints != "" {
+		ip := getenv("POD_IP")
+		if ip == "" {
+			return nil, errors.New("--advertise-address is empty and POD_IP is not set; the router needs the engine's ip:port")
+		}
+		u, err := url.Parse(o.engineURL)
+		if err != nil || u.Port() == "" {
+			return nil, fmt.Errorf("--engine-url %q has no port to advertise; set --advertise-address", o.engineURL)
+		}
+		o.advertiseAddress = net.JoinHostPort(ip, u.Port())
+	}
+	return o, nil
+}

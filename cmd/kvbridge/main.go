@@ -1,0 +1,121 @@
+// Command kvbridge is the sidecar that brings a stock vLLM or SGLang engine
+// into a kvroute fleet: ZMQ KV events to NATS, /metrics to load reports, and
+// a leased etcd registration. Run it with --help for the flags.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/kvroute/kvroute/internal/bridge"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := run(ctx, os.Args[1:], os.Getenv, os.Hostname, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kvbridge:", err)
+		os.Exit(1)
+	}
+}
+
+// run is main without the process: flags, connections, the bridge until ctx
+// ends (SIGTERM), and an orderly shutdown that deregisters the worker.
+func run(ctx context.Context, args []string, getenv func(string) string, hostname func() (string, error), stderr io.Writer) error {
+	o, err := parseFlags(args, getenv, hostname, stderr)
+	if err != nil {
+		return err
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+
+	nc, err := nats.Connect(o.natsURL,
+		nats.Name("kvbridge/"+o.workerID),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(500*time.Millisecond),
+		nats.RetryOnFailedConnect(true),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			log.Warn("NATS disconnected", "err", err)
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("NATS reconnected", "url", c.ConnectedUrl()) }),
+	)
+	if err != nil {
+		return fmt.Errorf("connect NATS %s: %w", o.natsURL, err)
+	}
+	defer nc.Close()
+
+	var cli *clientv3.Client
+	if o.etcdEndpoints != "" {
+		cli, err = clientv3.New(clientv3.Config{
+			Endpoints:   strings.Split(o.etcdEndpoints, ","),
+			DialTimeout: 5 * time.Second,
+			Logger:      zap.NewNop(),
+		})
+		if err != nil {
+			return fmt.Errorf("etcd client %s: %w", o.etcdEndpoints, err)
+		}
+		defer cli.Close()
+	}
+
+	b, err := bridge.New(bridge.Config{
+		Namespace:           o.namespace,
+		WorkerID:            o.workerID,
+		Engine:              bridge.Engine(o.engine),
+		EngineURL:           o.engineURL,
+		EventsEndpoint:      o.eventsEndpoint,
+		ReplayEndpoint:      o.replayEndpoint,
+		Topic:               o.topic,
+		DPSize:              o.dpSize,
+		Address:             o.advertiseAddress,
+		Cluster:             o.cluster,
+		BlockSize:           o.blockSize,
+		KVTotalBlocks:       o.kvTotalBlocks,
+		MaxNumSeqs:          o.maxNumSeqs,
+		MaxNumBatchedTokens: o.maxBatched,
+		Weight:              o.weight,
+		ScrapeInterval:      o.scrapeInterval,
+		UnhealthyAfter:      o.unhealthyAfter,
+		LeaseTTL:            o.leaseTTL,
+		ReplayTimeout:       o.replayTimeout,
+		NATS:                nc,
+		Etcd:                cli,
+		Logger:              log,
+	})
+	if err != nil {
+		return err
+	}
+	log.Info("kvbridge starting", "worker", o.workerID, "engine", o.engine, "engine_url", o.engineURL,
+		"events", o.eventsEndpoint, "replay", o.replayEndpoint, "namespace", o.namespace,
+		"data_parallel_size", o.dpSize, "register", cli != nil)
+	if err := b.Run(ctx); err != nil {
+		return err
+	}
+	// Flush what is still buffered for NATS before the process goes.
+	if err := nc.FlushTimeout(2 * time.Second); err != nil {
+		log.Warn("NATS flush on shutdown failed", "err", err)
+	}
+	s := b.Stats().Snapshot()
+	log.Info("kvbridge stopped", "forwarded", s.Forwarded, "replayed", s.Replayed, "heals", s.Heals,
+		"heal_failures", s.HealFailures, "resets", s.Resets, "load_reports", s.LoadReports)
+	return nil
+}
