@@ -152,7 +152,9 @@ func parseMessage(raw any) (Message, error) {
 			if err != nil {
 				return Message{}, err
 			}
-			m.ToolCalls = calls
+			if len(calls) > 0 { // vLLM drops an empty list
+				m.ToolCalls = calls
+			}
 		}
 		if r, ok := obj.Get("reasoning"); ok && r != nil {
 			if m.Reasoning, ok = r.(string); !ok {
@@ -274,13 +276,8 @@ func toolArguments(args any) any {
 			return obj
 		}
 		return Object{}
-	case []any:
-		if len(a) == 0 {
-			return Object{}
-		}
-		return Object{}
 	}
-	return Object{}
+	return Object{} // lists, numbers, booleans, null: vLLM coerces to {}
 }
 
 // jsonKind names a decoded value's JSON type for error messages.

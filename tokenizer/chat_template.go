@@ -164,6 +164,7 @@ func chatEnvironment() *exec.Environment {
 		mustReplace(tests.Replace("sequence", testSequence))
 		methods := builtins.Methods
 		methods.Dict = orderedDictMethods
+		methods.Str = newStrMethods(builtins.Methods.Str)
 		env = &exec.Environment{
 			Context:           exec.EmptyContext().Update(builtins.GlobalFunctions).Update(builtins.GlobalVariables),
 			Filters:           filters,

@@ -29,6 +29,12 @@ const families = [
   { name: "qwen3", key: "library/qwen3:0.6b", tokenizer: "qwen3" },
   { name: "mistral", key: "library/mistral:7b-instruct-fp16", tokenizer: "mistral-sp" },
   { name: "deepseek-v3", key: "library/deepseek-v3:671b", tokenizer: "deepseek_v3" },
+  // Extra coverage from the same file. Llama 3.2 would print today's date
+  // through strftime_now, so its cases pin date_string.
+  { name: "llama3.2", key: "library/llama3.2:3b", tokenizer: "llama3", kwargs: { date_string: "26 Jul 2024" } },
+  { name: "mixtral", key: "library/mixtral:8x7b", tokenizer: "mistral-sp" },
+  { name: "mistral-small", key: "library/mistral-small:24b", tokenizer: "mistral-sp" },
+  { name: "phi4", key: "library/phi4:14b", tokenizer: "qwen3" },
 ];
 
 const weatherTool = {
@@ -243,7 +249,9 @@ for (const fam of families) {
       add_generation_prompt: body.add_generation_prompt ?? true,
       ...(body.chat_template_kwargs ?? {}),
     };
-    const rec = { case: c.case, template: fam.key, tokenizer: fam.tokenizer, request: body };
+    const request = fam.kwargs ? { ...body, chat_template_kwargs: { ...fam.kwargs, ...(body.chat_template_kwargs ?? {}) } } : body;
+    Object.assign(vars, request.chat_template_kwargs ?? {});
+    const rec = { case: c.case, template: fam.key, tokenizer: fam.tokenizer, request };
     try {
       const text = template.render(vars);
       const divergence = pythonDivergence(text);

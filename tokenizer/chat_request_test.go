@@ -1,0 +1,238 @@
+package tokenizer
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseChatRequestNormalizesAsVLLM(t *testing.T) {
+	req, err := ParseChatRequest([]byte(`{
+		"model": "m", "stream": true,
+		"messages": [
+			{"role": "system", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": null}, "b", {"type": "input_text", "text": "c"}]},
+			{"role": "user", "content": "hi", "name": "bob", "extra": 1},
+			{"role": "assistant", "content": null, "reasoning": "think",
+			 "tool_calls": [
+				{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\"z\": 1, \"a\": 2}"}},
+				{"id": "c2", "function": {"name": "g", "arguments": "not json"}},
+				{"id": "c3", "type": "function", "function": {"arguments": "[1]", "name": "h"}}
+			 ]},
+			{"role": "assistant", "content": "x", "tool_calls": []},
+			{"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": "r1"}, {"type": "text", "text": "r2"}]}
+		],
+		"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
+		"add_generation_prompt": false,
+		"chat_template_kwargs": {"enable_thinking": false, "date_string": "x"}
+	}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Message{
+		{Role: "system", Content: "a\nb\nc"},
+		{Role: "user", Content: "hi", Name: "bob"},
+		{Role: "assistant", Content: "", Reasoning: "think", ToolCalls: []any{
+			Object{{"id", "c1"}, {"type", "function"}, {"function", Object{{"name", "f"}, {"arguments", Object{{"z", int64(1)}, {"a", int64(2)}}}}}},
+			Object{{"id", "c2"}, {"function", Object{{"name", "g"}, {"arguments", Object{}}}}},
+			Object{{"id", "c3"}, {"type", "function"}, {"function", Object{{"arguments", Object{}}, {"name", "h"}}}},
+		}},
+		{Role: "assistant", Content: "x"},
+		{Role: "tool", Content: "r1\nr2", ToolCallID: "c1"},
+	}
+	if !reflect.DeepEqual(req.Messages, want) {
+		t.Fatalf("messages:\n got %#v\nwant %#v", req.Messages, want)
+	}
+	if req.generationPrompt() || len(req.Tools) != 1 || len(req.ChatTemplateKwargs) != 2 {
+		t.Fatalf("request = %+v", req)
+	}
+	got := req.Messages[2].templateMessage()
+	keys := make([]string, len(got))
+	for i, f := range got {
+		keys[i] = f.Key
+	}
+	if strings.Join(keys, ",") != "role,content,tool_calls,reasoning,reasoning_content" {
+		t.Fatalf("template message keys = %v", keys)
+	}
+}
+
+func TestAddGenerationPromptDefaultsToTrue(t *testing.T) {
+	req, err := ParseChatRequest([]byte(`{"messages": [{"role": "user", "content": "x"}], "add_generation_prompt": null}`))
+	if err != nil || !req.generationPrompt() {
+		t.Fatalf("generation prompt = %v, %v", req.generationPrompt(), err)
+	}
+	if !(&ChatRequest{}).generationPrompt() {
+		t.Fatal("zero ChatRequest has no generation prompt")
+	}
+}
+
+func TestParseChatRequestRejectsMalformedBodies(t *testing.T) {
+	for _, tc := range []struct{ name, in, want string }{
+		{"not JSON", `{"messages": [`, "chat request"},
+		{"array body", `[]`, "not an object"},
+		{"no messages", `{"model": "m"}`, "no messages"},
+		{"messages not a list", `{"messages": {}}`, "not an array"},
+		{"message not an object", `{"messages": ["hi"]}`, "messages[0]"},
+		{"no role", `{"messages": [{"content": "x"}]}`, "role"},
+		{"content a number", `{"messages": [{"role": "user", "content": 3}]}`, "content"},
+		{"image part", `{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}`, "not supported"},
+		{"tool_calls not a list", `{"messages": [{"role": "assistant", "tool_calls": {}}]}`, "tool_calls"},
+		{"tool call of another type", `{"messages": [{"role": "assistant", "tool_calls": [{"type": "custom", "function": {}}]}]}`, "only function"},
+		{"tool call without function", `{"messages": [{"role": "assistant", "tool_calls": [{"id": "x"}]}]}`, "function"},
+		{"tools not a list", `{"messages": [], "tools": "x"}`, "tools"},
+		{"tool not an object", `{"messages": [], "tools": [1]}`, "tools[0]"},
+		{"generation prompt a string", `{"messages": [], "add_generation_prompt": "yes"}`, "add_generation_prompt"},
+		{"kwargs a list", `{"messages": [], "chat_template_kwargs": []}`, "chat_template_kwargs"},
+		{"deep nesting", `{"messages": ` + strings.Repeat("[", 600) + strings.Repeat("]", 600) + `}`, "nesting"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseChatRequest([]byte(tc.in))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want one mentioning %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestDecodeJSONKeepsOrderAndPythonNumbers(t *testing.T) {
+	v, err := DecodeJSON([]byte(`{"b": 1, "a": 1.5, "b": 2, "c": 1e400, "d": 123456789012345678901234567890}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := v.(Object)
+	if len(o) != 4 || o[0].Key != "b" || o[0].Value != int64(2) || o[1].Value != 1.5 {
+		t.Fatalf("object = %#v", o)
+	}
+	var p pyJSON = defaultPyJSON
+	s, err := p.dumps(o)
+	if err != nil || s != `{"b": 2, "a": 1.5, "c": Infinity, "d": 1.2345678901234568e+29}` {
+		t.Fatalf("dumps = %s, %v", s, err)
+	}
+}
+
+func TestTemplatesGemmaCannotParseClearly(t *testing.T) {
+	_, err := ParseTemplate(realTemplate(t, "library/gemma3:1b"))
+	if !errors.Is(err, ErrTemplateSyntax) || !strings.Contains(err.Error(), "parenthesis") {
+		t.Fatalf("err = %v, want ErrTemplateSyntax about the parenthesized expression", err)
+	}
+	if len(err.Error()) > 300 {
+		t.Fatalf("error repeats the template: %d bytes", len(err.Error()))
+	}
+	cfg := &Config{SpecialTokens: map[string]string{}, ChatTemplate: realTemplate(t, "library/gemma3:1b")}
+	chat, err := NewChat(testTokenizer(t, "mistral-sp"), cfg, ChatOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := chat.CheckTemplate(); !errors.Is(err, ErrTemplateSyntax) {
+		t.Fatalf("CheckTemplate = %v", err)
+	}
+	if _, err := chat.EncodeChat(ChatRequest{Messages: []Message{{Role: "user", Content: "x"}}}); !errors.Is(err, ErrTemplateSyntax) {
+		t.Fatalf("EncodeChat = %v", err)
+	}
+	if _, err := NewChat(chat.Tokenizer(), cfg, ChatOptions{TemplateOverride: "{% if %}"}); !errors.Is(err, ErrTemplateSyntax) {
+		t.Fatalf("bad override accepted: %v", err)
+	}
+}
+
+func TestChatTemplateVariables(t *testing.T) {
+	cfg := &Config{
+		SpecialTokens:  map[string]string{"bos_token": "<s>", "eos_token": "</s>"},
+		ChatTemplate:   "{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}{% if add_generation_prompt %}>{% endif %}{{ eos_token }}|{{ enable_thinking }}|{{ tools | length }}",
+		NamedTemplates: map[string]string{"tool_use": "TOOLS {{ tools[0].function.name }}"},
+	}
+	chat, err := NewChat(testTokenizer(t, "mistral-sp"), cfg, ChatOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := []Message{{Role: "user", Content: "hi"}}
+	no := false
+	for _, tc := range []struct {
+		name string
+		req  ChatRequest
+		want string
+	}{
+		{"defaults", ChatRequest{Messages: msgs}, "<s>hi></s>||0"},
+		{"no generation prompt and kwargs", ChatRequest{Messages: msgs, AddGenerationPrompt: &no,
+			ChatTemplateKwargs: Object{{"enable_thinking", false}, {"bos_token", "[B]"}}}, "[B]hi</s>|False|0"},
+		{"tools pick tool_use", ChatRequest{Messages: msgs, Tools: []any{Object{{"function", Object{{"name", "f"}}}}}}, "TOOLS f"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := chat.ApplyChatTemplate(tc.req)
+			if err != nil || got != tc.want {
+				t.Fatalf("got %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+	_, err = chat.ApplyChatTemplate(ChatRequest{Messages: msgs, ChatTemplateKwargs: Object{{"messages", []any{}}}})
+	if err == nil || !strings.Contains(err.Error(), "messages") {
+		t.Fatalf("kwargs overriding messages: %v", err)
+	}
+}
+
+func TestRaiseExceptionAndRenderErrors(t *testing.T) {
+	tpl, err := ParseTemplate("{% if messages | length == 0 %}{{ raise_exception('No messages!') }}{% endif %}ok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = tpl.Render(map[string]any{"messages": []any{}})
+	var te *TemplateError
+	if !errors.As(err, &te) || te.Message != "No messages!" {
+		t.Fatalf("err = %v, want TemplateError", err)
+	}
+	if out, err := tpl.Render(map[string]any{"messages": []any{"x"}}); err != nil || out != "ok" {
+		t.Fatalf("out = %q, %v", out, err)
+	}
+	bad, err := ParseTemplate("{{ x | tojson(bogus=1) }}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bad.Render(map[string]any{"x": 1}); err == nil || !strings.Contains(err.Error(), "bogus") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestStrftimeMatchesPython(t *testing.T) {
+	at := time.Date(2024, 7, 26, 9, 5, 3, 0, time.UTC)
+	// datetime(2024,7,26,9,5,3).strftime(...) in Python.
+	want := "26 Jul 2024 Friday July 09:05:03 09AM 208 24 07 26 Fri %"
+	if got := pyStrftime(at, "%d %b %Y %A %B %H:%M:%S %I%p %j %y %m %e %a %%"); got != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+	tpl, err := ParseTemplate(`{{ strftime_now("%Y") }}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := tpl.Render(nil); err != nil || len(got) != 4 {
+		t.Fatalf("strftime_now = %q, %v", got, err)
+	}
+}
+
+func FuzzParseChatRequest(f *testing.F) {
+	f.Add([]byte(`{"messages": [{"role": "user", "content": "hi"}]}`))
+	f.Add([]byte(`{"messages": [{"role": "assistant", "content": null, "tool_calls": [{"id": "1", "type": "function", "function": {"name": "f", "arguments": "{\"a\": [1, {}]}"}}]}], "tools": [{"type": "function", "function": {"name": "f"}}], "add_generation_prompt": false, "chat_template_kwargs": {"enable_thinking": true}}`))
+	f.Add([]byte(`{"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, "b"]}]}`))
+	f.Add([]byte(`{"messages": [[[[[`))
+	f.Add([]byte(`{"messages": [], "x": 1e999, "y": -0, "z": "\ud800"}`))
+	tpl, err := ParseTemplate("{{ messages | tojson }}{% for m in messages %}{{ m.role }}{{ m.content }}{% if m.tool_calls %}{{ m.tool_calls | tojson(indent=1) }}{% endif %}{% endfor %}{{ tools | tojson }}")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		req, err := ParseChatRequest(body)
+		if err != nil {
+			return
+		}
+		msgs := make([]any, len(req.Messages))
+		for i := range req.Messages {
+			msgs[i] = req.Messages[i].templateMessage()
+		}
+		vars := map[string]any{"messages": msgs}
+		if req.Tools != nil {
+			vars["tools"] = req.Tools
+		}
+		if _, err := tpl.Render(vars); err != nil {
+			t.Fatalf("a parsed request does not render: %v", err)
+		}
+	})
+}
