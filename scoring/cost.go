@@ -148,9 +148,7 @@ func (m *KV) explain(req *Request, loads []Load, idx, maxWaiting int, exp *Expla
 // in sums does not decide ties.
 const tieEpsilon = 1e-9
 
-func nearlyEqual(a, b float64) bool {
-	return math.Abs(a-b) <= tieEpsilon*math.Max(1, math.Max(math.Abs(a), math.Abs(b)))
-}
+func tieTolerance(logit float64) float64 { return tieEpsilon * math.Max(1, math.Abs(logit)) }
 
 // selectLogit picks by the loads' logits: at temperature 0 the lowest,
 // ties to the fewest cached blocks, then uniformly at random; above 0 a
@@ -164,23 +162,22 @@ func selectLogit(loads []Load, temperature float64, r Rand) int {
 		return sampleSoftmax(loads, temperature, r)
 	}
 	best, ties := 0, 1
+	bestLogit := loads[0].logit
+	tol := tieTolerance(bestLogit)
 	for i := 1; i < len(loads); i++ {
-		b, l := &loads[best], &loads[i]
-		switch {
-		case nearlyEqual(l.logit, b.logit):
-			switch {
-			case l.CachedBlocks < b.CachedBlocks:
-				best, ties = i, 1
-			case l.CachedBlocks == b.CachedBlocks:
-				// Reservoir sampling keeps each tied worker equally likely
-				// without a second pass.
-				ties++
-				if r.IntN(ties) == 0 {
-					best = i
-				}
-			}
-		case l.logit < b.logit:
+		l := &loads[i]
+		switch d := l.logit - bestLogit; {
+		case d > tol:
+		case d < -tol || l.CachedBlocks < loads[best].CachedBlocks:
 			best, ties = i, 1
+			bestLogit, tol = l.logit, tieTolerance(l.logit)
+		case l.CachedBlocks == loads[best].CachedBlocks:
+			// Reservoir sampling keeps each tied worker equally likely
+			// without a second pass.
+			ties++
+			if r.IntN(ties) == 0 {
+				best = i
+			}
 		}
 	}
 	return best

@@ -50,6 +50,11 @@ type worker struct {
 	// when the report arrived, so an idle report is trusted only if no
 	// request was sent since.
 	adds, reportAdds uint64
+	// removed is set when the worker leaves the pool, so a Candidate that
+	// still points at it falls back to the ID lookup.
+	removed bool
+	// static is the part of Load fixed by the spec, built on Upsert.
+	static Load
 }
 
 func (w *worker) activeBlocks() int { return len(w.blockRefs) + w.private }
@@ -79,6 +84,8 @@ func (p *Pool) Upsert(spec WorkerSpec) error {
 		p.workers[spec.ID] = w
 	}
 	w.spec = spec
+	w.static = Load{ID: spec.ID, Cluster: spec.ClusterName(), Address: spec.Address, BlockSize: spec.BlockSize,
+		KVTotalBlocks: spec.KVTotalBlocks, MaxNumBatchedTokens: spec.MaxNumBatchedTokens, Weight: spec.EffectiveWeight()}
 	p.rebuildModelsLocked()
 	p.mu.Unlock()
 	p.capacityChanged()
@@ -91,6 +98,7 @@ func (p *Pool) Remove(id string) {
 	p.mu.Lock()
 	w, ok := p.workers[id]
 	if ok {
+		w.removed = true
 		delete(p.workers, id)
 		for key, a := range p.reqs {
 			if a.w == w {
@@ -138,7 +146,7 @@ func (p *Pool) rebuildModelsLocked() {
 func (p *Pool) AppendCandidates(dst []Candidate, model string) []Candidate {
 	p.mu.RLock()
 	for _, w := range p.models[model] {
-		dst = append(dst, Candidate{Worker: w.spec.ID})
+		dst = append(dst, Candidate{Worker: w.spec.ID, w: w})
 	}
 	p.mu.RUnlock()
 	return dst
@@ -150,7 +158,7 @@ func (p *Pool) AppendCandidatesFunc(dst []Candidate, model string, keep func(id,
 	p.mu.RLock()
 	for _, w := range p.models[model] {
 		if keep(w.spec.ID, w.spec.Address) {
-			dst = append(dst, Candidate{Worker: w.spec.ID})
+			dst = append(dst, Candidate{Worker: w.spec.ID, w: w})
 		}
 	}
 	p.mu.RUnlock()
@@ -270,38 +278,41 @@ func (l *Load) Waiting() int {
 }
 
 func (p *Pool) loadLocked(w *worker, now time.Time) Load {
+	l := w.static
+	p.fillLoadLocked(&l, w, now)
+	return l
+}
+
+// fillLoadLocked sets l's live fields from w.
+func (p *Pool) fillLoadLocked(l *Load, w *worker, now time.Time) {
 	fresh := w.hasReport && now.Sub(w.reportAt) <= p.opts.StaleReportAge
-	return Load{
-		ID:                  w.spec.ID,
-		Cluster:             w.spec.ClusterName(),
-		Address:             w.spec.Address,
-		BlockSize:           w.spec.BlockSize,
-		KVTotalBlocks:       w.spec.KVTotalBlocks,
-		MaxNumBatchedTokens: w.spec.MaxNumBatchedTokens,
-		Weight:              w.spec.EffectiveWeight(),
-		ActiveBlocks:        w.activeBlocks(),
-		ActiveRequests:      w.requests,
-		PrefillTokens:       w.prefillTokens,
-		PrefillRequests:     w.prefillRequests,
-		Report:              w.report,
-		ReportFresh:         fresh,
-		ReportIdle:          fresh && w.report.Running == 0 && w.report.Waiting == 0 && w.reportAdds == w.adds,
-	}
+	l.ActiveBlocks = w.activeBlocks()
+	l.ActiveRequests = w.requests
+	l.PrefillTokens = w.prefillTokens
+	l.PrefillRequests = w.prefillRequests
+	l.Report = w.report
+	l.ReportFresh = fresh
+	l.ReportIdle = fresh && w.report.Running == 0 && w.report.Waiting == 0 && w.reportAdds == w.adds
 }
 
 // appendLoads appends the loads of the known candidates, skipping IDs the
-// pool does not hold.
+// pool does not hold. It builds each Load in place: this is the hot loop
+// of every pick.
 func (p *Pool) appendLoads(dst []Load, cands []Candidate) []Load {
 	now := p.opts.Now()
 	p.mu.RLock()
-	for i, c := range cands {
-		w := p.workers[c.Worker]
-		if w == nil {
-			continue
+	for i := range cands {
+		c := &cands[i]
+		w := c.w
+		if w == nil || w.removed || w.spec.ID != c.Worker {
+			if w = p.workers[c.Worker]; w == nil {
+				continue
+			}
 		}
-		l := p.loadLocked(w, now)
+		dst = append(dst, w.static)
+		l := &dst[len(dst)-1]
+		p.fillLoadLocked(l, w, now)
 		l.MatchedBlocks, l.CachedBlocks, l.index = c.MatchedBlocks, c.CachedBlocks, i
-		dst = append(dst, l)
 	}
 	p.mu.RUnlock()
 	return dst

@@ -86,6 +86,10 @@ type Candidate struct {
 	// CachedBlocks is the worker's total cached blocks; it breaks ties
 	// toward the emptier cache.
 	CachedBlocks int
+
+	// w caches the worker AppendCandidates found, sparing picks a map
+	// lookup per candidate; candidates built by hand work without it.
+	w *worker
 }
 
 // Request is what scoring needs to know about one request.
