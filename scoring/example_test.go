@@ -1,0 +1,49 @@
+package scoring_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/kvroute/kvroute/scoring"
+)
+
+// The per-request flow of the ext_proc layer: candidates, overlap from the
+// KV index, Route, then the lifecycle as the response streams.
+func Example() {
+	opts := scoring.DefaultOptions()
+	opts.Rand = rand.New(rand.NewPCG(1, 2)) // reproducible ties
+	router, err := scoring.NewRouter(opts)
+	if err != nil {
+		panic(err)
+	}
+	for _, id := range []string{"w0", "w1"} {
+		err := router.Pool().Upsert(scoring.WorkerSpec{ID: id, Model: "qwen", Address: id + ":8000",
+			BlockSize: 16, KVTotalBlocks: 4096, MaxNumBatchedTokens: 8192})
+		if err != nil {
+			panic(err)
+		}
+	}
+
+	req := &scoring.Request{ID: "req-1", Model: "qwen", PromptTokens: 1000, Hashes: make([]uint64, 62)}
+	cands := router.Pool().AppendCandidates(nil, req.Model)
+	// From kvindex's Match: w1 holds the first 40 blocks of the prompt.
+	cands[1].MatchedBlocks, cands[1].CachedBlocks = 40, 900
+
+	var why scoring.Explanation
+	d, err := router.Route(context.Background(), req, cands, &why)
+	if err != nil {
+		panic(err) // a *ShedError becomes 429, ErrNoWorkers 503
+	}
+	fmt.Println("x-target-worker:", d.Cluster)
+	fmt.Println(why.String())
+
+	router.Pool().PrefillDone(req.ID)  // first response chunk
+	router.Pool().Progress(req.ID, 48) // output tokens so far
+	router.Pool().Free(req.ID)         // end of stream, reset or cancel
+	// Output:
+	// x-target-worker: w1
+	// worker=w0 logit=125.5 = 1.0*62.5 + 63.0 (cached_blocks=0)
+	// worker=w1 logit=85.5 = 1.0*22.5 + 63.0 (cached_blocks=900)
+	// chosen=w1 mode=kv cost_model=default temperature=0
+}
