@@ -130,7 +130,11 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 	if w.encoder == nil {
 		w.encoder = ByteEncoder{}
 	}
-	eng, err := NewEngine(cfg.Engine, EventSinkFunc(func(e Event) { w.pending = append(w.pending, toKVIndex(e)) }))
+	var sink EventSink // nobody listens without NATS or ZMQ: skip the conversion
+	if cfg.NATS != nil || cfg.ZMQEndpoint != "" {
+		sink = EventSinkFunc(func(e Event) { w.pending = append(w.pending, toKVIndex(e)) })
+	}
+	eng, err := NewEngine(cfg.Engine, sink)
 	if err != nil {
 		return nil, fmt.Errorf("start worker %s: %w", cfg.ID, err)
 	}
