@@ -3,6 +3,7 @@ package scoring
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -247,6 +248,7 @@ func (p *Pool) Active(id string) bool {
 // returns how many it freed. Router.Run calls it periodically.
 func (p *Pool) Sweep() int {
 	cutoff := p.opts.Now().Add(-p.opts.MaxRequestAge)
+	var local []string
 	p.mu.Lock()
 	n := 0
 	for key, a := range p.reqs {
@@ -255,9 +257,16 @@ func (p *Pool) Sweep() int {
 			delete(p.reqs, key)
 			p.tomb.add(key)
 			n++
+			if !strings.Contains(key, "\x00") {
+				local = append(local, key)
+			}
 		}
 	}
 	p.mu.Unlock()
+	// Peers learn of our force-frees at once instead of sweeping later.
+	for _, key := range local {
+		p.emit(SyncEvent{Op: OpFree, ID: key})
+	}
 	if n > 0 {
 		p.opts.Metrics.Expired(n)
 		p.capacityChanged()

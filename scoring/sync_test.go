@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/kvroute/kvroute/internal/testenv"
 	"github.com/nats-io/nats.go"
@@ -188,4 +189,27 @@ func FuzzParseSyncEvent(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestSweptRequestsAreFreedOnPeers(t *testing.T) {
+	srv := testenv.StartNATS(t)
+	clock := newFakeClock()
+	r1 := newTestRouter(t, testOptions(clock, 1), 2)
+	r2 := newTestRouter(t, testOptions(newFakeClock(), 2), 2)
+	startSync(t, connect(t, srv.URL), "router-1", r1)
+	startSync(t, connect(t, srv.URL), "router-2", r2)
+	if _, err := r1.Route(t.Context(), &Request{ID: "lost", Model: "m", PromptTokens: 64}, cands(0, 0), nil); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return view(r2.Pool()) == view(r1.Pool()) && r2.Pool().Snapshot()[0].ActiveRequests+r2.Pool().Snapshot()[1].ActiveRequests == 1 }, "peer sees the request")
+	clock.Advance(time.Hour)
+	if n := r1.Pool().Sweep(); n != 1 {
+		t.Fatalf("swept %d, want 1", n)
+	}
+	converge(t, r1.Pool(), r2.Pool(), "after sweep")
+	for _, l := range r2.Pool().Snapshot() {
+		if l.ActiveRequests != 0 {
+			t.Errorf("peer keeps a swept request: %+v", l)
+		}
+	}
 }
