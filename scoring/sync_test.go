@@ -201,7 +201,9 @@ func TestSweptRequestsAreFreedOnPeers(t *testing.T) {
 	if _, err := r1.Route(t.Context(), &Request{ID: "lost", Model: "m", PromptTokens: 64}, cands(0, 0), nil); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return view(r2.Pool()) == view(r1.Pool()) && r2.Pool().Snapshot()[0].ActiveRequests+r2.Pool().Snapshot()[1].ActiveRequests == 1 }, "peer sees the request")
+	waitFor(t, func() bool {
+		return view(r2.Pool()) == view(r1.Pool()) && r2.Pool().Snapshot()[0].ActiveRequests+r2.Pool().Snapshot()[1].ActiveRequests == 1
+	}, "peer sees the request")
 	clock.Advance(time.Hour)
 	if n := r1.Pool().Sweep(); n != 1 {
 		t.Fatalf("swept %d, want 1", n)
