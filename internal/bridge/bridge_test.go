@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"strconv"
@@ -249,6 +250,24 @@ func TestBridge(t *testing.T) {
 			})
 		})
 	}
+
+	t.Run("a new engine process start time in /metrics clears and replays the worker", func(t *testing.T) {
+		ns := "pstart"
+		tap := tapEvents(t, in.nc, ns)
+		eng := newFakeEngine(t, "vllm_metrics.txt")
+		es := newEngineSide(t, 1, 0)
+		runBridge(t, bridgeConfig(in, ns, eng, es))
+		sent := connect(t, es.pubs[0], tap, 0)
+		before := len(tap.snapshot())
+		text := bytes.Replace(readTestdata(t, "vllm_metrics.txt"),
+			[]byte("process_start_time_seconds 1.76379201224e+09"), []byte("process_start_time_seconds 1.76379301224e+09"), 1)
+		eng.metrics.Store(text)
+		waitFor(t, "a clear and the buffer replayed after it", 10*time.Second, func() bool {
+			msgs := tap.snapshot()[before:]
+			return len(msgs) > len(sent) && isClear(msgs[0]) && indexOf(msgs, sent[len(sent)-1]) == len(sent)
+		})
+		assertGapFree(t, tap.snapshot())
+	})
 
 	t.Run("registers model, adapters and capacity, reports load, deregisters on shutdown", func(t *testing.T) {
 		ns := "reg"

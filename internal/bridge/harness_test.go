@@ -48,7 +48,7 @@ type fakeEngine struct {
 	pageSize int
 }
 
-func newFakeEngine(t *testing.T, metricsFile string) *fakeEngine {
+func newFakeEngine(t testing.TB, metricsFile string) *fakeEngine {
 	t.Helper()
 	e := &fakeEngine{models: readTestdata(t, "vllm_models.json"), pageSize: 16}
 	e.metrics.Store(readTestdata(t, metricsFile))
@@ -78,7 +78,7 @@ func newFakeEngine(t *testing.T, metricsFile string) *fakeEngine {
 
 // freePorts returns n consecutive free loopback ports, as a data-parallel
 // engine binds base+rank.
-func freePorts(t *testing.T, n int) int {
+func freePorts(t testing.TB, n int) int {
 	t.Helper()
 	for attempt := 0; attempt < 50; attempt++ {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -146,7 +146,7 @@ type engineSide struct {
 	pubs                   []*vllmzmq.Publisher
 }
 
-func newEngineSide(t *testing.T, ranks, bufferSteps int) *engineSide {
+func newEngineSide(t testing.TB, ranks, bufferSteps int) *engineSide {
 	t.Helper()
 	es := &engineSide{eventsPort: freePorts(t, ranks), replayPort: freePorts(t, ranks), bufferSteps: bufferSteps}
 	es.start(t, ranks)
@@ -158,7 +158,7 @@ func (es *engineSide) endpoints() (events, replay string) {
 	return fmt.Sprintf("tcp://127.0.0.1:%d", es.eventsPort), fmt.Sprintf("tcp://127.0.0.1:%d", es.replayPort)
 }
 
-func (es *engineSide) start(t *testing.T, ranks int) {
+func (es *engineSide) start(t testing.TB, ranks int) {
 	t.Helper()
 	ev, rep := es.endpoints()
 	es.pubs = nil
