@@ -30,7 +30,7 @@ type seen struct {
 
 // startWorker is a real HTTP server standing in for an inference worker: it
 // echoes the request it got as JSON and sets a response trailer when asked.
-func startWorker(t *testing.T, name string) *httptest.Server {
+func startWorker(t testing.TB, name string) *httptest.Server {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)

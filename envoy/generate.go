@@ -156,8 +156,9 @@ type templateData struct {
 // Generate renders an Envoy bootstrap of the given style (StyleClusterHeader,
 // StyleOriginalDst or StyleXDS) as YAML. Workers are needed by the
 // cluster-header style only: the other two learn their destinations at run time.
-// The output passes Validate; the files shipped in envoy/ are Generate's
-// output for ExampleWorkers and default Options.
+// The output is checked with Validate before it is returned; the files
+// shipped in envoy/ are Generate's output for ExampleWorkers and default
+// Options.
 func Generate(style string, workers []Worker, opts Options) ([]byte, error) {
 	opts = opts.withDefaults()
 	d := templateData{
@@ -227,6 +228,11 @@ func Generate(style string, workers []Worker, opts Options) ([]byte, error) {
 		return nil, fmt.Errorf("envoy: render %s: %w", style, err)
 	}
 	buf.WriteByte('\n')
+	// What kvroute prints must be what Envoy accepts; never hand out a
+	// bootstrap that fails the checks.
+	if _, err := Validate(buf.Bytes()); err != nil {
+		return nil, fmt.Errorf("envoy: generated %s bootstrap is invalid: %w", style, err)
+	}
 	return buf.Bytes(), nil
 }
 

@@ -8,6 +8,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -77,4 +78,28 @@ func TestApplyHeaderMutation(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The processor's mutations are network input: any bytes must give a
+// mutation result or an error, never a panic, and never a header that
+// breaks HTTP framing.
+func FuzzApplyHeaderMutation(f *testing.F) {
+	seed, _ := proto.Marshal(setHeaders("x-target-worker", "w1", ":path", "/x", "x-envoy-a", "b"))
+	f.Add(seed, false)
+	f.Add([]byte{0x0a, 0x03, 0x0a, 0x01, 0x41}, true)
+	f.Fuzz(func(t *testing.T, data []byte, strict bool) {
+		var hm extprocsvc.HeaderMutation
+		if proto.Unmarshal(data, &hm) != nil {
+			return
+		}
+		h := headerMap{{":method", "POST"}, {":path", "/"}, {"x-a", "1"}}
+		if err := applyHeaderMutation(&hm, &h, mutationRules{disallowIsError: strict}); err != nil {
+			return
+		}
+		for _, e := range h {
+			if !validHeaderName(e.key) || !validHeaderValue(e.value) {
+				t.Fatalf("invalid header %q: %q survived", e.key, e.value)
+			}
+		}
+	})
 }

@@ -122,8 +122,13 @@ func FuzzValidate(f *testing.F) {
 	f.Add("static_resources: {clusters: [{name: a, type: ORIGINAL_DST}]}")
 	f.Fuzz(func(t *testing.T, src string) {
 		b, err := Validate([]byte(src))
-		if err == nil && b == nil {
+		if err != nil {
+			return
+		}
+		if b == nil {
 			t.Fatal("nil bootstrap without error")
 		}
+		// A valid bootstrap either loads into the Gateway or is refused with an error.
+		_, _ = buildGatewayConfig(b, GatewayOptions{})
 	})
 }
