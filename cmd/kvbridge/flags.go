@@ -36,6 +36,7 @@ type options struct {
 	unhealthyAfter   time.Duration
 	leaseTTL         time.Duration
 	replayTimeout    time.Duration
+	settleDelay      time.Duration
 	logLevel         string
 }
 
@@ -67,6 +68,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.DurationVar(&o.unhealthyAfter, "unhealthy-after", bridge.DefaultUnhealthyAfter, "deregister after /metrics has failed this long; register again when the engine is ready")
 	fs.DurationVar(&o.leaseTTL, "lease-ttl", 10*time.Second, "etcd lease TTL")
 	fs.DurationVar(&o.replayTimeout, "replay-timeout", 2*time.Second, "longest wait for one replay answer from the engine")
+	fs.DurationVar(&o.settleDelay, "settle-delay", bridge.DefaultSettleDelay, "after the first registration, wait this long before forwarding KV events so routers know the worker (negative: none)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.Usage = func() {
 		out := fs.Output()

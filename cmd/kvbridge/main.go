@@ -97,6 +97,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, hostnam
 		UnhealthyAfter:      o.unhealthyAfter,
 		LeaseTTL:            o.leaseTTL,
 		ReplayTimeout:       o.replayTimeout,
+		SettleDelay:         o.settleDelay,
 		NATS:                nc,
 		Etcd:                cli,
 		Logger:              log,

@@ -31,6 +31,7 @@ const (
 	DefaultScrapeInterval = 250 * time.Millisecond
 	DefaultUnhealthyAfter = 3 * time.Second
 	DefaultReadyPoll      = 500 * time.Millisecond
+	DefaultSettleDelay    = 500 * time.Millisecond
 )
 
 // Config configures a Bridge.
@@ -76,6 +77,12 @@ type Config struct {
 	UnhealthyAfter time.Duration
 	// LeaseTTL is the etcd lease TTL (default discovery's).
 	LeaseTTL time.Duration
+	// SettleDelay is how long after the first registration KV events start
+	// to flow, so that routers watching etcd know the worker before its
+	// first batch (they drop batches of unknown workers). Until then the
+	// engine's batches wait in its socket and replay buffer. Default 500 ms;
+	// negative means no wait.
+	SettleDelay time.Duration
 	// ReplayTimeout bounds one replay exchange (default 2 s).
 	ReplayTimeout time.Duration
 	// HTTPTimeout bounds each request to the engine (default 2 s).
@@ -97,6 +104,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.UnhealthyAfter <= 0 {
 		c.UnhealthyAfter = DefaultUnhealthyAfter
+	}
+	if c.SettleDelay == 0 {
+		c.SettleDelay = DefaultSettleDelay
 	}
 	if c.HTTPTimeout <= 0 {
 		c.HTTPTimeout = 2 * time.Second
@@ -153,6 +163,10 @@ type Bridge struct {
 	events *natsEvents
 	stats  Stats
 
+	// forwarding is closed once the worker is registered and settled;
+	// streams hold their batches until then.
+	forwarding chan struct{}
+
 	mu         sync.Mutex
 	registered []*discovery.Registration
 	records    []discovery.Record
@@ -164,10 +178,11 @@ func New(cfg Config) (*Bridge, error) {
 		return nil, err
 	}
 	return &Bridge{
-		cfg:    cfg,
-		log:    cfg.Logger,
-		engine: newEngineClient(cfg.EngineURL, cfg.Engine, cfg.HTTPTimeout),
-		events: newNATSEvents(cfg.NATS, cfg.Namespace),
+		cfg:        cfg,
+		log:        cfg.Logger,
+		engine:     newEngineClient(cfg.EngineURL, cfg.Engine, cfg.HTTPTimeout),
+		events:     newNATSEvents(cfg.NATS, cfg.Namespace),
+		forwarding: make(chan struct{}),
 	}, nil
 }
 
@@ -220,6 +235,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 		}
 		defer sub.Close()
 		streams[r] = newStream(r, b.WorkerID, sub, b.events, &b.stats, b.log)
+		streams[r].gate = b.forwarding
 	}
 
 	var wg sync.WaitGroup

@@ -26,7 +26,7 @@ func bridgeConfig(in *infra, ns string, eng *fakeEngine, es *engineSide) Config 
 		EventsEndpoint: ev, ReplayEndpoint: rep, Topic: "kv-events",
 		Address: "10.0.0.5:8000", NATS: in.nc, Etcd: in.cli,
 		ScrapeInterval: 50 * time.Millisecond, UnhealthyAfter: 400 * time.Millisecond,
-		LeaseTTL: 2 * time.Second, ReplayTimeout: 2 * time.Second,
+		LeaseTTL: 2 * time.Second, ReplayTimeout: 2 * time.Second, SettleDelay: 20 * time.Millisecond,
 	}
 }
 

@@ -108,6 +108,7 @@ type stream struct {
 	stats    *Stats
 	log      *slog.Logger
 	resync   chan struct{}
+	gate     <-chan struct{} // closed when batches may flow; nil: at once
 
 	seq     Sequencer
 	last    []byte         // payload of the last republished batch, for Verify
@@ -139,6 +140,13 @@ type received struct {
 }
 
 func (s *stream) run(ctx context.Context) error {
+	if s.gate != nil {
+		select {
+		case <-s.gate:
+		case <-ctx.Done():
+			return nil
+		}
+	}
 	in := make(chan received)
 	go func() {
 		defer close(in)

@@ -35,11 +35,27 @@ func (b *Bridge) superviseEngine(ctx context.Context, streams []*stream) {
 				s.requestResync()
 			}
 		}
-		first = false
 		b.register(ctx, info)
+		if first {
+			b.openForwarding(ctx)
+		}
+		first = false
 		b.reportLoad(ctx, info, streams)
 		b.deregister()
 	}
+}
+
+// openForwarding lets the streams start once routers have had SettleDelay
+// to see the registration.
+func (b *Bridge) openForwarding(ctx context.Context) {
+	if b.cfg.SettleDelay > 0 && b.cfg.Etcd != nil {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(b.cfg.SettleDelay):
+		}
+	}
+	close(b.forwarding)
 }
 
 // engineInfo is what the bridge learned about a ready engine.
