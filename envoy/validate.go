@@ -27,7 +27,8 @@ const minLongTimeout = 5 * time.Minute
 //   - protojson decoding into bootstrap.Bootstrap (unknown fields fail);
 //   - protoc-gen-validate rules on the bootstrap and on every message packed
 //     in an Any (Bootstrap.ValidateAll does not look inside Any);
-//   - Envoy's semantic rules: FULL_DUPLEX_STREAMED needs trailers SEND,
+//   - Envoy's semantic rules: FULL_DUPLEX_STREAMED needs trailers SEND and
+//     no failure_mode_allow, ext_proc has one of grpc_service and http_service,
 //     ORIGINAL_DST needs CLUSTER_PROVIDED and no load assignment, every
 //     referenced cluster exists, the ext_proc and ADS clusters speak HTTP/2;
 //   - kvroute's contract: header names x-target-worker and
@@ -200,6 +201,17 @@ func (c *checker) checkExtProc(where string, ep *extprocv3.ExternalProcessor) {
 	}
 	if pm.GetResponseBodyMode() == extprocv3.ProcessingMode_FULL_DUPLEX_STREAMED && pm.GetResponseTrailerMode() != extprocv3.ProcessingMode_SEND {
 		c.failf("%s: ext_proc response_body_mode FULL_DUPLEX_STREAMED needs response_trailer_mode SEND", where)
+	}
+	duplex := pm.GetRequestBodyMode() == extprocv3.ProcessingMode_FULL_DUPLEX_STREAMED ||
+		pm.GetResponseBodyMode() == extprocv3.ProcessingMode_FULL_DUPLEX_STREAMED
+	if duplex && ep.GetFailureModeAllow() {
+		c.failf("%s: ext_proc failure_mode_allow must stay false with FULL_DUPLEX_STREAMED (Envoy refuses fail-open there)", where)
+	}
+	if (ep.GetGrpcService() == nil) == (ep.GetHttpService() == nil) {
+		c.failf("%s: ext_proc needs exactly one of grpc_service and http_service", where)
+	}
+	if ep.GetDisableClearRouteCache() && ep.GetRouteCacheAction() != extprocv3.ExternalProcessor_DEFAULT {
+		c.failf("%s: ext_proc disable_clear_route_cache and route_cache_action cannot both be set", where)
 	}
 	if ep.GetMessageTimeout() == nil {
 		c.failf("%s: ext_proc message_timeout must be set (Envoy's 200ms default is shorter than kvroute's queue)", where)
