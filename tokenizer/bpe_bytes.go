@@ -6,24 +6,25 @@ import "strings"
 // that byte strings can live in a text vocabulary. Printable Latin-1 bytes map
 // to themselves; the other 68 bytes map, in order, to U+0100 onwards.
 var (
-	byteToRune [256]rune
-	runeToByte = map[rune]byte{}
-	// byteToStr holds byteToRune as strings, to build mapped text fast.
-	byteToStr [256]string
+	byteToRune, runeToByte, byteToStr = byteTables()
 )
 
-func init() {
+// byteTables builds the alphabet. It is a variable initializer rather than
+// init so that other package-level variables may use the tables.
+func byteTables() (toRune [256]rune, toByte map[rune]byte, toStr [256]string) {
+	toByte = make(map[rune]byte, 256)
 	next := rune(256)
 	for b := 0; b < 256; b++ {
 		if (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF) {
-			byteToRune[b] = rune(b)
+			toRune[b] = rune(b)
 		} else {
-			byteToRune[b] = next
+			toRune[b] = next
 			next++
 		}
-		runeToByte[byteToRune[b]] = byte(b)
-		byteToStr[b] = string(byteToRune[b])
+		toByte[toRune[b]] = byte(b)
+		toStr[b] = string(toRune[b])
 	}
+	return toRune, toByte, toStr
 }
 
 // byteLevelEncode maps every byte of s to its byte-level rune.

@@ -21,12 +21,8 @@ func TestEncodeMatchesReference(t *testing.T) {
 }
 
 // TestEncodeCorpusMatchesReference encodes the >500 KB corpus in one call,
-// id for id. Under the race detector this takes minutes per family, so it
-// runs only in normal test runs; the golden strings above always run.
+// id for id.
 func TestEncodeCorpusMatchesReference(t *testing.T) {
-	if raceEnabled {
-		t.Skip("corpus check is too slow under -race; run go test without -race")
-	}
 	corpus := readCorpus(t)
 	if len(corpus) < 500*1024 {
 		t.Fatalf("corpus is %d bytes, want >= 500 KB", len(corpus))

@@ -51,31 +51,40 @@ func (s *jsonScanner) expect(c byte) error {
 
 // str reads a JSON string.
 func (s *jsonScanner) str() (string, error) {
+	b, err := s.strBytes()
+	return string(b), err
+}
+
+// strBytes reads a JSON string; without escapes the result aliases the input.
+func (s *jsonScanner) strBytes() ([]byte, error) {
 	if s.peek() != '"' {
-		return "", s.errorf("expected a string")
+		return nil, s.errorf("expected a string")
 	}
 	s.pos++
 	start := s.pos
 	for s.pos < len(s.data) {
 		c := s.data[s.pos]
 		if c == '"' {
-			v := string(s.data[start:s.pos])
+			v := s.data[start:s.pos]
 			s.pos++
+			if !utf8.Valid(v) {
+				return []byte(string([]rune(string(v)))), nil
+			}
 			return v, nil
 		}
 		if c == '\\' {
 			return s.strSlow(start)
 		}
 		if c < 0x20 {
-			return "", s.errorf("control character in string")
+			return nil, s.errorf("control character in string")
 		}
 		s.pos++
 	}
-	return "", s.errorf("unterminated string")
+	return nil, s.errorf("unterminated string")
 }
 
 // strSlow finishes a string that has escapes, from its first byte at start.
-func (s *jsonScanner) strSlow(start int) (string, error) {
+func (s *jsonScanner) strSlow(start int) ([]byte, error) {
 	buf := append([]byte(nil), s.data[start:s.pos]...)
 	for s.pos < len(s.data) {
 		c := s.data[s.pos]
@@ -83,11 +92,11 @@ func (s *jsonScanner) strSlow(start int) (string, error) {
 		case c == '"':
 			s.pos++
 			if !utf8.Valid(buf) {
-				return string([]rune(string(buf))), nil
+				return []byte(string([]rune(string(buf)))), nil
 			}
-			return string(buf), nil
+			return buf, nil
 		case c < 0x20:
-			return "", s.errorf("control character in string")
+			return nil, s.errorf("control character in string")
 		case c != '\\':
 			buf = append(buf, c)
 			s.pos++
@@ -114,7 +123,7 @@ func (s *jsonScanner) strSlow(start int) (string, error) {
 		case 'u':
 			r, err := s.hex4()
 			if err != nil {
-				return "", err
+				return nil, err
 			}
 			if utf16.IsSurrogate(r) {
 				r2 := rune(-1)
@@ -122,7 +131,7 @@ func (s *jsonScanner) strSlow(start int) (string, error) {
 					save := s.pos
 					s.pos += 2
 					if r2, err = s.hex4(); err != nil {
-						return "", err
+						return nil, err
 					}
 					if utf16.DecodeRune(r, r2) == utf8.RuneError {
 						s.pos = save
@@ -137,10 +146,10 @@ func (s *jsonScanner) strSlow(start int) (string, error) {
 			}
 			buf = utf8.AppendRune(buf, r)
 		default:
-			return "", s.errorf("bad escape \\%c", e)
+			return nil, s.errorf("bad escape \\%c", e)
 		}
 	}
-	return "", s.errorf("unterminated string")
+	return nil, s.errorf("unterminated string")
 }
 
 func (s *jsonScanner) hex4() (rune, error) {
@@ -180,7 +189,7 @@ func (s *jsonScanner) skip() ([]byte, error) {
 	var err error
 	switch c {
 	case '"':
-		_, err = s.str()
+		_, err = s.strBytes()
 	case '{':
 		err = s.object(func(string) error { _, err := s.skip(); return err })
 	case '[':
@@ -257,26 +266,55 @@ func (s *jsonScanner) array(elem func() error) error {
 	}
 }
 
-// vocab reads the model's {"token": id, ...} object.
+// vocab reads the model's {"token": id, ...} object. All keys share one
+// backing string, which saves an allocation per token.
 func (s *jsonScanner) vocab() (map[string]uint32, error) {
-	v := make(map[string]uint32, len(s.data)/40)
-	err := s.object(func(key string) error {
-		id, err := s.uint()
-		if err != nil {
-			return err
+	type entry struct{ off, n, id uint32 }
+	var arena []byte
+	var entries []entry
+	if err := s.expect('{'); err != nil {
+		return nil, err
+	}
+	if s.peek() != '}' {
+		for {
+			key, err := s.strBytes()
+			if err != nil {
+				return nil, err
+			}
+			if err := s.expect(':'); err != nil {
+				return nil, err
+			}
+			id, err := s.uint()
+			if err != nil {
+				return nil, err
+			}
+			entries = append(entries, entry{uint32(len(arena)), uint32(len(key)), id})
+			arena = append(arena, key...)
+			if c := s.peek(); c == ',' {
+				s.pos++
+				continue
+			} else if c != '}' {
+				return nil, s.errorf("expected ',' or '}'")
+			}
+			break
 		}
-		v[key] = id
-		return nil
-	})
-	return v, err
+	}
+	s.pos++
+	keys := string(arena)
+	v := make(map[string]uint32, len(entries))
+	for _, e := range entries {
+		v[keys[e.off:e.off+e.n]] = e.id
+	}
+	return v, nil
 }
 
-// merges reads the model's merges in either form, "a b" or ["a", "b"].
+// merges reads the model's merges in either form, "a b" or ["a", "b"]. The
+// tokens alias the input where they have no escapes.
 func (s *jsonScanner) merges() ([]mergeJSON, error) {
-	out := make([]mergeJSON, 0, len(s.data)/40)
+	var out []mergeJSON
 	err := s.array(func() error {
 		if s.peek() == '"' {
-			line, err := s.str()
+			line, err := s.strBytes()
 			if err != nil {
 				return err
 			}
@@ -287,16 +325,20 @@ func (s *jsonScanner) merges() ([]mergeJSON, error) {
 			out = append(out, mergeJSON{a, b})
 			return nil
 		}
-		var pair []string
+		var pair [2][]byte
+		n := 0
 		err := s.array(func() error {
-			t, err := s.str()
-			pair = append(pair, t)
+			t, err := s.strBytes()
+			if n < 2 {
+				pair[n] = t
+			}
+			n++
 			return err
 		})
 		if err != nil {
 			return err
 		}
-		if len(pair) != 2 {
+		if n != 2 {
 			return errors.New("merge pair does not have two tokens")
 		}
 		out = append(out, mergeJSON{pair[0], pair[1]})
@@ -305,11 +347,11 @@ func (s *jsonScanner) merges() ([]mergeJSON, error) {
 	return out, err
 }
 
-func cutSpace(s string) (string, string, bool) {
+func cutSpace(s []byte) ([]byte, []byte, bool) {
 	for i := 0; i < len(s); i++ {
 		if s[i] == ' ' {
 			return s[:i], s[i+1:], true
 		}
 	}
-	return "", "", false
+	return nil, nil, false
 }

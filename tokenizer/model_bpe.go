@@ -1,9 +1,9 @@
 package tokenizer
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
-	"strings"
 )
 
 type bpeJSON struct {
@@ -20,7 +20,7 @@ type bpeJSON struct {
 }
 
 // mergeJSON is one merge rule, written either as "a b" or as ["a", "b"].
-type mergeJSON struct{ a, b string }
+type mergeJSON struct{ a, b []byte }
 
 // parseModel builds the BPE model. byteLevel says the pre-tokenizer chain
 // ends with ByteLevel, which lets the model run on raw bytes.
@@ -80,17 +80,17 @@ func parseModel(j bpeJSON, byteLevel bool) (*bpeModel, error) {
 	m.merges = make(map[uint64]uint64, len(j.Merges))
 	var buf []byte
 	for rank, mg := range j.Merges {
-		a, ok := j.Vocab[mg.a]
+		a, ok := j.Vocab[string(mg.a)]
 		if !ok {
 			return nil, fmt.Errorf("BPE merge %d (%q %q): %q is not in the vocab", rank, mg.a, mg.b, mg.a)
 		}
-		b, ok := j.Vocab[mg.b]
+		b, ok := j.Vocab[string(mg.b)]
 		if !ok {
 			return nil, fmt.Errorf("BPE merge %d (%q %q): %q is not in the vocab", rank, mg.a, mg.b, mg.b)
 		}
 		right := mg.b
 		if m.prefix != "" {
-			right = strings.TrimPrefix(right, m.prefix)
+			right = bytes.TrimPrefix(right, []byte(m.prefix))
 		}
 		buf = append(append(buf[:0], mg.a...), right...)
 		nid, ok := j.Vocab[string(buf)]
