@@ -2,6 +2,8 @@ package extproc
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"slices"
 	"sync"
 
@@ -244,3 +246,5 @@ func kinds(rs []*pb.ProcessingResponse) []string {
 	}
 	return out
 }
+
+func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

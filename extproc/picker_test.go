@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -323,5 +324,29 @@ func TestPickerCancelledInQueueHoldsNoLoad(t *testing.T) {
 	}
 	if total != 3 {
 		t.Errorf("%d active requests, want the 3 admitted", total)
+	}
+}
+
+func TestEncodeCompletionMatchesTheTokenizer(t *testing.T) {
+	llama, err := tokenizer.LoadChat("../tokenizer/testdata/mistral-sp", "", tokenizer.ChatOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*tokenizer.Chat{qwenChat(t), llama} {
+		checkEncodeCompletion(t, c)
+	}
+	if len(llama.Tokenizer().Encode("", true)) == 0 {
+		t.Error("mistral-sp should add a BOS token; the prefix path is not exercised")
+	}
+}
+
+func checkEncodeCompletion(t *testing.T, c *tokenizer.Chat) {
+	toks := NewTokenizers(map[string]*tokenizer.Chat{testModel: c})
+	for _, text := range []string{"", "hello", strings.Repeat("a long shared document. ", 500) + "tail 1", strings.Repeat("a long shared document. ", 500) + "tail 2"} {
+		got := toks.EncodeCompletion(c, text)
+		want := c.Tokenizer().Encode(text, true)
+		if !slices.Equal(got, want) {
+			t.Fatalf("EncodeCompletion(%.20q) differs from Encode(text, true)", text)
+		}
 	}
 }

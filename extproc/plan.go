@@ -184,7 +184,7 @@ func (p *Picker) tokenize(pl *plan, oa *openAIRequest) []uint32 {
 	}
 	if pl.api == APICompletion {
 		// vLLM tokenizes completion prompts with special tokens added.
-		return chat.Tokenizer().Encode(oa.promptText, true)
+		return p.cfg.Tokenizers.EncodeCompletion(chat, oa.promptText)
 	}
 	creq, err := chatRequest(oa)
 	if err == nil {

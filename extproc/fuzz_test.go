@@ -1,0 +1,75 @@
+package extproc
+
+import (
+	"context"
+	"testing"
+
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+)
+
+func FuzzParseOpenAI(f *testing.F) {
+	f.Add("/v1/chat/completions", []byte(chatBody))
+	f.Add("/v1/completions", []byte(`{"model":"m","prompt":[[1,2,3],[4]],"max_tokens":5,"nvext":{"agent_hints":{"priority":2}}}`))
+	f.Add("/v1/completions", []byte(`{"model":"m","prompt":[-1, 99999999999]}`))
+	f.Add("/v1/chat/completions", []byte(`{"messages":[{"role":"user","content":[{"type":"text","text":"x"}]}],"tools":[{"type":"function"}]}`))
+	f.Add("/x", []byte(`[1,2`))
+	f.Fuzz(func(t *testing.T, path string, body []byte) {
+		r, err := parseOpenAI(apiOf(path), body)
+		if err != nil {
+			return
+		}
+		if r.maxTokens < 0 || r.priority < 0 {
+			t.Fatalf("negative values from %q: %+v", body, r)
+		}
+		if r.hasIDs && !r.hasPrompt {
+			t.Fatal("ids without a prompt")
+		}
+	})
+}
+
+// FuzzStream drives the state machine with arbitrary message sequences:
+// it must never panic, and a routed request's load is freed exactly once.
+func FuzzStream(f *testing.F) {
+	f.Add([]byte{0, 1, 1, 3, 4, 4}, uint8(2))
+	f.Add([]byte{0, 1, 2, 3, 4, 5}, uint8(4))
+	f.Add([]byte{0, 0, 3, 3}, uint8(0))
+	f.Add([]byte{1, 4, 0, 2}, uint8(1))
+	f.Fuzz(func(t *testing.T, ops []byte, mode uint8) {
+		if len(ops) > 64 {
+			ops = ops[:64]
+		}
+		fl := newFleet()
+		s := NewStream(&Config{MaxBodyBytes: 1 << 10}, fl)
+		bm := BodyMode(mode % 6)
+		var err error
+		for i, op := range ops {
+			eos := i%2 == 1
+			var m *pb.ProcessingRequest
+			switch op % 7 {
+			case 0:
+				m = headerMsg(bm, BodyMode((mode/8)%5), eos, hdr{":path", "/v1/chat/completions"})
+			case 1:
+				m = reqBody(chatBody, eos)
+			case 2:
+				m = reqTrailers()
+			case 3:
+				m = respHeaders([]string{"200", "503", "x"}[i%3], eos)
+			case 4:
+				m = respBody("data: x\n\n", eos)
+			case 5:
+				m = respTrailers()
+			case 6:
+				m = &pb.ProcessingRequest{}
+			}
+			if _, err = s.Step(context.Background(), m); err != nil {
+				break
+			}
+		}
+		s.Close(err)
+		for _, tk := range fl.tickets {
+			if _, _, _, frees := tk.snapshot(); len(frees) != 1 {
+				t.Fatalf("ticket freed %d times (%v)", len(frees), frees)
+			}
+		}
+	})
+}
