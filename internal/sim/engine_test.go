@@ -298,8 +298,10 @@ func TestMaxNumSeqsBoundsTheRunningSet(t *testing.T) {
 }
 
 func TestPreemptionRecomputesTheNewestRequest(t *testing.T) {
-	// 6 blocks of 4: two requests of 8 prompt tokens each grow by decode
-	// until the pool runs out; the later one is preempted and recomputes.
+	// 6 blocks of 4 tokens; two requests of 8 prompt tokens decode 12 tokens
+	// each. At 13 tokens request 1 needs a fifth block: the newest request
+	// (2) is preempted, waits for free blocks, then recomputes everything
+	// but the one block of its prefix that survived eviction.
 	e, _ := newTestEngine(t, EngineConfig{NumGPUBlocks: 6, BlockSize: 4})
 	if err := e.Add(1, seq(0, 8), 12); err != nil {
 		t.Fatal(err)
@@ -307,35 +309,44 @@ func TestPreemptionRecomputesTheNewestRequest(t *testing.T) {
 	if err := e.Add(2, seq(100, 8), 12); err != nil {
 		t.Fatal(err)
 	}
-	preemptedAt := -1
-	all := map[uint64][]Output{}
-	for i := 0; e.HasWork(); i++ {
+	type step struct {
+		prefill, decode, preempted int
+		ids                        []uint64
+		running, waiting           int
+	}
+	want := map[int]step{
+		0:  {16, 0, 0, []uint64{1, 2}, 2, 0},
+		4:  {0, 2, 0, []uint64{1, 2}, 2, 0},
+		5:  {0, 1, 1, []uint64{1}, 1, 1},
+		11: {0, 1, 0, []uint64{1}, 0, 1},
+		12: {9, 0, 0, []uint64{2}, 1, 0},
+		18: {0, 1, 0, []uint64{2}, 0, 0},
+	}
+	count := map[uint64]int{}
+	i := 0
+	for ; e.HasWork(); i++ {
 		res := e.Step()
-		if res.Preempted > 0 && preemptedAt < 0 {
-			preemptedAt = i
-			if st := e.Stats(); st.Running != 1 || st.Waiting != 1 {
-				t.Fatalf("after preemption running %d waiting %d", st.Running, st.Waiting)
-			}
-		}
+		var ids []uint64
 		for _, o := range res.Outputs {
-			all[o.ID] = append(all[o.ID], o)
-		}
-	}
-	if preemptedAt < 0 || e.Stats().Preemptions == 0 {
-		t.Fatal("no preemption under KV pressure")
-	}
-	for id, outs := range all {
-		if len(outs) != 12 {
-			t.Fatalf("request %d produced %d tokens, want 12", id, len(outs))
-		}
-		for i, o := range outs {
-			if o.Index != i {
-				t.Fatalf("request %d token %d has index %d", id, i, o.Index)
+			if o.Index != count[o.ID] {
+				t.Fatalf("step %d: request %d output index %d, want %d", i, o.ID, o.Index, count[o.ID])
 			}
+			count[o.ID]++
+			ids = append(ids, o.ID)
+		}
+		st := e.Stats()
+		got := step{res.PrefillTokens, res.DecodeTokens, res.Preempted, ids, st.Running, st.Waiting}
+		if w, ok := want[i]; ok && !(w.prefill == got.prefill && w.decode == got.decode && w.preempted == got.preempted &&
+			slices.Equal(w.ids, got.ids) && w.running == got.running && w.waiting == got.waiting) {
+			t.Fatalf("step %d: %+v, want %+v", i, got, w)
 		}
 	}
-	if st := e.Stats(); st.UsedBlocks != 0 {
-		t.Fatalf("%d blocks still used after all requests finished", st.UsedBlocks)
+	if i != 19 || count[1] != 12 || count[2] != 12 {
+		t.Fatalf("%d steps, outputs %v; want 19 steps and 12 tokens each", i, count)
+	}
+	st := e.Stats()
+	if st.Preemptions != 1 || st.UsedBlocks != 0 || st.PrefixHits != 4 {
+		t.Fatalf("stats %+v: want 1 preemption, no used blocks, 4 tokens hit on resume", st)
 	}
 }
 
