@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 )
 
@@ -157,14 +158,45 @@ func (c *Chat) ApplyChatTemplate(req ChatRequest) (string, error) {
 	if req.Tools != nil {
 		vars["tools"] = req.Tools
 	}
-	vars["add_generation_prompt"] = req.generationPrompt()
+	addGen := req.generationPrompt()
+	if req.ContinueFinalMessage && addGen {
+		// transformers refuses the pair, and vLLM's add_generation_prompt
+		// defaults to true: a prefill request must send it as false.
+		return "", errors.New("chat: continue_final_message needs add_generation_prompt set to false")
+	}
+	vars["add_generation_prompt"] = addGen
 	for _, f := range req.ChatTemplateKwargs {
 		if reservedKwargs[f.Key] {
 			return "", fmt.Errorf("chat: chat_template_kwargs may not set %q", f.Key)
 		}
 		vars[f.Key] = f.Value
 	}
-	return tpl.Render(vars)
+	text, err := tpl.Render(vars)
+	if err != nil || !req.ContinueFinalMessage {
+		return text, err
+	}
+	return cutAfterFinalMessage(text, req.Messages)
+}
+
+// cutAfterFinalMessage ends the rendered text where the last message's
+// content ends, as transformers does for continue_final_message: it finds the
+// last occurrence of the stripped content and keeps the content's own
+// leading spacing when the template preserved it.
+func cutAfterFinalMessage(text string, msgs []Message) (string, error) {
+	if len(msgs) == 0 {
+		return "", errors.New("chat: continue_final_message needs a final message")
+	}
+	final := msgs[len(msgs)-1].Content
+	stripped := strings.TrimFunc(final, pyWhitespace)
+	loc := strings.LastIndex(text, stripped)
+	if loc < 0 {
+		return "", errors.New("chat: continue_final_message is set but the final message does not appear in the rendered chat")
+	}
+	left := strings.TrimLeftFunc(final, pyWhitespace)
+	if end := loc + len(left); end <= len(text) && text[loc:end] == final {
+		return text[:end], nil
+	}
+	return text[:loc+len(stripped)], nil
 }
 
 // EncodeChat renders req and encodes the text without adding special tokens,

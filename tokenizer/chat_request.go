@@ -21,6 +21,10 @@ type ChatRequest struct {
 	// ChatTemplateKwargs become extra template variables (enable_thinking,
 	// date_string, ...), as transformers passes them.
 	ChatTemplateKwargs Object
+	// ContinueFinalMessage renders the conversation so that the model goes on
+	// writing the last message (an assistant prefill): the text ends where
+	// that message's content ends. It excludes a generation prompt.
+	ContinueFinalMessage bool
 }
 
 // Message is one chat message as the template sees it. vLLM rebuilds every
@@ -118,6 +122,13 @@ func ChatRequestFromObject(top Object) (ChatRequest, error) {
 			return ChatRequest{}, fmt.Errorf("chat request: add_generation_prompt is a JSON %s, not a boolean", jsonKind(agp))
 		}
 		req.AddGenerationPrompt = &b
+	}
+	if cfm, ok := top.Get("continue_final_message"); ok && cfm != nil {
+		b, ok := cfm.(bool)
+		if !ok {
+			return ChatRequest{}, fmt.Errorf("chat request: continue_final_message is a JSON %s, not a boolean", jsonKind(cfm))
+		}
+		req.ContinueFinalMessage = b
 	}
 	if kw, ok := top.Get("chat_template_kwargs"); ok && kw != nil {
 		o, ok := kw.(Object)

@@ -236,3 +236,22 @@ func FuzzParseChatRequest(f *testing.F) {
 		}
 	})
 }
+
+func TestContinueFinalMessage(t *testing.T) {
+	cfg := &Config{SpecialTokens: map[string]string{}, ChatTemplate: "{% for m in messages %}[{{ m.role }}]{{ m.content | trim }}<end>{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}"}
+	chat, err := NewChat(testTokenizer(t, "mistral-sp"), cfg, ChatOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	no, yes := false, true
+	msgs := []Message{{Role: "user", Content: "hi"}, {Role: "assistant", Content: "  Once upon  "}}
+	got, err := chat.ApplyChatTemplate(ChatRequest{Messages: msgs, AddGenerationPrompt: &no, ContinueFinalMessage: true})
+	if err != nil || got != "[user]hi<end>[assistant]Once upon" {
+		t.Fatalf("got %q, %v", got, err)
+	}
+	for _, agp := range []*bool{nil, &yes} {
+		if _, err := chat.ApplyChatTemplate(ChatRequest{Messages: msgs, AddGenerationPrompt: agp, ContinueFinalMessage: true}); err == nil {
+			t.Fatalf("add_generation_prompt=%v with continue_final_message accepted", agp)
+		}
+	}
+}

@@ -161,6 +161,17 @@ const cases = [
       ],
     },
   },
+  {
+    case: "continue_final_message",
+    body: {
+      messages: [
+        { role: "user", content: "Write a haiku." },
+        { role: "assistant", content: "Autumn moonlight  " },
+      ],
+      add_generation_prompt: false,
+      continue_final_message: true,
+    },
+  },
 ];
 
 // normalize applies vLLM's message preprocessing (string content format).
@@ -204,6 +215,18 @@ function parseArguments(args) {
   } catch {
     return {};
   }
+}
+
+// cutAfterFinalMessage is transformers' continue_final_message: end the text
+// where the last message's content ends.
+function cutAfterFinalMessage(text, messages) {
+  const final = messages[messages.length - 1].content;
+  const stripped = final.trim();
+  const loc = text.lastIndexOf(stripped);
+  if (loc < 0) throw new Error("continue_final_message is set but the final message does not appear in the chat");
+  const left = final.trimStart();
+  if (text.slice(loc, loc + left.length) === final) return text.slice(0, loc + left.length);
+  return text.slice(0, loc + stripped.length);
 }
 
 // specialTokens mirrors transformers' special_tokens_map.
@@ -253,7 +276,8 @@ for (const fam of families) {
     Object.assign(vars, request.chat_template_kwargs ?? {});
     const rec = { case: c.case, template: fam.key, tokenizer: fam.tokenizer, request };
     try {
-      const text = template.render(vars);
+      let text = template.render(vars);
+      if (body.continue_final_message) text = cutAfterFinalMessage(text, vars.messages);
       const divergence = pythonDivergence(text);
       if (divergence) {
         rec.error = divergence;

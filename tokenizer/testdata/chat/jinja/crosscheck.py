@@ -59,6 +59,13 @@ for f in sorted(glob.glob(td + "/chat/*.jsonl")):
         kw.update(req.get("chat_template_kwargs") or {})
         try:
             out = env.from_string(templates[g["template"]]).render(**kw); err = None
+            if req.get("continue_final_message"):
+                final = kw["messages"][-1]["content"]
+                loc = out.rindex(final.strip())
+                if out[loc:loc + len(final.lstrip())] == final:
+                    out = out[:loc + len(final.lstrip())]
+                else:
+                    out = out[:loc + len(final.strip())]
         except Exception as e:
             out = None; err = str(e)
         n += 1
