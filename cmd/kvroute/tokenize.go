@@ -23,7 +23,8 @@ JSON line per input line on stdout, in order.
       add_special_tokens defaults to true (a completions prompt)
   {"messages": [...], "tools": [...], "add_generation_prompt": true,
    "chat_template_kwargs": {...}}                -> {"text": "<rendered>", "ids": [...]}
-      an OpenAI chat body; other fields (model, stream, ...) are ignored;
+      an OpenAI chat body (continue_final_message is honoured too); other
+      fields (model, stream, ...) are ignored;
       rendered with the chat template and encoded without special tokens,
       as vLLM does
   anything that fails                            -> {"error": "..."}
