@@ -7,7 +7,8 @@ import (
 )
 
 // defaultCacheSlots bounds the piece cache: at most this many pieces (each
-// shorter than maxCachedPiece bytes) are remembered per tokenizer.
+// shorter than maxCachedPiece bytes) are remembered per tokenizer. Small
+// vocabularies get fewer slots (one per token, at least 1024).
 const defaultCacheSlots = 1 << 16
 
 // pieceCache is a bounded, direct-mapped cache from a pre-tokenized piece to

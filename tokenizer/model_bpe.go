@@ -43,7 +43,7 @@ func parseModel(j bpeJSON, byteLevel bool) (*bpeModel, error) {
 		byteFallback: j.ByteFallback,
 		fuseUnk:      j.FuseUnk,
 		unk:          -1,
-		cache:        newPieceCache(defaultCacheSlots),
+		cache:        newPieceCache(min(defaultCacheSlots, max(1024, len(j.Vocab)))),
 	}
 	if j.ContinuingSubwordPrefix != nil {
 		m.prefix = *j.ContinuingSubwordPrefix
