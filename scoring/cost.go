@@ -208,11 +208,12 @@ func sampleSoftmax(loads []Load, temperature float64, r Rand) int {
 	}
 	var sum float64
 	for i := range loads {
-		sum += softmaxWeight(loads[i].logit, minL, rng, temperature)
+		loads[i].weight = softmaxWeight(loads[i].logit, minL, rng, temperature)
+		sum += loads[i].weight
 	}
 	u := r.Float64() * sum
 	for i := range loads {
-		u -= softmaxWeight(loads[i].logit, minL, rng, temperature)
+		u -= loads[i].weight
 		if u < 0 {
 			return i
 		}

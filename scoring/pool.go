@@ -256,6 +256,8 @@ type Load struct {
 	index int
 	// logit is scratch for the mode: lower is better.
 	logit float64
+	// weight is scratch for sampling.
+	weight float64
 }
 
 // KVUsedBlocks is the worker's KV blocks in use: the router's own count, or
