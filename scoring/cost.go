@@ -186,8 +186,10 @@ func selectLogit(loads []Load, temperature float64, r Rand) int {
 func logitRange(loads []Load) (minL, rng float64) {
 	minL, maxL := loads[0].logit, loads[0].logit
 	for i := 1; i < len(loads); i++ {
-		minL = math.Min(minL, loads[i].logit)
-		maxL = math.Max(maxL, loads[i].logit)
+		// Logits are finite (block counts and bounded ratios), so plain
+		// comparisons do what math.Min/Max would.
+		minL = min(minL, loads[i].logit)
+		maxL = max(maxL, loads[i].logit)
 	}
 	return minL, maxL - minL
 }
