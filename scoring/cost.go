@@ -186,8 +186,7 @@ func selectLogit(loads []Load, temperature float64, r Rand) int {
 func logitRange(loads []Load) (minL, rng float64) {
 	minL, maxL := loads[0].logit, loads[0].logit
 	for i := 1; i < len(loads); i++ {
-		// Logits are finite (block counts and bounded ratios), so plain
-		// comparisons do what math.Min/Max would.
+		// The builtins compile to min/max instructions; math.Min/Max do not.
 		minL = min(minL, loads[i].logit)
 		maxL = max(maxL, loads[i].logit)
 	}
