@@ -91,6 +91,9 @@ func DefaultConfig() Config {
 		KVEvents:         true,
 		Fallbacks:        2,
 		ShutdownGrace:    15 * time.Second,
+		// Envoy before 1.33 sends no protocol_config; BUFFERED is what such
+		// deployments configure.
+		Stream: extproc.Config{DefaultRequestMode: extproc.ModeBuffered},
 	}
 }
 
