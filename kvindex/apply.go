@@ -106,11 +106,17 @@ func (ix *Index) applyStored(w *workerState, e *BlockStored, st *ApplyStats) {
 	}
 	var prev uint64
 	if e.ParentBlockHash == nil {
-		lora := ""
+		lora, salt := "", ""
 		if e.LoraName != nil {
 			lora = *e.LoraName
 		}
-		prev = Seed(w.model, lora, cacheSalt(e.ExtraKeys, lora))
+		if e.ExtraKeys != nil {
+			salt = cacheSalt(e.ExtraKeys, lora)
+		}
+		prev = w.seed
+		if lora != "" || salt != "" {
+			prev = Seed(w.model, lora, salt)
+		}
 	} else {
 		var ok bool
 		if prev, ok = w.router(e.ParentBlockHash.Key()); !ok {
@@ -139,7 +145,7 @@ func (ix *Index) applyStored(w *workerState, e *BlockStored, st *ApplyStats) {
 			st.OffDeviceBlocks++
 			continue
 		}
-		if old, ok := w.device[key]; ok {
+		if old, ok := w.device.put(key, r); ok {
 			if old == r {
 				st.DuplicateBlocks++
 				continue
@@ -147,7 +153,6 @@ func (ix *Index) applyStored(w *workerState, e *BlockStored, st *ApplyStats) {
 			// The engine reused a hash for other content: the new block wins.
 			ix.dropDevice(w, t, old)
 		}
-		w.device[key] = r
 		if t.set(r, w.bit) {
 			w.dups[r]++
 		} else {
@@ -160,7 +165,7 @@ func (ix *Index) applyStored(w *workerState, e *BlockStored, st *ApplyStats) {
 
 // router resolves an engine key of w in any medium.
 func (w *workerState) router(key uint64) (uint64, bool) {
-	if r, ok := w.device[key]; ok {
+	if r, ok := w.device.get(key); ok {
 		return r, true
 	}
 	if oe, ok := w.offDevice[key]; ok {
@@ -171,6 +176,12 @@ func (w *workerState) router(key uint64) (uint64, bool) {
 
 // dropDevice removes one device holding of router hash r by w.
 func (ix *Index) dropDevice(w *workerState, t *bitTable, r uint64) {
+	if len(w.dups) == 0 {
+		if t.clear(r, w.bit) {
+			w.blocks--
+		}
+		return
+	}
 	if n := w.dups[r]; n > 0 {
 		if n == 1 {
 			delete(w.dups, r)
@@ -207,12 +218,11 @@ func (ix *Index) applyRemoved(w *workerState, e *BlockRemoved, st *ApplyStats) {
 			st.RemovedBlocks++
 			continue
 		}
-		r, ok := w.device[key]
+		r, ok := w.device.remove(key)
 		if !ok {
 			st.UnknownRemoved++
 			continue
 		}
-		delete(w.device, key)
 		ix.dropDevice(w, t, r)
 		st.RemovedBlocks++
 	}

@@ -18,8 +18,8 @@ const maxStackBlock = 128
 // empty cacheSalt means no salt. Each part is length-prefixed so that no two
 // different triples share an encoding.
 func Seed(model, loraName, cacheSalt string) uint64 {
-	buf := make([]byte, 0, len(seedDomain)+len(model)+len(loraName)+len(cacheSalt)+16)
-	buf = append(buf, seedDomain...)
+	var stack [256]byte
+	buf := append(stack[:0], seedDomain...)
 	for _, s := range [...]string{model, loraName, cacheSalt} {
 		buf = binary.LittleEndian.AppendUint32(buf, uint32(len(s)))
 		buf = append(buf, s...)

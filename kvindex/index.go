@@ -35,7 +35,7 @@ type workerState struct {
 	word      int
 	bit       uint64
 	// device maps each device-tier engine hash key to its router hash.
-	device map[uint64]uint64
+	device *u64Table
 	// offDevice holds blocks stored in other media (CPU, disk): engine key
 	// to router hash and a bitmask of media.
 	offDevice map[uint64]offEntry
@@ -44,6 +44,8 @@ type workerState struct {
 	// tokens), so one removal does not clear a block still held.
 	dups   map[uint64]uint32
 	blocks int // distinct router hashes whose bit is set
+	// seed is Seed(model, "", ""), the root of chains without LoRA or salt.
+	seed uint64
 	stale  bool
 }
 
@@ -71,7 +73,7 @@ func (ix *Index) AddWorker(id, model string, blockSize int) {
 	if w := ix.workers[id]; w != nil {
 		if w.model != model || w.blockSize != blockSize {
 			ix.purge(w)
-			w.model, w.blockSize = model, blockSize
+			w.model, w.blockSize, w.seed = model, blockSize, Seed(model, "", "")
 		}
 		return
 	}
@@ -83,9 +85,9 @@ func (ix *Index) AddWorker(id, model string, blockSize int) {
 		ix.slots = append(ix.slots, nil)
 	}
 	w := &workerState{
-		id: id, model: model, blockSize: blockSize,
+		id: id, model: model, blockSize: blockSize, seed: Seed(model, "", ""),
 		idx: idx, word: idx / 64, bit: 1 << (idx % 64),
-		device:    map[uint64]uint64{},
+		device:    newU64Table(),
 		offDevice: map[uint64]offEntry{},
 		dups:      map[uint64]uint32{},
 	}
@@ -119,10 +121,8 @@ func (ix *Index) HasWorker(id string) bool {
 // purge drops every block of w. Caller holds mu.
 func (ix *Index) purge(w *workerState) {
 	t := ix.words[w.word]
-	for _, r := range w.device {
-		t.clear(r, w.bit)
-	}
-	w.device = map[uint64]uint64{}
+	w.device.each(func(_, r uint64) { t.clear(r, w.bit) })
+	w.device = newU64Table()
 	w.offDevice = map[uint64]offEntry{}
 	w.dups = map[uint64]uint32{}
 	w.blocks = 0
@@ -262,7 +262,7 @@ func (ix *Index) Stats() Stats {
 			continue
 		}
 		s.Entries += w.blocks
-		s.Bytes += (len(w.device) + len(w.offDevice)) * 32
+		s.Bytes += w.device.bytes() + len(w.offDevice)*32
 		s.PerWorker = append(s.PerWorker, WorkerStats{
 			ID: w.id, Model: w.model, BlockSize: w.blockSize,
 			Blocks: w.blocks, OffDeviceBlocks: len(w.offDevice), Stale: w.stale,

@@ -300,3 +300,59 @@ func TestBitTableAgreesWithMap(t *testing.T) {
 		t.Fatalf("table did not shrink: %d slots for %d keys", len(tb.slots), tb.count)
 	}
 }
+
+// TestU64TableAgreesWithMap checks the engine-hash table, key 0 included,
+// through growth, churn and shrinking.
+func TestU64TableAgreesWithMap(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	tb := newU64Table()
+	ref := map[uint64]uint64{}
+	keyRange := 6000
+	for step := 0; step < 150000; step++ {
+		if step == 100000 {
+			keyRange = 200
+			for k := range ref {
+				if k >= 200 {
+					tb.remove(k)
+					delete(ref, k)
+				}
+			}
+		}
+		key := uint64(rng.IntN(keyRange))
+		switch rng.IntN(3) {
+		case 0, 1:
+			val := rng.Uint64()
+			old, had := tb.put(key, val)
+			wantOld, wantHad := ref[key]
+			if had != wantHad || old != wantOld {
+				t.Fatalf("step %d: put(%d) = %d,%v want %d,%v", step, key, old, had, wantOld, wantHad)
+			}
+			ref[key] = val
+		case 2:
+			v, had := tb.remove(key)
+			wantV, wantHad := ref[key]
+			if had != wantHad || v != wantV {
+				t.Fatalf("step %d: remove(%d) = %d,%v want %d,%v", step, key, v, had, wantV, wantHad)
+			}
+			delete(ref, key)
+		}
+		if step%1009 == 0 {
+			if tb.len() != len(ref) {
+				t.Fatalf("step %d: len %d, want %d", step, tb.len(), len(ref))
+			}
+			n := 0
+			tb.each(func(k, v uint64) {
+				n++
+				if ref[k] != v {
+					t.Fatalf("step %d: each gave %d=%d, want %d", step, k, v, ref[k])
+				}
+			})
+			if n != len(ref) {
+				t.Fatalf("step %d: each visited %d keys, want %d", step, n, len(ref))
+			}
+		}
+	}
+	if len(tb.slots) > 1024 {
+		t.Fatalf("table did not shrink: %d slots for %d keys", len(tb.slots), tb.len())
+	}
+}

@@ -1,0 +1,267 @@
+package kvindex
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"testing"
+)
+
+const benchBS = 16
+
+// benchChain returns the tokens and engine hashes of a chain of n blocks
+// of benchBS tokens, unique per id.
+func benchChain(id, n int) ([]uint32, []EngineHash) {
+	toks := make([]uint32, n*benchBS)
+	for i := range toks {
+		toks[i] = uint32(id)*7919 + uint32(i)*31 + 1
+	}
+	hs := make([]EngineHash, n)
+	for j := range hs {
+		hs[j] = HashUint(uint64(id)<<24 | uint64(j) + 1)
+	}
+	return toks, hs
+}
+
+// BenchmarkApplyStored measures applying BlockStored events of 16 blocks
+// (block size 16) to a fleet of 16 workers. "steady" is a full cache: every
+// batch also evicts the 16 blocks the worker stored 1024 batches ago, so the
+// index stays at 16 × 16384 entries; "grow" only stores, starting over on
+// a fresh index every 4 M entries.
+func BenchmarkApplyStored(b *testing.B) {
+	const (
+		workers   = 16
+		perBatch  = 16
+		pool      = 8192 // distinct batches
+		keepBatch = 1024 // batches a worker holds at steady state (16384 blocks)
+	)
+	stores := make([]EventBatch, pool)
+	removes := make([]EventBatch, pool)
+	for i := range stores {
+		toks, hs := benchChain(i, perBatch)
+		stores[i] = EventBatch{Events: []Event{BlockStored{BlockHashes: hs, TokenIDs: toks, BlockSize: benchBS, Medium: ptr(MediumGPU)}}}
+		removes[i] = EventBatch{Events: []Event{BlockRemoved{BlockHashes: hs, Medium: ptr(MediumGPU)}}}
+	}
+	names := make([]string, workers)
+	for w := range names {
+		names[w] = fmt.Sprint("w", w)
+	}
+	newIndex := func() *Index {
+		ix := New(Config{})
+		for _, n := range names {
+			ix.AddWorker(n, "bench-model", benchBS)
+		}
+		return ix
+	}
+	b.Run("steady", func(b *testing.B) {
+		ix := newIndex()
+		// Warm up to the steady state outside the timer.
+		for i := 0; i < workers*keepBatch; i++ {
+			w := i % workers
+			ix.Apply(names[w], stores[(i/workers+w*keepBatch/2)%pool])
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := workers * keepBatch; i < workers*keepBatch+b.N; i++ {
+			w := i % workers
+			k := i/workers + w*keepBatch/2
+			ix.Apply(names[w], removes[(k-keepBatch)%pool])
+			ix.Apply(names[w], stores[k%pool])
+		}
+		b.StopTimer()
+		b.ReportMetric(float64(b.N*perBatch)/b.Elapsed().Seconds(), "blocks/s")
+		if s := ix.Stats(); s.Entries != workers*keepBatch*perBatch {
+			b.Fatalf("steady state holds %d entries, want %d", s.Entries, workers*keepBatch*perBatch)
+		}
+	})
+	b.Run("grow", func(b *testing.B) {
+		ix := newIndex()
+		b.ReportAllocs()
+		held := 0
+		for i := 0; i < b.N; i++ {
+			if held >= 4<<20 {
+				ix, held = newIndex(), 0
+			}
+			w := i % workers
+			ix.Apply(names[w], stores[(i/workers)%pool])
+			held += perBatch
+		}
+		b.ReportMetric(float64(b.N*perBatch)/b.Elapsed().Seconds(), "blocks/s")
+	})
+}
+
+// matchFixture is 64 workers holding 10 M (block, worker) entries: 2,000
+// conversations of 512 blocks, each worker holding 305 of them at random,
+// so a conversation sits on about 10 workers.
+type matchFixture struct {
+	ix        *Index
+	workers   []string
+	prompts   [][]uint64 // router hashes of whole conversations
+	entries   int
+	heapBytes uint64
+}
+
+var (
+	fixtureOnce sync.Once
+	fixture     *matchFixture
+)
+
+func loadMatchFixture(b *testing.B) *matchFixture {
+	fixtureOnce.Do(func() {
+		const (
+			nWorkers = 64
+			convs    = 2000
+			convLen  = 512
+			perW     = 305
+		)
+		f := &matchFixture{}
+		runtime.GC()
+		var before runtime.MemStats
+		runtime.ReadMemStats(&before)
+		f.ix = New(Config{})
+		seed := Seed("bench-model", "", "")
+		events := make([]EventBatch, convs)
+		for c := range events {
+			toks, hs := benchChain(c, convLen)
+			events[c] = EventBatch{Events: []Event{BlockStored{BlockHashes: hs, TokenIDs: toks, BlockSize: benchBS}}}
+			f.prompts = append(f.prompts, HashBlocks(seed, toks, benchBS, nil))
+		}
+		rng := rand.New(rand.NewPCG(1, 2))
+		for w := 0; w < nWorkers; w++ {
+			name := fmt.Sprint("w", w)
+			f.workers = append(f.workers, name)
+			f.ix.AddWorker(name, "bench-model", benchBS)
+			for _, c := range rng.Perm(convs)[:perW] {
+				f.ix.Apply(name, events[c])
+			}
+		}
+		events = nil
+		runtime.GC()
+		var after runtime.MemStats
+		runtime.ReadMemStats(&after)
+		f.entries = f.ix.Stats().Entries
+		// The prompts' own hashes are not index memory.
+		f.heapBytes = after.HeapAlloc - before.HeapAlloc - uint64(convs*convLen*8)
+		fixture = f
+	})
+	return fixture
+}
+
+// BenchmarkMatch matches a 512-block prompt against all 64 workers of a
+// 10 M-entry index: "full" prompts are whole conversations (every block is
+// looked up), "partial" ones share 100 blocks and then diverge.
+func BenchmarkMatch(b *testing.B) {
+	f := loadMatchFixture(b)
+	if f.entries < 9_900_000 {
+		b.Fatalf("fixture holds %d entries, want 10 M", f.entries)
+	}
+	partial := make([][]uint64, len(f.prompts))
+	for i, p := range f.prompts {
+		partial[i] = append(append([]uint64{}, p[:100]...), HashBlocks(p[99], make([]uint32, 412*benchBS), benchBS, nil)...)
+	}
+	for _, tc := range []struct {
+		name    string
+		prompts [][]uint64
+	}{{"full", f.prompts}, {"partial", partial}} {
+		b.Run(tc.name, func(b *testing.B) {
+			out := make([]MatchResult, 0, len(f.workers))
+			matched := 0
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				out = f.ix.Match(tc.prompts[i%len(tc.prompts)], f.workers, out)
+				for _, r := range out {
+					matched = max(matched, r.Blocks)
+				}
+			}
+			b.StopTimer()
+			if matched == 0 {
+				b.Fatal("nothing matched")
+			}
+			b.ReportMetric(float64(f.entries), "entries")
+			b.ReportMetric(float64(f.heapBytes)/float64(f.entries), "bytes/entry")
+		})
+	}
+}
+
+// BenchmarkIndexMemoryDisjoint is the worst case for memory: 64 workers
+// with no block in common (every entry is its own table row), 2 M entries.
+func BenchmarkIndexMemoryDisjoint(b *testing.B) {
+	const nWorkers, chains, chainLen = 64, 16, 2048
+	var perEntry float64
+	for i := 0; i < b.N; i++ {
+		runtime.GC()
+		var before runtime.MemStats
+		runtime.ReadMemStats(&before)
+		ix := New(Config{})
+		for w := 0; w < nWorkers; w++ {
+			name := fmt.Sprint("w", w)
+			ix.AddWorker(name, "bench-model", benchBS)
+			for c := 0; c < chains; c++ {
+				toks, hs := benchChain(w*chains+c, chainLen)
+				ix.Apply(name, EventBatch{Events: []Event{BlockStored{BlockHashes: hs, TokenIDs: toks, BlockSize: benchBS}}})
+			}
+		}
+		runtime.GC()
+		var after runtime.MemStats
+		runtime.ReadMemStats(&after)
+		entries := ix.Stats().Entries
+		perEntry = float64(after.HeapAlloc-before.HeapAlloc) / float64(entries)
+		runtime.KeepAlive(ix)
+	}
+	b.ReportMetric(perEntry, "bytes/entry")
+}
+
+// BenchmarkDecodeBatch decodes a batch of one 16-block BlockStored in the
+// array format.
+func BenchmarkDecodeBatch(b *testing.B) {
+	toks, hs := benchChain(1, 16)
+	data, err := EncodeBatch(EventBatch{TS: 1, Events: []Event{BlockStored{BlockHashes: hs, TokenIDs: toks, BlockSize: benchBS, Medium: ptr(MediumGPU)}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if _, err := DecodeBatch(data); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(16*b.N)/b.Elapsed().Seconds(), "blocks/s")
+}
+
+// BenchmarkHashBlocks hashes a 512-block prompt of block size 16.
+func BenchmarkHashBlocks(b *testing.B) {
+	toks, _ := benchChain(1, 512)
+	dst := make([]uint64, 0, 512)
+	b.SetBytes(int64(len(toks) * 4))
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		dst = HashBlocks(42, toks, benchBS, dst[:0])
+	}
+	b.ReportMetric(float64(512*b.N)/b.Elapsed().Seconds(), "blocks/s")
+}
+
+// BenchmarkApproxMatch matches a 512-block prompt against 64 workers of an
+// approximate index at its default size (2^20 blocks).
+func BenchmarkApproxMatch(b *testing.B) {
+	a := NewApprox(ApproxConfig{})
+	seed := Seed("bench-model", "", "")
+	var prompts [][]uint64
+	for c := 0; c < 2048; c++ {
+		toks, _ := benchChain(c, 512)
+		prompts = append(prompts, HashBlocks(seed, toks, benchBS, nil))
+		a.Record(fmt.Sprint("w", c%64), prompts[c])
+	}
+	workers := make([]string, 64)
+	for i := range workers {
+		workers[i] = fmt.Sprint("w", i)
+	}
+	out := make([]MatchResult, 0, 64)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		out = a.Match(prompts[len(prompts)-1-i%512], workers, out)
+	}
+}
