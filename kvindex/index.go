@@ -45,8 +45,8 @@ type workerState struct {
 	dups   map[uint64]uint32
 	blocks int // distinct router hashes whose bit is set
 	// seed is Seed(model, "", ""), the root of chains without LoRA or salt.
-	seed uint64
-	stale  bool
+	seed  uint64
+	stale bool
 }
 
 type offEntry struct {
