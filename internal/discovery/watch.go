@@ -157,7 +157,6 @@ func (w *Watcher) remove(id string) {
 	}
 	delete(w.known, id)
 	w.sink.Remove(id)
-	w.opts.Logger.Info("worker removed", "worker", id)
 }
 
 func (w *Watcher) idOf(key string) (string, error) {
