@@ -37,6 +37,7 @@ type options struct {
 	leaseTTL         time.Duration
 	replayTimeout    time.Duration
 	settleDelay      time.Duration
+	httpAddr         string
 	logLevel         string
 }
 
@@ -69,6 +70,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.DurationVar(&o.leaseTTL, "lease-ttl", 10*time.Second, "etcd lease TTL")
 	fs.DurationVar(&o.replayTimeout, "replay-timeout", 2*time.Second, "longest wait for one replay answer from the engine")
 	fs.DurationVar(&o.settleDelay, "settle-delay", bridge.DefaultSettleDelay, "after the first registration, wait this long before forwarding KV events so routers know the worker (negative: none)")
+	fs.StringVar(&o.httpAddr, "http-addr", ":9091", "serves /healthz, /readyz and /metrics (kvbridge_*) for probes and scraping; empty: off")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.Usage = func() {
 		out := fs.Output()

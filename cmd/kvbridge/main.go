@@ -105,6 +105,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, hostnam
 	if err != nil {
 		return err
 	}
+	if o.httpAddr != "" {
+		if err := serveStatus(ctx, o.httpAddr, b, log); err != nil {
+			return err
+		}
+	}
 	log.Info("kvbridge starting", "worker", o.workerID, "engine", o.engine, "engine_url", o.engineURL,
 		"events", o.eventsEndpoint, "replay", o.replayEndpoint, "namespace", o.namespace,
 		"data_parallel_size", o.dpSize, "register", cli != nil)

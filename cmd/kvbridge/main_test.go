@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -23,6 +24,16 @@ import (
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/scoring"
 )
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 
@@ -152,6 +163,7 @@ func TestRunForwardsRegistersAndDeregistersOnShutdown(t *testing.T) {
 	}
 	defer cli.Close()
 
+	statusAddr := freeAddr(t)
 	vars := map[string]string{
 		"KVROUTE_NAMESPACE":       "demo",
 		"KVROUTE_ENGINE_URL":      engine.URL,
@@ -163,6 +175,7 @@ func TestRunForwardsRegistersAndDeregistersOnShutdown(t *testing.T) {
 		"KVROUTE_SCRAPE_INTERVAL": "50ms",
 		"KVROUTE_LEASE_TTL":       "2s",
 		"KVROUTE_LOG_LEVEL":       "error",
+		"KVROUTE_HTTP_ADDR":       statusAddr,
 		"POD_NAME":                "vllm-0",
 		"POD_IP":                  "10.9.8.7",
 	}
@@ -214,6 +227,18 @@ func TestRunForwardsRegistersAndDeregistersOnShutdown(t *testing.T) {
 	case <-loads:
 	case <-time.After(5 * time.Second):
 		t.Fatal("no load report")
+	}
+
+	for path, want := range map[string]string{"/healthz": "ok", "/readyz": "ok", "/metrics": "kvbridge_batches_forwarded_total"} {
+		resp, err := http.Get("http://" + statusAddr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), want) {
+			t.Errorf("GET %s: %d %q, want 200 containing %q", path, resp.StatusCode, b, want)
+		}
 	}
 
 	cancel() // SIGTERM
