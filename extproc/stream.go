@@ -50,20 +50,19 @@ type Stream struct {
 	cfg *Config
 	dec Decider
 
-	phase              phase
-	reqMode, respMode  BodyMode
-	req                Request
-	body               []byte
-	decision           Decision
-	routed             bool
-	immediate          bool
-	respStatus         int
-	sawRespBody        bool
-	freed              bool
-	served             bool
-	sse                sseCounter
-	requestTrailers    bool
-	lastImmediateState int
+	phase             phase
+	reqMode, respMode BodyMode
+	req               Request
+	body              []byte
+	decision          Decision
+	routed            bool
+	immediate         bool
+	respStatus        int
+	sawRespBody       bool
+	freed             bool
+	served            bool
+	sse               sseCounter
+	immediateStatus   int
 }
 
 // NewStream returns the state machine for one ext_proc stream. cfg must not
@@ -80,7 +79,7 @@ func (s *Stream) Decision() (Decision, bool) { return s.decision, s.routed }
 
 // Status returns the HTTP status of the immediate response the stream sent,
 // or 0.
-func (s *Stream) Status() int { return s.lastImmediateState }
+func (s *Stream) Status() int { return s.immediateStatus }
 
 // Step handles one message from Envoy and returns the responses to send, in
 // order. A non-nil error is a gRPC status error: the caller ends the stream
@@ -221,7 +220,6 @@ func (s *Stream) onRequestBody(ctx context.Context, b *pb.HttpBody) ([]*pb.Proce
 func (s *Stream) onRequestTrailers(ctx context.Context) ([]*pb.ProcessingResponse, error) {
 	switch {
 	case s.phase == phReqBody && s.reqMode == ModeFullDuplex:
-		s.requestTrailers = true
 		return s.finishDuplex(ctx, false)
 	case s.phase == phReqBody || s.phase == phReqPass || s.phase == phRouted:
 		// Trailers after a buffered or passed-through body: nothing to change.
@@ -283,7 +281,7 @@ func (s *Stream) rejectOrFail(err error) ([]*pb.ProcessingResponse, error) {
 }
 
 func (s *Stream) reject(e *HTTPError) []*pb.ProcessingResponse {
-	s.phase, s.immediate, s.lastImmediateState = phDone, true, e.Status
+	s.phase, s.immediate, s.immediateStatus = phDone, true, e.Status
 	s.body = nil
 	s.release(OutcomeReset)
 	return []*pb.ProcessingResponse{immediateResponse(e)}
