@@ -20,7 +20,10 @@ type bpeModel struct {
 	tokens   []string          // id -> token string
 	hasToken []bool
 	// merges maps the pair (left<<32 | right) to (rank<<32 | new id).
-	merges map[uint64]uint64
+	merges *pairTable
+	// charID holds the ids of single-character tokens below U+10000 (-1 when
+	// absent), so char-mode models skip a string-map lookup per character.
+	charID []int32
 
 	// byteMode runs the model on raw bytes: the pre-tokenizer chain ends with
 	// ByteLevel and every byte has a token, so mapping bytes to the
@@ -37,11 +40,15 @@ type bpeModel struct {
 	suffix       string // end_of_word_suffix
 
 	cache *pieceCache // nil disables caching
+
+	// segment, when set, is a marker (SentencePiece's "▁") that no token
+	// contains except in a leading run; pieces are cut before such runs.
+	segment string
 }
 
 // pair returns the rank and new id of merging left and right, or noRank.
 func (m *bpeModel) pair(left, right uint32) (uint32, uint32) {
-	v, ok := m.merges[uint64(left)<<32|uint64(right)]
+	v, ok := m.merges.get(uint64(left)<<32 | uint64(right))
 	if !ok {
 		return noRank, 0
 	}
@@ -50,6 +57,30 @@ func (m *bpeModel) pair(left, right uint32) (uint32, uint32) {
 
 // encodePiece appends the ids of one pre-tokenized piece to dst.
 func (m *bpeModel) encodePiece(st *encodeState, s string, dst []uint32) []uint32 {
+	if m.segment == "" {
+		return m.encodeWord(st, s, dst)
+	}
+	// No token spans a boundary before a run of the segment marker, so BPE on
+	// the segments gives what BPE on the whole piece gives, much faster and
+	// with the cache working for each word.
+	start := 0
+	for i := 1; i < len(s); {
+		k := strings.Index(s[i:], m.segment)
+		if k < 0 {
+			break
+		}
+		j := i + k
+		if !strings.HasSuffix(s[:j], m.segment) {
+			dst = m.encodeWord(st, s[start:j], dst)
+			start = j
+		}
+		i = j + len(m.segment)
+	}
+	return m.encodeWord(st, s[start:], dst)
+}
+
+// encodeWord appends the ids of one word (a piece, or a segment of one).
+func (m *bpeModel) encodeWord(st *encodeState, s string, dst []uint32) []uint32 {
 	if s == "" {
 		return dst
 	}
@@ -115,6 +146,14 @@ func (m *bpeModel) initialSymbols(s string, syms []uint32) []uint32 {
 			j++
 		}
 		ch := s[i:j]
+		if m.charID != nil {
+			if r, _ := decode(s, i); r < rune(len(m.charID)) && m.charID[r] >= 0 {
+				i = j
+				flushUnk()
+				syms = append(syms, uint32(m.charID[r]))
+				continue
+			}
+		}
 		if (m.prefix != "" && i > 0) || (m.suffix != "" && j == len(s)) {
 			var b strings.Builder
 			if i > 0 {

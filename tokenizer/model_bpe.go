@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"strings"
+	"unicode/utf8"
 )
 
 type bpeJSON struct {
@@ -77,7 +79,7 @@ func parseModel(j bpeJSON, byteLevel bool) (*bpeModel, error) {
 			m.fallbackID[b] = int64(id)
 		}
 	}
-	m.merges = make(map[uint64]uint64, len(j.Merges))
+	m.merges = newPairTable(len(j.Merges))
 	var buf []byte
 	for rank, mg := range j.Merges {
 		a, ok := j.Vocab[string(mg.a)]
@@ -97,12 +99,45 @@ func parseModel(j bpeJSON, byteLevel bool) (*bpeModel, error) {
 		if !ok {
 			return nil, fmt.Errorf("BPE merge %d (%q %q): %q is not in the vocab", rank, mg.a, mg.b, buf)
 		}
-		m.merges[uint64(a)<<32|uint64(b)] = uint64(rank)<<32 | uint64(nid)
+		m.merges.put(uint64(a)<<32|uint64(b), uint64(rank)<<32|uint64(nid))
 	}
 	if byteLevel && m.prefix == "" && m.suffix == "" {
 		m.setupByteMode()
 	}
+	if !m.byteMode && !m.ignoreMerges && m.prefix == "" && m.suffix == "" {
+		m.segment = segmentMarker(m.vocab, "▁")
+	}
+	if !m.byteMode && m.prefix == "" && m.suffix == "" {
+		m.charID = make([]int32, 0x10000)
+		for i := range m.charID {
+			m.charID[i] = -1
+		}
+		for tok, id := range m.vocab {
+			if r, n := utf8.DecodeRuneInString(tok); n == len(tok) && r < 0x10000 && r != utf8.RuneError && id <= 1<<31-1 {
+				m.charID[r] = int32(id)
+			}
+		}
+	}
 	return m, nil
+}
+
+// segmentMarker returns marker if it is in the vocabulary and no token has
+// it after a different character, so no merge can join text across a
+// boundary in front of a run of markers; otherwise "".
+func segmentMarker(vocab map[string]uint32, marker string) string {
+	if _, ok := vocab[marker]; !ok {
+		return ""
+	}
+	for tok := range vocab {
+		rest := tok
+		for strings.HasPrefix(rest, marker) {
+			rest = rest[len(marker):]
+		}
+		if strings.Contains(rest, marker) {
+			return ""
+		}
+	}
+	return marker
 }
 
 // setupByteMode switches the model to raw bytes when every byte has a token.
