@@ -336,3 +336,62 @@ func TestRouterRejectsBadConfig(t *testing.T) {
 		t.Error("missing tokenizer dir accepted")
 	}
 }
+
+func TestRouterResponsePathDrivesTheLoad(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.WorkersFile = workersFile(t, 2)
+	r := start(t, cfg)
+	eventually(t, "ready", r.Ready)
+	cc := dial(t, r)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st, err := pb.NewExternalProcessorClient(cc).Process(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(m *pb.ProcessingRequest) {
+		t.Helper()
+		if err := st.Send(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recv := func() *pb.ProcessingResponse {
+		t.Helper()
+		resp, err := st.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	send(&pb.ProcessingRequest{
+		Request: &pb.ProcessingRequest_RequestHeaders{RequestHeaders: &pb.HttpHeaders{Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+			{Key: ":method", RawValue: []byte("POST")}, {Key: ":path", RawValue: []byte("/v1/chat/completions")}}}}},
+		ProtocolConfig: &pb.ProtocolConfiguration{RequestBodyMode: extprocmode.ProcessingMode_BUFFERED, ResponseBodyMode: extprocmode.ProcessingMode_STREAMED},
+	})
+	recv() // CONTINUE for the headers
+	send(&pb.ProcessingRequest{Request: &pb.ProcessingRequest_RequestBody{RequestBody: &pb.HttpBody{Body: []byte(chatBody(200)), EndOfStream: true}}})
+	recv() // the route
+	load := func() (active, prefill int) {
+		for _, l := range r.Picker().Router().Pool().Snapshot() {
+			active += l.ActiveRequests
+			prefill += l.PrefillTokens
+		}
+		return
+	}
+	if a, p := load(); a != 1 || p == 0 {
+		t.Fatalf("after routing: %d active, %d prefill tokens", a, p)
+	}
+	send(&pb.ProcessingRequest{Request: &pb.ProcessingRequest_ResponseHeaders{ResponseHeaders: &pb.HttpHeaders{
+		Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":status", RawValue: []byte("200")}}}}}})
+	recv()
+	send(&pb.ProcessingRequest{Request: &pb.ProcessingRequest_ResponseBody{ResponseBody: &pb.HttpBody{Body: []byte("data: {\"choices\":[]}\n\n")}}})
+	recv()
+	if a, p := load(); a != 1 || p != 0 {
+		t.Fatalf("after the first chunk: %d active, %d prefill tokens; want prefill done", a, p)
+	}
+	send(&pb.ProcessingRequest{Request: &pb.ProcessingRequest_ResponseBody{ResponseBody: &pb.HttpBody{Body: []byte("data: [DONE]\n\n"), EndOfStream: true}}})
+	recv()
+	if a, _ := load(); a != 0 {
+		t.Fatalf("after the end of the response: %d active", a)
+	}
+}
