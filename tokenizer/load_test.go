@@ -52,6 +52,19 @@ func TestLoadNamesTheFile(t *testing.T) {
 	}
 }
 
+func TestEmptySequencesAreNoOps(t *testing.T) {
+	tok, err := Parse([]byte(`{"normalizer": {"type": "Sequence", "normalizers": []},
+		"pre_tokenizer": {"type": "Sequence", "pretokenizers": []},
+		"post_processor": {"type": "Sequence", "processors": []},
+		"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := tok.Encode("abab", true); len(got) != 2 || got[0] != 2 || got[1] != 2 {
+		t.Fatalf("Encode(abab) = %v, want [2 2]", got)
+	}
+}
+
 func TestMergesInBothForms(t *testing.T) {
 	for _, merges := range []string{`["a b", "ab c"]`, `[["a", "b"], ["ab", "c"]]`} {
 		tok, err := Parse([]byte(`{"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "c": 2, "ab": 3, "abc": 4}, "merges": ` + merges + `}}`))

@@ -30,18 +30,19 @@ func parsePreTokenizerChain(raw json.RawMessage) (*preChain, bool, error) {
 	if err := c.add(raw); err != nil {
 		return nil, false, err
 	}
+	if len(c.steps) == 0 {
+		return nil, false, nil
+	}
 	count := 0
 	for _, s := range c.steps {
 		if _, ok := s.(*byteLevelStep); ok {
 			count++
 		}
 	}
-	last, isBL := c.steps[len(c.steps)-1].(*byteLevelStep)
-	if count == 1 && isBL {
+	if _, isBL := c.steps[len(c.steps)-1].(*byteLevelStep); count == 1 && isBL {
 		return c, true, nil
 	}
 	setByteLevelMapping(c)
-	_ = last
 	return c, false, nil
 }
 
@@ -81,9 +82,6 @@ func (c *preChain) add(raw json.RawMessage) error {
 	}
 	switch j.Type {
 	case "Sequence":
-		if len(j.PreTokenizers) == 0 {
-			return errors.New("empty pre-tokenizer Sequence")
-		}
 		for i, r := range j.PreTokenizers {
 			if err := c.add(r); err != nil {
 				return fmt.Errorf("Sequence[%d]: %w", i, err)
