@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -49,6 +50,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, hostnam
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 
+	// The bridge exists only after the connection; the reconnect handler
+	// reaches it through this pointer.
+	var current atomic.Pointer[bridge.Bridge]
 	nc, err := nats.Connect(o.natsURL,
 		nats.Name("kvbridge/"+o.workerID),
 		nats.MaxReconnects(-1),
@@ -57,7 +61,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, hostnam
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			log.Warn("NATS disconnected", "err", err)
 		}),
-		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("NATS reconnected", "url", c.ConnectedUrl()) }),
+		nats.ReconnectHandler(func(c *nats.Conn) {
+			log.Info("NATS reconnected; resyncing KV events so routers that missed batches recover", "url", c.ConnectedUrl())
+			if b := current.Load(); b != nil {
+				b.Resync()
+			}
+		}),
 	)
 	if err != nil {
 		return fmt.Errorf("connect NATS %s: %w", o.natsURL, err)
@@ -105,6 +114,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, hostnam
 	if err != nil {
 		return err
 	}
+	current.Store(b)
 	if o.httpAddr != "" {
 		if err := serveStatus(ctx, o.httpAddr, b, log); err != nil {
 			return err

@@ -168,6 +168,7 @@ type Bridge struct {
 	forwarding chan struct{}
 
 	mu         sync.Mutex
+	streams    []*stream
 	registered []*discovery.Registration
 	records    []discovery.Record
 }
@@ -209,6 +210,19 @@ func (b *Bridge) Records() []discovery.Record {
 	return append([]discovery.Record(nil), b.records...)
 }
 
+// Resync makes every stream publish AllBlocksCleared and republish what the
+// engine still buffers, rebuilding the routers' view of the workers. Call it
+// when batches may have been lost downstream, e.g. after the NATS connection
+// came back (routers that missed batches see a sequence gap and hold the
+// worker stale until such a resync).
+func (b *Bridge) Resync() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, s := range b.streams {
+		s.requestResync()
+	}
+}
+
 // Run forwards events, reports load and keeps the registration until ctx
 // ends, then deregisters (the SIGTERM path) and returns nil. It returns an
 // error only for a failure it cannot ride out.
@@ -238,6 +252,9 @@ func (b *Bridge) Run(ctx context.Context) error {
 		streams[r].gate = b.forwarding
 	}
 
+	b.mu.Lock()
+	b.streams = streams
+	b.mu.Unlock()
 	var wg sync.WaitGroup
 	errc := make(chan error, len(streams)+1)
 	for _, s := range streams {

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/kvroute/kvroute/internal/testenv"
 	"github.com/kvroute/kvroute/kvindex"
 )
 
@@ -246,6 +248,44 @@ func TestBridgeEvents(t *testing.T) {
 			})
 		})
 	}
+
+	t.Run("after a NATS outage Resync clears and replays the worker", func(t *testing.T) {
+		srv := testenv.StartNATS(t)
+		var current atomic.Pointer[Bridge]
+		// The bridge reconnects slower than the tap, so the tap's
+		// subscription is back before the bridge publishes again.
+		bnc, err := nats.Connect(srv.URL, nats.MaxReconnects(-1), nats.ReconnectWait(400*time.Millisecond),
+			nats.ReconnectHandler(func(*nats.Conn) {
+				if b := current.Load(); b != nil {
+					b.Resync()
+				}
+			}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer bnc.Close()
+		tnc, err := nats.Connect(srv.URL, nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tnc.Close()
+		ns := "natsout"
+		tap := tapEvents(t, tnc, ns)
+		eng := newFakeEngine(t, "vllm_metrics.txt")
+		es := newEngineSide(t, 1, 0)
+		cfg := bridgeConfig(in, ns, eng, es)
+		cfg.NATS = bnc
+		b, _ := runBridge(t, cfg)
+		current.Store(b)
+		sent := connect(t, es.pubs[0], tap, 0)
+		before := len(tap.snapshot())
+
+		srv.Restart(t)
+		waitFor(t, "a clear and the buffer replayed after NATS came back", 15*time.Second, func() bool {
+			msgs := tap.snapshot()[before:]
+			return len(msgs) > len(sent) && isClear(msgs[0]) && indexOf(msgs, sent[len(sent)-1]) == len(sent)
+		})
+	})
 
 	t.Run("a new engine process start time in /metrics clears and replays the worker", func(t *testing.T) {
 		ns := "pstart"

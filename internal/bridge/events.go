@@ -32,14 +32,18 @@ type Stats struct {
 	UndecodedRank atomic.Int64 // payloads whose dp rank could not be read (sent to the endpoint's rank)
 	BadRank       atomic.Int64 // batches dropped: dp rank outside the configured ranks
 	PublishErrors atomic.Int64 // NATS publish failures
-	LoadReports   atomic.Int64 // load reports published
-	ScrapeErrors  atomic.Int64 // failed /metrics scrapes
+	// HeldWhileDisconnected counts live batches not forwarded because an
+	// earlier publish failed and NATS is still down; the stream is rebuilt
+	// from the engine's replay buffer once it is back.
+	HeldWhileDisconnected atomic.Int64
+	LoadReports           atomic.Int64 // load reports published
+	ScrapeErrors          atomic.Int64 // failed /metrics scrapes
 }
 
 // StatsSnapshot is a plain copy of Stats.
 type StatsSnapshot struct {
 	Received, Forwarded, Replayed, Duplicates, Heals, HealFailures, Resets, Clears,
-	Malformed, UndecodedRank, BadRank, PublishErrors, LoadReports, ScrapeErrors int64
+	Malformed, UndecodedRank, BadRank, PublishErrors, HeldWhileDisconnected, LoadReports, ScrapeErrors int64
 }
 
 // Snapshot copies the counters.
@@ -48,7 +52,7 @@ func (s *Stats) Snapshot() StatsSnapshot {
 		Received: s.Received.Load(), Forwarded: s.Forwarded.Load(), Replayed: s.Replayed.Load(),
 		Duplicates: s.Duplicates.Load(), Heals: s.Heals.Load(), HealFailures: s.HealFailures.Load(),
 		Resets: s.Resets.Load(), Clears: s.Clears.Load(), Malformed: s.Malformed.Load(),
-		UndecodedRank: s.UndecodedRank.Load(), BadRank: s.BadRank.Load(), PublishErrors: s.PublishErrors.Load(),
+		UndecodedRank: s.UndecodedRank.Load(), BadRank: s.BadRank.Load(), PublishErrors: s.PublishErrors.Load(), HeldWhileDisconnected: s.HeldWhileDisconnected.Load(),
 		LoadReports: s.LoadReports.Load(), ScrapeErrors: s.ScrapeErrors.Load(),
 	}
 }
@@ -194,6 +198,12 @@ func (s *stream) handle(ctx context.Context, ev vllmzmq.Event) {
 	act := s.seq.Step(ev.Seq)
 	s.seq.Live(ev.Seq)
 	if s.dirty && act != Drop {
+		if !s.out.nc.IsConnected() {
+			// Rebuilding now would only fail again; the first batch after
+			// NATS is back does it.
+			s.stats.HeldWhileDisconnected.Add(1)
+			return
+		}
 		act = Reset
 	}
 	if act == Verify {
