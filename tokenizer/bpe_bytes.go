@@ -11,8 +11,10 @@ var (
 
 // byteTables builds the alphabet. It is a variable initializer rather than
 // init so that other package-level variables may use the tables.
-func byteTables() (toRune [256]rune, toByte map[rune]byte, toStr [256]string) {
-	toByte = make(map[rune]byte, 256)
+func byteTables() (toRune [256]rune, toByte [324]int16, toStr [256]string) {
+	for i := range toByte {
+		toByte[i] = -1
+	}
 	next := rune(256)
 	for b := 0; b < 256; b++ {
 		if (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF) {
@@ -21,7 +23,7 @@ func byteTables() (toRune [256]rune, toByte map[rune]byte, toStr [256]string) {
 			toRune[b] = next
 			next++
 		}
-		toByte[toRune[b]] = byte(b)
+		toByte[toRune[b]] = int16(b)
 		toStr[b] = string(toRune[b])
 	}
 	return toRune, toByte, toStr
@@ -40,13 +42,20 @@ func byteLevelEncode(s string) string {
 // byteLevelDecode maps a byte-level string back to bytes. ok is false when a
 // rune is outside the alphabet.
 func byteLevelDecode(s string) (string, bool) {
-	b := make([]byte, 0, len(s))
+	b, ok := appendByteLevelDecoded(make([]byte, 0, len(s)), s)
+	return string(b), ok
+}
+
+// appendByteLevelDecoded appends the bytes s spells in the byte-level
+// alphabet to dst; on a rune outside the alphabet it returns dst unchanged
+// and false.
+func appendByteLevelDecoded(dst []byte, s string) ([]byte, bool) {
+	n := len(dst)
 	for _, r := range s {
-		c, ok := runeToByte[r]
-		if !ok {
-			return "", false
+		if r < 0 || int(r) >= len(runeToByte) || runeToByte[r] < 0 {
+			return dst[:n], false
 		}
-		b = append(b, c)
+		dst = append(dst, byte(runeToByte[r]))
 	}
-	return string(b), true
+	return dst, true
 }

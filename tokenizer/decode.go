@@ -22,9 +22,8 @@ type byteLevelDecoder struct{}
 func (byteLevelDecoder) decode(tokens []string) []string {
 	var b []byte
 	for _, t := range tokens {
-		if raw, ok := byteLevelDecode(t); ok {
-			b = append(b, raw...)
-		} else {
+		var ok bool
+		if b, ok = appendByteLevelDecoded(b, t); !ok {
 			b = append(b, t...)
 		}
 	}
