@@ -255,3 +255,20 @@ func TestContinueFinalMessage(t *testing.T) {
 		}
 	}
 }
+
+// Template files are operator input: parsing any text returns a template or
+// an error, never a panic.
+func FuzzParseTemplate(f *testing.F) {
+	for _, key := range []string{"library/llama3.1:8b", "library/qwen3:0.6b", "library/gemma3:1b", "library/deepseek-v3:671b"} {
+		f.Add(realTemplate(f, key))
+	}
+	f.Add("{% for %}")
+	f.Add("{{ x | tojson(indent=")
+	f.Add("{% set ns = namespace(a=1) %}{{ ns.a[::-1] }}")
+	f.Fuzz(func(t *testing.T, src string) {
+		tpl, err := ParseTemplate(src)
+		if err == nil && tpl.Source() != src {
+			t.Fatal("template lost its source")
+		}
+	})
+}
