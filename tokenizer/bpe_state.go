@@ -23,13 +23,22 @@ var statePool = sync.Pool{New: func() any { return new(encodeState) }}
 func getEncodeState() *encodeState { return statePool.Get().(*encodeState) }
 
 func putEncodeState(st *encodeState) {
-	// Drop references into the caller's text so the pool does not pin it.
+	// Drop references into the caller's text so the pool does not pin it, and
+	// let buffers grown by one huge input go rather than keep them pooled.
+	const keep = 1 << 18
+	for i := range st.pieces {
+		clear(st.pieces[i])
+		if cap(st.pieces[i]) > keep {
+			st.pieces[i] = nil
+		}
+	}
 	clear(st.segs)
 	clear(st.inner)
-	clear(st.pieces[0])
-	clear(st.pieces[1])
-	if cap(st.syms) > 1<<16 {
-		st.syms, st.ranks, st.newIDs, st.next, st.prev, st.heap = nil, nil, nil, nil, nil, nil
+	if cap(st.segs) > keep || cap(st.inner) > keep {
+		st.segs, st.inner = nil, nil
+	}
+	if cap(st.syms) > keep || cap(st.heap) > keep || cap(st.locs) > keep || cap(st.mapped) > keep {
+		st.syms, st.ranks, st.newIDs, st.next, st.prev, st.heap, st.locs, st.mapped = nil, nil, nil, nil, nil, nil, nil, nil
 	}
 	statePool.Put(st)
 }
