@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -19,6 +20,7 @@ type Chat struct {
 	cache *PrefixCache   // nil disables prefix reuse
 
 	override *Template // per-model template that replaces the tokenizer's own
+	tools    ToolsShape
 
 	mu        sync.Mutex
 	templates map[string]*compiledTemplate // by source selection name
@@ -38,7 +40,25 @@ type ChatOptions struct {
 	// CacheBytes bounds the prefix cache (token ids held, 4 bytes each);
 	// 0 means DefaultCacheBytes, negative disables the cache.
 	CacheBytes int
+	// Tools says how request tools reach the template; the zero value passes
+	// them exactly as sent.
+	Tools ToolsShape
 }
+
+// ToolsShape says how tool definitions are handed to chat templates, which
+// matters for templates that print them with tojson.
+type ToolsShape int
+
+const (
+	// ToolsAsSent passes each tool object as the request wrote it, in its key
+	// order.
+	ToolsAsSent ToolsShape = iota
+	// ToolsAsVLLM passes what vLLM's tool.model_dump() produces: "type"
+	// (default "function") then "function" as {name, description, parameters,
+	// strict} with null for absent fields, each followed by any extra keys in
+	// request order. This is how recent vLLM releases render tools.
+	ToolsAsVLLM
+)
 
 // DefaultCacheBytes is the prefix cache bound when ChatOptions leaves it 0.
 const DefaultCacheBytes = 64 << 20
@@ -53,7 +73,7 @@ func NewChat(tok *Tokenizer, cfg *Config, opts ChatOptions) (*Chat, error) {
 	if cfg == nil {
 		cfg = &Config{SpecialTokens: map[string]string{}}
 	}
-	c := &Chat{tok: tok, cfg: cfg, vars: cfg.templateVars(), templates: map[string]*compiledTemplate{}}
+	c := &Chat{tok: tok, cfg: cfg, vars: cfg.templateVars(), templates: map[string]*compiledTemplate{}, tools: opts.Tools}
 	if opts.TemplateOverride != "" {
 		t, err := ParseTemplate(opts.TemplateOverride)
 		if err != nil {
@@ -156,7 +176,11 @@ func (c *Chat) ApplyChatTemplate(req ChatRequest) (string, error) {
 	}
 	vars["messages"] = msgs
 	if req.Tools != nil {
-		vars["tools"] = req.Tools
+		if c.tools == ToolsAsVLLM {
+			vars["tools"] = vllmToolDump(req.Tools)
+		} else {
+			vars["tools"] = req.Tools
+		}
 	}
 	addGen := req.generationPrompt()
 	if req.ContinueFinalMessage && addGen {
@@ -216,4 +240,50 @@ func (c *Chat) EncodePrompt(text string) []uint32 {
 		return c.tok.Encode(text, false)
 	}
 	return c.cache.Encode(text)
+}
+
+// vllmToolDump reshapes tools as pydantic's model_dump of vLLM's
+// ChatCompletionToolsParam: declared fields first, in declaration order, with
+// null for absent ones, then extra keys as sent.
+func vllmToolDump(tools []any) []any {
+	out := make([]any, len(tools))
+	for i, t := range tools {
+		obj, ok := t.(Object)
+		if !ok {
+			out[i] = t
+			continue
+		}
+		typ, ok := obj.Get("type")
+		if !ok {
+			typ = "function"
+		}
+		dumped := Object{{"type", typ}}
+		if fn, ok := obj.Get("function"); ok {
+			if fo, ok := fn.(Object); ok {
+				fn = dumpDeclared(fo, "name", "description", "parameters", "strict")
+			}
+			dumped = append(dumped, Field{"function", fn})
+		}
+		out[i] = append(dumped, extraFields(obj, "type", "function")...)
+	}
+	return out
+}
+
+func dumpDeclared(o Object, declared ...string) Object {
+	out := make(Object, 0, len(o)+len(declared))
+	for _, k := range declared {
+		v, _ := o.Get(k)
+		out = append(out, Field{k, v})
+	}
+	return append(out, extraFields(o, declared...)...)
+}
+
+func extraFields(o Object, declared ...string) Object {
+	var out Object
+	for _, f := range o {
+		if !slices.Contains(declared, f.Key) {
+			out = append(out, f)
+		}
+	}
+	return out
 }

@@ -272,3 +272,33 @@ func FuzzParseTemplate(f *testing.F) {
 		}
 	})
 }
+
+func TestToolsAsVLLMReshapesLikeModelDump(t *testing.T) {
+	req, err := ParseChatRequest([]byte(`{"messages": [{"role": "user", "content": "x"}], "tools": [
+		{"function": {"parameters": {"type": "object", "properties": {}}, "name": "f", "x_extra": 1}, "note": "n"},
+		{"type": "function", "function": {"name": "g", "description": "d", "strict": true}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &Config{SpecialTokens: map[string]string{}, ChatTemplate: "{% for t in tools %}{{ t | tojson }}\n{% endfor %}"}
+	for _, tc := range []struct {
+		shape ToolsShape
+		want  string
+	}{
+		{ToolsAsSent, `{"function": {"parameters": {"type": "object", "properties": {}}, "name": "f", "x_extra": 1}, "note": "n"}
+{"type": "function", "function": {"name": "g", "description": "d", "strict": true}}
+`},
+		{ToolsAsVLLM, `{"type": "function", "function": {"name": "f", "description": null, "parameters": {"type": "object", "properties": {}}, "strict": null, "x_extra": 1}, "note": "n"}
+{"type": "function", "function": {"name": "g", "description": "d", "parameters": null, "strict": true}}
+`},
+	} {
+		chat, err := NewChat(testTokenizer(t, "mistral-sp"), cfg, ChatOptions{Tools: tc.shape})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := chat.ApplyChatTemplate(req)
+		if err != nil || got != tc.want {
+			t.Errorf("shape %d:\n got %s\nwant %s (%v)", tc.shape, got, tc.want, err)
+		}
+	}
+}

@@ -36,6 +36,14 @@ with what the model server logged.
 Flags (each also read from the environment variable shown):
 `
 
+// tokenizeEnvOr returns the environment variable key, or def when it is unset.
+func tokenizeEnvOr(key, def string) string {
+	if v, ok := os.LookupEnv(key); ok {
+		return v
+	}
+	return def
+}
+
 // tokenizeLine is one input line: a completions prompt or a chat body.
 type tokenizeLine struct {
 	Text             *string `json:"text"`
@@ -68,6 +76,8 @@ func runTokenize(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		"folder with tokenizer.json and tokenizer_config.json (KVROUTE_TOKENIZER)")
 	tmpl := fs.String("chat-template", os.Getenv("KVROUTE_CHAT_TEMPLATE"),
 		"chat template file that replaces the tokenizer's own (KVROUTE_CHAT_TEMPLATE)")
+	toolsAs := fs.String("tools-as", tokenizeEnvOr("KVROUTE_TOOLS_AS", "sent"),
+		"how tools reach the template: sent (as the request wrote them) or vllm (as vLLM's model_dump reshapes them) (KVROUTE_TOOLS_AS)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, tokenizeUsage)
 		fs.PrintDefaults()
@@ -86,7 +96,16 @@ func runTokenize(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		fs.Usage()
 		return errors.New("tokenize: --tokenizer is required")
 	}
-	chat, err := tokenizer.LoadChat(*dir, *tmpl, tokenizer.ChatOptions{})
+	opts := tokenizer.ChatOptions{}
+	switch *toolsAs {
+	case "sent":
+		opts.Tools = tokenizer.ToolsAsSent
+	case "vllm":
+		opts.Tools = tokenizer.ToolsAsVLLM
+	default:
+		return fmt.Errorf("tokenize: --tools-as must be sent or vllm, not %q", *toolsAs)
+	}
+	chat, err := tokenizer.LoadChat(*dir, *tmpl, opts)
 	if err != nil {
 		return fmt.Errorf("tokenize: %w", err)
 	}

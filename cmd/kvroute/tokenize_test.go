@@ -161,3 +161,24 @@ func TestTokenizeFlags(t *testing.T) {
 		t.Fatal("a cancelled context did not stop the stream")
 	}
 }
+
+func TestTokenizeToolsShape(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "tools.jinja")
+	if err := os.WriteFile(file, []byte("{{ tools[0] | tojson }}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	in := `{"messages": [{"role": "user", "content": "x"}], "tools": [{"function": {"name": "f"}}]}` + "\n"
+	base := []string{"--tokenizer", filepath.Join(tokTestdata, "mistral-sp"), "--chat-template", file}
+	sent := runLines(t, base, in)
+	vllm := runLines(t, append(base, "--tools-as", "vllm"), in)
+	if !strings.HasPrefix(sent[0], `{"text":"{\"function\": {\"name\": \"f\"}}"`) {
+		t.Errorf("sent: %s", sent[0])
+	}
+	if !strings.HasPrefix(vllm[0], `{"text":"{\"type\": \"function\", \"function\": {\"name\": \"f\", \"description\": null, \"parameters\": null, \"strict\": null}}"`) {
+		t.Errorf("vllm: %s", vllm[0])
+	}
+	var out, errOut bytes.Buffer
+	if err := runTokenize(context.Background(), append(base, "--tools-as", "bogus"), strings.NewReader(in), &out, &errOut); err == nil {
+		t.Fatal("--tools-as bogus accepted")
+	}
+}
