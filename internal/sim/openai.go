@@ -60,12 +60,14 @@ func parsePrompt(raw json.RawMessage) (completionPrompt, error) {
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 		return completionPrompt{}, fmt.Errorf("%w: prompt is required", errBadRequest)
 	}
+	// Decode once, into the type the first bytes announce.
 	var s string
-	if json.Unmarshal(raw, &s) == nil {
+	if raw[0] == '"' && json.Unmarshal(raw, &s) == nil {
 		return completionPrompt{text: s}, nil
 	}
 	var ids []int64
-	if json.Unmarshal(raw, &ids) == nil {
+	if inner := bytes.TrimLeft(raw[1:], " \t\r\n"); raw[0] == '[' && len(inner) > 0 && inner[0] != '[' && inner[0] != '"' &&
+		json.Unmarshal(raw, &ids) == nil {
 		return idsPrompt(ids)
 	}
 	var nested []json.RawMessage
