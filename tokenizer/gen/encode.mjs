@@ -88,7 +88,10 @@ const ws = [' ', '  ', '   ', '\t', '\t\t', '\n', '\n\n', '\r\n', '\r\n\r\n', ' 
 
 function fragment(g, specials) {
   const { int, pick, range, repeat } = g;
-  switch (int(22)) {
+  switch (int(23)) {
+    case 22: return pick(['getHTTPResponse', "McDonald's", 'iPhone', 'XMLHttpRequest', 'ǅungla', 'ʰello', 'ＡＢＣｄｅｆ',
+      'ΣΊΣΥΦΟΣ', 'Ǆǅǆ', "DON'T's", "O'NEIL'S", 'camelCaseWord', 'snake_case_word', 'HTML5Parser', 'ÉCOLEétudiant',
+      'aÀbÁ', 'ĲsselMeer', 'ⅫⅩ', 'ǈubljana', 'ʻOkina', 'Ｗｉｄｅ', 'a/b/c', "path/to/file's", 'ABC/def\n']);
     case 0: case 1: case 2: {
       const n = 1 + int(12);
       let s = repeat(n, () => pick(words) + ' ').trimEnd();
