@@ -110,7 +110,7 @@ func TestServeStartsAndStopsOnCancel(t *testing.T) {
 	var logs bytes.Buffer
 	go func() {
 		done <- run(ctx, []string{"serve", "--workers-file", wf, "--grpc-addr", "127.0.0.1:0", "--http-addr", "-",
-			"--embedded-nats-addr", "127.0.0.1:0", "--shutdown-grace", "1s", "--log-level", "warn"}, nil, &logs, &logs, envOf(nil))
+			"--embedded-nats-addr", "127.0.0.1:0", "--shutdown-grace", "1s", "--shutdown-drain-delay", "0s", "--log-level", "warn"}, nil, &logs, &logs, envOf(nil))
 	}()
 	time.Sleep(300 * time.Millisecond) // let it come up; a failure to start returns early
 	select {

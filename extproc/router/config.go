@@ -71,6 +71,9 @@ type Config struct {
 	ReplicaSync bool
 	// RouterID names this replica for replica sync (default: hostname-pid).
 	RouterID string
+	// DrainDelay is how long the router keeps serving after readiness
+	// turns NOT_SERVING on shutdown, before it stops accepting streams.
+	DrainDelay time.Duration
 	// ShutdownGrace bounds the graceful stop of open streams (default 15 s).
 	ShutdownGrace time.Duration
 	// Registerer receives the Prometheus metrics; nil makes a private

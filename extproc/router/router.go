@@ -49,9 +49,10 @@ type Router struct {
 	coreMu sync.Mutex // serialises mode switches
 	core   atomic.Pointer[core]
 
-	done    chan struct{}
-	errOnce sync.Once
-	err     error
+	draining atomic.Bool
+	done     chan struct{}
+	errOnce  sync.Once
+	err      error
 }
 
 // Run starts a router and blocks until ctx ends and it has shut down.
@@ -260,13 +261,13 @@ func (r *Router) watchReadiness() {
 // Ready reports readiness: tokenizers loaded (Start did), at least one
 // worker, and the event bus connected.
 func (r *Router) Ready() bool {
-	return r.ctx.Err() == nil && r.fleet.len() > 0 && r.nc.IsConnected()
+	return !r.draining.Load() && r.ctx.Err() == nil && r.fleet.len() > 0 && r.nc.IsConnected()
 }
 
 // NotReadyReason says why Ready is false ("" when it is true).
 func (r *Router) NotReadyReason() string {
 	switch {
-	case r.ctx.Err() != nil:
+	case r.draining.Load() || r.ctx.Err() != nil:
 		return "shutting down"
 	case r.fleet.len() == 0:
 		return "no workers discovered"
@@ -281,7 +282,17 @@ func (r *Router) shutdownOn(ctx context.Context) {
 	case <-ctx.Done():
 	case <-r.ctx.Done():
 	}
-	r.log.Info("shutting down: readiness off, draining ext_proc streams", "grace", r.cfg.ShutdownGrace)
+	r.draining.Store(true)
+	r.server.SetReady(false)
+	r.log.Info("shutting down: readiness off, draining ext_proc streams", "drain_delay", r.cfg.DrainDelay, "grace", r.cfg.ShutdownGrace)
+	if r.cfg.DrainDelay > 0 {
+		// Keep routing while health checkers and load balancers notice
+		// NOT_SERVING, so no new stream meets a closed listener.
+		select {
+		case <-time.After(r.cfg.DrainDelay):
+		case <-r.ctx.Done():
+		}
+	}
 	gctx, cancel := context.WithTimeout(context.Background(), r.cfg.ShutdownGrace)
 	defer cancel()
 	r.server.Shutdown(gctx) // NOT_SERVING, GracefulStop, then Stop at the deadline

@@ -395,3 +395,29 @@ func TestRouterResponsePathDrivesTheLoad(t *testing.T) {
 		t.Fatalf("after the end of the response: %d active", a)
 	}
 }
+
+func TestRouterDrainsOnShutdown(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.WorkersFile = workersFile(t, 1)
+	cfg.DrainDelay = 2 * time.Second
+	ctx, cancel := context.WithCancel(context.Background())
+	r, err := Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "ready", r.Ready)
+	cc := dial(t, r)
+	cancel()
+	eventually(t, "readiness off", func() bool { return !r.Ready() })
+	hc, err := healthpb.NewHealthClient(cc).Check(context.Background(), &healthpb.HealthCheckRequest{Service: extproc.ServiceName})
+	if err != nil || hc.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("health during drain: %v %v", hc.GetStatus(), err)
+	}
+	// Still routing while draining.
+	if w, status := route(t, cc, chatBody(3)); status != 200 || w != "w0" {
+		t.Fatalf("during drain: %q %d", w, status)
+	}
+	if err := r.Wait(); err != nil {
+		t.Fatal(err)
+	}
+}
