@@ -30,6 +30,7 @@ type options struct {
 	jitter         float64
 	seed           uint64
 	defaultMaxToks int
+	eosProbability float64
 	eventBatchMax  int
 	eventFlush     time.Duration
 	loadInterval   time.Duration
@@ -65,6 +66,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.Float64Var(&o.jitter, "jitter", 0, "relative random spread of step times, e.g. 0.1 for ±10%")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the jitter source (worker i uses seed+i)")
 	fs.IntVar(&o.defaultMaxToks, "default-max-tokens", 256, "output length of chat requests without max_tokens (completions default to 16)")
+	fs.Float64Var(&o.eosProbability, "eos-probability", 0, "chance that a generated token is EOS for requests without ignore_eos (0: never, outputs always reach max_tokens)")
 	fs.IntVar(&o.eventBatchMax, "event-batch-max", 256, "KV events per published batch at most")
 	fs.DurationVar(&o.eventFlush, "event-flush-interval", 10*time.Millisecond, "a KV event batch is published at most this long after its first event")
 	fs.DurationVar(&o.loadInterval, "load-interval", 200*time.Millisecond, "load report period")

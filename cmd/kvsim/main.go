@@ -81,12 +81,15 @@ func fleetConfig(o *options, log *slog.Logger) (sim.FleetConfig, error) {
 	if o.speedup <= 0 {
 		return sim.FleetConfig{}, fmt.Errorf("--speedup %g must be positive", o.speedup)
 	}
+	if o.eosProbability < 0 || o.eosProbability > 1 {
+		return sim.FleetConfig{}, fmt.Errorf("--eos-probability %g must be in [0, 1]", o.eosProbability)
+	}
 	if o.jitter < 0 || o.jitter >= 1 {
 		return sim.FleetConfig{}, fmt.Errorf("--jitter %g must be in [0, 1)", o.jitter)
 	}
 	wc := sim.WorkerConfig{
 		Model: o.model, Engine: eng, Speedup: o.speedup, Jitter: o.jitter, Seed: o.seed,
-		DefaultMaxTokens: o.defaultMaxToks, Namespace: o.namespace, LeaseTTL: o.leaseTTL,
+		DefaultMaxTokens: o.defaultMaxToks, EOSProbability: o.eosProbability, Namespace: o.namespace, LeaseTTL: o.leaseTTL,
 		EventBatchMax: o.eventBatchMax, EventFlushInterval: o.eventFlush, LoadInterval: o.loadInterval,
 		Logger: log,
 	}

@@ -49,6 +49,7 @@ func TestBadSettingsAreRejected(t *testing.T) {
 		{"zero workers", []string{"--workers", "0"}, nil, "--workers"},
 		{"negative block size", []string{"--block-size", "-1"}, nil, "block_size"},
 		{"negative speedup", []string{"--speedup", "-1"}, nil, "--speedup"},
+		{"EOS probability above 1", []string{"--eos-probability", "2"}, nil, "--eos-probability"},
 		{"missing tokenizer folder", []string{"--tokenizer", "/nonexistent"}, nil, "tokenizer"},
 	}
 	for _, tt := range tests {

@@ -118,10 +118,16 @@ func (w *Worker) serveGenerate(rw http.ResponseWriter, r *http.Request, chat boo
 			limit, len(prompt)+maxTokens, len(prompt), maxTokens))
 		return
 	}
+	eos := false
+	if !req.IgnoreEOS && w.cfg.EOSProbability > 0 {
+		if n := eosLength(prompt, w.cfg.EOSProbability, maxTokens); n < maxTokens {
+			maxTokens, eos = n, true
+		}
+	}
 	id := w.nextID.Add(1)
 	st := newStream(maxTokens)
 	w.run.submit(command{kind: cmdAdd, id: id, prompt: prompt, max: maxTokens, st: st})
-	g := &generation{w: w, rw: rw, chat: chat, stream: req.Stream, arrived: arrived, max: maxTokens}
+	g := &generation{w: w, rw: rw, chat: chat, stream: req.Stream, arrived: arrived, max: maxTokens, eos: eos}
 	if chat {
 		g.id = "chatcmpl-" + w.cfg.ID + "-" + strconv.FormatUint(id, 10)
 	} else {
@@ -146,6 +152,7 @@ type generation struct {
 	arrived time.Time
 	last    time.Time
 	max     int
+	eos     bool // the output ends at a simulated EOS, not at max_tokens
 	text    strings.Builder
 	n       int
 }
@@ -219,7 +226,18 @@ func (g *generation) observe(times []time.Time) {
 	}
 }
 
-var finishLength = "length"
+// Finish reasons: "length" at max_tokens, "stop" at a simulated EOS.
+var (
+	finishLength = "length"
+	finishStop   = "stop"
+)
+
+func (g *generation) finishReason() *string {
+	if g.eos {
+		return &finishStop
+	}
+	return &finishLength
+}
 
 func (g *generation) token(tok int32, last bool, created int64) {
 	text := tokenText(tok)
@@ -229,7 +247,7 @@ func (g *generation) token(tok int32, last bool, created int64) {
 	}
 	var fr *string
 	if last {
-		fr = &finishLength
+		fr = g.finishReason()
 	}
 	if g.chat {
 		g.event(chatResponse{ID: g.id, Object: "chat.completion.chunk", Created: created, Model: g.w.cfg.Model,
@@ -265,11 +283,11 @@ func (g *generation) finish(snap snapshot, created int64) error {
 	}
 	if g.chat {
 		writeJSON(g.rw, http.StatusOK, chatResponse{ID: g.id, Object: "chat.completion", Created: created, Model: g.w.cfg.Model,
-			Choices: []chatChoice{{Message: &chatMessage{Role: "assistant", Content: g.text.String()}, FinishReason: &finishLength}},
+			Choices: []chatChoice{{Message: &chatMessage{Role: "assistant", Content: g.text.String()}, FinishReason: g.finishReason()}},
 			Usage:   u})
 	} else {
 		writeJSON(g.rw, http.StatusOK, completionResponse{ID: g.id, Object: "text_completion", Created: created, Model: g.w.cfg.Model,
-			Choices: []completionChoice{{Text: g.text.String(), FinishReason: &finishLength}}, Usage: u})
+			Choices: []completionChoice{{Text: g.text.String(), FinishReason: g.finishReason()}}, Usage: u})
 	}
 	return nil
 }
@@ -293,4 +311,21 @@ func (g *generation) flush() error {
 		g.flusher.Flush()
 	}
 	return nil
+}
+
+// eosLength is where a request without ignore_eos samples EOS when each
+// token is EOS with probability p: deterministic per prompt, at least 1,
+// and max when no EOS comes earlier.
+func eosLength(prompt []int32, p float64, max int) int {
+	if p >= 1 {
+		return 1
+	}
+	seed := uint64(blockHash(0, prompt))
+	threshold := uint64(p * (1 << 63) * 2)
+	for i := 1; i < max; i++ {
+		if avalanche(seed+uint64(i)*seedMix) < threshold {
+			return i
+		}
+	}
+	return max
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -292,5 +293,41 @@ func TestClientDisconnectAbortsAndFreesBlocks(t *testing.T) {
 			t.Fatalf("request not aborted: %+v", w.Stats())
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestIgnoreEOSDecidesWhetherOutputsStopEarly(t *testing.T) {
+	w := startTestWorker(t, WorkerConfig{EOSProbability: 0.2})
+	prompt := idsJSON(0, 40)
+	tests := []struct {
+		name       string
+		ignoreEOS  bool
+		wantReason string
+	}{
+		{"without ignore_eos a simulated EOS stops early", false, "stop"},
+		{"ignore_eos runs to max_tokens", true, "length"},
+	}
+	var lengths []int
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			body := `{"prompt":` + prompt + `,"max_tokens":200,"ignore_eos":` + strconv.FormatBool(tt.ignoreEOS) + `}`
+			_, data := post(t, w.URL()+"/v1/completions", body)
+			var got completionResponse
+			if err := json.Unmarshal(data, &got); err != nil {
+				t.Fatal(err)
+			}
+			if r := *got.Choices[0].FinishReason; r != tt.wantReason {
+				t.Fatalf("finish_reason %q, want %q", r, tt.wantReason)
+			}
+			lengths = append(lengths, got.Usage.CompletionTokens)
+			// The same prompt stops at the same place every time.
+			_, again := post(t, w.URL()+"/v1/completions", body)
+			if err := json.Unmarshal(again, &got); err != nil || got.Usage.CompletionTokens != lengths[len(lengths)-1] {
+				t.Fatalf("second run: %s", again)
+			}
+		})
+	}
+	if len(lengths) != 2 || lengths[0] >= 200 || lengths[1] != 200 {
+		t.Fatalf("completion lengths %v, want <200 then 200", lengths)
 	}
 }

@@ -46,6 +46,11 @@ type WorkerConfig struct {
 	Cluster string
 	// Encoder tokenizes text prompts; nil means ByteEncoder.
 	Encoder PromptEncoder
+	// EOSProbability, when positive, makes each generated token an EOS with
+	// this probability for requests without ignore_eos: outputs then end
+	// early with finish_reason "stop", deterministically per prompt. Zero
+	// (the default) never samples EOS, so every request runs to max_tokens.
+	EOSProbability float64
 	// DefaultMaxTokens is the output length of a chat request without
 	// max_tokens (default 256). Completions default to 16, as in vLLM.
 	DefaultMaxTokens int
