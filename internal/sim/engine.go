@@ -17,9 +17,9 @@ type Engine struct {
 	sink EventSink
 	seed int64
 
-	reqs    map[uint64]*Request
-	running []*Request
-	waiting []*Request // front is index 0
+	reqs    map[uint64]*request
+	running []*request
+	waiting []*request // front is index 0
 
 	sched []scheduled
 	hits  []int32
@@ -31,7 +31,7 @@ type Engine struct {
 }
 
 type scheduled struct {
-	req *Request
+	req *request
 	n   int
 }
 
@@ -96,7 +96,7 @@ func NewEngine(cfg EngineConfig, sink EventSink) (*Engine, error) {
 		pool: newBlockPool(cfg.NumGPUBlocks),
 		sink: sink,
 		seed: int64(cfg.HashSeed),
-		reqs: make(map[uint64]*Request),
+		reqs: make(map[uint64]*request),
 	}, nil
 }
 
@@ -118,7 +118,7 @@ func (e *Engine) Add(id uint64, prompt []int32, maxTokens int) error {
 	if _, dup := e.reqs[id]; dup {
 		return fmt.Errorf("%w: duplicate request id %d", ErrRequest, id)
 	}
-	r := &Request{
+	r := &request{
 		id:        id,
 		tokens:    make([]int32, len(prompt), len(prompt)+maxTokens),
 		numPrompt: len(prompt),
@@ -280,7 +280,7 @@ func (e *Engine) scheduleWaiting(budget *int) {
 // allocate gives r the blocks to hold n more tokens and caches the blocks
 // those tokens fill. It changes nothing and reports false when the pool has
 // too few free blocks.
-func (e *Engine) allocate(r *Request, n int) bool {
+func (e *Engine) allocate(r *request, n int) bool {
 	upto := r.numComputed + n
 	need := ceilDiv(upto, e.cfg.BlockSize) - len(r.blocks)
 	if need > e.pool.numFree {
@@ -298,7 +298,7 @@ func (e *Engine) allocate(r *Request, n int) bool {
 
 // cacheFull registers the full blocks among r's first upto tokens and emits
 // BlockStored for each contiguous run of newly cached blocks.
-func (e *Engine) cacheFull(r *Request, upto int) {
+func (e *Engine) cacheFull(r *request, upto int) {
 	bs := e.cfg.BlockSize
 	full := upto / bs
 	if full <= r.numCachedBlocks {
@@ -324,7 +324,7 @@ func (e *Engine) cacheFull(r *Request, upto int) {
 	r.numCachedBlocks = full
 }
 
-func (e *Engine) emitStored(r *Request, from, to int) {
+func (e *Engine) emitStored(r *request, from, to int) {
 	bs := e.cfg.BlockSize
 	ev := Event{
 		Kind:      BlockStored,
@@ -340,7 +340,7 @@ func (e *Engine) emitStored(r *Request, from, to int) {
 
 // preempt frees r's blocks (they stay cached until evicted) and puts it at
 // the front of the waiting queue to recompute from scratch.
-func (e *Engine) preempt(r *Request) {
+func (e *Engine) preempt(r *request) {
 	e.pool.release(r.blocks)
 	r.blocks = r.blocks[:0]
 	r.numComputed = 0
@@ -383,7 +383,7 @@ func (e *Engine) execute(res *StepResult) {
 	}
 	res.Scheduled = len(e.sched)
 	if finished {
-		e.running = slices.DeleteFunc(e.running, func(r *Request) bool { return r.finished })
+		e.running = slices.DeleteFunc(e.running, func(r *request) bool { return r.finished })
 	}
 	for _, r := range e.running {
 		res.ActiveKVTokens += r.numComputed

@@ -42,9 +42,6 @@ type runner struct {
 	eng    *Engine
 	timing *TimingModel
 	total  int
-	// onStep runs on the loop after each step's simulated time elapsed,
-	// before outputs are delivered; it receives the step's result.
-	onStep func(*StepResult)
 	// flush runs on the loop after commands are applied and after each
 	// step; the worker hands the engine's KV events on from there.
 	flush func()
@@ -172,9 +169,6 @@ func (r *runner) run(ctx context.Context) {
 			at = time.Now()
 		} else if ctx.Err() != nil {
 			return
-		}
-		if r.onStep != nil {
-			r.onStep(res)
 		}
 		for _, o := range res.Outputs {
 			st, ok := r.streams[o.ID]

@@ -1,8 +1,8 @@
 package sim
 
-// Request is one generation request inside the engine. Only the engine
+// request is one generation request inside the engine. Only the engine
 // touches its fields.
-type Request struct {
+type request struct {
 	id        uint64
 	tokens    []int32 // prompt, then generated tokens
 	numPrompt int
@@ -25,7 +25,7 @@ type Request struct {
 }
 
 // ensureHashes computes the hashes of the first n full blocks.
-func (r *Request) ensureHashes(n, bs int, seed int64) {
+func (r *request) ensureHashes(n, bs int, seed int64) {
 	for i := len(r.hashes); i < n; i++ {
 		parent := seed
 		if i > 0 {
