@@ -335,3 +335,25 @@ func TestImmediateResponseGoesToClient(t *testing.T) {
 		t.Fatalf("status %d retry-after %q worker %q", resp.StatusCode, resp.Header.Get("Retry-After"), got.Worker)
 	}
 }
+
+// With body modes NONE kvroute routes on headers alone and sees no bodies.
+func TestBodyModeNoneRoutesOnHeaders(t *testing.T) {
+	f := startFleet(t)
+	proc := startProcServer(t, router{decide: func(h *corev3.HeaderMap, _ []byte) *extprocsvc.HeaderMutation {
+		user, _ := headerValue(h, "x-user")
+		return setHeaders(TargetHeader, user)
+	}, clear: true}.script)
+	g := startGateway(t, StyleClusterHeader, edits("request_body_mode: BUFFERED", "request_body_mode: NONE",
+		"response_body_mode: STREAMED", "response_body_mode: NONE"), f.endpoints(proc.addr))
+	resp, got := post(t, g.URL(), `{"user":"ignored"}`, "X-User", "w3")
+	if resp.StatusCode != 200 || got.Worker != "w3" || got.Body != `{"user":"ignored"}` {
+		t.Fatalf("status %d worker %q body %q", resp.StatusCode, got.Worker, got.Body)
+	}
+	s := proc.lastSession(t)
+	if k := s.kinds(); !slices.Equal(k, []string{"request_headers", "response_headers"}) {
+		t.Fatalf("kinds %v", k)
+	}
+	if s.received[0].GetProtocolConfig().GetRequestBodyMode() != extprocv3.ProcessingMode_NONE {
+		t.Fatal("protocol_config does not say NONE")
+	}
+}

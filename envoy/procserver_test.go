@@ -213,7 +213,7 @@ func (rt router) script(s *procSession) error {
 		switch v := m.GetRequest().(type) {
 		case *extprocsvc.ProcessingRequest_RequestHeaders:
 			headers = v.RequestHeaders.GetHeaders()
-			if v.RequestHeaders.GetEndOfStream() {
+			if v.RequestHeaders.GetEndOfStream() || cfg.GetRequestBodyMode() == extprocv3.ProcessingMode_NONE {
 				err = answerHeaders()
 			} else if !duplex(cfg.GetRequestBodyMode()) {
 				err = s.send(&extprocsvc.ProcessingResponse{Response: &extprocsvc.ProcessingResponse_RequestHeaders{
