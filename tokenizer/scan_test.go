@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/dlclark/regexp2"
 )
@@ -56,4 +57,28 @@ func pieces(s string, locs []int) []string {
 		out = append(out, s[locs[k]:locs[k+1]])
 	}
 	return out
+}
+
+// FuzzScanners compares every hand-written scanner with regexp2 on
+// arbitrary valid UTF-8.
+func FuzzScanners(f *testing.F) {
+	for _, s := range []string{"", "Hello world's", "  \n\t x", "123456", "日本語テキスト", "a\u0301b", "'LL 'S"} {
+		f.Add(s)
+	}
+	type pair struct{ got, want *matcher }
+	var ms []pair
+	for src, scan := range knownScanners {
+		ms = append(ms, pair{&matcher{source: src, scan: scan}, &matcher{source: src, re: regexp2.MustCompile(src, regexp2.None)}})
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		// regexp2 backtracks, so long inputs only slow the oracle down.
+		if !utf8.ValidString(s) || len(s) > 512 {
+			return
+		}
+		for _, m := range ms {
+			if g, w := m.got.findAll(s, nil), m.want.findAll(s, nil); !slices.Equal(g, w) {
+				t.Fatalf("pattern %q on %q:\n scanner %q\n regexp2 %q", m.got.source, s, pieces(s, g), pieces(s, w))
+			}
+		}
+	})
 }
