@@ -197,7 +197,11 @@ func (r *Router) connectNATS() error {
 		r.natsSrv, url = srv, srv.ClientURL()
 	}
 	nc, err := nats.Connect(url, nats.Name("kvroute "+r.cfg.RouterID), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { r.log.Warn("nats disconnected", "err", err) }),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil { // nil: our own Close
+				r.log.Warn("nats disconnected", "err", err)
+			}
+		}),
 		nats.ReconnectHandler(func(c *nats.Conn) { r.log.Info("nats reconnected", "url", c.ConnectedUrl()) }))
 	if err != nil {
 		return fmt.Errorf("nats connect %s: %w", url, err)
@@ -301,6 +305,7 @@ func (r *Router) shutdownOn(ctx context.Context) {
 	}
 	r.teardown()
 	r.wg.Wait()
+	r.log.Info("kvroute stopped")
 	close(r.done)
 }
 
