@@ -99,7 +99,7 @@ func (p *Picker) plan(r *scoring.Router, req *Request, metrics PickerMetrics) (*
 	}
 
 	start = time.Now()
-	tokens := p.tokenize(pl, &oa)
+	tokens := p.tokenize(r, pl, &oa)
 	metrics.Phase("tokenize", time.Since(start))
 	if pl.byLoad != "" {
 		metrics.ByLoad(pl.sreq.Model, pl.byLoad)
@@ -160,7 +160,7 @@ func (p *Picker) candidates(r *scoring.Router, req *Request, pl *plan) error {
 
 // tokenize returns the prompt's token ids as the model server will see
 // them, or nil (routing by load) with pl.byLoad saying why.
-func (p *Picker) tokenize(pl *plan, oa *openAIRequest) []uint32 {
+func (p *Picker) tokenize(r *scoring.Router, pl *plan, oa *openAIRequest) []uint32 {
 	if pl.byLoad != "" {
 		return nil
 	}
@@ -177,7 +177,7 @@ func (p *Picker) tokenize(pl *plan, oa *openAIRequest) []uint32 {
 			return nil
 		}
 	}
-	chat, ok := p.cfg.Tokenizers.Lookup(pl.sreq.Model, p.baseModel(pl))
+	chat, ok := p.cfg.Tokenizers.Lookup(pl.sreq.Model, baseModel(r, pl))
 	if !ok {
 		pl.byLoad = "no_tokenizer"
 		return nil
@@ -199,11 +199,11 @@ func (p *Picker) tokenize(pl *plan, oa *openAIRequest) []uint32 {
 }
 
 // baseModel is the base model of the first candidate (for LoRA adapters).
-func (p *Picker) baseModel(pl *plan) string {
+func baseModel(r *scoring.Router, pl *plan) string {
 	if len(pl.cands) == 0 {
 		return ""
 	}
-	spec, _ := p.router.Load().Pool().Spec(pl.cands[0].Worker)
+	spec, _ := r.Pool().Spec(pl.cands[0].Worker)
 	return spec.Model
 }
 
