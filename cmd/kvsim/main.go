@@ -55,6 +55,13 @@ func run(args []string) error {
 	for _, w := range fleet.Workers() {
 		log.Info("serving", "worker", w.ID(), "url", w.URL(), "zmq", w.ZMQEndpoint())
 	}
+	if o.workersFile != "" {
+		if err := writeWorkersFile(o.workersFile, fleet.Records()); err != nil {
+			fleet.Close(context.Background())
+			return err
+		}
+		log.Info("workers file written", "path", o.workersFile)
+	}
 	if a := fleet.AdminAddr(); a != "" {
 		log.Info("admin endpoint", "url", "http://"+a+"/admin/workers")
 	}
