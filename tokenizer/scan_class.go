@@ -1,22 +1,33 @@
 package tokenizer
 
 import (
+	"sync"
 	"unicode"
 	"unicode/utf8"
 )
 
-// Character classes of the pre-tokenizer regexes, with an ASCII fast path.
+// Character classes of the pre-tokenizer regexes. Classes of the Basic
+// Multilingual Plane come from a table built once; other runes are looked up
+// in the unicode package.
 const (
-	clL  uint8 = 1 << iota // \p{L}
-	clN                    // \p{N}
-	clS                    // \s (White_Space)
-	clP                    // \p{P}
-	clSy                   // \p{S}
-	clLu                   // \p{Lu}
-	clLl                   // \p{Ll}
+	clL  uint16 = 1 << iota // \p{L}
+	clN                     // \p{N}
+	clS                     // \s (White_Space)
+	clP                     // \p{P}
+	clSy                    // \p{S}
+	clLu                    // \p{Lu}
+	clLl                    // \p{Ll}
+	clLt                    // \p{Lt}
+	clLm                    // \p{Lm}
+	clLo                    // \p{Lo}
+	clM                     // \p{M}
 )
 
-var asciiClass [128]uint8
+var (
+	bmpClassOnce sync.Once
+	bmpClass     *[0x10000]uint16
+	asciiClass   [128]uint16
+)
 
 func init() {
 	for r := rune(0); r < 128; r++ {
@@ -24,16 +35,33 @@ func init() {
 	}
 }
 
-func slowClass(r rune) uint8 {
-	var c uint8
+func buildBMPClass() {
+	t := new([0x10000]uint16)
+	for r := rune(0); r < 0x10000; r++ {
+		t[r] = slowClass(r)
+	}
+	bmpClass = t
+}
+
+func slowClass(r rune) uint16 {
+	var c uint16
 	switch {
 	case unicode.IsLetter(r):
 		c |= clL
-		if unicode.Is(unicode.Lu, r) {
+		switch {
+		case unicode.Is(unicode.Lu, r):
 			c |= clLu
-		} else if unicode.Is(unicode.Ll, r) {
+		case unicode.Is(unicode.Ll, r):
 			c |= clLl
+		case unicode.Is(unicode.Lt, r):
+			c |= clLt
+		case unicode.Is(unicode.Lm, r):
+			c |= clLm
+		default:
+			c |= clLo
 		}
+	case unicode.IsMark(r):
+		c |= clM
 	case unicode.IsNumber(r):
 		c |= clN
 	case unicode.IsPunct(r):
@@ -47,9 +75,13 @@ func slowClass(r rune) uint8 {
 	return c
 }
 
-func class(r rune) uint8 {
+func class(r rune) uint16 {
 	if r < 128 {
 		return asciiClass[r]
+	}
+	if r < 0x10000 {
+		bmpClassOnce.Do(buildBMPClass)
+		return bmpClass[r]
 	}
 	return slowClass(r)
 }
@@ -66,12 +98,7 @@ func isL(r rune) bool     { return class(r)&clL != 0 }
 func isN(r rune) bool     { return class(r)&clN != 0 }
 func isSpace(r rune) bool { return class(r)&clS != 0 }
 func isPS(r rune) bool    { return class(r)&(clP|clSy) != 0 }
-func isLM(r rune) bool {
-	if r < 128 {
-		return asciiClass[r]&clL != 0
-	}
-	return unicode.IsLetter(r) || unicode.IsMark(r)
-}
+func isLM(r rune) bool    { return class(r)&(clL|clM) != 0 }
 
 // runWhile returns the end of the run of runes satisfying f from s[i:].
 func runWhile(s string, i int, f func(rune) bool) int {

@@ -1,22 +1,10 @@
 package tokenizer
 
-import "unicode"
-
 // o200k's letter classes: upper-ish [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] and
 // lower-ish [\p{Ll}\p{Lm}\p{Lo}\p{M}].
-func isUpperish(r rune) bool {
-	if r < 128 {
-		return r >= 'A' && r <= 'Z'
-	}
-	return unicode.In(r, unicode.Lu, unicode.Lt, unicode.Lm, unicode.Lo, unicode.M)
-}
+func isUpperish(r rune) bool { return class(r)&(clLu|clLt|clLm|clLo|clM) != 0 }
 
-func isLowerish(r rune) bool {
-	if r < 128 {
-		return r >= 'a' && r <= 'z'
-	}
-	return unicode.In(r, unicode.Ll, unicode.Lm, unicode.Lo, unicode.M)
-}
+func isLowerish(r rune) bool { return class(r)&(clLl|clLm|clLo|clM) != 0 }
 
 // optContraction extends a match ending at j by (?i:'s|'t|'re|'ve|'m|'ll|'d)?.
 func optContraction(s string, j int) int {

@@ -135,7 +135,7 @@ func isOther(r rune) bool { return class(r)&(clS|clL|clN) == 0 }
 func isCRLF(r rune) bool  { return r == '\r' || r == '\n' }
 
 // otherRun matches ` ?[^\s\p{L}\p{N}]+[\r\n]*` at s[i:].
-func otherRun(s string, i int, r rune, n int, cl uint8) int {
+func otherRun(s string, i int, r rune, n int, cl uint16) int {
 	j := -1
 	if r == ' ' && i+1 < len(s) {
 		if r2, _ := decode(s, i+1); isOther(r2) {
