@@ -21,7 +21,10 @@ import (
 )
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:])
+	stop()
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return
 		}
@@ -30,7 +33,8 @@ func main() {
 	}
 }
 
-func run(args []string) error {
+// run starts the fleet and serves until ctx ends, then shuts down cleanly.
+func run(ctx context.Context, args []string) error {
 	o, err := parseFlags(args, os.Getenv, os.Stderr)
 	if err != nil {
 		return err
@@ -46,8 +50,6 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	fleet, err := sim.StartFleet(ctx, cfg)
 	if err != nil {
 		return err

@@ -1,11 +1,17 @@
 package main
 
 import (
+	"context"
 	"io"
 	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvroute/kvroute/internal/discovery"
 )
 
 func TestFlagsComeFromEnvironmentAndCommandLine(t *testing.T) {
@@ -62,5 +68,54 @@ func TestBadSettingsAreRejected(t *testing.T) {
 				t.Fatalf("err = %v, want mention of %q", err, tt.want)
 			}
 		})
+	}
+}
+
+func TestRunServesUntilCancelled(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "workers.json")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"--workers", "2", "--base-port", "0", "--speedup", "1000",
+			"--num-gpu-blocks", "64", "--block-size", "16", "--workers-file", path, "--log-level", "error"})
+	}()
+	var recs []discovery.Record
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if data, err := os.ReadFile(path); err == nil {
+			if recs, err = discovery.ParseWorkersFile(data); err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("workers file never appeared")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(recs) != 2 || recs[1].ID != "w1" || recs[0].BlockSize != 16 || recs[0].KVTotalBlocks != 64 {
+		t.Fatalf("records %+v", recs)
+	}
+	resp, err := http.Post("http://"+recs[1].Address+"/v1/completions", "application/json",
+		strings.NewReader(`{"prompt":[1,2,3],"max_tokens":2}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"completion_tokens":2`) {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("run did not return after cancel")
+	}
+	if _, err := http.Get("http://" + recs[0].Address + "/health"); err == nil {
+		t.Fatal("worker still serving after shutdown")
 	}
 }
