@@ -45,6 +45,9 @@
 // worker clusters are given in GatewayOptions.Endpoints. In
 // FULL_DUPLEX_STREAMED the request-headers timer starts once the whole body
 // has been handed to the processor, since the processor may wait for it.
-// Dynamic metadata from the processor is ignored, as Envoy does without
-// metadata_options, and no metadata_context is sent.
+// Dynamic metadata from the processor is accepted and not used (no cluster
+// in the shipped bootstraps reads it). The only forwarded metadata is the
+// Inference Extension's envoy.lb.subset_hint, supplied per request through
+// GatewayOptions.SubsetHint in place of the gateway implementation that
+// would set it.
 package envoy

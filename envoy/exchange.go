@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -78,7 +79,8 @@ func (x *exchange) run() {
 			Request: &extprocsvc.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocsvc.HttpHeaders{
 				Headers: x.hs.proto(), EndOfStream: !hasBody,
 			}},
-			Attributes: x.requestAttributes(),
+			Attributes:      x.requestAttributes(),
+			MetadataContext: x.metadataContext(),
 		})
 		if err != nil && x.procFail(err) {
 			return
@@ -305,6 +307,31 @@ func (x *exchange) requestAttributes() map[string]*structpb.Struct {
 		}
 	}
 	return map[string]*structpb.Struct{extProcFilterName: {Fields: fields}}
+}
+
+// Names of the Gateway API Inference Extension's subset hint.
+const (
+	subsetHintNamespace = "envoy.lb.subset_hint"
+	subsetHintKey       = "x-gateway-destination-endpoint-subset"
+)
+
+// metadataContext carries the forwarded filter metadata: the subset hint,
+// when the bootstrap forwards it and one is set for this request.
+func (x *exchange) metadataContext() *corev3.Metadata {
+	if !x.pc.forwardSubsetHint || x.g.subsetHint == nil {
+		return nil
+	}
+	hint := x.g.subsetHint(x.r)
+	if hint == nil {
+		return nil
+	}
+	list := make([]*structpb.Value, len(hint))
+	for i, h := range hint {
+		list[i] = structpb.NewStringValue(h)
+	}
+	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
+		subsetHintNamespace: {Fields: map[string]*structpb.Value{subsetHintKey: structpb.NewListValue(&structpb.ListValue{Values: list})}},
+	}}
 }
 
 func portValue(addr string) *structpb.Value {

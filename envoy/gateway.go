@@ -29,16 +29,23 @@ type GatewayOptions struct {
 	Endpoints map[string][]string
 	// Logger receives one line per failed exchange; nil discards.
 	Logger *slog.Logger
+	// SubsetHint stands in for the gateway implementation that fills the
+	// envoy.lb.subset_hint filter metadata (Gateway API Inference Extension):
+	// when the bootstrap forwards that namespace and SubsetHint returns a
+	// non-nil list for a request, the list is sent to kvroute in
+	// metadata_context as x-gateway-destination-endpoint-subset.
+	SubsetHint func(*http.Request) []string
 }
 
 // Gateway is a development and test stand-in for Envoy running one of
 // kvroute's bootstraps; see the package documentation for what it does and
 // does not do. Production uses Envoy.
 type Gateway struct {
-	cfg    *gatewayConfig
-	conn   *grpc.ClientConn
-	client extprocsvc.ExternalProcessorClient
-	log    *slog.Logger
+	cfg        *gatewayConfig
+	subsetHint func(*http.Request) []string
+	conn       *grpc.ClientConn
+	client     extprocsvc.ExternalProcessorClient
+	log        *slog.Logger
 
 	streams sync.WaitGroup // deferred closes of finished ext_proc streams
 
@@ -82,7 +89,8 @@ func NewGateway(b *bootstrapv3.Bootstrap, opts GatewayOptions) (*Gateway, error)
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Gateway{cfg: cfg, conn: conn, client: extprocsvc.NewExternalProcessorClient(conn), log: log}, nil
+	return &Gateway{cfg: cfg, subsetHint: opts.SubsetHint, conn: conn,
+		client: extprocsvc.NewExternalProcessorClient(conn), log: log}, nil
 }
 
 // StartGateway renders the bootstrap of a style for the given workers and

@@ -40,6 +40,8 @@ type procConfig struct {
 	clearRouteCache  bool // honour clear_route_cache (false: disable_clear_route_cache)
 	sendBodyEarly    bool // send_body_without_waiting_for_header_response
 	deferredClose    time.Duration
+	// forwardSubsetHint: metadata_options forwards envoy.lb.subset_hint.
+	forwardSubsetHint bool
 }
 
 // onlyFields fails when msg sets a field outside allowed: the Gateway would
@@ -142,7 +144,7 @@ func buildGatewayConfig(b *bootstrapv3.Bootstrap, opts GatewayOptions) (*gateway
 func buildProc(ep *extprocv3.ExternalProcessor) (procConfig, error) {
 	if err := onlyFields(ep, "ext_proc", "grpc_service", "failure_mode_allow", "processing_mode", "message_timeout",
 		"mutation_rules", "request_attributes", "response_attributes", "stat_prefix", "disable_clear_route_cache",
-		"send_body_without_waiting_for_header_response", "deferred_close_timeout"); err != nil {
+		"send_body_without_waiting_for_header_response", "deferred_close_timeout", "metadata_options"); err != nil {
 		return procConfig{}, err
 	}
 	if err := onlyFields(ep.GetGrpcService(), "ext_proc grpc_service", "envoy_grpc", "timeout"); err != nil {
@@ -194,6 +196,24 @@ func buildProc(ep *extprocv3.ExternalProcessor) (procConfig, error) {
 		}
 	}
 	pc.requestAttrs, pc.responseAttrs = ep.GetRequestAttributes(), ep.GetResponseAttributes()
+	if mo := ep.GetMetadataOptions(); mo != nil {
+		if err := onlyFields(mo, "ext_proc metadata_options", "forwarding_namespaces", "receiving_namespaces"); err != nil {
+			return pc, err
+		}
+		for _, ns := range []*extprocv3.MetadataOptions_MetadataNamespaces{mo.GetForwardingNamespaces(), mo.GetReceivingNamespaces()} {
+			if err := onlyFields(ns, "ext_proc metadata namespaces", "untyped"); err != nil {
+				return pc, err
+			}
+		}
+		for _, n := range mo.GetForwardingNamespaces().GetUntyped() {
+			if n != subsetHintNamespace {
+				return pc, fmt.Errorf("envoy gateway: forwarding metadata namespace %q is not supported (only %s)", n, subsetHintNamespace)
+			}
+			pc.forwardSubsetHint = true
+		}
+		// Received dynamic metadata is accepted and not used: no cluster in
+		// the shipped bootstraps reads it.
+	}
 	var err error
 	pc.rules, err = buildRules(ep.GetMutationRules())
 	return pc, err

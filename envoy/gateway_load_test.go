@@ -2,6 +2,7 @@ package envoy
 
 import (
 	"context"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -24,7 +25,8 @@ func TestLoadGatewayRejectsWhatItDoesNotImplement(t *testing.T) {
 		{"unknown attribute", StyleClusterHeader, "failure_mode_allow: true", "failure_mode_allow: true\n              request_attributes: [xds.route_name]", "xds.route_name"},
 		{"observability mode", StyleOriginalDst, "failure_mode_allow: false", "failure_mode_allow: false\n              observability_mode: true", "observability_mode"},
 		{"cluster field", StyleOriginalDst, "lb_policy: CLUSTER_PROVIDED", "lb_policy: CLUSTER_PROVIDED\n    upstream_connection_options: {tcp_keepalive: {}}", "upstream_connection_options"},
-		{"metadata forwarding", StyleOriginalDst, "failure_mode_allow: false", "failure_mode_allow: false\n              metadata_options: {forwarding_namespaces: {untyped: [envoy.lb.subset_hint]}}", "metadata_options"},
+		{"metadata forwarding", StyleOriginalDst, "untyped: [envoy.lb.subset_hint]", "untyped: [envoy.lb.subset_hint, custom]", "\"custom\" is not supported"},
+		{"typed metadata forwarding", StyleOriginalDst, "forwarding_namespaces: {untyped:", "forwarding_namespaces: {typed: [x], untyped:", "typed"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -91,5 +93,40 @@ func TestStartGatewayForEveryStyle(t *testing.T) {
 				t.Fatalf("status %d worker %q", resp.StatusCode, got.Worker)
 			}
 		})
+	}
+}
+
+func TestSubsetHintForwardedInMetadataContext(t *testing.T) {
+	worker := startWorker(t, "w-dst")
+	proc := startProcServer(t, router{decide: func(*corev3.HeaderMap, []byte) *extprocsvc.HeaderMutation {
+		return setHeaders(DestinationHeader, hostOf(worker))
+	}}.script)
+	g, err := LoadGateway([]byte(readShipped(t, StyleOriginalDst)), GatewayOptions{
+		ListenAddress: "127.0.0.1:0",
+		Endpoints:     map[string][]string{ExtProcClusterName: {proc.addr}},
+		SubsetHint: func(r *http.Request) []string {
+			if r.Header.Get("X-No-Hint") != "" {
+				return nil
+			}
+			return []string{hostOf(worker), "10.9.9.9:8000"}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+
+	post(t, g.URL(), `{}`)
+	md := proc.lastSession(t).received[0].GetMetadataContext().GetFilterMetadata()[subsetHintNamespace]
+	list := md.GetFields()[subsetHintKey].GetListValue().GetValues()
+	if len(list) != 2 || list[0].GetStringValue() != hostOf(worker) || list[1].GetStringValue() != "10.9.9.9:8000" {
+		t.Fatalf("metadata_context %v", md)
+	}
+	post(t, g.URL(), `{}`, "X-No-Hint", "1")
+	if mc := proc.lastSession(t).received[0].GetMetadataContext(); mc != nil {
+		t.Fatalf("metadata_context sent without a hint: %v", mc)
 	}
 }
