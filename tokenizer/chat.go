@@ -21,6 +21,7 @@ type Chat struct {
 
 	override *Template // per-model template that replaces the tokenizer's own
 	tools    ToolsShape
+	defaults Object // DefaultKwargs
 
 	mu        sync.Mutex
 	templates map[string]*compiledTemplate // by source selection name
@@ -43,6 +44,9 @@ type ChatOptions struct {
 	// Tools says how request tools reach the template; the zero value passes
 	// them exactly as sent.
 	Tools ToolsShape
+	// DefaultKwargs are template variables every request gets unless its
+	// chat_template_kwargs sets them (vLLM's --default-chat-template-kwargs).
+	DefaultKwargs Object
 }
 
 // ToolsShape says how tool definitions are handed to chat templates, which
@@ -73,7 +77,13 @@ func NewChat(tok *Tokenizer, cfg *Config, opts ChatOptions) (*Chat, error) {
 	if cfg == nil {
 		cfg = &Config{SpecialTokens: map[string]string{}}
 	}
-	c := &Chat{tok: tok, cfg: cfg, vars: cfg.templateVars(), templates: map[string]*compiledTemplate{}, tools: opts.Tools}
+	c := &Chat{tok: tok, cfg: cfg, vars: cfg.templateVars(), templates: map[string]*compiledTemplate{},
+		tools: opts.Tools, defaults: opts.DefaultKwargs}
+	for _, f := range opts.DefaultKwargs {
+		if reservedKwargs[f.Key] {
+			return nil, fmt.Errorf("chat: default template kwargs may not set %q", f.Key)
+		}
+	}
 	if opts.TemplateOverride != "" {
 		t, err := ParseTemplate(opts.TemplateOverride)
 		if err != nil {
@@ -189,6 +199,9 @@ func (c *Chat) ApplyChatTemplate(req ChatRequest) (string, error) {
 		return "", errors.New("chat: continue_final_message needs add_generation_prompt set to false")
 	}
 	vars["add_generation_prompt"] = addGen
+	for _, f := range c.defaults {
+		vars[f.Key] = f.Value
+	}
 	for _, f := range req.ChatTemplateKwargs {
 		if reservedKwargs[f.Key] {
 			return "", fmt.Errorf("chat: chat_template_kwargs may not set %q", f.Key)

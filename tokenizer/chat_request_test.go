@@ -302,3 +302,19 @@ func TestToolsAsVLLMReshapesLikeModelDump(t *testing.T) {
 		}
 	}
 }
+
+func TestDefaultKwargsYieldToTheRequest(t *testing.T) {
+	cfg := &Config{SpecialTokens: map[string]string{}, ChatTemplate: "{{ enable_thinking }}|{{ date_string }}"}
+	chat, err := NewChat(testTokenizer(t, "mistral-sp"), cfg, ChatOptions{
+		DefaultKwargs: Object{{"enable_thinking", false}, {"date_string", "d0"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := chat.ApplyChatTemplate(ChatRequest{ChatTemplateKwargs: Object{{"date_string", "d1"}}})
+	if err != nil || got != "False|d1" {
+		t.Fatalf("got %q, %v", got, err)
+	}
+	if _, err := NewChat(chat.Tokenizer(), cfg, ChatOptions{DefaultKwargs: Object{{"messages", nil}}}); err == nil {
+		t.Fatal("default kwargs may set messages")
+	}
+}

@@ -78,6 +78,8 @@ func runTokenize(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		"chat template file that replaces the tokenizer's own (KVROUTE_CHAT_TEMPLATE)")
 	toolsAs := fs.String("tools-as", tokenizeEnvOr("KVROUTE_TOOLS_AS", "sent"),
 		"how tools reach the template: sent (as the request wrote them) or vllm (as vLLM's model_dump reshapes them) (KVROUTE_TOOLS_AS)")
+	kwargs := fs.String("chat-template-kwargs", os.Getenv("KVROUTE_CHAT_TEMPLATE_KWARGS"),
+		`JSON object of default template variables, e.g. {"enable_thinking": false}; a request's own chat_template_kwargs win (KVROUTE_CHAT_TEMPLATE_KWARGS)`)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, tokenizeUsage)
 		fs.PrintDefaults()
@@ -104,6 +106,14 @@ func runTokenize(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		opts.Tools = tokenizer.ToolsAsVLLM
 	default:
 		return fmt.Errorf("tokenize: --tools-as must be sent or vllm, not %q", *toolsAs)
+	}
+	if *kwargs != "" {
+		v, err := tokenizer.DecodeJSON([]byte(*kwargs))
+		obj, ok := v.(tokenizer.Object)
+		if err != nil || !ok {
+			return fmt.Errorf("tokenize: --chat-template-kwargs must be a JSON object (%v)", err)
+		}
+		opts.DefaultKwargs = obj
 	}
 	chat, err := tokenizer.LoadChat(*dir, *tmpl, opts)
 	if err != nil {

@@ -182,3 +182,21 @@ func TestTokenizeToolsShape(t *testing.T) {
 		t.Fatal("--tools-as bogus accepted")
 	}
 }
+
+func TestTokenizeDefaultTemplateKwargs(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "kw.jinja")
+	if err := os.WriteFile(file, []byte("{{ enable_thinking }}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := []string{"--tokenizer", filepath.Join(tokTestdata, "mistral-sp"), "--chat-template", file,
+		"--chat-template-kwargs", `{"enable_thinking": false}`}
+	got := runLines(t, base, `{"messages": []}`+"\n"+`{"messages": [], "chat_template_kwargs": {"enable_thinking": true}}`+"\n")
+	if len(got) != 2 || !strings.HasPrefix(got[0], `{"text":"False"`) || !strings.HasPrefix(got[1], `{"text":"True"`) {
+		t.Fatalf("got %q", got)
+	}
+	var out, errOut bytes.Buffer
+	bad := []string{"--tokenizer", filepath.Join(tokTestdata, "mistral-sp"), "--chat-template-kwargs", "[1]"}
+	if err := runTokenize(context.Background(), bad, strings.NewReader(""), &out, &errOut); err == nil {
+		t.Fatal("a non-object --chat-template-kwargs was accepted")
+	}
+}
