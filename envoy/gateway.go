@@ -23,7 +23,8 @@ type GatewayOptions struct {
 	ListenAddress string
 	// Endpoints replaces the endpoints ("host:port") of named clusters, so
 	// the fixed ports of a shipped bootstrap can point at test servers. It
-	// includes the ext_proc cluster ("kvroute"). For a bootstrap with CDS over
+	// includes the ext_proc cluster ("kvroute"), whose first endpoint is the
+	// one the Gateway dials. For a bootstrap with CDS over
 	// ADS (xds.yaml), clusters it does not define are added: the Gateway does
 	// not speak xDS, so the test or demo supplies what kvroute would serve.
 	Endpoints map[string][]string
