@@ -1,5 +1,7 @@
 package kvindex
 
+import "strings"
+
 // ApplyStats counts what Apply did with one batch.
 type ApplyStats struct {
 	StoredEvents      int  // BlockStored events applied
@@ -80,12 +82,13 @@ func (ix *Index) Apply(worker string, b EventBatch) ApplyStats {
 
 func otherGroup(g *int64) bool { return g != nil && *g != 0 }
 
-// mediaBit returns 0 for the device tier, else the off-device bit.
+// mediaBit returns 0 for the device tier, else the off-device bit. Names
+// compare without case: connectors are not consistent about it.
 func mediaBit(m *string) uint8 {
 	switch {
-	case m == nil || *m == MediumGPU:
+	case m == nil || strings.EqualFold(*m, MediumGPU):
 		return 0
-	case *m == MediumCPU:
+	case strings.EqualFold(*m, MediumCPU):
 		return mediaCPU
 	}
 	return mediaOther
