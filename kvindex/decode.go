@@ -319,4 +319,3 @@ func decodeRemovedField(r *reader, ev *BlockRemoved, name string) error {
 }
 
 var errUnknownField = errors.New("unknown field")
-

@@ -368,4 +368,3 @@ func TestManyWorkersSpanSeveralWords(t *testing.T) {
 		}
 	}
 }
-

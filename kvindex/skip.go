@@ -122,4 +122,3 @@ func readLen(data []byte, p, size int) (int, int, error) {
 	}
 	return int(l), p + size, nil
 }
-
