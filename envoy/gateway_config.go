@@ -182,6 +182,9 @@ func buildProc(ep *extprocv3.ExternalProcessor) (procConfig, error) {
 	default:
 		return pc, fmt.Errorf("envoy gateway: response_body_mode %s is not supported", m.GetResponseBodyMode())
 	}
+	if pc.sendBodyEarly && m.GetRequestBodyMode() != extprocv3.ProcessingMode_FULL_DUPLEX_STREAMED {
+		return pc, fmt.Errorf("envoy gateway: send_body_without_waiting_for_header_response is only supported with FULL_DUPLEX_STREAMED")
+	}
 	if m.GetResponseBodyMode() == extprocv3.ProcessingMode_FULL_DUPLEX_STREAMED && m.GetResponseHeaderMode() == extprocv3.ProcessingMode_SKIP {
 		return pc, fmt.Errorf("envoy gateway: FULL_DUPLEX_STREAMED response body with response_header_mode SKIP is not supported")
 	}

@@ -20,6 +20,7 @@ func TestLoadGatewayRejectsWhatItDoesNotImplement(t *testing.T) {
 		{"streamed request body", StyleClusterHeader, "request_body_mode: BUFFERED", "request_body_mode: STREAMED", "request_body_mode STREAMED"},
 		{"buffered response body", StyleClusterHeader, "response_body_mode: STREAMED", "response_body_mode: BUFFERED", "response_body_mode BUFFERED"},
 		{"request header skip", StyleClusterHeader, "request_header_mode: SEND", "request_header_mode: SKIP", "request_header_mode SKIP"},
+		{"buffered body sent early", StyleClusterHeader, "failure_mode_allow: true", "failure_mode_allow: true\n              send_body_without_waiting_for_header_response: true", "send_body_without_waiting"},
 		{"retry policy", StyleClusterHeader, "cluster: kvroute_fallback\n", "cluster: kvroute_fallback\n                  retry_policy: {num_retries: 2}\n", "retry_policy"},
 		{"regex header match", StyleClusterHeader, "present_match: true", "safe_regex_match: {regex: \".+\"}", "safe_regex_match"},
 		{"unknown attribute", StyleClusterHeader, "failure_mode_allow: true", "failure_mode_allow: true\n              request_attributes: [xds.route_name]", "xds.route_name"},
