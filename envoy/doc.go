@@ -20,7 +20,9 @@
 //   - Envoy's header-mutation rules (x-envoy-*, host, :authority, :method and
 //     :scheme are not changed unless mutation_rules allow it; pseudo headers
 //     and host are never removed; an unset append_action overwrites);
-//   - clear_route_cache re-picks the route; immediate_response goes to the
+//   - clear_route_cache re-picks the route (only in an answer that carries a
+//     header mutation; route_cache_action CLEAR and RETAIN override it, and
+//     disable_clear_route_cache means RETAIN); immediate_response goes to the
 //     client; message_timeout and failure_mode_allow (504 or 500 when closed);
 //     a spurious message or a processor that closes its side stops processing
 //     and the request goes on without it;

@@ -191,7 +191,7 @@ func (x *exchange) applyCommon(cr *extprocsvc.CommonResponse, target *headerMap,
 	if err := applyHeaderMutation(cr.GetHeaderMutation(), target, x.pc.rules); err != nil {
 		return x.procFail(err)
 	}
-	if requestPath && cr.GetClearRouteCache() && x.pc.clearRouteCache {
+	if requestPath && x.pc.clearsRouteCache(cr) {
 		x.clearRoute = true
 	}
 	return false

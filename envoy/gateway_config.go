@@ -14,6 +14,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
@@ -37,7 +38,7 @@ type procConfig struct {
 	rules            mutationRules
 	requestAttrs     []string
 	responseAttrs    []string
-	clearRouteCache  bool // honour clear_route_cache (false: disable_clear_route_cache)
+	routeCache       extprocv3.ExternalProcessor_RouteCacheAction
 	sendBodyEarly    bool // send_body_without_waiting_for_header_response
 	deferredClose    time.Duration
 	// forwardSubsetHint: metadata_options forwards envoy.lb.subset_hint.
@@ -143,7 +144,7 @@ func buildGatewayConfig(b *bootstrapv3.Bootstrap, opts GatewayOptions) (*gateway
 
 func buildProc(ep *extprocv3.ExternalProcessor) (procConfig, error) {
 	if err := onlyFields(ep, "ext_proc", "grpc_service", "failure_mode_allow", "processing_mode", "message_timeout",
-		"mutation_rules", "request_attributes", "response_attributes", "stat_prefix", "disable_clear_route_cache",
+		"mutation_rules", "request_attributes", "response_attributes", "stat_prefix", "disable_clear_route_cache", "route_cache_action",
 		"send_body_without_waiting_for_header_response", "deferred_close_timeout", "metadata_options"); err != nil {
 		return procConfig{}, err
 	}
@@ -154,13 +155,16 @@ func buildProc(ep *extprocv3.ExternalProcessor) (procConfig, error) {
 		cluster:          envoyGrpcCluster(ep.GetGrpcService()),
 		failureModeAllow: ep.GetFailureModeAllow(),
 		messageTimeout:   200 * time.Millisecond, // Envoy's default
-		clearRouteCache:  !ep.GetDisableClearRouteCache(),
+		routeCache:       ep.GetRouteCacheAction(),
 		sendBodyEarly:    ep.GetSendBodyWithoutWaitingForHeaderResponse(),
 		deferredClose:    5 * time.Second,
 		mode:             proto.Clone(ep.GetProcessingMode()).(*extprocv3.ProcessingMode),
 	}
 	if pc.mode == nil {
 		pc.mode = &extprocv3.ProcessingMode{}
+	}
+	if ep.GetDisableClearRouteCache() {
+		pc.routeCache = extprocv3.ExternalProcessor_RETAIN
 	}
 	if t := ep.GetMessageTimeout(); t != nil {
 		pc.messageTimeout = t.AsDuration()
@@ -220,6 +224,22 @@ func buildProc(ep *extprocv3.ExternalProcessor) (procConfig, error) {
 	var err error
 	pc.rules, err = buildRules(ep.GetMutationRules())
 	return pc, err
+}
+
+// clearsRouteCache reports whether a request-path answer clears the route
+// cache, as Envoy decides it: only an answer with a header mutation can, and
+// route_cache_action CLEAR or RETAIN overrides the answer's flag.
+func (pc *procConfig) clearsRouteCache(cr *extprocsvc.CommonResponse) bool {
+	if cr.GetHeaderMutation() == nil {
+		return false
+	}
+	switch pc.routeCache {
+	case extprocv3.ExternalProcessor_CLEAR:
+		return true
+	case extprocv3.ExternalProcessor_RETAIN:
+		return false
+	}
+	return cr.GetClearRouteCache()
 }
 
 func buildRules(r *mutationv3.HeaderMutationRules) (mutationRules, error) {

@@ -180,17 +180,41 @@ func TestBufferedModeRoutesOnClusterHeader(t *testing.T) {
 }
 
 func TestClearRouteCacheRepicksRoute(t *testing.T) {
-	for _, tc := range []struct {
-		clear bool
-		want  string
-	}{{true, "w1"}, {false, "fallback"}} {
-		f := startFleet(t)
-		proc := startProcServer(t, router{decide: pickFromBody, clear: tc.clear}.script)
-		g := startGateway(t, StyleClusterHeader, nil, f.endpoints(proc.addr))
-		_, got := post(t, g.URL(), `{"user":"w1"}`)
-		if got.Worker != tc.want {
-			t.Fatalf("clear_route_cache=%v: served by %q, want %q", tc.clear, got.Worker, tc.want)
-		}
+	cases := []struct {
+		name   string
+		clear  bool
+		action string // route_cache_action added to the filter, if any
+		want   string
+	}{
+		{"clear re-picks", true, "", "w1"},
+		{"no clear keeps the first route", false, "", "fallback"},
+		{"action CLEAR clears on any header mutation", false, "CLEAR", "w1"},
+		{"action RETAIN ignores clear", true, "RETAIN", "fallback"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := startFleet(t)
+			proc := startProcServer(t, router{decide: pickFromBody, clear: tc.clear}.script)
+			edit := func(s string) string { return s }
+			if tc.action != "" {
+				edit = edits("failure_mode_allow: true", "failure_mode_allow: true\n              route_cache_action: "+tc.action)
+			}
+			g := startGateway(t, StyleClusterHeader, edit, f.endpoints(proc.addr))
+			_, got := post(t, g.URL(), `{"user":"w1"}`)
+			if got.Worker != tc.want {
+				t.Fatalf("served by %q, want %q", got.Worker, tc.want)
+			}
+		})
+	}
+}
+
+func TestClearRouteCacheNeedsHeaderMutation(t *testing.T) {
+	pc := &procConfig{}
+	if pc.clearsRouteCache(&extprocsvc.CommonResponse{ClearRouteCache: true}) {
+		t.Fatal("Envoy ignores clear_route_cache in an answer without a header mutation")
+	}
+	if !pc.clearsRouteCache(&extprocsvc.CommonResponse{ClearRouteCache: true, HeaderMutation: &extprocsvc.HeaderMutation{}}) {
+		t.Fatal("clear_route_cache with a header mutation must clear")
 	}
 }
 
