@@ -21,6 +21,7 @@ type Chat struct {
 
 	override *Template // per-model template that replaces the tokenizer's own
 	tools    ToolsShape
+	content  ContentFormat
 	defaults Object // DefaultKwargs
 
 	mu        sync.Mutex
@@ -44,6 +45,9 @@ type ChatOptions struct {
 	// Tools says how request tools reach the template; the zero value passes
 	// them exactly as sent.
 	Tools ToolsShape
+	// Content says how message content reaches the template; the zero value
+	// decides per template as vLLM's "auto" does.
+	Content ContentFormat
 	// DefaultKwargs are template variables every request gets unless its
 	// chat_template_kwargs sets them (vLLM's --default-chat-template-kwargs).
 	DefaultKwargs Object
@@ -78,7 +82,7 @@ func NewChat(tok *Tokenizer, cfg *Config, opts ChatOptions) (*Chat, error) {
 		cfg = &Config{SpecialTokens: map[string]string{}}
 	}
 	c := &Chat{tok: tok, cfg: cfg, vars: cfg.templateVars(), templates: map[string]*compiledTemplate{},
-		tools: opts.Tools, defaults: opts.DefaultKwargs}
+		tools: opts.Tools, content: opts.Content, defaults: opts.DefaultKwargs}
 	for _, f := range opts.DefaultKwargs {
 		if reservedKwargs[f.Key] {
 			return nil, fmt.Errorf("chat: default template kwargs may not set %q", f.Key)
@@ -180,9 +184,10 @@ func (c *Chat) ApplyChatTemplate(req ChatRequest) (string, error) {
 	for k, v := range c.vars {
 		vars[k] = v
 	}
+	parts := c.content == ContentParts || (c.content == ContentAuto && tpl.loopsOverContent)
 	msgs := make([]any, len(req.Messages))
 	for i := range req.Messages {
-		msgs[i] = req.Messages[i].templateMessage()
+		msgs[i] = req.Messages[i].templateMessageAs(parts)
 	}
 	vars["messages"] = msgs
 	if req.Tools != nil {
@@ -212,18 +217,22 @@ func (c *Chat) ApplyChatTemplate(req ChatRequest) (string, error) {
 	if err != nil || !req.ContinueFinalMessage {
 		return text, err
 	}
-	return cutAfterFinalMessage(text, req.Messages)
+	return cutAfterFinalMessage(text, req.Messages, parts)
 }
 
 // cutAfterFinalMessage ends the rendered text where the last message's
 // content ends, as transformers does for continue_final_message: it finds the
 // last occurrence of the stripped content and keeps the content's own
 // leading spacing when the template preserved it.
-func cutAfterFinalMessage(text string, msgs []Message) (string, error) {
+func cutAfterFinalMessage(text string, msgs []Message, parts bool) (string, error) {
 	if len(msgs) == 0 {
 		return "", errors.New("chat: continue_final_message needs a final message")
 	}
-	final := msgs[len(msgs)-1].Content
+	last := msgs[len(msgs)-1]
+	final := last.Content
+	if parts && last.Role != "tool" && len(last.Parts) > 0 {
+		final = last.Parts[len(last.Parts)-1] // transformers continues the last text part
+	}
 	stripped := strings.TrimFunc(final, pyWhitespace)
 	loc := strings.LastIndex(text, stripped)
 	if loc < 0 {
@@ -254,6 +263,21 @@ func (c *Chat) EncodePrompt(text string) []uint32 {
 	}
 	return c.cache.Encode(text)
 }
+
+// ContentFormat is vLLM's --chat-template-content-format.
+type ContentFormat int
+
+const (
+	// ContentAuto passes content as parts to templates that loop over it
+	// and as a string to the others.
+	ContentAuto ContentFormat = iota
+	// ContentString always passes content as one string (text parts joined
+	// with "\n").
+	ContentString
+	// ContentParts always passes content as a list of
+	// {"type": "text", "text": ...} parts (tool results stay strings).
+	ContentParts
+)
 
 // vllmToolDump reshapes tools as pydantic's model_dump of vLLM's
 // ChatCompletionToolsParam: declared fields first, in declaration order, with

@@ -16,6 +16,7 @@ import (
 type chatGolden struct {
 	Case      string          `json:"case"`
 	Template  string          `json:"template"`
+	Source    string          `json:"template_source"` // set when the case renders a rewritten template
 	Tokenizer string          `json:"tokenizer"`
 	Request   json.RawMessage `json:"request"`
 	Text      *string         `json:"text"`
@@ -88,12 +89,21 @@ func realTemplate(t testing.TB, key string) string {
 // real templates as its override.
 func testChat(t testing.TB, tokName, templateKey string, cacheBytes int) *Chat {
 	t.Helper()
+	return testChatSource(t, tokName, templateKey, "", cacheBytes)
+}
+
+// testChatSource is testChat with an explicit template source when source
+// is not empty.
+func testChatSource(t testing.TB, tokName, templateKey, source string, cacheBytes int) *Chat {
+	t.Helper()
 	cfg, err := LoadConfig(filepath.Join("testdata", tokName))
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := NewChat(testTokenizer(t, tokName), cfg, ChatOptions{
-		TemplateOverride: realTemplate(t, templateKey), CacheBytes: cacheBytes})
+	if source == "" {
+		source = realTemplate(t, templateKey)
+	}
+	c, err := NewChat(testTokenizer(t, tokName), cfg, ChatOptions{TemplateOverride: source, CacheBytes: cacheBytes})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,8 +122,8 @@ func TestChatMatchesReferenceRendersAndIDs(t *testing.T) {
 		}
 		goldens := readChatGoldens(t, file)
 		t.Run(family, func(t *testing.T) {
-			cached := testChat(t, goldens[0].Tokenizer, goldens[0].Template, 0)
-			uncached := testChat(t, goldens[0].Tokenizer, goldens[0].Template, -1)
+			cached := testChatSource(t, goldens[0].Tokenizer, goldens[0].Template, goldens[0].Source, 0)
+			uncached := testChatSource(t, goldens[0].Tokenizer, goldens[0].Template, goldens[0].Source, -1)
 			for _, g := range goldens {
 				t.Run(g.Case, func(t *testing.T) {
 					req, err := ParseChatRequest(g.Request)

@@ -34,6 +34,11 @@ type ChatRequest struct {
 type Message struct {
 	Role    string
 	Content string
+	// Parts are the text parts as sent, before joining: a string content is
+	// one part, null content none. Templates that loop over a message's
+	// content (vLLM's "openai" content format) see them as
+	// [{"type": "text", "text": ...}]. When nil, Content stands for them.
+	Parts []string
 	// ToolCalls are an assistant's tool calls (Objects with id, type,
 	// function{name, arguments}); nil or empty means none.
 	ToolCalls []any
@@ -52,9 +57,26 @@ func (r *ChatRequest) generationPrompt() bool {
 }
 
 // templateMessage builds the ordered dict vLLM hands to the template.
-func (m *Message) templateMessage() Object {
+func (m *Message) templateMessage() Object { return m.templateMessageAs(false) }
+
+// templateMessageAs builds the ordered dict vLLM hands to the template; with
+// partsContent the content is a list of text parts (vLLM's "openai" content
+// format), except for tool results, which vLLM always flattens to a string.
+func (m *Message) templateMessageAs(partsContent bool) Object {
+	var content any = m.Content
+	if partsContent && m.Role != "tool" {
+		parts := m.Parts
+		if parts == nil && m.Content != "" {
+			parts = []string{m.Content}
+		}
+		list := make([]any, len(parts))
+		for i, p := range parts {
+			list[i] = Object{{"type", "text"}, {"text", p}}
+		}
+		content = list
+	}
 	o := make(Object, 0, 6)
-	o = append(o, Field{"role", m.Role}, Field{"content", m.Content})
+	o = append(o, Field{"role", m.Role}, Field{"content", content})
 	if len(m.ToolCalls) > 0 {
 		o = append(o, Field{"tool_calls", m.ToolCalls})
 	}
@@ -151,11 +173,12 @@ func parseMessage(raw any) (Message, error) {
 		return Message{}, errors.New("message has no string role")
 	}
 	content, _ := obj.Get("content")
-	text, err := messageText(content)
+	parts, err := messageParts(content)
 	if err != nil {
 		return Message{}, err
 	}
-	m.Content = text
+	m.Parts = parts
+	m.Content = strings.Join(parts, "\n")
 	switch m.Role {
 	case "assistant":
 		if tc, ok := obj.Get("tool_calls"); ok && tc != nil {
@@ -185,27 +208,28 @@ func parseMessage(raw any) (Message, error) {
 	return m, nil
 }
 
-// messageText flattens content as vLLM's "string" content format does.
-func messageText(content any) (string, error) {
+// messageParts lists the text parts of content; vLLM's "string" content
+// format joins them with "\n".
+func messageParts(content any) ([]string, error) {
 	switch c := content.(type) {
 	case nil:
-		return "", nil
+		return []string{}, nil
 	case string:
-		return c, nil
+		return []string{c}, nil
 	case []any:
 		texts := make([]string, 0, len(c))
 		for i, part := range c {
 			t, ok, err := partText(part)
 			if err != nil {
-				return "", fmt.Errorf("content[%d]: %w", i, err)
+				return nil, fmt.Errorf("content[%d]: %w", i, err)
 			}
 			if ok {
 				texts = append(texts, t)
 			}
 		}
-		return strings.Join(texts, "\n"), nil
+		return texts, nil
 	}
-	return "", fmt.Errorf("content is a JSON %s, not a string or an array of parts", jsonKind(content))
+	return nil, fmt.Errorf("content is a JSON %s, not a string or an array of parts", jsonKind(content))
 }
 
 // partText returns a content part's text; ok is false for text parts whose

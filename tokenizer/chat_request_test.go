@@ -31,15 +31,15 @@ func TestParseChatRequestNormalizesAsVLLM(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []Message{
-		{Role: "system", Content: "a\nb\nc"},
-		{Role: "user", Content: "hi", Name: "bob"},
-		{Role: "assistant", Content: "", Reasoning: "think", ToolCalls: []any{
+		{Role: "system", Content: "a\nb\nc", Parts: []string{"a", "b", "c"}},
+		{Role: "user", Content: "hi", Parts: []string{"hi"}, Name: "bob"},
+		{Role: "assistant", Content: "", Parts: []string{}, Reasoning: "think", ToolCalls: []any{
 			Object{{"id", "c1"}, {"type", "function"}, {"function", Object{{"name", "f"}, {"arguments", Object{{"z", int64(1)}, {"a", int64(2)}}}}}},
 			Object{{"id", "c2"}, {"function", Object{{"name", "g"}, {"arguments", Object{}}}}},
 			Object{{"id", "c3"}, {"type", "function"}, {"function", Object{{"arguments", Object{}}, {"name", "h"}}}},
 		}},
-		{Role: "assistant", Content: "x"},
-		{Role: "tool", Content: "r1\nr2", ToolCallID: "c1"},
+		{Role: "assistant", Content: "x", Parts: []string{"x"}},
+		{Role: "tool", Content: "r1\nr2", Parts: []string{"r1", "r2"}, ToolCallID: "c1"},
 	}
 	if !reflect.DeepEqual(req.Messages, want) {
 		t.Fatalf("messages:\n got %#v\nwant %#v", req.Messages, want)
@@ -316,5 +316,51 @@ func TestDefaultKwargsYieldToTheRequest(t *testing.T) {
 	}
 	if _, err := NewChat(chat.Tokenizer(), cfg, ChatOptions{DefaultKwargs: Object{{"messages", nil}}}); err == nil {
 		t.Fatal("default kwargs may set messages")
+	}
+}
+
+func TestContentFormatFollowsTheTemplate(t *testing.T) {
+	for _, tc := range []struct {
+		src   string
+		loops bool
+	}{
+		{"{% for m in messages %}{% for p in m['content'] %}{{ p.text }}{% endfor %}{% endfor %}", true},
+		{"{%- set loop_messages = messages[1:] %}{% for message in loop_messages %}{%- for item in message.content -%}{{ item }}{% endfor %}{% endfor %}", true},
+		{"{% for m in messages %}{{ m.content }}{% endfor %}{% for x in other.content %}{% endfor %}", false},
+		{realTemplate(t, "library/qwen3:0.6b"), false},
+		{realTemplate(t, "library/llama3.1:8b"), false},
+	} {
+		if got := loopsOverContent(tc.src); got != tc.loops {
+			t.Errorf("loopsOverContent(%.60q) = %v, want %v", tc.src, got, tc.loops)
+		}
+	}
+	if !loopsOverContent(realTemplate(t, "library/gemma3:1b")) {
+		t.Error("Gemma 3's template loops over content")
+	}
+	cfg := &Config{SpecialTokens: map[string]string{},
+		ChatTemplate: "{% for m in messages %}{{ m.role }}:{% if m.content is string %}{{ m.content }}{% else %}{% for p in m['content'] %}[{{ p.type }}={{ p.text }}]{% endfor %}{% endif %};{% endfor %}"}
+	req, err := ParseChatRequest([]byte(`{"messages": [
+		{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+		{"role": "assistant", "content": null},
+		{"role": "tool", "content": [{"type": "text", "text": "r"}]},
+		{"role": "user", "content": "plain"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []struct {
+		format ContentFormat
+		want   string
+	}{
+		{ContentAuto, "user:[text=a][text=b];assistant:;tool:r;user:[text=plain];"},
+		{ContentParts, "user:[text=a][text=b];assistant:;tool:r;user:[text=plain];"},
+		{ContentString, "user:a\nb;assistant:;tool:r;user:plain;"},
+	} {
+		chat, err := NewChat(testTokenizer(t, "mistral-sp"), cfg, ChatOptions{Content: f.format})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := chat.ApplyChatTemplate(req); err != nil || got != f.want {
+			t.Errorf("format %d: got %q, %v; want %q", f.format, got, err, f.want)
+		}
 	}
 }

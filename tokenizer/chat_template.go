@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -21,6 +22,10 @@ import (
 type Template struct {
 	source string
 	tpl    *exec.Template
+	// loopsOverContent is true for templates that iterate over a message's
+	// content, for which vLLM's "auto" content format passes content as a
+	// list of parts.
+	loopsOverContent bool
 }
 
 // TemplateError is returned when a template calls raise_exception: the
@@ -55,8 +60,45 @@ func ParseTemplate(source string) (t *Template, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s", ErrTemplateSyntax, trimGonjaError(err.Error(), source))
 	}
-	return &Template{source: source, tpl: tpl}, nil
+	return &Template{source: source, tpl: tpl, loopsOverContent: loopsOverContent(source)}, nil
 }
+
+var (
+	reSetFromMessages = regexp.MustCompile(`\{%-?\s*set\s+(\w+)\s*=\s*messages\b`)
+	reForIn           = regexp.MustCompile(`\{%-?\s*for\s+(\w+)\s+in\s+(\w+)`)
+	reForInContent    = regexp.MustCompile(`\{%-?\s*for\s+\w+\s+in\s+(\w+)(?:\[\s*['"]content['"]\s*\]|\.content\b)`)
+	reForInBare       = regexp.MustCompile(`\{%-?\s*for\s+\w+\s+in\s+content\b`)
+)
+
+// loopsOverContent mirrors vLLM's content-format detection on the template
+// text: a for loop over X['content'] or X.content where X is a loop variable
+// over messages (or over a variable set from messages), or over a bare
+// "content" variable.
+func loopsOverContent(source string) bool {
+	if reForInBare.MatchString(source) {
+		return true
+	}
+	msgVars := map[string]bool{"messages": true}
+	for _, m := range reSetFromMessages.FindAllStringSubmatch(source, -1) {
+		msgVars[m[1]] = true
+	}
+	loopVars := map[string]bool{}
+	for _, m := range reForIn.FindAllStringSubmatch(source, -1) {
+		if msgVars[m[2]] {
+			loopVars[m[1]] = true
+		}
+	}
+	for _, m := range reForInContent.FindAllStringSubmatch(source, -1) {
+		if loopVars[m[1]] {
+			return true
+		}
+	}
+	return false
+}
+
+// LoopsOverContent reports whether the template iterates over message
+// content, so that vLLM would hand it content as a list of parts.
+func (t *Template) LoopsOverContent() bool { return t.loopsOverContent }
 
 // Source returns the template text.
 func (t *Template) Source() string { return t.source }

@@ -35,6 +35,17 @@ const families = [
   { name: "mixtral", key: "library/mixtral:8x7b", tokenizer: "mistral-sp" },
   { name: "mistral-small", key: "library/mistral-small:24b", tokenizer: "mistral-sp" },
   { name: "phi4", key: "library/phi4:14b", tokenizer: "qwen3" },
+  // Gemma 3's template loops over message content, so vLLM hands it content
+  // as a list of parts. gonja cannot parse its parenthesized conditional
+  // expression; this copy spells it as an if block, nothing else changed.
+  {
+    name: "gemma3-parts",
+    key: "library/gemma3:1b",
+    tokenizer: "mistral-sp",
+    parts: true,
+    rewrite: (t) => t.replace(`{{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else "") }}`,
+      `{{ '<start_of_turn>' + role + '\n' }}{% if loop.first %}{{ first_user_prefix }}{% endif %}`),
+  },
 ];
 
 const weatherTool = {
@@ -174,10 +185,12 @@ const cases = [
   },
 ];
 
-// normalize applies vLLM's message preprocessing (string content format).
-function normalize(messages) {
+// normalize applies vLLM's message preprocessing: content joined into one
+// string, or with parts (the "openai" content format) kept as a list of text
+// parts, except for tool results, which vLLM always flattens.
+function normalize(messages, parts = false) {
   return messages.map((m) => {
-    const out = { role: m.role, content: contentText(m.content) };
+    const out = { role: m.role, content: parts && m.role !== "tool" ? contentParts(m.content) : contentText(m.content) };
     if (m.role === "assistant") {
       if (m.tool_calls != null && m.tool_calls.length > 0) {
         out.tool_calls = m.tool_calls.map((call) => {
@@ -195,6 +208,15 @@ function normalize(messages) {
     if (typeof m.name === "string" && m.name !== "") out.name = m.name;
     return out;
   });
+}
+
+function contentParts(content) {
+  if (content == null) return [];
+  if (typeof content === "string") return [{ type: "text", text: content }];
+  return content
+    .map((p) => (typeof p === "string" ? p : p.text))
+    .filter((t) => t != null)
+    .map((text) => ({ type: "text", text }));
 }
 
 function contentText(content) {
@@ -220,7 +242,11 @@ function parseArguments(args) {
 // cutAfterFinalMessage is transformers' continue_final_message: end the text
 // where the last message's content ends.
 function cutAfterFinalMessage(text, messages) {
-  const final = messages[messages.length - 1].content;
+  let final = messages[messages.length - 1].content;
+  if (Array.isArray(final)) {
+    // transformers continues the last text part of a list content.
+    final = [...final].reverse().find((p) => "text" in p).text;
+  }
   const stripped = final.trim();
   const loc = text.lastIndexOf(stripped);
   if (loc < 0) throw new Error("continue_final_message is set but the final message does not appear in the chat");
@@ -260,13 +286,15 @@ for (const fam of families) {
   if (!tokenizers.has(fam.tokenizer)) tokenizers.set(fam.tokenizer, Tokenizer.fromFile(join(dir, "tokenizer.json")));
   const tok = tokenizers.get(fam.tokenizer);
   const config = JSON.parse(readFileSync(join(dir, "tokenizer_config.json"), "utf8"));
-  const template = new Template(templates[fam.key]);
+  const source = fam.rewrite ? fam.rewrite(templates[fam.key]) : templates[fam.key];
+  if (fam.rewrite && source === templates[fam.key]) throw new Error(fam.name + ": rewrite did not apply");
+  const template = new Template(source);
   const lines = [];
   for (const c of cases) {
     const body = c.body;
     const vars = {
       ...specialTokens(config),
-      messages: normalize(body.messages),
+      messages: normalize(body.messages, fam.parts),
       tools: body.tools ?? null,
       documents: null,
       add_generation_prompt: body.add_generation_prompt ?? true,
@@ -275,6 +303,7 @@ for (const fam of families) {
     const request = fam.kwargs ? { ...body, chat_template_kwargs: { ...fam.kwargs, ...(body.chat_template_kwargs ?? {}) } } : body;
     Object.assign(vars, request.chat_template_kwargs ?? {});
     const rec = { case: c.case, template: fam.key, tokenizer: fam.tokenizer, request };
+    if (fam.rewrite) rec.template_source = source;
     try {
       let text = template.render(vars);
       if (body.continue_final_message) text = cutAfterFinalMessage(text, vars.messages);

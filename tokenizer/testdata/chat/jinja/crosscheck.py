@@ -20,10 +20,14 @@ def text(c):
     if c is None: return ""
     if isinstance(c, str): return c
     return "\n".join(p if isinstance(p, str) else p["text"] for p in c if isinstance(p, str) or p.get("text") is not None)
-def norm(ms):
+def parts(c):
+    if c is None: return []
+    if isinstance(c, str): return [{"type": "text", "text": c}]
+    return [{"type": "text", "text": p if isinstance(p, str) else p["text"]} for p in c if isinstance(p, str) or p.get("text") is not None]
+def norm(ms, as_parts=False):
     out = []
     for m in ms:
-        r = {"role": m["role"], "content": text(m.get("content"))}
+        r = {"role": m["role"], "content": parts(m.get("content")) if as_parts and m["role"] != "tool" else text(m.get("content"))}
         if m["role"] == "assistant":
             if m.get("tool_calls"):
                 tcs = []
@@ -54,13 +58,16 @@ for f in sorted(glob.glob(td + "/chat/*.jsonl")):
             if v: st[k] = v
         if cfg.get("additional_special_tokens"): st["additional_special_tokens"] = cfg["additional_special_tokens"]
         req = g["request"]
-        kw = dict(st); kw.update(messages=norm(req["messages"]), tools=req.get("tools"), documents=None,
+        as_parts = os.path.basename(f) == "gemma3-parts.jsonl"
+        kw = dict(st); kw.update(messages=norm(req["messages"], as_parts), tools=req.get("tools"), documents=None,
             add_generation_prompt=req.get("add_generation_prompt", True) if req.get("add_generation_prompt") is not None else True)
         kw.update(req.get("chat_template_kwargs") or {})
         try:
-            out = env.from_string(templates[g["template"]]).render(**kw); err = None
+            out = env.from_string(g.get("template_source") or templates[g["template"]]).render(**kw); err = None
             if req.get("continue_final_message"):
                 final = kw["messages"][-1]["content"]
+                if isinstance(final, list):
+                    final = [p for p in final if "text" in p][-1]["text"]
                 loc = out.rindex(final.strip())
                 if out[loc:loc + len(final.lstrip())] == final:
                     out = out[:loc + len(final.lstrip())]
