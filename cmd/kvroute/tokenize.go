@@ -80,6 +80,8 @@ func runTokenize(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		"how tools reach the template: sent (as the request wrote them) or vllm (as vLLM's model_dump reshapes them) (KVROUTE_TOOLS_AS)")
 	kwargs := fs.String("chat-template-kwargs", os.Getenv("KVROUTE_CHAT_TEMPLATE_KWARGS"),
 		`JSON object of default template variables, e.g. {"enable_thinking": false}; a request's own chat_template_kwargs win (KVROUTE_CHAT_TEMPLATE_KWARGS)`)
+	contentFormat := fs.String("chat-template-content-format", tokenizeEnvOr("KVROUTE_CHAT_TEMPLATE_CONTENT_FORMAT", "auto"),
+		"how message content reaches the template, as vLLM's flag: auto, string or openai (KVROUTE_CHAT_TEMPLATE_CONTENT_FORMAT)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, tokenizeUsage)
 		fs.PrintDefaults()
@@ -106,6 +108,16 @@ func runTokenize(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		opts.Tools = tokenizer.ToolsAsVLLM
 	default:
 		return fmt.Errorf("tokenize: --tools-as must be sent or vllm, not %q", *toolsAs)
+	}
+	switch *contentFormat {
+	case "auto":
+		opts.Content = tokenizer.ContentAuto
+	case "string":
+		opts.Content = tokenizer.ContentString
+	case "openai":
+		opts.Content = tokenizer.ContentParts
+	default:
+		return fmt.Errorf("tokenize: --chat-template-content-format must be auto, string or openai, not %q", *contentFormat)
 	}
 	if *kwargs != "" {
 		v, err := tokenizer.DecodeJSON([]byte(*kwargs))

@@ -200,3 +200,22 @@ func TestTokenizeDefaultTemplateKwargs(t *testing.T) {
 		t.Fatal("a non-object --chat-template-kwargs was accepted")
 	}
 }
+
+func TestTokenizeContentFormat(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "c.jinja")
+	if err := os.WriteFile(file, []byte("{{ messages[0].content is string }}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := []string{"--tokenizer", filepath.Join(tokTestdata, "mistral-sp"), "--chat-template", file}
+	in := `{"messages": [{"role": "user", "content": "x"}]}` + "\n"
+	for format, want := range map[string]string{"auto": "True", "string": "True", "openai": "False"} {
+		got := runLines(t, append(base, "--chat-template-content-format", format), in)
+		if !strings.HasPrefix(got[0], `{"text":"`+want+`"`) {
+			t.Errorf("%s: %s", format, got[0])
+		}
+	}
+	var out, errOut bytes.Buffer
+	if err := runTokenize(context.Background(), append(base, "--chat-template-content-format", "x"), strings.NewReader(in), &out, &errOut); err == nil {
+		t.Fatal("a bad content format was accepted")
+	}
+}
