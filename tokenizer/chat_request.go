@@ -136,7 +136,9 @@ func ChatRequestFromObject(top Object) (ChatRequest, error) {
 				return ChatRequest{}, fmt.Errorf("chat request: tools[%d] is a JSON %s, not an object", i, jsonKind(t))
 			}
 		}
-		req.Tools = tl
+		if len(tl) > 0 { // recent vLLM hands templates None for an empty list
+			req.Tools = tl
+		}
 	}
 	if agp, ok := top.Get("add_generation_prompt"); ok && agp != nil {
 		b, ok := agp.(bool)

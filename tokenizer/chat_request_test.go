@@ -364,3 +364,10 @@ func TestContentFormatFollowsTheTemplate(t *testing.T) {
 		}
 	}
 }
+
+func TestEmptyToolsAreNoTools(t *testing.T) {
+	req, err := ParseChatRequest([]byte(`{"messages": [{"role": "user", "content": "x"}], "tools": []}`))
+	if err != nil || req.Tools != nil {
+		t.Fatalf("tools = %#v, %v; want nil", req.Tools, err)
+	}
+}
