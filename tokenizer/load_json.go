@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strconv"
@@ -62,25 +63,26 @@ func (s *jsonScanner) strBytes() ([]byte, error) {
 	}
 	s.pos++
 	start := s.pos
-	for s.pos < len(s.data) {
-		c := s.data[s.pos]
-		if c == '"' {
-			v := s.data[start:s.pos]
-			s.pos++
-			if !utf8.Valid(v) {
-				return []byte(string([]rune(string(v)))), nil
-			}
-			return v, nil
-		}
-		if c == '\\' {
-			return s.strSlow(start)
-		}
+	// Find the closing quote with IndexByte (assembly, fast even under the
+	// race detector); escapes send the rest to strSlow.
+	end := bytes.IndexByte(s.data[start:], '"')
+	if end < 0 {
+		return nil, s.errorf("unterminated string")
+	}
+	v := s.data[start : start+end]
+	if bytes.IndexByte(v, '\\') >= 0 {
+		return s.strSlow(start)
+	}
+	s.pos = start + end + 1
+	for _, c := range v {
 		if c < 0x20 {
 			return nil, s.errorf("control character in string")
 		}
-		s.pos++
 	}
-	return nil, s.errorf("unterminated string")
+	if !utf8.Valid(v) {
+		return []byte(string([]rune(string(v)))), nil
+	}
+	return v, nil
 }
 
 // strSlow finishes a string that has escapes, from its first byte at start.
