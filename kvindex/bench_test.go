@@ -191,34 +191,44 @@ func BenchmarkMatch(b *testing.B) {
 	}
 }
 
+var (
+	disjointOnce     sync.Once
+	disjointIndex    *Index
+	disjointPerEntry float64
+)
+
 // BenchmarkIndexMemoryDisjoint is the worst case for memory: 64 workers
 // with no block in common (every entry is its own table row), 2 M entries.
-// The index is built once; b.N only repeats a cheap Stats call.
+// The index is built once per process; b.N only repeats a cheap Stats call.
 func BenchmarkIndexMemoryDisjoint(b *testing.B) {
-	const nWorkers, chains, chainLen = 64, 16, 2048
-	runtime.GC()
-	var before runtime.MemStats
-	runtime.ReadMemStats(&before)
-	ix := New(Config{})
-	for w := 0; w < nWorkers; w++ {
-		name := fmt.Sprint("w", w)
-		ix.AddWorker(name, "bench-model", benchBS)
-		for c := 0; c < chains; c++ {
-			toks, hs := benchChain(w*chains+c, chainLen)
-			ix.Apply(name, EventBatch{Events: []Event{BlockStored{BlockHashes: hs, TokenIDs: toks, BlockSize: benchBS}}})
+	disjointOnce.Do(func() {
+		const nWorkers, chains, chainLen = 64, 16, 2048
+		runtime.GC()
+		var before runtime.MemStats
+		runtime.ReadMemStats(&before)
+		ix := New(Config{})
+		for w := 0; w < nWorkers; w++ {
+			name := fmt.Sprint("w", w)
+			ix.AddWorker(name, "bench-model", benchBS)
+			for c := 0; c < chains; c++ {
+				toks, hs := benchChain(w*chains+c, chainLen)
+				ix.Apply(name, EventBatch{Events: []Event{BlockStored{BlockHashes: hs, TokenIDs: toks, BlockSize: benchBS}}})
+			}
 		}
-	}
-	runtime.GC()
-	var after runtime.MemStats
-	runtime.ReadMemStats(&after)
+		runtime.GC()
+		var after runtime.MemStats
+		runtime.ReadMemStats(&after)
+		disjointIndex = ix
+		disjointPerEntry = float64(after.HeapAlloc-before.HeapAlloc) / float64(ix.Stats().Entries)
+	})
 	b.ResetTimer()
 	var s Stats
 	for i := 0; i < b.N; i++ {
-		s = ix.Stats()
+		s = disjointIndex.Stats()
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(s.Entries), "entries")
-	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(s.Entries), "bytes/entry")
+	b.ReportMetric(disjointPerEntry, "bytes/entry")
 }
 
 // BenchmarkDecodeBatch decodes a batch of one 16-block BlockStored in the

@@ -74,6 +74,7 @@ func (ix *Index) AddWorker(id, model string, blockSize int) {
 		if w.model != model || w.blockSize != blockSize {
 			ix.purge(w)
 			w.model, w.blockSize, w.seed = model, blockSize, Seed(model, "", "")
+			w.stale = false
 		}
 		return
 	}
