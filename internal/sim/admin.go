@@ -48,6 +48,7 @@ type workerStatus struct {
 //	GET  /admin/workers                      list workers and their stats
 //	POST /admin/workers/{id}/kill            stop HTTP and the etcd keepalive, as a crash
 //	POST /admin/workers/{id}/reset           drop the prefix cache (AllBlocksCleared)
+//	POST /admin/workers/{id}/resync          re-announce the cache (AllBlocksCleared + every block)
 //	POST /admin/workers/{id}/drop-events?n=1       drop the next n KV event batches
 //	POST /admin/workers/{id}/duplicate-events?n=1  send the next n batches twice
 func (f *Fleet) AdminHandler() http.Handler {
@@ -79,6 +80,8 @@ func (f *Fleet) AdminHandler() http.Handler {
 			go w.Kill() // Kill waits for the worker's goroutines; answer first
 		case "reset":
 			w.ResetCache()
+		case "resync":
+			w.Resync()
 		case "drop-events":
 			w.DropNextBatches(n)
 		case "duplicate-events":

@@ -14,24 +14,32 @@ type blockPool struct {
 	// evicted collects hashes evicted during one allocation so they go out
 	// as one BlockRemoved event.
 	evicted []int64
+	// tokens holds each block's token ids (block i at i*bs), kept so the
+	// cache can be re-announced (resync) without the requests that filled it.
+	tokens []int32
+	bs     int
 }
 
 type block struct {
 	hash       int64
+	parent     int64 // hash of the previous block in its chain
 	ref        int32
 	prev, next int32 // free-queue links, -1 at the ends
 	cached     bool
+	hasParent  bool
 	free       bool
 }
 
 const noBlock = -1
 
-func newBlockPool(n int) *blockPool {
+func newBlockPool(n, bs int) *blockPool {
 	p := &blockPool{
 		blocks:   make([]block, n),
 		cache:    make(map[int64]int32, n),
 		freeHead: noBlock,
 		freeTail: noBlock,
+		tokens:   make([]int32, n*bs),
+		bs:       bs,
 	}
 	for i := range p.blocks {
 		p.blocks[i].prev, p.blocks[i].next = noBlock, noBlock
@@ -117,14 +125,20 @@ func (p *blockPool) release(ids []int32) {
 // another block already holds that content; the block then stays
 // uncached, so each hash lives in exactly one block and every BlockRemoved
 // matches one BlockStored.
-func (p *blockPool) cacheBlock(id int32, hash int64) bool {
+func (p *blockPool) cacheBlock(id int32, hash, parent int64, hasParent bool, tokens []int32) bool {
 	if _, dup := p.cache[hash]; dup {
 		return false
 	}
 	b := &p.blocks[id]
-	b.hash, b.cached = hash, true
+	b.hash, b.parent, b.hasParent, b.cached = hash, parent, hasParent, true
+	copy(p.tokens[int(id)*p.bs:], tokens)
 	p.cache[hash] = id
 	return true
+}
+
+// blockTokens returns the token ids a cached block holds.
+func (p *blockPool) blockTokens(id int32) []int32 {
+	return p.tokens[int(id)*p.bs : int(id+1)*p.bs]
 }
 
 // clear drops every cached hash. Blocks stay where they are.

@@ -93,7 +93,7 @@ func NewEngine(cfg EngineConfig, sink EventSink) (*Engine, error) {
 	}
 	return &Engine{
 		cfg:  cfg,
-		pool: newBlockPool(cfg.NumGPUBlocks),
+		pool: newBlockPool(cfg.NumGPUBlocks, cfg.BlockSize),
 		sink: sink,
 		seed: int64(cfg.HashSeed),
 		reqs: make(map[uint64]*request),
@@ -307,7 +307,11 @@ func (e *Engine) cacheFull(r *request, upto int) {
 	r.ensureHashes(full, bs, e.seed)
 	start := -1
 	for i := r.numCachedBlocks; i < full; i++ {
-		if e.pool.cacheBlock(r.blocks[i], r.hashes[i]) {
+		parent, hasParent := int64(0), i > 0
+		if hasParent {
+			parent = r.hashes[i-1]
+		}
+		if e.pool.cacheBlock(r.blocks[i], r.hashes[i], parent, hasParent, r.tokens[i*bs:(i+1)*bs]) {
 			if start < 0 {
 				start = i
 			}

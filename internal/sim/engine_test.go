@@ -265,3 +265,74 @@ func TestAbortFreesBlocks(t *testing.T) {
 		t.Fatalf("after aborts %+v", st)
 	}
 }
+
+func TestResyncReannouncesExactlyTheCache(t *testing.T) {
+	e, rec := newTestEngine(t, EngineConfig{NumGPUBlocks: 8, BlockSize: 4})
+	for i, p := range [][]int32{seq(0, 12), append(seq(0, 8), seq(50, 8)...), seq(100, 20)} {
+		if err := e.Add(uint64(i), p, 1); err != nil {
+			t.Fatal(err)
+		}
+		drain(t, e)
+	}
+	// Replay the events so far into a model of what a consumer holds.
+	held := map[int64]bool{}
+	apply := func(evs []Event) {
+		for _, ev := range evs {
+			switch ev.Kind {
+			case BlockStored:
+				for _, h := range ev.Hashes {
+					held[h] = true
+				}
+			case BlockRemoved:
+				for _, h := range ev.Hashes {
+					delete(held, h)
+				}
+			case AllBlocksCleared:
+				clear(held)
+			}
+		}
+	}
+	apply(rec.events)
+	before := len(held)
+	rec.events = nil
+	e.Resync()
+	if rec.events[0].Kind != AllBlocksCleared {
+		t.Fatalf("first resync event %v", rec.events[0].Kind)
+	}
+	seen := map[int64]bool{}
+	for _, ev := range rec.events[1:] {
+		if ev.Kind != BlockStored || len(ev.Hashes) != 1 || len(ev.Tokens) != 4 {
+			t.Fatalf("resync event %+v", ev)
+		}
+		if ev.HasParent {
+			if _, cached := e.pool.lookup(ev.Parent); cached && !seen[ev.Parent] {
+				t.Fatalf("block %d announced before its cached parent %d", ev.Hashes[0], ev.Parent)
+			}
+		}
+		if want := blockHash(parentOr(ev), ev.Tokens); want != ev.Hashes[0] {
+			t.Fatalf("resynced tokens do not hash to the block: %d vs %d", want, ev.Hashes[0])
+		}
+		seen[ev.Hashes[0]] = true
+	}
+	after := map[int64]bool{}
+	for h := range held {
+		after[h] = true
+	}
+	clear(held)
+	apply(rec.events)
+	if len(held) != before || len(held) != len(e.pool.cache) {
+		t.Fatalf("after resync the consumer holds %d blocks, before %d, engine %d", len(held), before, len(e.pool.cache))
+	}
+	for h := range after {
+		if !held[h] {
+			t.Fatalf("block %d lost by resync", h)
+		}
+	}
+}
+
+func parentOr(ev Event) int64 {
+	if ev.HasParent {
+		return ev.Parent
+	}
+	return 0
+}

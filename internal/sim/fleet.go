@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -48,6 +49,9 @@ type FleetConfig struct {
 
 // Fleet is a set of workers in one process.
 type Fleet struct {
+	// mu guards workers and byID while StartFleet fills them; afterwards
+	// they never change.
+	mu      sync.Mutex
 	workers []*Worker
 	byID    map[string]*Worker
 	nc      *nats.Conn
@@ -75,8 +79,20 @@ func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 	f := &Fleet{byID: make(map[string]*Worker), log: log}
 	tmpl := cfg.Worker
 	if tmpl.NATS == nil && cfg.NATSURL != "" {
+		// Batches in flight when the connection broke are lost, and the
+		// router's view of each worker goes stale at the gap; re-announcing
+		// every cache after a reconnect heals it.
 		nc, err := nats.Connect(cfg.NATSURL, nats.Name("kvsim"), nats.MaxReconnects(-1),
-			nats.ReconnectWait(250*time.Millisecond), nats.RetryOnFailedConnect(true))
+			nats.ReconnectWait(250*time.Millisecond), nats.RetryOnFailedConnect(true),
+			nats.ReconnectHandler(func(*nats.Conn) {
+				log.Info("NATS reconnected; re-announcing every worker's KV cache")
+				f.mu.Lock()
+				ws := slices.Clone(f.workers)
+				f.mu.Unlock()
+				for _, w := range ws {
+					w.Resync()
+				}
+			}))
 		if err != nil {
 			return nil, fmt.Errorf("start fleet: connect to NATS %s: %w", cfg.NATSURL, err)
 		}
@@ -111,8 +127,10 @@ func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 			f.Close(context.Background())
 			return nil, fmt.Errorf("start fleet: %w", err)
 		}
+		f.mu.Lock()
 		f.workers = append(f.workers, w)
 		f.byID[w.ID()] = w
+		f.mu.Unlock()
 	}
 	if cfg.AdminAddr != "" {
 		a, err := startAdmin(cfg.AdminAddr, f)

@@ -34,6 +34,7 @@ const (
 	cmdAdd commandKind = iota
 	cmdAbort
 	cmdReset
+	cmdResync
 )
 
 // runner owns an Engine and steps it in scaled real time on one goroutine.
@@ -56,6 +57,7 @@ type runner struct {
 	running, waiting, usedBlocks atomic.Int64
 	prefixQueries, prefixHits    atomic.Uint64
 	steps                        atomic.Uint64
+	resyncs                      atomic.Uint64
 	last                         Stats // what the atomics hold; loop only
 }
 
@@ -103,6 +105,9 @@ func (r *runner) drain() {
 			delete(r.streams, c.id)
 		case cmdReset:
 			r.eng.Reset()
+		case cmdResync:
+			r.eng.Resync()
+			r.resyncs.Add(1)
 		}
 		*c = command{}
 	}

@@ -1,9 +1,12 @@
 package sim
 
 import (
+	"context"
 	"encoding/json"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/kvroute/kvroute/internal/testenv"
 	"github.com/kvroute/kvroute/kvindex"
@@ -88,4 +91,90 @@ func TestRouterIndexAgreesWithTheEngine(t *testing.T) {
 	if got := predicted(a); got != 0 {
 		t.Fatalf("after reset the index predicts %d cached tokens", got)
 	}
+}
+
+// routerView is a router-side index fed from a worker's NATS events by a
+// kvindex.Consumer, as kvroute runs it.
+type routerView struct {
+	ix   *kvindex.Index
+	cons *kvindex.Consumer
+	seed uint64
+}
+
+func newRouterView(t *testing.T, url, ns string, workers ...string) *routerView {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	ix := kvindex.New(kvindex.Config{})
+	for _, w := range workers {
+		ix.AddWorker(w, "m", 16)
+	}
+	cons := kvindex.NewConsumer(nc, kvindex.ConsumerConfig{Namespace: ns, Index: ix, Logger: quietLogger()})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if err := cons.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return &routerView{ix: ix, cons: cons, seed: kvindex.Seed("m", "", "")}
+}
+
+// match returns the cached tokens the router predicts and whether its view
+// of the worker is stale.
+func (v *routerView) match(worker string, prompt []int32) (int, bool) {
+	res := v.ix.Match(kvindex.HashBlocks(v.seed, toUint32(prompt), 16, nil), []string{worker}, nil)
+	return res[0].Blocks * 16, res[0].Stale
+}
+
+func (v *routerView) waitFor(t *testing.T, what, worker string, prompt []int32, want int) {
+	t.Helper()
+	waitUntil(t, what, func() bool {
+		got, stale := v.match(worker, prompt)
+		return got == want && !stale
+	})
+}
+
+func TestResyncHealsTheRouterAfterLostBatches(t *testing.T) {
+	ns := testenv.StartNATS(t)
+	f, err := StartFleet(context.Background(), FleetConfig{Workers: 1, NATSURL: ns.URL, Worker: WorkerConfig{
+		Model: "m", Namespace: "rs", Speedup: 1000, Engine: EngineConfig{NumGPUBlocks: 64, BlockSize: 16}, Logger: quietLogger(),
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close(context.Background()) })
+	w := f.Worker("w0")
+	view := newRouterView(t, ns.URL, "rs", "w0")
+	gen := func(p []int32) {
+		if _, err := w.Generate(context.Background(), p, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, b := seq(0, 70), seq(1000, 70)
+	gen(a)
+	view.waitFor(t, "A in the router", "w0", a, 64)
+
+	// A lost batch: the router sees the gap and distrusts the worker.
+	w.DropNextBatches(1)
+	gen(b)
+	waitUntil(t, "the drop", func() bool { return w.Stats().DroppedBatches == 1 })
+	gen(seq(2000, 70))
+	waitUntil(t, "the gap to be seen", func() bool { _, stale := view.match("w0", a); return stale })
+	w.Resync()
+	view.waitFor(t, "B after resync", "w0", b, 64)
+	view.waitFor(t, "A after resync", "w0", a, 64)
+
+	// A NATS outage: batches in flight are lost; on reconnect every worker
+	// re-announces its cache.
+	ns.Restart(t)
+	waitUntil(t, "the reconnect resync", func() bool { return w.Stats().Resyncs == 2 })
+	c := seq(3000, 70)
+	gen(c)
+	view.waitFor(t, "C after the NATS restart", "w0", c, 64)
+	view.waitFor(t, "A after the NATS restart", "w0", a, 64)
 }

@@ -292,7 +292,9 @@ type WorkerStats struct {
 	// EventBatches counts batches published (duplicates once), and
 	// DroppedBatches those dropped by the fault switch.
 	EventBatches, DroppedBatches uint64
-	Killed                       bool
+	// Resyncs counts re-announcements of the cache (Resync, NATS reconnects).
+	Resyncs uint64
+	Killed  bool
 }
 
 // Stats returns a snapshot of the worker's state.
@@ -302,13 +304,18 @@ func (w *Worker) Stats() WorkerStats {
 		UsedBlocks: int(w.run.usedBlocks.Load()), TotalBlocks: w.cfg.Engine.NumGPUBlocks,
 		PrefixQueries: w.run.prefixQueries.Load(), PrefixHits: w.run.prefixHits.Load(),
 		Steps: w.run.steps.Load(), EventBatches: w.events.published.Load(),
-		DroppedBatches: w.events.dropped.Load(), Killed: w.killed.Load(),
+		DroppedBatches: w.events.dropped.Load(), Resyncs: w.run.resyncs.Load(), Killed: w.killed.Load(),
 	}
 }
 
 // ResetCache drops the worker's prefix cache: running requests recompute and
 // AllBlocksCleared is published.
 func (w *Worker) ResetCache() { w.run.submit(command{kind: cmdReset}) }
+
+// Resync re-announces the worker's whole prefix cache on its event
+// streams (AllBlocksCleared, then every cached block), so consumers that
+// lost events see the cache as it is. The cache itself is untouched.
+func (w *Worker) Resync() { w.run.submit(command{kind: cmdResync}) }
 
 // DropNextBatches makes the next n KV event batches vanish from NATS. Their
 // sequence numbers are still used, so consumers see a gap.
