@@ -39,12 +39,13 @@ type ConsumerConfig struct {
 // A stale worker resyncs on AllBlocksCleared or a fresh start. If the
 // buffer overflows, NATS drops messages; the next batch shows a gap.
 type Consumer struct {
-	nc     *nats.Conn
-	cfg    ConsumerConfig
-	prefix string
-	done   chan struct{}
-	seqs   map[string]uint64 // last sequence per worker; owned by the loop
-	stats  consumerCounters
+	nc      *nats.Conn
+	cfg     ConsumerConfig
+	prefix  string
+	done    chan struct{}
+	seqs    map[string]uint64 // last sequence per worker; owned by the loop
+	stats   consumerCounters
+	started atomic.Bool
 }
 
 type consumerCounters struct {
@@ -89,10 +90,14 @@ func NewConsumer(nc *nats.Conn, cfg ConsumerConfig) *Consumer {
 
 // Start subscribes to EventsWildcard(Namespace) and applies batches until
 // ctx ends; the subscription is live on the server when Start returns.
-// Done is closed when the consumer has stopped.
+// Done is closed when the consumer has stopped. Start runs once; a
+// second call returns an error.
 func (c *Consumer) Start(ctx context.Context) error {
 	if c.cfg.Index == nil {
 		return errors.New("kvindex consumer: no index")
+	}
+	if !c.started.CompareAndSwap(false, true) {
+		return errors.New("kvindex consumer: already started")
 	}
 	ch := make(chan *nats.Msg, c.cfg.Buffer)
 	sub, err := c.nc.ChanSubscribe(EventsWildcard(c.cfg.Namespace), ch)
