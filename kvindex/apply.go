@@ -129,11 +129,14 @@ func (ix *Index) applyStored(w *workerState, e *BlockStored, st *ApplyStats) {
 		}
 	}
 	ix.scratch = HashBlocks(prev, e.TokenIDs, e.BlockSize, ix.scratch[:0])
+	ix.keys = engineKeys(e.BlockHashes, ix.keys[:0])
 	medium := mediaBit(e.Medium)
 	t := ix.words[w.word]
-	for i, h := range e.BlockHashes {
+	if medium == 0 {
+		ix.sink ^= t.touch(ix.scratch) ^ w.device.touch(ix.keys)
+	}
+	for i, key := range ix.keys {
 		r := ix.scratch[i]
-		key := h.Key()
 		if medium != 0 {
 			oe, ok := w.offDevice[key]
 			if ok && oe.router == r && oe.media&medium != 0 {
@@ -203,11 +206,11 @@ func (ix *Index) applyRemoved(w *workerState, e *BlockRemoved, st *ApplyStats) {
 		st.IgnoredGroup++
 		return
 	}
+	st.RemovedEvents++
 	medium := mediaBit(e.Medium)
-	t := ix.words[w.word]
-	for _, h := range e.BlockHashes {
-		key := h.Key()
-		if medium != 0 {
+	ix.keys = engineKeys(e.BlockHashes, ix.keys[:0])
+	if medium != 0 {
+		for _, key := range ix.keys {
 			oe, ok := w.offDevice[key]
 			if !ok || oe.media&medium == 0 {
 				st.UnknownRemoved++
@@ -219,15 +222,33 @@ func (ix *Index) applyRemoved(w *workerState, e *BlockRemoved, st *ApplyStats) {
 				w.offDevice[key] = oe
 			}
 			st.RemovedBlocks++
-			continue
 		}
+		return
+	}
+	// Two passes, each prefetched: engine keys out of the worker's table,
+	// then the router hashes they held out of the block table.
+	ix.sink ^= w.device.touch(ix.keys)
+	routers := ix.scratch[:0]
+	for _, key := range ix.keys {
 		r, ok := w.device.remove(key)
 		if !ok {
 			st.UnknownRemoved++
 			continue
 		}
-		ix.dropDevice(w, t, r)
-		st.RemovedBlocks++
+		routers = append(routers, r)
 	}
-	st.RemovedEvents++
+	t := ix.words[w.word]
+	ix.sink ^= t.touch(routers)
+	for _, r := range routers {
+		ix.dropDevice(w, t, r)
+	}
+	st.RemovedBlocks += len(routers)
+	ix.scratch = routers
+}
+
+func engineKeys(hs []EngineHash, dst []uint64) []uint64 {
+	for _, h := range hs {
+		dst = append(dst, h.Key())
+	}
+	return dst
 }

@@ -24,7 +24,9 @@ type Index struct {
 	workers map[string]*workerState
 	slots   []*workerState // by dense index; nil when free
 	words   []*bitTable    // words[w] holds bits of workers 64w..64w+63
-	scratch []uint64       // router hashes of the batch being applied
+	scratch []uint64       // router hashes of the event being applied
+	keys    []uint64       // engine keys of the event being applied
+	sink    uint64         // keeps prefetching loads alive
 }
 
 // workerState is one worker's view. Guarded by Index.mu.

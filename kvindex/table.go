@@ -133,3 +133,13 @@ func (t *bitTable) resize(size int) {
 
 // bytes is the table's memory footprint.
 func (t *bitTable) bytes() int { return len(t.slots) * 16 }
+
+// touch loads the home slot of every key so that the misses of a batch
+// overlap instead of being paid one by one by the updates that follow.
+// It returns a value only to keep the loads from being optimised away.
+func (t *bitTable) touch(keys []uint64) (sink uint64) {
+	for _, k := range keys {
+		sink ^= t.slots[slotOf(k, t.mask)].key
+	}
+	return sink
+}

@@ -144,3 +144,11 @@ func (t *u64Table) each(fn func(key, val uint64)) {
 }
 
 func (t *u64Table) bytes() int { return len(t.slots) * 16 }
+
+// touch is bitTable.touch for engine keys.
+func (t *u64Table) touch(keys []uint64) (sink uint64) {
+	for _, k := range keys {
+		sink ^= t.slots[slotOf(k, t.mask)].key
+	}
+	return sink
+}
