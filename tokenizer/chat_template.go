@@ -60,6 +60,7 @@ func ParseTemplate(source string) (t *Template, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s", ErrTemplateSyntax, trimGonjaError(err.Error(), source))
 	}
+	rewritePyOperators(tpl.Root())
 	return &Template{source: source, tpl: tpl, loopsOverContent: loopsOverContent(source)}, nil
 }
 
@@ -200,6 +201,9 @@ func chatEnvironment() *exec.Environment {
 		mustReplace(filters.Replace("tojson", filterToJSON))
 		mustReplace(filters.Replace("items", filterItems))
 		mustReplace(filters.Replace("trim", filterTrim))
+		for name, f := range pyOperators {
+			mustReplace(filters.Register(name, f))
+		}
 		tests := exec.NewTestSet(map[string]exec.TestFunction{}).Update(builtins.Tests)
 		mustReplace(tests.Replace("false", testFalse))
 		mustReplace(tests.Replace("true", testTrue))

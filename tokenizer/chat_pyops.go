@@ -1,0 +1,196 @@
+package tokenizer
+
+import (
+	"fmt"
+	"math"
+	"reflect"
+
+	"github.com/nikolalohinski/gonja/v2/exec"
+	"github.com/nikolalohinski/gonja/v2/nodes"
+	"github.com/nikolalohinski/gonja/v2/tokens"
+)
+
+// gonja evaluates a + b by stringifying whenever one side is a string, and
+// a ** b always as a float. Python raises TypeError for "text" + {} and gives
+// an int for 2 ** 3. The evaluator cannot be configured, so after parsing,
+// every + and ** node is rewritten into "a|op(b) or a|op(b)": a filter with
+// Python's rules (the second one only runs when the result is falsy, and
+// gives the same value). A filter rather than a function call keeps the cost
+// near gonja's own operator: filters are called directly, calls by reflection.
+
+const (
+	pyAddFunc = "__kvroute_py_add"
+	pyPowFunc = "__kvroute_py_pow"
+)
+
+// pyOperators are added to the template environment's filters.
+var pyOperators = map[string]exec.FilterFunction{pyAddFunc: pyOperatorFilter(pyAdd), pyPowFunc: pyOperatorFilter(pyPow)}
+
+func pyOperatorFilter(op func(a, b *exec.Value) (any, error)) exec.FilterFunction {
+	return func(_ *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.Value {
+		if len(params.Args) != 1 {
+			return exec.AsValue(fmt.Errorf("binary operator got %d operands", len(params.Args)+1))
+		}
+		out, err := op(in, params.Args[0])
+		if err != nil {
+			return exec.AsValue(err)
+		}
+		return exec.AsValue(out)
+	}
+}
+
+// rewritePyOperators rewrites the + and ** nodes under root.
+func rewritePyOperators(root *nodes.Template) {
+	seen := map[uintptr]bool{}
+	var walk func(v reflect.Value)
+	walk = func(v reflect.Value) {
+		switch v.Kind() {
+		case reflect.Pointer:
+			if v.IsNil() || seen[v.Pointer()] {
+				return
+			}
+			seen[v.Pointer()] = true
+			if v.Type() == reflect.TypeFor[*nodes.BinaryExpression]() {
+				// The node may sit behind an unexported field of a control
+				// structure, where reflect refuses Interface(); the pointer
+				// itself is a plain *BinaryExpression.
+				be := (*nodes.BinaryExpression)(v.UnsafePointer())
+				walk(reflect.ValueOf(be.Left))
+				walk(reflect.ValueOf(be.Right))
+				rewriteBinary(be)
+				return
+			}
+			walk(v.Elem())
+		case reflect.Interface:
+			if !v.IsNil() {
+				walk(v.Elem())
+			}
+		case reflect.Struct:
+			if v.Type() == reflect.TypeFor[tokens.Token]() {
+				return
+			}
+			for i := range v.NumField() {
+				walk(v.Field(i))
+			}
+		case reflect.Slice, reflect.Array:
+			for i := range v.Len() {
+				walk(v.Index(i))
+			}
+		case reflect.Map:
+			iter := v.MapRange()
+			for iter.Next() {
+				walk(iter.Value())
+			}
+		}
+	}
+	walk(reflect.ValueOf(root))
+}
+
+func rewriteBinary(be *nodes.BinaryExpression) {
+	if be.Operator == nil || be.Operator.Token == nil {
+		return
+	}
+	var fn string
+	switch be.Operator.Token.Type {
+	case tokens.Addition:
+		fn = pyAddFunc
+	case tokens.Power:
+		fn = pyPowFunc
+	default:
+		return
+	}
+	at := be.Operator.Token
+	call := func() *nodes.FilteredExpression {
+		return &nodes.FilteredExpression{Expression: be.Left, Filters: []*nodes.FilterCall{
+			{Token: at, Name: fn, Args: []nodes.Expression{be.Right}, Kwargs: map[string]nodes.Expression{}}}}
+	}
+	left, right := call(), call()
+	be.Left, be.Right = left, right
+	be.Operator = &nodes.BinOperator{Token: &tokens.Token{Type: tokens.Or, Val: "or", Pos: at.Pos, Line: at.Line, Col: at.Col}}
+}
+
+// pyTypeName names a value's Python type for TypeError messages.
+func pyTypeName(v *exec.Value) string {
+	switch {
+	case v.IsNil():
+		return "NoneType"
+	case v.IsBool():
+		return "bool"
+	case v.IsInteger():
+		return "int"
+	case v.IsFloat():
+		return "float"
+	case v.IsString():
+		return "str"
+	case v.IsList():
+		return "list"
+	case v.IsDict():
+		return "dict"
+	}
+	return "object"
+}
+
+// pyNumber reports whether v is an int or float (bool included, as Python's
+// bool is an int).
+func pyNumber(v *exec.Value) bool { return v.IsNumber() || v.IsBool() }
+
+func pyInt(v *exec.Value) int {
+	if v.IsBool() {
+		if v.Bool() {
+			return 1
+		}
+		return 0
+	}
+	return v.Integer()
+}
+
+func pyFloat(v *exec.Value) float64 {
+	if v.IsFloat() {
+		return v.Float()
+	}
+	return float64(pyInt(v))
+}
+
+// pyAdd is Python's a + b for the types templates see.
+func pyAdd(a, b *exec.Value) (any, error) {
+	switch {
+	case a.IsString() && b.IsString():
+		return a.String() + b.String(), nil
+	case pyNumber(a) && pyNumber(b):
+		if a.IsFloat() || b.IsFloat() {
+			return pyFloat(a) + pyFloat(b), nil
+		}
+		return pyInt(a) + pyInt(b), nil
+	case a.IsList() && b.IsList():
+		out := make(pyList, 0, a.Len()+b.Len())
+		for _, v := range []*exec.Value{a, b} {
+			for i := range v.Len() {
+				out = append(out, v.Index(i).Interface())
+			}
+		}
+		return out, nil
+	case a.IsString():
+		return nil, fmt.Errorf("TypeError: can only concatenate str (not %q) to str", pyTypeName(b))
+	case a.IsList():
+		return nil, fmt.Errorf("TypeError: can only concatenate list (not %q) to list", pyTypeName(b))
+	}
+	return nil, fmt.Errorf("TypeError: unsupported operand type(s) for +: '%s' and '%s'", pyTypeName(a), pyTypeName(b))
+}
+
+// pyPow is Python's a ** b: an int for ints with a non-negative exponent.
+func pyPow(a, b *exec.Value) (any, error) {
+	if !pyNumber(a) || !pyNumber(b) {
+		return nil, fmt.Errorf("TypeError: unsupported operand type(s) for ** or pow(): '%s' and '%s'", pyTypeName(a), pyTypeName(b))
+	}
+	if !a.IsFloat() && !b.IsFloat() && pyInt(b) >= 0 {
+		base, exp, out := pyInt(a), pyInt(b), 1
+		for ; exp > 0; exp >>= 1 { // by squaring; wraps where Python would grow
+			if exp&1 == 1 {
+				out *= base
+			}
+			base *= base
+		}
+		return out, nil
+	}
+	return math.Pow(pyFloat(a), pyFloat(b)), nil
+}
