@@ -1,6 +1,8 @@
 package extproc
 
 import (
+	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -173,6 +175,16 @@ func (d *jsonDecoder) array(depth int) (any, error) {
 // copy; anything else goes through encoding/json for identical results.
 func (d *jsonDecoder) str() (string, error) {
 	start := d.pos
+	// Fast path: the closing quote found by IndexByte, with no escape and no
+	// control character before it.
+	rest := d.data[start+1:]
+	if end := bytes.IndexByte(rest, '"'); end >= 0 {
+		seg := rest[:end]
+		if bytes.IndexByte(seg, '\\') < 0 && !hasControl(seg) && utf8.Valid(seg) {
+			d.pos = start + end + 2
+			return string(seg), nil
+		}
+	}
 	d.pos++ // opening quote
 	simple := true
 	for d.pos < len(d.data) {
@@ -199,6 +211,26 @@ func (d *jsonDecoder) str() (string, error) {
 		}
 	}
 	return "", d.errorf("unterminated string")
+}
+
+// hasControl reports whether b holds a byte below 0x20, eight bytes at a
+// time: a byte c < 0x20 makes (c - 0x20) borrow into its top bit while
+// ^c keeps it, and bytes ≥ 0x80 are masked off by ^c.
+func hasControl(b []byte) bool {
+	const highs, limit = 0x8080808080808080, 0x20 * 0x0101010101010101
+	for len(b) >= 8 {
+		x := binary.LittleEndian.Uint64(b)
+		if (x-limit)&^x&highs != 0 {
+			return true
+		}
+		b = b[8:]
+	}
+	for _, c := range b {
+		if c < 0x20 {
+			return true
+		}
+	}
+	return false
 }
 
 // number reads a JSON number: integer literals that fit become int64,
