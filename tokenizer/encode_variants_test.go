@@ -1,9 +1,13 @@
 package tokenizer
 
 import (
+	"bytes"
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
+	"strconv"
+	"sync"
 	"testing"
 )
 
@@ -18,47 +22,74 @@ type variant struct {
 	Extra    []json.RawMessage          `json:"extra_tokens"`
 }
 
-// buildVariant assembles a variant's tokenizer.json.
-func buildVariant(tb testing.TB, v variant) []byte {
+var (
+	baseDocsMu sync.Mutex
+	baseDocs   = map[string]map[string]json.RawMessage{}
+)
+
+// baseDoc splits a family's tokenizer.json into members, once per base.
+func baseDoc(tb testing.TB, base string) map[string]json.RawMessage {
 	tb.Helper()
-	data, err := os.ReadFile(filepath.Join("testdata", v.Base, "tokenizer.json"))
+	baseDocsMu.Lock()
+	defer baseDocsMu.Unlock()
+	if doc, ok := baseDocs[base]; ok {
+		return doc
+	}
+	data, err := os.ReadFile(filepath.Join("testdata", base, "tokenizer.json"))
 	if err != nil {
 		tb.Fatal(err)
 	}
-	var doc map[string]json.RawMessage
-	if err := json.Unmarshal(data, &doc); err != nil {
+	doc := map[string]json.RawMessage{}
+	s := &jsonScanner{data: data}
+	if err := s.object(func(key string) error {
+		raw, err := s.skip()
+		doc[key] = raw
+		return err
+	}); err != nil {
 		tb.Fatal(err)
 	}
+	baseDocs[base] = doc
+	return doc
+}
+
+// buildVariant assembles a variant's tokenizer.json. Model fields are
+// patched by appending them to the model object: a repeated key's last
+// value wins, as in encoding/json.
+func buildVariant(tb testing.TB, v variant) []byte {
+	tb.Helper()
+	doc := maps.Clone(baseDoc(tb, v.Base))
 	for k, raw := range v.Override {
 		doc[k] = raw
 	}
 	if len(v.Model) > 0 {
-		var model map[string]json.RawMessage
-		if err := json.Unmarshal(doc["model"], &model); err != nil {
-			tb.Fatal(err)
-		}
+		model := bytes.TrimSpace(doc["model"])
+		patched := append([]byte{}, model[:len(model)-1]...)
 		for k, raw := range v.Model {
-			model[k] = raw
+			patched = append(strconv.AppendQuote(append(patched, ','), k), ':')
+			patched = append(patched, raw...)
 		}
-		doc["model"] = mustMarshal(tb, model)
+		doc["model"] = append(patched, '}')
 	}
 	if len(v.Extra) > 0 {
-		var added []json.RawMessage
-		if err := json.Unmarshal(doc["added_tokens"], &added); err != nil {
-			tb.Fatal(err)
+		added := bytes.TrimSpace(doc["added_tokens"])
+		patched := append([]byte{}, added[:len(added)-1]...)
+		for _, raw := range v.Extra {
+			if len(patched) > 1 {
+				patched = append(patched, ',')
+			}
+			patched = append(patched, raw...)
 		}
-		doc["added_tokens"] = mustMarshal(tb, append(added, v.Extra...))
+		doc["added_tokens"] = append(patched, ']')
 	}
-	return mustMarshal(tb, doc)
-}
-
-func mustMarshal(tb testing.TB, v any) []byte {
-	tb.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		tb.Fatal(err)
+	out := []byte{'{'}
+	for k, raw := range doc {
+		if len(out) > 1 {
+			out = append(out, ',')
+		}
+		out = append(strconv.AppendQuote(out, k), ':')
+		out = append(out, raw...)
 	}
-	return b
+	return append(out, '}')
 }
 
 func readVariants(tb testing.TB) []variant {
