@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/kvroute/kvroute/envoy"
+	"github.com/kvroute/kvroute/internal/discovery"
+)
+
+const envoyConfigUsage = `Usage: kvroute envoy-config --style cluster-header|original-dst|xds [flags]
+
+Prints an Envoy bootstrap (YAML) that puts kvroute in front of the fleet as an
+ext_proc filter. The output passes the same checks as the bootstraps shipped in
+envoy/ (Envoy's protos, every Any unpacked and validated, kvroute's rules).
+
+  cluster-header  one static cluster per worker of --workers-file, picked by x-target-worker
+  original-dst    an ORIGINAL_DST cluster on x-gateway-destination-endpoint (Gateway API style)
+  xds             worker clusters served by kvroute's ADS server (kvroute --xds-addr)
+
+Flags:
+`
+
+// runEnvoyConfig implements `kvroute envoy-config`: it renders a bootstrap
+// of the chosen style with envoy.Generate and writes it to stdout.
+func runEnvoyConfig(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("kvroute envoy-config", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		style, workersFile string
+		opts               envoy.Options
+	)
+	fs.StringVar(&style, "style", "", "bootstrap style: "+strings.Join(envoy.Styles, ", "))
+	fs.StringVar(&workersFile, "workers-file", "", "static YAML or JSON `file` of worker records (required by cluster-header)")
+	fs.StringVar(&opts.ExtProcAddress, "ext-proc-addr", "127.0.0.1:9002", "kvroute's ext_proc gRPC `host:port` as Envoy dials it")
+	fs.StringVar(&opts.ListenAddress, "listen", "0.0.0.0:8080", "Envoy's listener `ip:port`")
+	fs.StringVar(&opts.AdminAddress, "admin-addr", "127.0.0.1:9901", "Envoy's admin `ip:port`")
+	fs.StringVar(&opts.XDSAddress, "xds-addr", "127.0.0.1:18000", "kvroute's ADS `host:port` (style xds)")
+	fs.StringVar(&opts.NodeID, "node-id", envoy.DefaultNodeID, "Envoy's node id (style xds: must match kvroute's)")
+	fs.DurationVar(&opts.MessageTimeout, "message-timeout", 60*time.Second, "ext_proc message_timeout; must exceed kvroute's admission-queue wait")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, envoyConfigUsage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: envoy-config: %v", errUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: envoy-config: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	if style == "" {
+		fs.Usage()
+		return fmt.Errorf("%w: envoy-config: --style is required (%s)", errUsage, strings.Join(envoy.Styles, ", "))
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	var workers []envoy.Worker
+	if workersFile != "" {
+		recs, err := discovery.LoadWorkersFile(workersFile)
+		if err != nil {
+			return fmt.Errorf("envoy-config: %w", err)
+		}
+		if workers, err = envoyWorkers(recs); err != nil {
+			return fmt.Errorf("envoy-config: %s: %w", workersFile, err)
+		}
+	}
+	if style == envoy.StyleClusterHeader && len(workers) == 0 {
+		return fmt.Errorf("%w: envoy-config: style %s needs --workers-file with at least one worker", errUsage, style)
+	}
+	out, err := envoy.Generate(style, workers, opts)
+	if err != nil {
+		return fmt.Errorf("envoy-config: %w", err)
+	}
+	if _, err := stdout.Write(out); err != nil {
+		return fmt.Errorf("envoy-config: write: %w", err)
+	}
+	return nil
+}
+
+// envoyWorkers maps worker records onto the clusters Envoy needs, one per
+// cluster name. Records may share a cluster (data-parallel ranks behind one
+// API server) only if they share its address too.
+func envoyWorkers(recs []discovery.Record) ([]envoy.Worker, error) {
+	addr := map[string]string{}
+	var out []envoy.Worker
+	for _, r := range recs {
+		c := r.ClusterName()
+		if a, ok := addr[c]; ok {
+			if a != r.Address {
+				return nil, fmt.Errorf("cluster %q has two addresses, %s and %s (worker %s)", c, a, r.Address, r.ID)
+			}
+			continue
+		}
+		addr[c] = r.Address
+		out = append(out, envoy.Worker{Cluster: c, Address: r.Address})
+	}
+	return out, nil
+}
