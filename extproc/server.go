@@ -55,6 +55,10 @@ type ServerConfig struct {
 	TLS *tls.Config
 	// Logger may be nil (slog.Default()).
 	Logger *slog.Logger
+	// KeepaliveMinTime is the shortest interval between client pings the
+	// server tolerates, with or without open streams (default 1 s, well under
+	// the intervals Envoy's connection_keepalive is set to in practice).
+	KeepaliveMinTime time.Duration
 }
 
 // Server is the ext_proc gRPC server with the standard health service.
@@ -83,6 +87,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		s.log = slog.Default()
 	}
 	s.cfg.Stream.Logger = s.log
+	if s.cfg.KeepaliveMinTime <= 0 {
+		s.cfg.KeepaliveMinTime = time.Second
+	}
 	opts := []grpc.ServerOption{
 		// The body arrives in one message in BUFFERED mode; leave room for
 		// headers and metadata around it.
@@ -90,7 +97,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		// Envoy's HTTP/2 keepalive (connection_keepalive) commonly pings
 		// every few seconds with no stream open; gRPC's default policy
 		// (5 min, no pings without streams) would answer with GOAWAY.
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: s.cfg.KeepaliveMinTime, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 	}
 	if cfg.TLS != nil {

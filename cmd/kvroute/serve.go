@@ -83,6 +83,7 @@ func newServeFlags(w io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs.StringVar(&s.tlsCert, "tls-cert", "", "server certificate `file`: serve ext_proc over TLS")
 	fs.StringVar(&s.tlsKey, "tls-key", "", "server key `file`")
 	fs.StringVar(&s.tlsCA, "tls-client-ca", "", "CA `file` for client certificates: require mTLS")
+	fs.DurationVar(&c.KeepaliveMinTime, "keepalive-min-time", time.Second, "shortest HTTP/2 ping interval tolerated from Envoy (its connection_keepalive must not ping faster)")
 	fs.BoolVar(&c.ReplicaSync, "replica-sync", false, "share in-flight request load with other kvroute replicas over NATS")
 	fs.StringVar(&c.RouterID, "router-id", "", "this replica's id for replica sync (default hostname-pid)")
 	fs.DurationVar(&c.DrainDelay, "shutdown-drain-delay", 2*time.Second, "on SIGTERM, keep routing this long with readiness off before refusing new streams")

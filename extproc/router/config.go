@@ -67,6 +67,9 @@ type Config struct {
 	ModelHeader string
 	// TLS serves ext_proc over TLS (mTLS when it verifies clients).
 	TLS *tls.Config
+	// KeepaliveMinTime is the shortest client ping interval tolerated on the
+	// ext_proc server (default 1 s).
+	KeepaliveMinTime time.Duration
 	// ReplicaSync shares request lifecycles with peer replicas over NATS.
 	ReplicaSync bool
 	// RouterID names this replica for replica sync (default: hostname-pid).

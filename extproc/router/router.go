@@ -127,7 +127,7 @@ func Start(ctx context.Context, cfg Config) (_ *Router, err error) {
 		return nil, err
 	}
 
-	r.server, err = extproc.NewServer(extproc.ServerConfig{Stream: cfg.Stream, Decider: r.picker, Metrics: r.metrics, TLS: cfg.TLS, Logger: r.log})
+	r.server, err = extproc.NewServer(extproc.ServerConfig{Stream: cfg.Stream, Decider: r.picker, Metrics: r.metrics, TLS: cfg.TLS, Logger: r.log, KeepaliveMinTime: cfg.KeepaliveMinTime})
 	if err != nil {
 		return nil, err
 	}
