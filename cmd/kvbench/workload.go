@@ -1,0 +1,135 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/kvroute/kvroute/internal/bench"
+	"github.com/kvroute/kvroute/internal/sim"
+)
+
+// workloadFlags are the workload and arrival settings demo and replay share.
+type workloadFlags struct {
+	kind           string
+	trace          string
+	traceBlock     int
+	speedup        float64
+	model          string
+	arrival        string
+	rate           float64
+	concurrency    int
+	maxRequests    int
+	duration       time.Duration
+	groups         int
+	perGroup       int
+	systemTokens   int
+	questionTokens int
+	outputTokens   int
+	sessions       int
+	turns          int
+	systemPrompts  int
+	systemWords    int
+	userWords      int
+	replyWords     int
+	think          time.Duration
+	tokenizer      string
+	seed           uint64
+}
+
+func (w *workloadFlags) register(fs *flag.FlagSet, defMax int, defSpeedup float64) {
+	fs.StringVar(&w.kind, "workload", "trace", "trace (Mooncake JSONL), shared-prefix or chat")
+	fs.StringVar(&w.trace, "trace", "", "Mooncake-format trace (JSONL: timestamp, input_length, output_length, hash_ids); empty: the bundled slice of the Mooncake conversation trace")
+	fs.IntVar(&w.traceBlock, "trace-block-size", bench.DefaultTraceBlockSize, "tokens per hash id in the trace")
+	fs.Float64Var(&w.speedup, "speedup", defSpeedup, "replay the trace this many times faster (the simulated workers run this much faster too, so the load is the trace's)")
+	fs.StringVar(&w.model, "model", bench.DefaultModel, "model name sent in every request")
+	fs.StringVar(&w.arrival, "arrival", "", "trace (timestamps ÷ speedup), poisson (--rate) or concurrency (--concurrency); default: trace for traces, concurrency otherwise")
+	fs.Float64Var(&w.rate, "rate", 10, "Poisson arrival rate, flows per second")
+	fs.IntVar(&w.concurrency, "concurrency", 16, "flows in flight for --arrival concurrency")
+	fs.IntVar(&w.maxRequests, "max-requests", defMax, "send at most this many requests (0: all)")
+	fs.DurationVar(&w.duration, "duration", 0, "stop starting new flows after this long (0: no limit)")
+	fs.IntVar(&w.groups, "groups", 8, "shared-prefix: number of system prompts")
+	fs.IntVar(&w.perGroup, "per-group", 32, "shared-prefix: prompts per group")
+	fs.IntVar(&w.systemTokens, "system-tokens", 4096, "shared-prefix: system prompt length in tokens")
+	fs.IntVar(&w.questionTokens, "question-tokens", 256, "shared-prefix: question length in tokens")
+	fs.IntVar(&w.outputTokens, "output-tokens", 128, "shared-prefix and chat: max_tokens of every request")
+	fs.IntVar(&w.sessions, "sessions", 32, "chat: number of conversations")
+	fs.IntVar(&w.turns, "turns", 4, "chat: turns per conversation")
+	fs.IntVar(&w.systemPrompts, "system-prompts", 4, "chat: distinct system prompts shared by the sessions")
+	fs.IntVar(&w.systemWords, "system-words", 600, "chat: words per system prompt")
+	fs.IntVar(&w.userWords, "user-words", 80, "chat: words per user message")
+	fs.IntVar(&w.replyWords, "reply-words", 120, "chat: words per assistant message in the history")
+	fs.DurationVar(&w.think, "think", 200*time.Millisecond, "chat: pause between an answer and the next turn")
+	fs.StringVar(&w.tokenizer, "tokenizer", "", "folder with tokenizer.json and tokenizer_config.json: needed for chat (router, workers and reference hit rates)")
+	fs.Uint64Var(&w.seed, "seed", 1, "seed of synthetic text, tokens and Poisson gaps")
+}
+
+// build loads or synthesizes the workload and its arrival process.
+func (w *workloadFlags) build() (*bench.Workload, bench.Arrival, error) {
+	var wl *bench.Workload
+	var err error
+	arr := bench.Arrival{Kind: w.arrival, Rate: w.rate, Concurrency: w.concurrency, Seed: w.seed}
+	switch w.kind {
+	case "trace":
+		var recs []bench.TraceRecord
+		name := w.trace
+		if w.trace == "" {
+			recs, err = bench.BundledTrace()
+			name = bench.BundledTraceName
+		} else {
+			recs, err = bench.ReadTraceFile(w.trace, w.traceBlock)
+		}
+		if err != nil {
+			return nil, arr, err
+		}
+		if w.maxRequests > 0 && len(recs) > w.maxRequests {
+			recs = recs[:w.maxRequests]
+		}
+		wl = bench.TraceWorkload(recs, bench.TraceOptions{Model: w.model, BlockSize: w.traceBlock, TimeScale: w.speedup})
+		wl.Params["trace"] = name
+		if arr.Kind == "" {
+			arr.Kind = bench.ArrivalTrace
+		}
+	case "shared-prefix":
+		wl, err = bench.SharedPrefixWorkload(bench.SharedPrefixOptions{
+			Model: w.model, Groups: w.groups, PerGroup: w.perGroup, SystemTokens: w.systemTokens,
+			QuestionTokens: w.questionTokens, OutputTokens: w.outputTokens, Seed: int64(w.seed),
+		})
+	case "chat":
+		if w.tokenizer == "" {
+			return nil, arr, fmt.Errorf("the chat workload needs --tokenizer (router and workers must tokenize the same way)")
+		}
+		enc, lerr := sim.LoadChatEncoder(w.tokenizer, "")
+		if lerr != nil {
+			return nil, arr, lerr
+		}
+		wl, err = bench.ChatWorkload(bench.ChatOptions{
+			Model: w.model, Sessions: w.sessions, Turns: w.turns, SystemPrompts: w.systemPrompts,
+			SystemWords: w.systemWords, UserWords: w.userWords, ReplyWords: w.replyWords,
+			OutputTokens: w.outputTokens, Think: w.think, Seed: w.seed, Encode: enc.EncodeChat,
+		})
+	default:
+		return nil, arr, fmt.Errorf("workload %q: want trace, shared-prefix or chat", w.kind)
+	}
+	if err != nil {
+		return nil, arr, err
+	}
+	if arr.Kind == "" {
+		arr.Kind = bench.ArrivalConcurrency
+	}
+	if arr.Kind == bench.ArrivalTrace && w.kind != "trace" {
+		return nil, arr, fmt.Errorf("--arrival trace needs --workload trace")
+	}
+	wl.Limit(w.maxRequests)
+	wl.Params["arrival"] = arr.Kind
+	switch arr.Kind {
+	case bench.ArrivalPoisson:
+		wl.Params["rate"] = arr.Rate
+	case bench.ArrivalConcurrency:
+		wl.Params["concurrency"] = arr.Concurrency
+	}
+	if w.duration > 0 {
+		wl.Params["duration_s"] = w.duration.Seconds()
+	}
+	return wl, arr, arr.Validate()
+}

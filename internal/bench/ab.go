@@ -1,0 +1,56 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+)
+
+// ABOptions configures an A/B run over router modes.
+type ABOptions struct {
+	// Modes are run in order, each from cold caches.
+	Modes []string
+	Run   RunOptions
+	// Progress, when set, receives a progress bar per mode.
+	Progress io.Writer
+	// OnMode, when set, is called after each mode with its result.
+	OnMode func(mode string, m *ModeResult)
+}
+
+// RunAB replays the workload once per mode against env: before each mode
+// it waits for the fleet to go idle, clears every worker's prefix cache
+// (the router's index empties through the AllBlocksCleared events) and
+// switches the router mode through its admin endpoint. The results go into
+// rep under the mode's name.
+func RunAB(ctx context.Context, env *Env, c *Client, w *Workload, rep *Report, opt ABOptions) error {
+	for _, mode := range opt.Modes {
+		if err := env.ResetCaches(ctx); err != nil {
+			return fmt.Errorf("mode %s: %w", mode, err)
+		}
+		if err := env.SetMode(ctx, mode); err != nil {
+			return err
+		}
+		ro := opt.Run
+		var bar *Progress
+		if opt.Progress != nil {
+			bar = NewProgress(opt.Progress, mode, w.Requests())
+			ro.Progress = bar.Update
+		}
+		start := time.Now()
+		results, err := Run(ctx, c, w, ro)
+		wall := time.Since(start)
+		if bar != nil {
+			bar.Done()
+		}
+		if err != nil {
+			return fmt.Errorf("mode %s: %w", mode, err)
+		}
+		m := Measure(results, wall)
+		rep.Add(mode, &m)
+		if opt.OnMode != nil {
+			opt.OnMode(mode, &m)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,219 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+)
+
+// Result is what one request measured.
+type Result struct {
+	// Start is when the request was sent.
+	Start time.Time
+	// TTFT is the time to the first generated token; E2E to the end of
+	// the stream.
+	TTFT, E2E time.Duration
+	// ITL holds the gaps between consecutive token chunks, in ms.
+	ITL []float32
+	// Worker is who served the request, read from the response id that
+	// kvsim writes as "cmpl-<worker>-<n>" ("" when unknown).
+	Worker string
+	// PromptTokens and CachedTokens come from usage; OutputTokens counts
+	// the token chunks.
+	PromptTokens, CachedTokens, OutputTokens int
+	// Status is the HTTP status; Err is set for any failed request.
+	Status int
+	Err    error
+}
+
+// Client sends OpenAI streaming requests and measures them.
+type Client struct {
+	// BaseURL is the gateway's (or any OpenAI server's) base URL.
+	BaseURL string
+	// HTTP is the client used; nil makes one with keep-alive sized for
+	// many concurrent streams.
+	HTTP *http.Client
+}
+
+// NewClient returns a client for baseURL with a transport tuned for
+// hundreds of concurrent streams to one host.
+func NewClient(baseURL string) *Client {
+	tr := &http.Transport{
+		Proxy:               nil,
+		DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        2048,
+		MaxIdleConnsPerHost: 2048,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+	}
+	return &Client{BaseURL: baseURL, HTTP: &http.Client{Transport: tr}}
+}
+
+// Close releases idle connections.
+func (c *Client) Close() {
+	if c.HTTP != nil {
+		c.HTTP.CloseIdleConnections()
+	}
+}
+
+var (
+	dataPrefix  = []byte("data: ")
+	doneMarker  = []byte("[DONE]")
+	usageKey    = []byte(`"usage":{`)
+	errorKey    = []byte(`"error":`)
+	textKey     = []byte(`"text":"`)
+	contentKey  = []byte(`"content":"`)
+	idKey       = []byte(`"id":"`)
+	errNoTokens = errors.New("stream ended without [DONE]")
+)
+
+// usageChunk is the part of the last SSE chunk that carries usage.
+type usageChunk struct {
+	Usage *struct {
+		PromptTokens        int `json:"prompt_tokens"`
+		CompletionTokens    int `json:"completion_tokens"`
+		PromptTokensDetails *struct {
+			CachedTokens int `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
+	} `json:"usage"`
+}
+
+// Do sends one item and reads its stream to the end. It never returns an
+// error: failures are in Result.Err.
+func (c *Client) Do(ctx context.Context, it *Item) Result {
+	res := Result{Start: time.Now()}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.BaseURL+it.Path, bytes.NewReader(it.Body))
+	if err != nil {
+		res.Err = err
+		return res
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		res.Err = fmt.Errorf("send: %w", err)
+		res.E2E = time.Since(res.Start)
+		return res
+	}
+	defer resp.Body.Close()
+	res.Status = resp.StatusCode
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		res.Err = fmt.Errorf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(msg))
+		res.E2E = time.Since(res.Start)
+		return res
+	}
+	res.Err = readStream(resp.Body, &res, it.OutputLen)
+	res.E2E = time.Since(res.Start)
+	return res
+}
+
+// readStream parses the SSE body, stamping token arrivals. Token chunks are
+// recognized by scanning for a non-empty "text" or "content" value instead
+// of decoding every chunk, which keeps the client's cost per token small;
+// only the usage chunk is decoded.
+func readStream(body io.Reader, res *Result, expect int) error {
+	br := bufio.NewReaderSize(body, 16<<10)
+	var last time.Time
+	if expect > 0 {
+		res.ITL = make([]float32, 0, expect)
+	}
+	for {
+		line, err := br.ReadSlice('\n')
+		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
+			if errors.Is(err, io.EOF) {
+				return errNoTokens
+			}
+			return fmt.Errorf("read stream: %w", err)
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			// A chunk longer than the buffer: keep it whole.
+			rest, err2 := br.ReadBytes('\n')
+			if err2 != nil {
+				return fmt.Errorf("read stream: %w", err2)
+			}
+			line = append(append([]byte(nil), line...), rest...)
+		}
+		data, ok := bytes.CutPrefix(line, dataPrefix)
+		if !ok {
+			continue
+		}
+		data = bytes.TrimSpace(data)
+		if bytes.Equal(data, doneMarker) {
+			return nil
+		}
+		now := time.Now()
+		if res.Worker == "" {
+			res.Worker = workerFromID(data)
+		}
+		if bytes.Contains(data, usageKey) {
+			var u usageChunk
+			if err := json.Unmarshal(data, &u); err != nil {
+				return fmt.Errorf("usage chunk: %w", err)
+			}
+			if u.Usage != nil {
+				res.PromptTokens = u.Usage.PromptTokens
+				if d := u.Usage.PromptTokensDetails; d != nil {
+					res.CachedTokens = d.CachedTokens
+				}
+			}
+			continue
+		}
+		if hasToken(data) {
+			if res.OutputTokens == 0 {
+				res.TTFT = now.Sub(res.Start)
+			} else {
+				res.ITL = append(res.ITL, float32(now.Sub(last).Seconds()*1000))
+			}
+			res.OutputTokens++
+			last = now
+			continue
+		}
+		if bytes.Contains(data, errorKey) {
+			return fmt.Errorf("stream error: %s", data)
+		}
+	}
+}
+
+// hasToken reports whether a chunk carries generated text: a "text" or
+// "content" string that is not empty.
+func hasToken(data []byte) bool {
+	for _, key := range [][]byte{textKey, contentKey} {
+		if i := bytes.Index(data, key); i >= 0 && i+len(key) < len(data) && data[i+len(key)] != '"' {
+			return true
+		}
+	}
+	return false
+}
+
+// workerFromID extracts <worker> from an id "cmpl-<worker>-<n>" or
+// "chatcmpl-<worker>-<n>".
+func workerFromID(data []byte) string {
+	i := bytes.Index(data, idKey)
+	if i < 0 {
+		return ""
+	}
+	id := data[i+len(idKey):]
+	end := bytes.IndexByte(id, '"')
+	if end < 0 {
+		return ""
+	}
+	id = id[:end]
+	first := bytes.IndexByte(id, '-')
+	lastDash := bytes.LastIndexByte(id, '-')
+	if first < 0 || lastDash <= first {
+		return ""
+	}
+	return string(id[first+1 : lastDash])
+}

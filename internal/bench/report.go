@@ -1,0 +1,122 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+)
+
+// Report is the outcome of an A/B run. Its JSON form is
+//
+//	{"workload": {...}, "ideal_hit_rate": x, "ideal_hit_rate_fleet": y,
+//	 "modes": {"<mode>": {"requests": n, "errors": n, "hit_rate": x,
+//	   "ttft_ms": {"p50":..,"p90":..,"p99":..,"mean":..}, "itl_ms": {...},
+//	   "e2e_ms": {...}, "output_tok_s": x, "worker_share": {"w0": x, ...}}}}
+//
+// ideal_hit_rate is the infinite-cache reference; null when the workload's
+// prompts are unknown (chat without a tokenizer).
+type Report struct {
+	Workload map[string]any `json:"workload"`
+	// IdealHitRate is the infinite-cache reference, IdealFleet the LRU of
+	// the fleet's capacity; nil when unknown.
+	IdealHitRate *float64 `json:"ideal_hit_rate"`
+	IdealFleet   *float64 `json:"ideal_hit_rate_fleet"`
+	// Setup describes the system measured (workers, cache sizes, speedup).
+	Setup map[string]any `json:"setup,omitempty"`
+	// Order lists the modes in the order they ran.
+	Order []string               `json:"order"`
+	Modes map[string]*ModeResult `json:"modes"`
+}
+
+// NewReport starts a report for a workload and its reference rates.
+func NewReport(w *Workload, ideal Ideal, haveIdeal bool, setup map[string]any) *Report {
+	r := &Report{Workload: map[string]any{"name": w.Name, "requests": w.Requests()}, Setup: setup, Modes: map[string]*ModeResult{}}
+	for k, v := range w.Params {
+		r.Workload[k] = v
+	}
+	if haveIdeal {
+		inf, fl := ideal.Infinite, ideal.Fleet
+		r.IdealHitRate, r.IdealFleet = &inf, &fl
+	}
+	return r
+}
+
+// Add records a mode's result.
+func (r *Report) Add(mode string, m *ModeResult) {
+	if _, ok := r.Modes[mode]; !ok {
+		r.Order = append(r.Order, mode)
+	}
+	r.Modes[mode] = m
+}
+
+// WriteJSON writes the report, indented.
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(r); err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
+	return nil
+}
+
+// WriteJSONFile writes the report to path.
+func (r *Report) WriteJSONFile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
+	if err := r.WriteJSON(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// ReadReport decodes a JSON report.
+func ReadReport(rd io.Reader) (*Report, error) {
+	var r Report
+	dec := json.NewDecoder(rd)
+	if err := dec.Decode(&r); err != nil {
+		return nil, fmt.Errorf("read report: %w", err)
+	}
+	if r.Modes == nil {
+		return nil, fmt.Errorf("read report: no modes")
+	}
+	for _, m := range r.Order {
+		if r.Modes[m] == nil {
+			return nil, fmt.Errorf("read report: mode %q in order has no result", m)
+		}
+	}
+	return &r, nil
+}
+
+// Markdown renders the comparison table, one row per mode in run order.
+func (r *Report) Markdown() string {
+	var b strings.Builder
+	b.WriteString("| mode | requests | errors | hit rate | TTFT p50 / p90 / p99 (ms) | ITL p50 / p90 (ms) | E2E p50 / p90 (ms) | output tok/s | worker share |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	for _, name := range r.Order {
+		m := r.Modes[name]
+		fmt.Fprintf(&b, "| %s | %d | %d | %.1f %% | %.0f / %.0f / %.0f | %.1f / %.1f | %.0f / %.0f | %.0f | %s |\n",
+			name, m.Requests, m.Errors, 100*m.HitRate, m.TTFT.P50, m.TTFT.P90, m.TTFT.P99,
+			m.ITL.P50, m.ITL.P90, m.E2E.P50, m.E2E.P90, m.OutputTokS, shareString(m.WorkerShare))
+	}
+	switch {
+	case r.IdealHitRate != nil && r.IdealFleet != nil:
+		fmt.Fprintf(&b, "\nReference hit rates for this workload: %.1f %% with an infinite cache, %.1f %% with one LRU cache the size of the whole fleet.\n",
+			100**r.IdealHitRate, 100**r.IdealFleet)
+	case r.IdealHitRate != nil:
+		fmt.Fprintf(&b, "\nReference hit rate for this workload: %.1f %% with an infinite cache.\n", 100**r.IdealHitRate)
+	}
+	return b.String()
+}
+
+func shareString(s map[string]float64) string {
+	parts := make([]string, 0, len(s))
+	for _, k := range sortedKeys(s) {
+		parts = append(parts, fmt.Sprintf("%s %.0f%%", k, 100*s[k]))
+	}
+	return strings.Join(parts, " ")
+}

@@ -1,0 +1,113 @@
+package bench
+
+import (
+	"math"
+	"slices"
+	"sort"
+	"time"
+)
+
+// Summary is a latency distribution in milliseconds.
+type Summary struct {
+	P50  float64 `json:"p50"`
+	P90  float64 `json:"p90"`
+	P99  float64 `json:"p99"`
+	Mean float64 `json:"mean"`
+}
+
+// Summarize sorts xs in place and returns its percentiles (nearest rank)
+// and mean; all zero for no samples.
+func Summarize(xs []float64) Summary {
+	if len(xs) == 0 {
+		return Summary{}
+	}
+	slices.Sort(xs)
+	var sum float64
+	for _, x := range xs {
+		sum += x
+	}
+	return Summary{P50: quantile(xs, 0.50), P90: quantile(xs, 0.90), P99: quantile(xs, 0.99), Mean: sum / float64(len(xs))}
+}
+
+// quantile is the nearest-rank quantile of sorted xs.
+func quantile(sorted []float64, q float64) float64 {
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}
+
+// ModeResult is the measurement of one mode, in the JSON report's shape.
+type ModeResult struct {
+	Requests    int                `json:"requests"`
+	Errors      int                `json:"errors"`
+	HitRate     float64            `json:"hit_rate"`
+	TTFT        Summary            `json:"ttft_ms"`
+	ITL         Summary            `json:"itl_ms"`
+	E2E         Summary            `json:"e2e_ms"`
+	OutputTokS  float64            `json:"output_tok_s"`
+	ReqS        float64            `json:"req_s"`
+	WorkerShare map[string]float64 `json:"worker_share"`
+	// WallSeconds is how long the run took; FirstError one error text.
+	WallSeconds float64 `json:"wall_s"`
+	FirstError  string  `json:"first_error,omitempty"`
+	// TTFTSamples are the sorted TTFTs (ms) of successful requests, for
+	// the chart; not written to JSON.
+	TTFTSamples []float64 `json:"-"`
+}
+
+// Measure turns a run's results into a ModeResult; wall is the run's
+// duration. Hit rate is Σ cached_tokens ÷ Σ prompt_tokens over successful
+// requests; shares are fractions of successful requests.
+func Measure(results []Result, wall time.Duration) ModeResult {
+	m := ModeResult{Requests: len(results), WorkerShare: map[string]float64{}, WallSeconds: wall.Seconds()}
+	var ttft, e2e, itl []float64
+	var prompt, cached, out, ok int
+	for i := range results {
+		r := &results[i]
+		if r.Err != nil {
+			m.Errors++
+			if m.FirstError == "" {
+				m.FirstError = r.Err.Error()
+			}
+			continue
+		}
+		ok++
+		ttft = append(ttft, ms(r.TTFT))
+		e2e = append(e2e, ms(r.E2E))
+		for _, g := range r.ITL {
+			itl = append(itl, float64(g))
+		}
+		prompt += r.PromptTokens
+		cached += r.CachedTokens
+		out += r.OutputTokens
+		w := r.Worker
+		if w == "" {
+			w = "unknown"
+		}
+		m.WorkerShare[w]++
+	}
+	for w := range m.WorkerShare {
+		m.WorkerShare[w] /= float64(ok)
+	}
+	if prompt > 0 {
+		m.HitRate = float64(cached) / float64(prompt)
+	}
+	m.TTFT, m.E2E, m.ITL = Summarize(ttft), Summarize(e2e), Summarize(itl)
+	m.TTFTSamples = ttft
+	if s := wall.Seconds(); s > 0 {
+		m.OutputTokS = float64(out) / s
+		m.ReqS = float64(ok) / s
+	}
+	return m
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// sortedKeys returns a map's keys in order.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
