@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 )
 
 // Config is what kvroute needs from a Hugging Face tokenizer_config.json: the
@@ -33,8 +34,9 @@ type Config struct {
 var specialTokenKeys = []string{"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"}
 
 // LoadConfig reads dir/tokenizer_config.json. A missing file yields an empty
-// Config (some tokenizers ship none). A chat_template.jinja file beside it,
-// the newer Hugging Face layout, supplies the default template when present.
+// Config (some tokenizers ship none). The newer Hugging Face layout is read
+// too: chat_template.jinja beside it supplies the default template, and
+// additional_chat_templates/NAME.jinja the named ones (e.g. tool_use).
 func LoadConfig(dir string) (*Config, error) {
 	path := filepath.Join(dir, "tokenizer_config.json")
 	data, err := os.ReadFile(path)
@@ -55,6 +57,20 @@ func LoadConfig(dir string) (*Config, error) {
 		cfg.ChatTemplate = string(jinja)
 	case !errors.Is(err, fs.ErrNotExist):
 		return nil, fmt.Errorf("tokenizer config: %w", err)
+	}
+	extra, err := filepath.Glob(filepath.Join(dir, "additional_chat_templates", "*.jinja"))
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer config: %w", err)
+	}
+	for _, path := range extra {
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("tokenizer config: %w", err)
+		}
+		if cfg.NamedTemplates == nil {
+			cfg.NamedTemplates = map[string]string{}
+		}
+		cfg.NamedTemplates[strings.TrimSuffix(filepath.Base(path), ".jinja")] = string(src)
 	}
 	return cfg, nil
 }

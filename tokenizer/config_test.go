@@ -98,12 +98,21 @@ func TestLoadConfigPrefersChatTemplateJinjaFile(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "chat_template.jinja"), []byte("new"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.Mkdir(filepath.Join(dir, "additional_chat_templates"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "additional_chat_templates", "tool_use.jinja"), []byte("tools"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	cfg, err := LoadConfig(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cfg.ChatTemplate != "new" || cfg.SpecialTokens["eos_token"] != "<e>" {
 		t.Fatalf("cfg = %+v", cfg)
+	}
+	if name, src, err := cfg.TemplateFor(true); err != nil || name != "tool_use" || src != "tools" {
+		t.Fatalf("TemplateFor(tools) = %q %q %v", name, src, err)
 	}
 	none, err := LoadConfig(t.TempDir())
 	if err != nil || none.ChatTemplate != "" {
