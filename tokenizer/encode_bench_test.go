@@ -101,11 +101,13 @@ func BenchmarkLoad(b *testing.B) {
 		b.Run(fam, func(b *testing.B) {
 			b.SetBytes(st.Size())
 			b.ReportAllocs()
+			start := processCPU()
 			for b.Loop() {
 				if _, err := LoadFile(path); err != nil {
 					b.Fatal(err)
 				}
 			}
+			b.ReportMetric(float64((processCPU()-start).Milliseconds())/float64(b.N), "cpu-ms/op")
 		})
 	}
 }
