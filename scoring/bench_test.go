@@ -10,6 +10,7 @@ import (
 func benchRouter(b *testing.B, n int, change func(*Options)) (*Router, []Candidate) {
 	b.Helper()
 	o := testOptions(newFakeClock(), 1)
+	o.Now = nil // the real clock, as in production
 	change(&o)
 	r := newTestRouter(b, o, n)
 	cs := r.Pool().AppendCandidates(nil, "m")
