@@ -175,6 +175,9 @@ func (r *runner) run(ctx context.Context) {
 		} else if ctx.Err() != nil {
 			return
 		}
+		// Readers of the stats must not see a request running after its
+		// client got the last token, so the stats go first.
+		r.publishStats()
 		for _, o := range res.Outputs {
 			st, ok := r.streams[o.ID]
 			if !ok {
@@ -185,7 +188,6 @@ func (r *runner) run(ctx context.Context) {
 				delete(r.streams, o.ID)
 			}
 		}
-		r.publishStats()
 		if r.flush != nil {
 			r.flush()
 		}

@@ -32,10 +32,10 @@ func TestRouterIndexAgreesWithTheEngine(t *testing.T) {
 	ix := kvindex.New(kvindex.Config{})
 	ix.AddWorker(w.ID(), "test-model", 16)
 	seed := kvindex.Seed("test-model", "", "")
-	// apply drains the worker's batches into the index until it is quiet.
+	// apply drains the worker's batches that have arrived into the index.
 	apply := func() {
 		for {
-			m, err := msgs.NextMsg(100 * time.Millisecond)
+			m, err := msgs.NextMsg(5 * time.Millisecond)
 			if err != nil {
 				return
 			}
@@ -62,8 +62,18 @@ func TestRouterIndexAgreesWithTheEngine(t *testing.T) {
 		if err := json.Unmarshal(body, &r); err != nil || r.Usage == nil {
 			t.Fatalf("response %s: %v", body, err)
 		}
-		apply()
 		return r.Usage.PromptTokensDetails.CachedTokens
+	}
+	// settle applies batches until the worker has published everything it
+	// produced so far (its batch counter stops moving and all arrived).
+	settle := func() {
+		waitUntil(t, "events to settle", func() bool {
+			before := w.Stats().EventBatches
+			time.Sleep(30 * time.Millisecond) // > the 10 ms flush interval
+			apply()
+			pending, _, _ := msgs.Pending()
+			return w.Stats().EventBatches == before && pending == 0
+		})
 	}
 	a, b := seq(0, 100), seq(5000, 200)
 	steps := []struct {
@@ -79,6 +89,7 @@ func TestRouterIndexAgreesWithTheEngine(t *testing.T) {
 		{"A keeps 3 blocks", a, 48},
 	}
 	for _, s := range steps {
+		settle()
 		if got := predicted(s.prompt); got != s.want {
 			t.Fatalf("%s: router index predicts %d cached tokens, want %d", s.name, got, s.want)
 		}
@@ -87,10 +98,7 @@ func TestRouterIndexAgreesWithTheEngine(t *testing.T) {
 		}
 	}
 	w.ResetCache()
-	apply()
-	if got := predicted(a); got != 0 {
-		t.Fatalf("after reset the index predicts %d cached tokens", got)
-	}
+	waitUntil(t, "the reset to reach the index", func() bool { apply(); return predicted(a) == 0 })
 }
 
 // routerView is a router-side index fed from a worker's NATS events by a
