@@ -1,24 +1,15 @@
 package kvindex
 
 // u64Table maps uint64 keys to uint64 values: a worker's engine hash key
-// to router hash. Like bitTable it is open addressing with linear probing
-// and backward-shift deletion, 16 bytes a slot, so heavy store/evict churn
-// leaves no tombstones behind. Key 0 lives outside the slots.
+// to router hash (see oaTable). Key 0, which oaTable cannot hold, lives
+// beside the slots.
 type u64Table struct {
-	slots   []u64Slot
-	mask    uint64
-	count   int // keys in slots, not counting key 0
+	oaTable
 	zero    uint64
 	hasZero bool
 }
 
-type u64Slot struct {
-	key, val uint64
-}
-
-func newU64Table() *u64Table {
-	return &u64Table{slots: make([]u64Slot, minTableSize), mask: minTableSize - 1}
-}
+func newU64Table() *u64Table { return &u64Table{oaTable: newOATable(0)} }
 
 // len returns the number of keys.
 func (t *u64Table) len() int {
@@ -32,17 +23,10 @@ func (t *u64Table) get(key uint64) (uint64, bool) {
 	if key == 0 {
 		return t.zero, t.hasZero
 	}
-	i := slotOf(key, t.mask)
-	for {
-		s := &t.slots[i]
-		if s.key == key {
-			return s.val, true
-		}
-		if s.key == 0 {
-			return 0, false
-		}
-		i = (i + 1) & t.mask
+	if i := t.find(key); i >= 0 {
+		return t.slots[i].val, true
 	}
+	return 0, false
 }
 
 // put sets key to val and returns the previous value, if any.
@@ -52,24 +36,10 @@ func (t *u64Table) put(key, val uint64) (old uint64, had bool) {
 		t.zero, t.hasZero = val, true
 		return old, had
 	}
-	i := slotOf(key, t.mask)
-	for {
-		s := &t.slots[i]
-		if s.key == key {
-			old = s.val
-			s.val = val
-			return old, true
-		}
-		if s.key == 0 {
-			s.key, s.val = key, val
-			t.count++
-			if t.count*4 > len(t.slots)*3 {
-				t.resize(len(t.slots) * 2)
-			}
-			return 0, false
-		}
-		i = (i + 1) & t.mask
-	}
+	s, inserted := t.upsert(key)
+	old, had = s.val, !inserted
+	s.val = val
+	return old, had
 }
 
 // remove deletes key and returns its value, if it was there.
@@ -79,56 +49,13 @@ func (t *u64Table) remove(key uint64) (uint64, bool) {
 		t.zero, t.hasZero = 0, false
 		return v, had
 	}
-	i := slotOf(key, t.mask)
-	for {
-		s := &t.slots[i]
-		if s.key == 0 {
-			return 0, false
-		}
-		if s.key == key {
-			v := s.val
-			t.deleteAt(i)
-			return v, true
-		}
-		i = (i + 1) & t.mask
+	i := t.find(key)
+	if i < 0 {
+		return 0, false
 	}
-}
-
-func (t *u64Table) deleteAt(i uint64) {
-	t.count--
-	j := i
-	for {
-		j = (j + 1) & t.mask
-		s := t.slots[j]
-		if s.key == 0 {
-			break
-		}
-		home := slotOf(s.key, t.mask)
-		if (j > i && (home <= i || home > j)) || (j < i && home <= i && home > j) {
-			t.slots[i] = s
-			i = j
-		}
-	}
-	t.slots[i] = u64Slot{}
-	if len(t.slots) > minTableSize && t.count*8 < len(t.slots) {
-		t.resize(len(t.slots) / 2)
-	}
-}
-
-func (t *u64Table) resize(size int) {
-	old := t.slots
-	t.slots = make([]u64Slot, size)
-	t.mask = uint64(size - 1)
-	for _, s := range old {
-		if s.key == 0 {
-			continue
-		}
-		i := slotOf(s.key, t.mask)
-		for t.slots[i].key != 0 {
-			i = (i + 1) & t.mask
-		}
-		t.slots[i] = s
-	}
+	v := t.slots[i].val
+	t.deleteAt(i)
+	return v, true
 }
 
 // each calls fn for every key and value. fn must not modify t.
@@ -141,14 +68,4 @@ func (t *u64Table) each(fn func(key, val uint64)) {
 			fn(s.key, s.val)
 		}
 	}
-}
-
-func (t *u64Table) bytes() int { return len(t.slots) * 16 }
-
-// touch is bitTable.touch for engine keys.
-func (t *u64Table) touch(keys []uint64) (sink uint64) {
-	for _, k := range keys {
-		sink ^= t.slots[slotOf(k, t.mask)].key
-	}
-	return sink
 }
