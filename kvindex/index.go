@@ -198,9 +198,7 @@ func walk(t *bitTable, hashes []uint64, alive uint64, depth []int32) {
 	for d := 0; d < n; d += matchChunk {
 		end := min(d+matchChunk, n)
 		var got [matchChunk]uint64
-		for j := d; j < end; j++ {
-			got[j-d] = t.get(hashes[j])
-		}
+		t.getMany(hashes[d:end], got[:end-d])
 		for j := d; j < end; j++ {
 			dying := alive &^ got[j-d]
 			for dying != 0 {

@@ -50,3 +50,23 @@ func (t *bitTable) clear(key, bit uint64) (had bool) {
 	}
 	return had
 }
+
+// getMany is get for several keys, written so that the first probes of
+// all keys are issued back to back and their cache misses overlap.
+func (t *bitTable) getMany(keys, out []uint64) {
+	var home [matchChunk]int
+	for i, k := range keys {
+		home[i] = t.home(k)
+	}
+	for i, k := range keys {
+		s := &t.slots[home[i]]
+		switch s.key {
+		case k:
+			out[i] = s.val
+		case 0:
+			out[i] = 0
+		default:
+			out[i] = t.get(k)
+		}
+	}
+}
