@@ -371,3 +371,25 @@ func TestEmptyToolsAreNoTools(t *testing.T) {
 		t.Fatalf("tools = %#v, %v; want nil", req.Tools, err)
 	}
 }
+
+// BenchmarkChatParseBody decodes the OpenAI body of the 20-turn, ~32k-token
+// conversation (about 130 KB), keeping key order.
+func BenchmarkChatParseBody(b *testing.B) {
+	req := longConversation(20)
+	msgs := make([]any, len(req.Messages))
+	for i, m := range req.Messages {
+		msgs[i] = Object{{"role", m.Role}, {"content", m.Content}}
+	}
+	p := defaultPyJSON
+	body, err := p.dumps(Object{{"model", "m"}, {"messages", msgs}, {"stream", true}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := ParseChatRequest([]byte(body)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
