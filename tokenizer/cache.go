@@ -92,7 +92,7 @@ func (c *PrefixCache) Encode(text string) []uint32 {
 		return c.tok.Encode(text, false)
 	}
 	out := make([]uint32, 0, len(text)/3+8)
-	start, lead := 0, ""
+	start, lead, leadID := 0, "", uint32(0)
 	for i := 0; i <= len(cuts); i++ {
 		end := len(text)
 		if i < len(cuts) {
@@ -101,22 +101,22 @@ func (c *PrefixCache) Encode(text string) []uint32 {
 		if end == start {
 			continue
 		}
-		ids, ok := c.chunk(lead, text[start:end])
+		ids, ok := c.chunk(lead, leadID, text[start:end])
 		if !ok {
 			c.fallbacks.Add(1)
 			return c.tok.Encode(text, false)
 		}
 		out = append(out, ids...)
 		if i < len(cuts) {
-			start, lead = end, cuts[i].content
+			start, lead, leadID = end, cuts[i].content, cuts[i].id
 		}
 	}
 	return out
 }
 
 // chunk returns the ids of body when preceded by the boundary token lead
-// ("" for the start of the text).
-func (c *PrefixCache) chunk(lead, body string) ([]uint32, bool) {
+// (whose id is leadID; "" for the start of the text).
+func (c *PrefixCache) chunk(lead string, leadID uint32, body string) ([]uint32, bool) {
 	key := chunkKey(lead, body)
 	c.mu.Lock()
 	if el, ok := c.byKey[key]; ok {
@@ -133,7 +133,6 @@ func (c *PrefixCache) chunk(lead, body string) ([]uint32, bool) {
 	if lead == "" {
 		ids = c.tok.Encode(body, false)
 	} else {
-		leadID, _ := c.tok.TokenID(lead)
 		all := c.tok.Encode(lead+body, false)
 		if len(all) == 0 || all[0] != leadID {
 			return nil, false
@@ -183,6 +182,7 @@ func chunkKey(lead, body string) cacheKey {
 type cut struct {
 	end     int
 	content string
+	id      uint32
 }
 
 // boundaryTokens finds the places where a text can be cut without changing
@@ -263,7 +263,7 @@ func (b *boundaryTokens) cuts(text string) []cut {
 				continue
 			}
 			if b.isolated(text, i, i+l, t.Content) {
-				out = append(out, cut{end: i + l, content: t.Content})
+				out = append(out, cut{end: i + l, content: t.Content, id: t.ID})
 				i += l - 1
 			}
 			break
