@@ -2,6 +2,7 @@ package kvindex
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -261,6 +262,19 @@ func (r *reader) engineHashes() ([]EngineHash, error) {
 	}
 	out := make([]EngineHash, n)
 	for i := range out {
+		// Integers, by far the common case, are read straight from the
+		// bytes; anything else goes through the library decoder.
+		if v, signed, next, ok := intAt(r.data, r.pos()); ok {
+			if signed && int64(v) < 0 {
+				out[i] = EngineHash{kind: hashInt, v: v}
+			} else {
+				out[i] = EngineHash{kind: hashUint, v: v}
+			}
+			if err := r.seek(next); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		if out[i], err = r.engineHash(); err != nil {
 			return nil, fmt.Errorf("block_hashes[%d]: %w", i, err)
 		}
@@ -274,24 +288,83 @@ func (r *reader) tokens() ([]uint32, error) {
 		return nil, fmt.Errorf("token_ids: %w", err)
 	}
 	out := make([]uint32, n)
+	p := r.pos()
 	for i := range out {
-		c, err := r.peek()
-		if err != nil {
-			return nil, err
+		v, signed, next, ok := intAt(r.data, p)
+		switch {
+		case !ok:
+			if p >= len(r.data) {
+				return nil, errTruncated
+			}
+			return nil, fmt.Errorf("token_ids[%d]: want non-negative integer, got %s", i, codeName(r.data[p]))
+		case signed && int64(v) < 0:
+			return nil, fmt.Errorf("token_ids[%d]: negative", i)
+		case v > math.MaxUint32:
+			return nil, fmt.Errorf("token_ids[%d]: %d overflows uint32", i, v)
 		}
-		if !isUintCode(c) {
-			return nil, fmt.Errorf("token_ids[%d]: want non-negative integer, got %s", i, codeName(c))
-		}
-		u, err := r.d.DecodeUint64()
-		if err != nil {
-			return nil, errTruncated
-		}
-		if u > math.MaxUint32 {
-			return nil, fmt.Errorf("token_ids[%d]: %d overflows uint32", i, u)
-		}
-		out[i] = uint32(u)
+		out[i] = uint32(v)
+		p = next
 	}
-	return out, nil
+	return out, r.seek(p)
+}
+
+// intAt reads the msgpack integer at data[p]: its value (two's complement
+// for the signed forms), whether it used a signed form, and the offset
+// after it. ok is false for anything else or for a truncated integer.
+func intAt(data []byte, p int) (v uint64, signed bool, next int, ok bool) {
+	if p >= len(data) {
+		return 0, false, 0, false
+	}
+	c := data[p]
+	var size int
+	switch {
+	case c <= msgpcode.PosFixedNumHigh:
+		return uint64(c), false, p + 1, true
+	case c >= msgpcode.NegFixedNumLow:
+		return uint64(int64(int8(c))), true, p + 1, true
+	case c == msgpcode.Uint8 || c == msgpcode.Int8:
+		size = 1
+	case c == msgpcode.Uint16 || c == msgpcode.Int16:
+		size = 2
+	case c == msgpcode.Uint32 || c == msgpcode.Int32:
+		size = 4
+	case c == msgpcode.Uint64 || c == msgpcode.Int64:
+		size = 8
+	default:
+		return 0, false, 0, false
+	}
+	if len(data)-p-1 < size {
+		return 0, false, 0, false
+	}
+	b := data[p+1 : p+1+size]
+	signed = c >= msgpcode.Int8 && c <= msgpcode.Int64
+	switch size {
+	case 1:
+		v = uint64(b[0])
+		if signed {
+			v = uint64(int64(int8(b[0])))
+		}
+	case 2:
+		v = uint64(binary.BigEndian.Uint16(b))
+		if signed {
+			v = uint64(int64(int16(v)))
+		}
+	case 4:
+		v = uint64(binary.BigEndian.Uint32(b))
+		if signed {
+			v = uint64(int64(int32(v)))
+		}
+	case 8:
+		v = binary.BigEndian.Uint64(b)
+	}
+	return v, signed, p + 1 + size, true
+}
+
+func (r *reader) seek(p int) error {
+	if _, err := r.br.Seek(int64(p), io.SeekStart); err != nil {
+		return fmt.Errorf("seek: %w", err)
+	}
+	return nil
 }
 
 // fits checks that the next value's length headers fit the input, so the
