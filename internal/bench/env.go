@@ -38,6 +38,10 @@ type EnvConfig struct {
 	Mode string
 	// NoEvents starts the router without a KV event consumer.
 	NoEvents bool
+	// NoFallbacks makes the router name only the chosen endpoint in
+	// x-gateway-destination-endpoint. An ORIGINAL_DST cluster reads that
+	// header as one ip:port, so the original-dst bootstrap needs it.
+	NoFallbacks bool
 	// BodyModeStyle is the Envoy bootstrap style the gateway runs (default
 	// envoy.StyleClusterHeader).
 	Style string
@@ -131,6 +135,9 @@ func StartEnv(ctx context.Context, cfg EnvConfig) (_ *Env, err error) {
 	rcfg.NATSURL, rcfg.EtcdEndpoints = e.NATSURL, e.EtcdEndpoints
 	rcfg.KVEvents = !cfg.NoEvents
 	rcfg.Scoring.Mode = cfg.Mode
+	if cfg.NoFallbacks {
+		rcfg.Fallbacks = 0
+	}
 	rcfg.ShutdownGrace = 2 * time.Second
 	rcfg.Logger = cfg.Logger.With("component", "kvroute")
 	if cfg.TokenizerDir != "" {
