@@ -255,5 +255,3 @@ func (s *system) ids() []string {
 	}
 	return out
 }
-
-

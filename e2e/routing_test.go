@@ -15,7 +15,7 @@ func TestSecondTurnLandsOnWorkerHoldingPrefix(t *testing.T) {
 	s := start(t, options{})
 	type conv struct {
 		system, q1, a1, q2 string
-		first                bench.Result
+		first              bench.Result
 	}
 	convs := make([]*conv, 4)
 	for i := range convs {
