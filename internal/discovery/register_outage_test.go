@@ -102,7 +102,7 @@ func TestRegisterComesBackAfterAnEtcdOutageLongerThanTheTTL(t *testing.T) {
 	time.Sleep(2500 * time.Millisecond)
 	et.start(t)
 
-	waitFor(t, "re-registration after the outage", 15*time.Second, func() bool {
+	waitFor(t, "re-registration after the outage", 30*time.Second, func() bool {
 		_, lease, ok := getRecord(t, cli, Key("ns", "w9"))
 		return ok && lease != old && lease == reg.Lease()
 	})
