@@ -35,6 +35,7 @@ type options struct {
 	eventFlush     time.Duration
 	loadInterval   time.Duration
 	zmqBasePort    int
+	zmqTopic       string
 	adminAddr      string
 	workersFile    string
 	logLevel       string
@@ -72,6 +73,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.DurationVar(&o.eventFlush, "event-flush-interval", 10*time.Millisecond, "a KV event batch is published at most this long after its first event")
 	fs.DurationVar(&o.loadInterval, "load-interval", 200*time.Millisecond, "load report period")
 	fs.IntVar(&o.zmqBasePort, "zmq-base-port", 0, "also publish KV events as vLLM does over ZMQ: worker i binds PUB on port zmq-base-port+2i and replay ROUTER on the next (0: off)")
+	fs.StringVar(&o.zmqTopic, "zmq-topic", "", "topic frame of the ZMQ KV event messages (vLLM's default is empty)")
 	fs.StringVar(&o.adminAddr, "admin-addr", "", "address of the fault-switch admin endpoint, e.g. 127.0.0.1:8099 (empty: off)")
 	fs.StringVar(&o.workersFile, "workers-file", "", "write the workers' records to this static workers file for a router without etcd (empty: none)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")

@@ -100,6 +100,7 @@ func fleetConfig(o *options, log *slog.Logger) (sim.FleetConfig, error) {
 		Model: o.model, Engine: eng, Speedup: o.speedup, Jitter: o.jitter, Seed: o.seed,
 		DefaultMaxTokens: o.defaultMaxToks, EOSProbability: o.eosProbability, Namespace: o.namespace, LeaseTTL: o.leaseTTL,
 		EventBatchMax: o.eventBatchMax, EventFlushInterval: o.eventFlush, LoadInterval: o.loadInterval,
+		ZMQTopic: o.zmqTopic,
 		Logger: log,
 	}
 	if o.tokenizerDir != "" {
