@@ -101,7 +101,7 @@ func fleetConfig(o *options, log *slog.Logger) (sim.FleetConfig, error) {
 		DefaultMaxTokens: o.defaultMaxToks, EOSProbability: o.eosProbability, Namespace: o.namespace, LeaseTTL: o.leaseTTL,
 		EventBatchMax: o.eventBatchMax, EventFlushInterval: o.eventFlush, LoadInterval: o.loadInterval,
 		ZMQTopic: o.zmqTopic,
-		Logger: log,
+		Logger:   log,
 	}
 	if o.tokenizerDir != "" {
 		start := time.Now()
