@@ -138,12 +138,14 @@ func readStream(body io.Reader, res *Result, expect int) error {
 			return fmt.Errorf("read stream: %w", err)
 		}
 		if errors.Is(err, bufio.ErrBufferFull) {
-			// A chunk longer than the buffer: keep it whole.
+			// A chunk longer than the buffer: copy what was read before
+			// the buffer is reused, then read the rest of the line.
+			head := append([]byte(nil), line...)
 			rest, err2 := br.ReadBytes('\n')
-			if err2 != nil {
+			if err2 != nil && !errors.Is(err2, io.EOF) {
 				return fmt.Errorf("read stream: %w", err2)
 			}
-			line = append(append([]byte(nil), line...), rest...)
+			line = append(head, rest...)
 		}
 		data, ok := bytes.CutPrefix(line, dataPrefix)
 		if !ok {

@@ -1,0 +1,152 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/json"
+	"encoding/xml"
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvroute/kvroute/internal/sim"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// fixedReport is a two-mode report with known numbers.
+func fixedReport() *Report {
+	w := &Workload{Name: "trace", Params: map[string]any{"time_scale": 5.0}}
+	w.Flows = []Flow{{Items: []Item{{}, {}}}}
+	rep := NewReport(w, Ideal{Infinite: 0.25, Fleet: 0.2}, true, map[string]any{"workers": 2})
+	mk := func(worker string, ttft []time.Duration, cached int) *ModeResult {
+		var rs []Result
+		for i, d := range ttft {
+			rs = append(rs, Result{TTFT: d, E2E: 2 * d, ITL: []float32{1, 3}, Worker: worker, PromptTokens: 100, CachedTokens: cached, OutputTokens: 3})
+			if i == 0 {
+				rs[0].Worker = "w0"
+			}
+		}
+		rs = append(rs, Result{Err: io.ErrUnexpectedEOF})
+		m := Measure(rs, 2*time.Second)
+		return &m
+	}
+	rep.Add("round_robin", mk("w1", []time.Duration{100 * time.Millisecond, 300 * time.Millisecond}, 0))
+	rep.Add("kv", mk("w1", []time.Duration{10 * time.Millisecond, 30 * time.Millisecond}, 20))
+	return rep
+}
+
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs from the golden file:\n%s", name, got)
+	}
+}
+
+func TestReportJSONHasTheIssuesShape(t *testing.T) {
+	var buf bytes.Buffer
+	if err := fixedReport().WriteJSON(&buf); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "report.golden.json", buf.Bytes())
+	var generic struct {
+		Workload     map[string]any `json:"workload"`
+		IdealHitRate float64        `json:"ideal_hit_rate"`
+		Modes        map[string]map[string]json.RawMessage
+	}
+	if err := json.Unmarshal(buf.Bytes(), &generic); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"requests", "errors", "hit_rate", "ttft_ms", "itl_ms", "e2e_ms", "output_tok_s", "worker_share"} {
+		if _, ok := generic.Modes["kv"][key]; !ok {
+			t.Errorf("mode result lacks %q", key)
+		}
+	}
+	back, err := ReadReport(&buf)
+	if err != nil || back.Modes["kv"].HitRate != 0.2 || back.Order[0] != "round_robin" {
+		t.Errorf("round trip: %v %+v", err, back)
+	}
+}
+
+func TestReportMarkdownTable(t *testing.T) {
+	golden(t, "report.golden.md", []byte(fixedReport().Markdown()))
+}
+
+func TestReportSVGIsWellFormedWithOneCurvePerMode(t *testing.T) {
+	var buf bytes.Buffer
+	if err := fixedReport().WriteSVG(&buf); err != nil {
+		t.Fatal(err)
+	}
+	dec := xml.NewDecoder(bytes.NewReader(buf.Bytes()))
+	curves, bars := 0, 0
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("not well-formed XML: %v", err)
+		}
+		if se, ok := tok.(xml.StartElement); ok {
+			switch se.Name.Local {
+			case "polyline":
+				curves++
+			case "rect":
+				bars++
+			}
+		}
+	}
+	if curves != 2 {
+		t.Errorf("%d TTFT curves, want 2", curves)
+	}
+	// Background, two legend swatches, two bars.
+	if bars != 5 {
+		t.Errorf("%d rects, want 5", bars)
+	}
+	if !strings.Contains(buf.String(), "infinite cache 25.0%") {
+		t.Error("the infinite-cache reference line is missing")
+	}
+}
+
+func TestChatTurnsExtendTheConversationsPrompt(t *testing.T) {
+	enc, err := sim.LoadChatEncoder("../../tokenizer/testdata/qwen3", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := ChatWorkload(ChatOptions{Model: DefaultModel, Sessions: 2, Turns: 3, SystemPrompts: 1, SystemWords: 100,
+		UserWords: 20, ReplyWords: 30, OutputTokens: 8, Encode: enc.EncodeChat, Seed: 9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for s, fl := range w.Flows {
+		for i := 1; i < len(fl.Items); i++ {
+			prev, cur := fl.Items[i-1].Prompt, fl.Items[i].Prompt
+			n := 0
+			for n < len(prev) && n < len(cur) && prev[n] == cur[n] {
+				n++
+			}
+			if len(cur) <= len(prev) || n < len(prev)*9/10 {
+				t.Errorf("session %d turn %d: %d tokens share %d with the previous turn's %d", s, i, len(cur), n, len(prev))
+			}
+		}
+	}
+	// Both sessions share the system prompt, so the second session's first
+	// turn hits in an infinite cache.
+	ideal, ok := IdealHitRates(w, 16, 1<<20)
+	if !ok || ideal.Infinite <= 0.3 {
+		t.Errorf("infinite-cache reference %.2f (ok %v), want the shared history to count", ideal.Infinite, ok)
+	}
+}
