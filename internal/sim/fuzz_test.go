@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"encoding/json"
 	"errors"
 	"testing"
 )
@@ -47,6 +48,32 @@ func FuzzParseRequest(f *testing.F) {
 				if id < 0 {
 					t.Fatalf("negative token id %d", id)
 				}
+			}
+		}
+	})
+}
+
+// FuzzScanIDs checks the fast token-id scanner against encoding/json: when
+// it accepts input, encoding/json must decode the same ids.
+func FuzzScanIDs(f *testing.F) {
+	for _, s := range []string{`[1,2,3]`, ` [ 0 , 7 ]`, `[]`, `[01]`, `[1.5]`, `[1e3]`, `[-1]`, `[2147483648]`, `[1,]`, `[1 2]`, `[1]x`, `[[1]]`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		ids, ok := scanIDs(raw)
+		if !ok {
+			return
+		}
+		var want []int64
+		if err := json.Unmarshal(raw, &want); err != nil {
+			t.Fatalf("scanIDs accepted %q, encoding/json rejects it: %v", raw, err)
+		}
+		if len(want) != len(ids) {
+			t.Fatalf("%q: %v vs %v", raw, ids, want)
+		}
+		for i := range ids {
+			if int64(ids[i]) != want[i] {
+				t.Fatalf("%q: %v vs %v", raw, ids, want)
 			}
 		}
 	})

@@ -65,6 +65,12 @@ func parsePrompt(raw json.RawMessage) (completionPrompt, error) {
 	if raw[0] == '"' && json.Unmarshal(raw, &s) == nil {
 		return completionPrompt{text: s}, nil
 	}
+	if ids, ok := scanIDs(raw); ok {
+		if len(ids) == 0 {
+			return completionPrompt{}, fmt.Errorf("%w: prompt has no tokens", errBadRequest)
+		}
+		return completionPrompt{tokens: ids, isIDs: true}, nil
+	}
 	var ids []int64
 	if inner := bytes.TrimLeft(raw[1:], " \t\r\n"); raw[0] == '[' && len(inner) > 0 && inner[0] != '[' && inner[0] != '"' &&
 		json.Unmarshal(raw, &ids) == nil {
@@ -181,3 +187,57 @@ var outputWords = [...]string{" the", " of", " and", " to", " in", " a", " is", 
 	" you", " were"}
 
 func tokenText(tok int32) string { return outputWords[uint32(tok)%uint32(len(outputWords))] }
+
+// scanIDs is the fast path for the common token-id prompt: a JSON array of
+// non-negative integers that fit int32, without exponents or fractions. It
+// reports false for anything else, which then goes through encoding/json.
+func scanIDs(raw []byte) ([]int32, bool) {
+	i, n := 0, len(raw)
+	skip := func() {
+		for i < n && (raw[i] == ' ' || raw[i] == '\t' || raw[i] == '\r' || raw[i] == '\n') {
+			i++
+		}
+	}
+	skip()
+	if i == n || raw[i] != '[' {
+		return nil, false
+	}
+	i++
+	ids := make([]int32, 0, len(raw)/4)
+	skip()
+	if i < n && raw[i] == ']' {
+		i++
+		skip()
+		return ids, i == n
+	}
+	for {
+		skip()
+		start := i
+		var v int64
+		for i < n && raw[i] >= '0' && raw[i] <= '9' {
+			v = v*10 + int64(raw[i]-'0')
+			if v > math.MaxInt32 {
+				return nil, false
+			}
+			i++
+		}
+		// JSON forbids leading zeros ("01"); leave odd forms to encoding/json.
+		if i == start || (i-start > 1 && raw[start] == '0') {
+			return nil, false
+		}
+		ids = append(ids, int32(v))
+		skip()
+		if i == n {
+			return nil, false
+		}
+		if raw[i] == ']' {
+			i++
+			skip()
+			return ids, i == n
+		}
+		if raw[i] != ',' {
+			return nil, false
+		}
+		i++
+	}
+}
