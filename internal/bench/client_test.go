@@ -113,10 +113,10 @@ func TestReadStreamEdgeCases(t *testing.T) {
 
 func TestWorkerFromID(t *testing.T) {
 	for in, want := range map[string]string{
-		`{"id":"cmpl-w0-12"}`:             "w0",
-		`{"id":"chatcmpl-gpu-a-3"}`:       "gpu-a",
-		`{"id":"cmpl-7"}`:                 "",
-		`{"object":"x"}`:                  "",
+		`{"id":"cmpl-w0-12"}`:            "w0",
+		`{"id":"chatcmpl-gpu-a-3"}`:      "gpu-a",
+		`{"id":"cmpl-7"}`:                "",
+		`{"object":"x"}`:                 "",
 		`{"id":"chatcmpl-w1-1","x":"y"}`: "w1",
 	} {
 		if got := workerFromID([]byte(in)); got != want {
@@ -138,4 +138,3 @@ func FuzzReadStream(f *testing.F) {
 		}
 	})
 }
-
