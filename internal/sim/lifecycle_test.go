@@ -120,3 +120,27 @@ func TestGenerateReportsCachedPrefix(t *testing.T) {
 		t.Fatalf("empty prompt: %v", err)
 	}
 }
+
+// The worker must not answer faster than the timing model allows: a lower
+// bound, which load on the machine can only make slower, never flaky.
+func TestWorkerTakesAtLeastTheSimulatedStepTime(t *testing.T) {
+	w := startTestWorker(t, WorkerConfig{Speedup: 10, Engine: EngineConfig{NumGPUBlocks: 1024, BlockSize: 16}})
+	total := 1024 * 16
+	res, err := w.Generate(context.Background(), seq(0, 4096), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The 4,096-token prompt fits one step (budget 8,192): prefill, then two
+	// decode steps.
+	first := (PrefillMillis(4096) + DecodeMillis(4096.0/float64(total))) / 10
+	decode := DecodeMillis(4097.0/float64(total)) / 10
+	if min := time.Duration(first * float64(time.Millisecond)); res.TTFT < min-maxLagSlack {
+		t.Fatalf("TTFT %v, want at least %v", res.TTFT, min)
+	}
+	if min := time.Duration((first + 2*decode) * float64(time.Millisecond)); res.Latency < min-maxLagSlack {
+		t.Fatalf("latency %v, want at least %v", res.Latency, min)
+	}
+}
+
+// maxLagSlack allows for the sub-millisecond debts the loop does not sleep.
+const maxLagSlack = time.Millisecond
