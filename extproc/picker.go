@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/tokenizer"
 )
 
 // BadBodyPolicy says what to do with a body that is not JSON.
@@ -47,7 +48,7 @@ type PickerMetrics interface {
 	Overlap(ratio float64, cachedTokens int)
 	// ByLoad counts a request routed without its prompt, by reason:
 	// "no_body", "not_json", "truncated", "other_path", "no_tokenizer",
-	// "no_prompt", "template_error".
+	// "no_prompt", "template_error", "tokenizer_error".
 	ByLoad(model, reason string)
 	// Finished counts a routed request's end by outcome.
 	Finished(outcome Outcome)
@@ -69,8 +70,10 @@ type PickerConfig struct {
 	Index *kvindex.Index
 	// Approx is the approximate index for modes that want OverlapApprox.
 	Approx *kvindex.Approx
-	// Tokenizers maps models to tokenizers; nil routes everything by load.
-	Tokenizers *Tokenizers
+	// Tokenizers maps served model and LoRA adapter names to tokenizers
+	// (NewTokenizerRegistry builds it from the flags); nil routes
+	// everything by load.
+	Tokenizers *tokenizer.Registry
 	// BlockSize, when positive, overrides every worker's block size for
 	// hashing (--kv-cache-block-size).
 	BlockSize int
@@ -100,6 +103,8 @@ type Picker struct {
 	log     *slog.Logger
 	seq     atomic.Uint64
 	idBase  string
+
+	completions completionEncoder
 }
 
 // NewPicker returns a Picker.
@@ -220,11 +225,8 @@ func (t *ticket) Progress(n int) {
 }
 
 func (t *ticket) Served(address string) {
-	for _, l := range t.pool.Snapshot() {
-		if l.Address == address {
-			_ = t.pool.Move(t.id, l.ID)
-			return
-		}
+	if id, ok := t.pool.WorkerByAddress(address); ok {
+		_ = t.pool.Move(t.id, id)
 	}
 }
 

@@ -17,20 +17,37 @@ import (
 
 const testModel = "Qwen/Qwen3-8B"
 
+const qwenDir = "../tokenizer/testdata/qwen3"
+
 var (
 	qwenOnce sync.Once
-	qwen     *tokenizer.Chat
+	qwenReg  *tokenizer.Registry
 	qwenErr  error
 )
 
-// qwenChat loads the Qwen3 tokenizer the tokenizer package tests with.
-func qwenChat(t testing.TB) *tokenizer.Chat {
+// qwenRegistry maps testModel to the Qwen3 tokenizer the tokenizer package
+// tests with; it is built (and loaded) once per test binary.
+func qwenRegistry(t testing.TB) *tokenizer.Registry {
 	t.Helper()
-	qwenOnce.Do(func() { qwen, qwenErr = tokenizer.LoadChat("../tokenizer/testdata/qwen3", "", tokenizer.ChatOptions{}) })
+	qwenOnce.Do(func() {
+		if qwenReg, qwenErr = NewTokenizerRegistry([]string{testModel + "=" + qwenDir}, nil, tokenizer.ChatOptions{}); qwenErr == nil {
+			qwenErr = Preload(qwenReg)
+		}
+	})
 	if qwenErr != nil {
 		t.Fatalf("load qwen3 tokenizer: %v", qwenErr)
 	}
-	return qwen
+	return qwenReg
+}
+
+// qwenChat is testModel's tokenizer.
+func qwenChat(t testing.TB) *tokenizer.Chat {
+	t.Helper()
+	c, err := qwenRegistry(t).Get(testModel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // countingMetrics is a PickerMetrics that remembers what it saw.
@@ -72,7 +89,7 @@ type testRig struct {
 func newRig(t testing.TB, mutate func(*scoring.Options, *PickerConfig)) *testRig {
 	t.Helper()
 	opts := scoring.DefaultOptions()
-	cfg := PickerConfig{Fallbacks: 2, Tokenizers: NewTokenizers(map[string]*tokenizer.Chat{testModel: qwenChat(t)})}
+	cfg := PickerConfig{Fallbacks: 2, Tokenizers: qwenRegistry(t)}
 	if mutate != nil {
 		mutate(&opts, &cfg)
 	}
@@ -341,9 +358,9 @@ func TestEncodeCompletionMatchesTheTokenizer(t *testing.T) {
 }
 
 func checkEncodeCompletion(t *testing.T, c *tokenizer.Chat) {
-	toks := NewTokenizers(map[string]*tokenizer.Chat{testModel: c})
+	var enc completionEncoder
 	for _, text := range []string{"", "hello", strings.Repeat("a long shared document. ", 500) + "tail 1", strings.Repeat("a long shared document. ", 500) + "tail 2"} {
-		got := toks.EncodeCompletion(c, text)
+		got := enc.encode(c, text)
 		want := c.Tokenizer().Encode(text, true)
 		if !slices.Equal(got, want) {
 			t.Fatalf("EncodeCompletion(%.20q) differs from Encode(text, true)", text)

@@ -19,6 +19,7 @@ type plan struct {
 	api       API
 	cands     []scoring.Candidate
 	addrs     []string // aligned with cands
+	bases     []string // base model per candidate, aligned with cands
 	blockSize []int    // aligned with cands
 	byLoad    string   // why the prompt was not used; "" when it was
 }
@@ -113,16 +114,27 @@ func (p *Picker) plan(r *scoring.Router, req *Request, metrics PickerMetrics) (*
 }
 
 // candidates lists the workers that serve the model and pass the subset
-// hint, with their addresses and block sizes.
+// hint, with their addresses, base models and block sizes (one Spec read
+// per kept candidate; the overlap pass reuses them).
 func (p *Picker) candidates(r *scoring.Router, req *Request, pl *plan) error {
 	pool := r.Pool()
+	var keep func(id, address string) bool
+	if req.HasSubset {
+		keep = func(_, address string) bool { return slices.Contains(req.Subset, address) }
+	}
+	appendFor := func(dst []scoring.Candidate, model string) []scoring.Candidate {
+		if keep != nil {
+			return pool.AppendCandidatesFunc(dst, model, keep)
+		}
+		return pool.AppendCandidates(dst, model)
+	}
 	if pl.sreq.Model != "" {
-		pl.cands = pool.AppendCandidates(pl.cands, pl.sreq.Model)
+		pl.cands = appendFor(pl.cands, pl.sreq.Model)
 	} else {
 		seen := map[string]bool{}
 		var all []scoring.Candidate
 		for _, m := range pool.Models() {
-			all = pool.AppendCandidates(all[:0], m)
+			all = appendFor(all[:0], m)
 			for _, c := range all {
 				if !seen[c.Worker] {
 					seen[c.Worker] = true
@@ -134,7 +146,7 @@ func (p *Picker) candidates(r *scoring.Router, req *Request, pl *plan) error {
 	kept := pl.cands[:0]
 	for _, c := range pl.cands {
 		spec, ok := pool.Spec(c.Worker)
-		if !ok || (req.HasSubset && !slices.Contains(req.Subset, spec.Address)) {
+		if !ok { // removed since the candidate list was built
 			continue
 		}
 		bs := spec.BlockSize
@@ -143,6 +155,7 @@ func (p *Picker) candidates(r *scoring.Router, req *Request, pl *plan) error {
 		}
 		kept = append(kept, c)
 		pl.addrs = append(pl.addrs, spec.Address)
+		pl.bases = append(pl.bases, spec.Model)
 		pl.blockSize = append(pl.blockSize, bs)
 	}
 	pl.cands = kept
@@ -177,14 +190,23 @@ func (p *Picker) tokenize(r *scoring.Router, pl *plan, oa *openAIRequest) []uint
 			return nil
 		}
 	}
-	chat, ok := p.cfg.Tokenizers.Lookup(pl.sreq.Model, baseModel(r, pl))
-	if !ok {
+	base := ""
+	if len(pl.bases) > 0 {
+		base = pl.bases[0] // an adapter name falls back to its base model
+	}
+	chat, err := lookupChat(p.cfg.Tokenizers, pl.sreq.Model, base)
+	if err != nil {
+		pl.byLoad = "tokenizer_error"
+		p.log.Warn("tokenizer failed to load; routing by load", "model", pl.sreq.Model, "err", err)
+		return nil
+	}
+	if chat == nil {
 		pl.byLoad = "no_tokenizer"
 		return nil
 	}
 	if pl.api == APICompletion {
 		// vLLM tokenizes completion prompts with special tokens added.
-		return p.cfg.Tokenizers.EncodeCompletion(chat, oa.promptText)
+		return p.completions.encode(chat, oa.promptText)
 	}
 	creq, err := chatRequest(oa)
 	if err == nil {
@@ -196,15 +218,6 @@ func (p *Picker) tokenize(r *scoring.Router, pl *plan, oa *openAIRequest) []uint
 	pl.byLoad = "template_error"
 	p.log.Debug("chat prompt not rendered; routing by load", "model", pl.sreq.Model, "err", err)
 	return nil
-}
-
-// baseModel is the base model of the first candidate (for LoRA adapters).
-func baseModel(r *scoring.Router, pl *plan) string {
-	if len(pl.cands) == 0 {
-		return ""
-	}
-	spec, _ := r.Pool().Spec(pl.cands[0].Worker)
-	return spec.Model
 }
 
 // overlap hashes the prompt per (base model, block size) group of
@@ -224,7 +237,6 @@ func (p *Picker) overlap(r *scoring.Router, pl *plan, salt string, tokens []uint
 			m = p.cfg.Approx
 		}
 	}
-	pool := r.Pool()
 	done := make([]bool, len(pl.cands))
 	var ids []string
 	var idx []int
@@ -233,12 +245,10 @@ func (p *Picker) overlap(r *scoring.Router, pl *plan, salt string, tokens []uint
 		if done[i] {
 			continue
 		}
-		spec, _ := pool.Spec(pl.cands[i].Worker)
-		base, bs := spec.Model, pl.blockSize[i]
+		base, bs := pl.bases[i], pl.blockSize[i]
 		ids, idx = ids[:0], idx[:0]
 		for j := i; j < len(pl.cands); j++ {
-			sj, _ := pool.Spec(pl.cands[j].Worker)
-			if !done[j] && sj.Model == base && pl.blockSize[j] == bs {
+			if !done[j] && pl.bases[j] == base && pl.blockSize[j] == bs {
 				done[j] = true
 				ids = append(ids, pl.cands[j].Worker)
 				idx = append(idx, j)

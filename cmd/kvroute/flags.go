@@ -7,9 +7,23 @@ import (
 	"strings"
 )
 
-// envName is the environment variable that sets a flag: KVROUTE_<FLAG>.
+// envName is the environment variable that sets a flag: KVROUTE_<FLAG>,
+// except where envNames says otherwise.
 func envName(flagName string) string {
+	if n, ok := envNames[flagName]; ok {
+		return n
+	}
 	return "KVROUTE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// envNames renames the variables of serve flags whose plain name `kvroute
+// tokenize` already uses with another meaning: there KVROUTE_TOKENIZER is
+// one folder and KVROUTE_CHAT_TEMPLATE one file, here they are MODEL=DIR
+// and MODEL=FILE lists. A shared environment then cannot feed tokenize's
+// folder to serve as a malformed spec (or the other way round).
+var envNames = map[string]string{
+	"tokenizer":     "KVROUTE_TOKENIZERS",
+	"chat-template": "KVROUTE_CHAT_TEMPLATES",
 }
 
 // applyEnv sets every flag not given on the command line from its
@@ -76,7 +90,11 @@ as the model server will, finds how many leading KV blocks each worker holds
 (from vLLM KV events on NATS), weighs that against load, and sets
 x-target-worker, x-gateway-destination-endpoint and envoy.lb metadata.
 Workers come from etcd (--etcd-endpoints) or a static file (--workers-file).
-Every flag can also be set with the environment variable shown.
+Every flag can also be set with the environment variable shown. Note that
+serve's tokenizers are KVROUTE_TOKENIZERS=MODEL=DIR[,MODEL=DIR...] (and
+KVROUTE_CHAT_TEMPLATES=MODEL=FILE,...): KVROUTE_TOKENIZER and
+KVROUTE_CHAT_TEMPLATE are single paths for ` + "`kvroute tokenize`" + ` and serve
+ignores them.
 
 Flags:
 `

@@ -22,6 +22,7 @@ import (
 type serveFlags struct {
 	cfg                       router.Config
 	tokenizers                stringList
+	chatTemplates             stringList
 	etcdEndpoints             string
 	etcdCert, etcdKey, etcdCA string
 	noKVEvents                bool
@@ -52,7 +53,8 @@ func newServeFlags(w io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs.StringVar(&s.etcdCA, "etcd-ca", "", "CA `file` that signs the etcd server certificate (enables TLS)")
 	fs.StringVar(&c.WorkersFile, "workers-file", "", "static YAML or JSON `file` of worker records, reloaded on change (instead of etcd)")
 	fs.DurationVar(&c.WorkersFileInterval, "workers-file-interval", 2*time.Second, "how often --workers-file is checked for changes")
-	fs.Var(&s.tokenizers, "tokenizer", "`MODEL=DIR`: tokenizer.json and tokenizer_config.json for MODEL (repeatable); models without one are routed by load")
+	fs.Var(&s.tokenizers, "tokenizer", "`MODEL=DIR`: tokenizer.json and tokenizer_config.json for MODEL (repeatable; LoRA adapters use their base model's); models without one are routed by load")
+	fs.Var(&s.chatTemplates, "chat-template", "`MODEL=FILE`: chat template that replaces MODEL's own, as the model server's --chat-template (repeatable; MODEL needs a --tokenizer)")
 
 	fs.StringVar(&o.Mode, "router-mode", o.Mode, "router mode: "+strings.Join(scoring.ModeNames(), ", "))
 	fs.StringVar(&o.CostModel, "cost-model", scoring.CostDefault, "cost model of the kv modes: default (overlap_weight × prefill_blocks + decode_blocks) or weighted")
@@ -96,6 +98,7 @@ func newServeFlags(w io.Writer) (*flag.FlagSet, *serveFlags) {
 func (s *serveFlags) config(stderr io.Writer) (router.Config, error) {
 	c := s.cfg
 	c.Tokenizers = s.tokenizers
+	c.ChatTemplates = s.chatTemplates
 	if s.etcdEndpoints != "" {
 		c.EtcdEndpoints = strings.Split(s.etcdEndpoints, ",")
 	}

@@ -28,13 +28,20 @@ func TestParseServeFlagsAndEnvironment(t *testing.T) {
 		{
 			name: "environment fills flags not given",
 			args: []string{"--workers-file", "w.yaml"},
-			env:  map[string]string{"KVROUTE_ROUTER_MODE": "round_robin", "KVROUTE_TOKENIZER": "a=/x,b=/y", "KVROUTE_NO_KV_EVENTS": "true", "KVROUTE_KV_OVERLAP_SCORE_WEIGHT": "2.5"},
+			env:  map[string]string{"KVROUTE_ROUTER_MODE": "round_robin", "KVROUTE_TOKENIZERS": "a=/x,b=/y", "KVROUTE_CHAT_TEMPLATES": "a=/t.jinja", "KVROUTE_NO_KV_EVENTS": "true", "KVROUTE_KV_OVERLAP_SCORE_WEIGHT": "2.5"},
 		},
 		{
 			name: "command line beats environment",
 			args: []string{"--workers-file", "w.yaml", "--router-mode", "random"},
 			env:  map[string]string{"KVROUTE_ROUTER_MODE": "round_robin"},
 		},
+		{
+			name: "tokenize's single-folder variables are not serve's",
+			args: []string{"--workers-file", "w.yaml"},
+			env:  map[string]string{"KVROUTE_TOKENIZER": "/models/qwen", "KVROUTE_CHAT_TEMPLATE": "/t.jinja"},
+		},
+		{name: "bare tokenizer folder", args: []string{"--workers-file", "w.yaml", "--tokenizer", "/models/qwen"}, wantErr: "MODEL=DIR"},
+		{name: "bare chat template", args: []string{"--workers-file", "w.yaml", "--chat-template", "/t.jinja"}, wantErr: "MODEL=FILE"},
 		{name: "bad environment value", args: []string{"--workers-file", "w.yaml"}, env: map[string]string{"KVROUTE_FALLBACKS": "many"}, wantErr: "KVROUTE_FALLBACKS"},
 		{name: "bad target value", args: []string{"--workers-file", "w.yaml", "--target-value", "pod"}, wantErr: "target-value"},
 		{name: "bad body policy", args: []string{"--workers-file", "w.yaml", "--on-bad-body", "ignore"}, wantErr: "on-bad-body"},
@@ -60,8 +67,15 @@ func TestParseServeFlagsAndEnvironment(t *testing.T) {
 				if cfg.Scoring.Mode != "round_robin" || len(cfg.Tokenizers) != 2 || cfg.KVEvents || cfg.Scoring.OverlapWeight != 2.5 {
 					t.Errorf("cfg = %+v", cfg)
 				}
+				if len(cfg.ChatTemplates) != 1 || cfg.ChatTemplates[0] != "a=/t.jinja" {
+					t.Errorf("chat templates %q", cfg.ChatTemplates)
+				}
 				if cfg.Stream.DefaultRequestMode != extproc.ModeBuffered || cfg.Fallbacks != 2 || cfg.GRPCAddr != ":9002" {
 					t.Errorf("defaults lost: %+v", cfg)
+				}
+			case "tokenize's single-folder variables are not serve's":
+				if len(cfg.Tokenizers) != 0 || len(cfg.ChatTemplates) != 0 {
+					t.Errorf("serve took tokenize's variables: %q %q", cfg.Tokenizers, cfg.ChatTemplates)
 				}
 			case "command line beats environment":
 				if cfg.Scoring.Mode != "random" {
@@ -84,7 +98,7 @@ func TestHelpExplainsEveryFlag(t *testing.T) {
 		}
 	})
 	for _, want := range []string{"--router-mode", "--kv-overlap-score-weight", "--router-temperature", "--no-kv-events",
-		"--kv-cache-block-size", "--router-queue-threshold", "--router-queue-policy", "--no-track-prefill-tokens", "--namespace", "--tokenizer"} {
+		"--kv-cache-block-size", "--router-queue-threshold", "--router-queue-policy", "--no-track-prefill-tokens", "--namespace", "--tokenizer", "--chat-template", "KVROUTE_TOKENIZERS", "KVROUTE_CHAT_TEMPLATES"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("help lacks %s", want)
 		}

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/kvroute/kvroute/extproc"
@@ -47,8 +48,12 @@ type Config struct {
 	// WorkersFileInterval is how often WorkersFile is checked (default 2 s).
 	WorkersFileInterval time.Duration
 
-	// Tokenizers are "MODEL=DIR" specs.
+	// Tokenizers are "MODEL=DIR" specs (--tokenizer); every one is loaded
+	// at Start, and a model without one is routed by load.
 	Tokenizers []string
+	// ChatTemplates are "MODEL=FILE" specs (--chat-template): a template
+	// that replaces MODEL's tokenizer's own, as vLLM's --chat-template.
+	ChatTemplates []string
 	// Scoring configures modes, cost and the admission queue.
 	Scoring scoring.Options
 	// KVEvents consumes KV events; false makes "kv" use the approximate
@@ -120,6 +125,16 @@ func (c *Config) Validate() error {
 	}
 	if c.Fallbacks < 0 {
 		errs = append(errs, fmt.Errorf("fallbacks %d must not be negative", c.Fallbacks))
+	}
+	for _, spec := range c.Tokenizers {
+		if m, d, ok := strings.Cut(spec, "="); !ok || m == "" || d == "" {
+			errs = append(errs, fmt.Errorf("tokenizer %q: want MODEL=DIR (a bare folder is `kvroute tokenize`'s form)", spec))
+		}
+	}
+	for _, spec := range c.ChatTemplates {
+		if m, f, ok := strings.Cut(spec, "="); !ok || m == "" || f == "" {
+			errs = append(errs, fmt.Errorf("chat template %q: want MODEL=FILE", spec))
+		}
 	}
 	if c.BlockSize < 0 {
 		errs = append(errs, fmt.Errorf("block size %d must not be negative", c.BlockSize))

@@ -32,7 +32,7 @@ type Router struct {
 	server  *extproc.Server
 	index   *kvindex.Index
 	approx  *kvindex.Approx
-	toks    *extproc.Tokenizers
+	toks    *tokenizer.Registry
 	fleet   *fleet
 
 	natsSrv *natsserver.Server
@@ -92,7 +92,11 @@ func Start(ctx context.Context, cfg Config) (_ *Router, err error) {
 		}
 	}()
 
-	if r.toks, err = extproc.LoadTokenizers(cfg.Tokenizers, tokenizer.ChatOptions{}); err != nil {
+	if r.toks, err = extproc.NewTokenizerRegistry(cfg.Tokenizers, cfg.ChatTemplates, tokenizer.ChatOptions{}); err != nil {
+		return nil, err
+	}
+	// Readiness promises loaded tokenizers; a bad folder stops the start.
+	if err = extproc.Preload(r.toks); err != nil {
 		return nil, err
 	}
 	r.index = kvindex.New(kvindex.Config{})

@@ -157,12 +157,19 @@ func promptTokens(t *testing.T, body string) []uint32 {
 	return ids
 }
 
-func TestRouterEventsOverNATSChangeTheNextDecision(t *testing.T) {
+// startReady starts a router over a static file of n workers and waits
+// until it is ready.
+func startReady(t *testing.T, n int) (*Router, *grpc.ClientConn) {
+	t.Helper()
 	cfg := testConfig(t)
-	cfg.WorkersFile = workersFile(t, 3)
+	cfg.WorkersFile = workersFile(t, n)
 	r := start(t, cfg)
 	eventually(t, "ready", r.Ready)
-	cc := dial(t, r)
+	return r, dial(t, r)
+}
+
+func TestRouterEventsOverNATSChangeTheNextDecision(t *testing.T) {
+	r, cc := startReady(t, 3)
 
 	hc, err := healthpb.NewHealthClient(cc).Check(context.Background(), &healthpb.HealthCheckRequest{Service: extproc.ServiceName})
 	if err != nil {
@@ -195,7 +202,7 @@ func TestRouterEventsOverNATSChangeTheNextDecision(t *testing.T) {
 		hs[i] = kvindex.HashInt(int64(i + 1))
 	}
 	batch := kvindex.EventBatch{TS: 1, Events: []kvindex.Event{kvindex.BlockStored{BlockHashes: hs, TokenIDs: tokens[:blocks*16], BlockSize: 16}}}
-	if err := kvindex.Publish(nc, cfg.Namespace, target, 0, batch); err != nil {
+	if err := kvindex.Publish(nc, r.cfg.Namespace, target, 0, batch); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "index holds the blocks", func() bool { return r.Index().Stats().Entries >= blocks })
@@ -338,11 +345,7 @@ func TestRouterRejectsBadConfig(t *testing.T) {
 }
 
 func TestRouterResponsePathDrivesTheLoad(t *testing.T) {
-	cfg := testConfig(t)
-	cfg.WorkersFile = workersFile(t, 2)
-	r := start(t, cfg)
-	eventually(t, "ready", r.Ready)
-	cc := dial(t, r)
+	r, cc := startReady(t, 2)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	st, err := pb.NewExternalProcessorClient(cc).Process(ctx)

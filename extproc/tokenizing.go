@@ -1,0 +1,127 @@
+package extproc
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/kvroute/kvroute/tokenizer"
+)
+
+// NewTokenizerRegistry builds the registry the --tokenizer and
+// --chat-template flags describe: specs are "MODEL=DIR" (DIR holds
+// tokenizer.json and tokenizer_config.json), templates are "MODEL=FILE"
+// (a chat template that replaces DIR's own, as vLLM's --chat-template).
+// A template for a model without a tokenizer is an error. Nothing is loaded
+// yet; call Preload to fail fast on bad folders.
+func NewTokenizerRegistry(specs, templates []string, opts tokenizer.ChatOptions) (*tokenizer.Registry, error) {
+	tmpl := make(map[string]string, len(templates))
+	for _, t := range templates {
+		model, file, ok := strings.Cut(t, "=")
+		if !ok || model == "" || file == "" {
+			return nil, fmt.Errorf("chat template %q: want MODEL=FILE", t)
+		}
+		tmpl[model] = file
+	}
+	reg := tokenizer.NewRegistry(opts)
+	for _, spec := range specs {
+		model, dir, ok := strings.Cut(spec, "=")
+		if !ok || model == "" || dir == "" {
+			return nil, fmt.Errorf("tokenizer %q: want MODEL=DIR (a bare folder is `kvroute tokenize`'s form)", spec)
+		}
+		if err := reg.Add(model, tokenizer.ModelSource{Dir: dir, ChatTemplate: tmpl[model]}); err != nil {
+			return nil, fmt.Errorf("tokenizer for %s: %w", model, err)
+		}
+		delete(tmpl, model)
+	}
+	for model := range tmpl {
+		return nil, fmt.Errorf("chat template for %q: no --tokenizer names that model", model)
+	}
+	return reg, nil
+}
+
+// Preload loads every registered tokenizer now, so that a bad folder or
+// template stops the router at start instead of routing by load later.
+func Preload(reg *tokenizer.Registry) error {
+	var errs []error
+	for _, m := range reg.Models() {
+		if _, err := reg.Get(m); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// lookupChat returns the chat tokenizer for a request's model, trying each
+// name in order (an adapter name, then its base model). A folder that fails
+// to load is reported as an error; unknown names are not.
+func lookupChat(reg *tokenizer.Registry, models ...string) (*tokenizer.Chat, error) {
+	if reg == nil {
+		return nil, nil
+	}
+	for _, m := range models {
+		if m == "" {
+			continue
+		}
+		c, err := reg.Get(m)
+		if err == nil {
+			return c, nil
+		}
+		if !errors.Is(err, tokenizer.ErrUnknownModel) {
+			return nil, err
+		}
+	}
+	return nil, nil
+}
+
+// completionEncoder tokenizes /v1/completions prompts as vLLM does
+// (Encode(text, true)), reusing the chat prefix cache when a tokenizer's
+// special tokens only go in front (Llama's BOS, or none as in Qwen).
+type completionEncoder struct {
+	mu      sync.Mutex
+	special map[*tokenizer.Chat]*completionSpecials
+}
+
+// completionSpecials is how a tokenizer's post-processor frames a single
+// sequence: when it only prepends tokens (BOS), completion prompts can go
+// through the prefix cache with those tokens in front.
+type completionSpecials struct {
+	prefix     []uint32
+	prefixOnly bool
+}
+
+// encode returns c.Tokenizer().Encode(text, true).
+func (e *completionEncoder) encode(c *tokenizer.Chat, text string) []uint32 {
+	e.mu.Lock()
+	if e.special == nil {
+		e.special = map[*tokenizer.Chat]*completionSpecials{}
+	}
+	sp, ok := e.special[c]
+	if !ok {
+		sp = probeSpecials(c.Tokenizer())
+		e.special[c] = sp
+	}
+	e.mu.Unlock()
+	if !sp.prefixOnly || c.Cache() == nil {
+		return c.Tokenizer().Encode(text, true)
+	}
+	body := c.EncodePrompt(text)
+	out := make([]uint32, 0, len(sp.prefix)+len(body))
+	return append(append(out, sp.prefix...), body...)
+}
+
+// probeSpecials checks, on a few probe texts, that adding special tokens
+// equals prepending the tokens the empty text gets.
+func probeSpecials(tok *tokenizer.Tokenizer) *completionSpecials {
+	sp := &completionSpecials{prefix: tok.Encode("", true), prefixOnly: true}
+	for _, probe := range []string{"a", "Hello world.", " two  spaces\n"} {
+		want := tok.Encode(probe, true)
+		got := append(slices.Clone(sp.prefix), tok.Encode(probe, false)...)
+		if !slices.Equal(got, want) {
+			sp.prefixOnly = false
+		}
+	}
+	return sp
+}
