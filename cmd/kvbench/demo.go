@@ -131,6 +131,10 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		"gateway": "envoy.Gateway with cluster-header bootstrap", "timing": "Dynamo mocker polynomial",
 	}
 	rep := bench.NewReport(wl, ideal, haveIdeal, setup)
+	if d.wl.speedup != 1 {
+		rep.Note = fmt.Sprintf("Times are wall-clock with arrivals and the simulated GPUs both %g× faster than real time; multiply by %g for simulated GPU time.",
+			d.wl.speedup, d.wl.speedup)
+	}
 
 	fmt.Fprintf(stdout, "kvbench demo: %d requests (%s), %d kvsim workers × %d blocks of %d tokens, speedup %g, modes %s\n",
 		wl.Requests(), wl.Name, d.workers, d.kvBlocks, d.blockSize, d.wl.speedup, strings.Join(modes, ", "))

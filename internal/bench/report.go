@@ -25,6 +25,8 @@ type Report struct {
 	IdealFleet   *float64 `json:"ideal_hit_rate_fleet"`
 	// Setup describes the system measured (workers, cache sizes, speedup).
 	Setup map[string]any `json:"setup,omitempty"`
+	// Note is free text printed under the table (e.g. how to read times).
+	Note string `json:"note,omitempty"`
 	// Order lists the modes in the order they ran.
 	Order []string               `json:"order"`
 	Modes map[string]*ModeResult `json:"modes"`
@@ -109,6 +111,9 @@ func (r *Report) Markdown() string {
 			100**r.IdealHitRate, 100**r.IdealFleet)
 	case r.IdealHitRate != nil:
 		fmt.Fprintf(&b, "\nReference hit rate for this workload: %.1f %% with an infinite cache.\n", 100**r.IdealHitRate)
+	}
+	if r.Note != "" {
+		fmt.Fprintf(&b, "\n%s\n", r.Note)
 	}
 	return b.String()
 }

@@ -1,0 +1,161 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvroute/kvroute/internal/bench"
+	"github.com/kvroute/kvroute/internal/sim"
+)
+
+func TestHelpAndUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args     []string
+		code     int
+		contains string
+	}{
+		{[]string{"--help"}, 0, "kvbench demo"},
+		{[]string{}, 2, "Usage"},
+		{[]string{"bogus"}, 2, "unknown command"},
+		{[]string{"demo", "-help"}, 0, "--max-requests"},
+		{[]string{"demo", "--modes", "fastest"}, 1, "unknown router mode"},
+		{[]string{"demo", "--workload", "chat"}, 1, "needs --tokenizer"},
+		{[]string{"replay", "--arrival", "trace", "--workload", "shared-prefix"}, 1, "needs --workload trace"},
+		{[]string{"gateway", "--bootstrap", "/nonexistent.yaml"}, 1, "nonexistent"},
+		{[]string{"demo", "extra"}, 2, "unexpected arguments"},
+	} {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), tc.args, &out, &errb)
+		all := out.String() + errb.String()
+		if code != tc.code || !strings.Contains(all, tc.contains) {
+			t.Errorf("kvbench %v: exit %d, output %q; want exit %d containing %q", tc.args, code, all, tc.code, tc.contains)
+		}
+	}
+}
+
+func TestEnvironmentSetsFlags(t *testing.T) {
+	t.Setenv("KVROUTE_MODES", "fastest")
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"demo"}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "fastest") {
+		t.Errorf("KVROUTE_MODES ignored: exit %d, %s", code, errb.String())
+	}
+}
+
+// A short demo runs the whole embedded system and writes the three reports.
+func TestDemoWritesReportsForEveryMode(t *testing.T) {
+	dir := t.TempDir()
+	var out, errb bytes.Buffer
+	args := []string{"demo", "--max-requests", "30", "--speedup", "40", "--modes", "round_robin,kv", "--out-dir", dir}
+	if code := run(context.Background(), args, &out, &errb); code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, out.String(), errb.String())
+	}
+	f, err := os.Open(filepath.Join(dir, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rep, err := bench.ReadReport(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(rep.Order, ",") != "round_robin,kv" {
+		t.Fatalf("modes %v", rep.Order)
+	}
+	for _, m := range rep.Order {
+		if r := rep.Modes[m]; r.Requests != 30 || r.Errors != 0 || len(r.WorkerShare) == 0 {
+			t.Errorf("%s: %d requests, %d errors (%s), shares %v", m, r.Requests, r.Errors, r.FirstError, r.WorkerShare)
+		}
+	}
+	for _, name := range []string{"report.md", "chart.svg"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			t.Error(err)
+		}
+	}
+	if !strings.Contains(out.String(), "| round_robin | 30 | 0 |") || !strings.Contains(out.String(), "report: ") {
+		t.Errorf("table or report path missing from the output:\n%s", out.String())
+	}
+}
+
+// Replay drives a running server (here one kvsim worker) and reports it.
+func TestReplayAgainstARunningWorker(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w, err := sim.StartWorker(ctx, sim.WorkerConfig{ID: "solo", Model: bench.DefaultModel, Speedup: 100,
+		Engine: sim.EngineConfig{NumGPUBlocks: 2048, BlockSize: 16}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close(context.Background())
+	dir := t.TempDir()
+	var out, errb bytes.Buffer
+	args := []string{"replay", "--url", w.URL(), "--workload", "shared-prefix", "--groups", "2", "--per-group", "4",
+		"--system-tokens", "256", "--question-tokens", "32", "--output-tokens", "4", "--concurrency", "2",
+		"--label", "direct", "--out-dir", dir, "--capacity-blocks", "2048"}
+	if code := run(ctx, args, &out, &errb); code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, out.String(), errb.String())
+	}
+	f, err := os.Open(filepath.Join(dir, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rep, err := bench.ReadReport(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := rep.Modes["direct"]
+	if m == nil || m.Requests != 8 || m.Errors != 0 || m.WorkerShare["solo"] != 1 || m.HitRate <= 0 {
+		t.Fatalf("report %+v", m)
+	}
+	// One worker holds everything, so it reaches the infinite-cache bound.
+	if *rep.IdealHitRate-m.HitRate > 0.01 {
+		t.Errorf("hit rate %.3f, reference %.3f", m.HitRate, *rep.IdealHitRate)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe to read while a command writes it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestGatewayServesUntilCancelled(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errb syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"gateway", "--bootstrap", "../../envoy/cluster-header.yaml", "--listen", "127.0.0.1:0",
+			"--endpoint", "kvroute=127.0.0.1:1", "--log-level", "off"}, &out, &errb)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(out.String(), "serving on http://127.0.0.1:") {
+		if time.Now().After(deadline) {
+			t.Fatalf("gateway did not start: %s %s", out.String(), errb.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Errorf("exit %d: %s", code, errb.String())
+	}
+}
