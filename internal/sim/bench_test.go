@@ -38,17 +38,28 @@ func benchPrompt(i, n int) []int32 {
 	return p
 }
 
-// BenchmarkEngineRequest measures the engine's CPU per request: 1,024-token
-// prompts (half of them cached on average), 128 output tokens, 64 requests
-// in flight, default engine sizes.
+// BenchmarkEngineRequest measures the engine's CPU per request with default
+// engine sizes and 64 requests in flight: chat-like requests (1,024-token
+// prompts, 128 output tokens) and Mooncake-trace-like ones (12,000-token
+// prompts, 343 output tokens, the conversation trace's means); a quarter of
+// each prompt is a shared prefix and half a per-conversation one.
 func BenchmarkEngineRequest(b *testing.B) {
+	for _, c := range []struct {
+		name           string
+		prompt, output int
+	}{{"chat", 1024, 128}, {"mooncake", 12000, 343}} {
+		b.Run(c.name, func(b *testing.B) { benchEngine(b, c.prompt, c.output) })
+	}
+}
+
+func benchEngine(b *testing.B, promptLen, outputLen int) {
 	e, err := NewEngine(EngineConfig{}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
-	prompts := make([][]int32, 256)
+	prompts := make([][]int32, 64)
 	for i := range prompts {
-		prompts[i] = benchPrompt(i, 1024)
+		prompts[i] = benchPrompt(i, promptLen)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -56,7 +67,7 @@ func BenchmarkEngineRequest(b *testing.B) {
 	next, done := 0, 0
 	for done < b.N {
 		for next < b.N && next-done < 64 {
-			if err := e.Add(uint64(next), prompts[next%len(prompts)], 128); err != nil {
+			if err := e.Add(uint64(next), prompts[next%len(prompts)], outputLen); err != nil {
 				b.Fatal(err)
 			}
 			next++
@@ -194,4 +205,14 @@ func BenchmarkFleetHTTP(b *testing.B) {
 	cpu := cpuTime() - cpu0
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "req/s")
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/req")
+}
+
+// BenchmarkBlockHash is the engine's hash of one 64-token block.
+func BenchmarkBlockHash(b *testing.B) {
+	toks := benchPrompt(1, 64)
+	b.SetBytes(64 * 4)
+	var h int64
+	for b.Loop() {
+		h = blockHash(h, toks)
+	}
 }

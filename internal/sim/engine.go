@@ -103,8 +103,10 @@ func NewEngine(cfg EngineConfig, sink EventSink) (*Engine, error) {
 // Config returns the engine's configuration with defaults filled in.
 func (e *Engine) Config() EngineConfig { return e.cfg }
 
-// Add queues a request. id must be unique among the engine's live requests;
-// prompt is copied.
+// Add queues a request. id must be unique among the engine's live requests.
+// The engine takes ownership of prompt and appends the generated tokens to
+// it: give it spare capacity (len+maxTokens) to avoid a copy, and pass
+// slices.Clip(prompt) if its backing array must stay untouched.
 func (e *Engine) Add(id uint64, prompt []int32, maxTokens int) error {
 	switch {
 	case len(prompt) == 0:
@@ -120,11 +122,11 @@ func (e *Engine) Add(id uint64, prompt []int32, maxTokens int) error {
 	}
 	r := &request{
 		id:        id,
-		tokens:    make([]int32, len(prompt), len(prompt)+maxTokens),
+		tokens:    prompt,
+		hashes:    make([]int64, 0, (len(prompt)+maxTokens)/e.cfg.BlockSize),
 		numPrompt: len(prompt),
 		maxTokens: maxTokens,
 	}
-	copy(r.tokens, prompt)
 	bs := e.cfg.BlockSize
 	full := len(prompt) / bs
 	r.ensureHashes(full, bs, e.seed)

@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -29,7 +30,8 @@ func (w *Worker) Generate(ctx context.Context, prompt []int32, maxTokens int) (R
 	start := time.Now()
 	id := w.nextID.Add(1)
 	st := newStream(maxTokens)
-	w.run.submit(command{kind: cmdAdd, id: id, prompt: prompt, max: maxTokens, st: st})
+	// Clip: the engine appends outputs to the prompt it is given.
+	w.run.submit(command{kind: cmdAdd, id: id, prompt: slices.Clip(prompt), max: maxTokens, st: st})
 	for {
 		select {
 		case <-st.notify:

@@ -14,19 +14,24 @@ const (
 )
 
 // blockHash returns the engine hash of a block given its parent's hash.
+// Two independent lanes of four tokens per round keep the multiplier busy.
 func blockHash(parent int64, tokens []int32) int64 {
-	h := uint64(parent) ^ seedMix
+	a := uint64(parent) ^ seedMix
+	b := uint64(parent)*mixPrime ^ uint64(len(tokens))
 	i := 0
-	for ; i+1 < len(tokens); i += 2 {
-		w := uint64(uint32(tokens[i])) | uint64(uint32(tokens[i+1]))<<32
-		h = (h ^ w) * mixPrime
-		h ^= h >> 29
+	for ; i+3 < len(tokens); i += 4 {
+		w1 := uint64(uint32(tokens[i])) | uint64(uint32(tokens[i+1]))<<32
+		w2 := uint64(uint32(tokens[i+2])) | uint64(uint32(tokens[i+3]))<<32
+		a = (a ^ w1) * mixPrime
+		b = (b ^ w2) * mixPrime
+		a ^= a >> 29
+		b ^= b >> 29
 	}
-	if i < len(tokens) {
-		h = (h ^ uint64(uint32(tokens[i]))) * mixPrime
-		h ^= h >> 29
+	for ; i < len(tokens); i++ {
+		a = (a ^ uint64(uint32(tokens[i]))) * mixPrime
+		a ^= a >> 29
 	}
-	return int64(avalanche(h ^ uint64(len(tokens))))
+	return int64(avalanche(a ^ bits.RotateLeft64(b, 31) ^ uint64(len(tokens))))
 }
 
 // avalanche is the splitmix64 finalizer.

@@ -47,7 +47,8 @@ func writeError(rw http.ResponseWriter, code int, typ, msg string) {
 }
 
 // prompt tokenizes the request as vLLM would.
-func (w *Worker) prompt(body []byte, req apiRequest, chat bool) ([]int32, error) {
+// The result has room for extra generated tokens, which the engine appends.
+func (w *Worker) prompt(body []byte, req apiRequest, chat bool, extra int) ([]int32, error) {
 	var ids []uint32
 	var err error
 	if chat {
@@ -71,7 +72,7 @@ func (w *Worker) prompt(body []byte, req apiRequest, chat bool) ([]int32, error)
 		}
 		return nil, fmt.Errorf("%w: %v", errBadRequest, err)
 	}
-	out := make([]int32, len(ids))
+	out := make([]int32, len(ids), len(ids)+extra)
 	for i, id := range ids {
 		out[i] = int32(id)
 	}
@@ -103,7 +104,7 @@ func (w *Worker) serveGenerate(rw http.ResponseWriter, r *http.Request, chat boo
 		writeError(rw, http.StatusBadRequest, "BadRequestError", err.Error())
 		return
 	}
-	prompt, err := w.prompt(body, req, chat)
+	prompt, err := w.prompt(body, req, chat, maxTokens)
 	if err != nil {
 		writeError(rw, http.StatusBadRequest, "BadRequestError", err.Error())
 		return
