@@ -7,6 +7,7 @@ replace github.com/kvroute/kvroute => ../
 require (
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0
 	github.com/kvroute/kvroute v0.0.0-00010101000000-000000000000
+	github.com/moby/patternmatcher v0.6.0
 	github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring v0.93.0
 	google.golang.org/protobuf v1.36.12
 	istio.io/api v1.31.1
