@@ -61,7 +61,10 @@ func FuzzStream(f *testing.F) {
 			case 6:
 				m = &pb.ProcessingRequest{}
 			}
-			if _, err = s.Step(context.Background(), m); err != nil {
+			var out []*pb.ProcessingResponse
+			out, err = s.Step(context.Background(), m)
+			checkEnvoyRules(t, m, out, err)
+			if err != nil {
 				break
 			}
 		}

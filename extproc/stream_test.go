@@ -147,6 +147,7 @@ func TestStreamLifecycles(t *testing.T) {
 			s := NewStream(&Config{}, f)
 			for i, st := range tt.steps {
 				out, err := s.Step(context.Background(), st.in)
+				checkEnvoyRules(t, st.in, out, err)
 				if status.Code(err) != st.code {
 					t.Fatalf("step %d: err = %v, want code %v", i, err, st.code)
 				}

@@ -76,7 +76,7 @@ func newServeFlags(w io.Writer) (*flag.FlagSet, *serveFlags) {
 
 	fs.StringVar(&c.Stream.TargetHeader, "target-header", extproc.DefaultTargetHeader, "request header that names the chosen worker")
 	fs.StringVar(&s.targetValue, "target-value", "cluster", "what --target-header holds: cluster (the record's Envoy cluster) or address (ip:port)")
-	fs.IntVar(&c.Fallbacks, "fallbacks", c.Fallbacks, "next-best endpoints appended to x-gateway-destination-endpoint")
+	fs.IntVar(&c.Fallbacks, "fallbacks", c.Fallbacks, "next-best endpoints appended to x-gateway-destination-endpoint and its envoy.lb metadata (Gateway API endpoint picker protocol). Set 0 with plain Envoy's ORIGINAL_DST cluster (envoy/original-dst.yaml): it reads the header as one ip:port and answers a list with 503")
 	fs.IntVar(&c.Stream.MaxBodyBytes, "max-body-bytes", 16<<20, "largest request body accepted; larger ones get 413")
 	fs.StringVar(&s.onBadBody, "on-bad-body", "reject", "body that is not JSON: reject (400) or route-by-load")
 	fs.BoolVar(&c.Stream.DebugHeaders, "debug-headers", false, "add x-kvroute-cached-tokens and x-kvroute-mode to upstream requests")

@@ -64,7 +64,18 @@ type Config struct {
 	// Stream shapes ext_proc answers (target header, body limit, debug
 	// headers).
 	Stream extproc.Config
-	// Fallbacks is how many next-best endpoints follow the primary.
+	// Fallbacks is how many next-best endpoints follow the primary in
+	// x-gateway-destination-endpoint and its envoy.lb metadata (default 2).
+	//
+	// The endpoint picker protocol allows a list there and requires header
+	// and metadata to be identical, and Gateway API data planes use the
+	// fallbacks, so the default keeps the protocol. Plain Envoy's
+	// ORIGINAL_DST cluster with use_http_header (envoy/original-dst.yaml)
+	// reads the header as one ip:port and answers a list with 503 "no
+	// healthy upstream": operators of that bootstrap set 0. We keep the
+	// two values identical instead of sending the primary alone in the
+	// header, because a data plane that reads the header for its fallbacks
+	// would otherwise silently lose them.
 	Fallbacks int
 	// OnBadBody decides between 400 and routing by load.
 	OnBadBody extproc.BadBodyPolicy
