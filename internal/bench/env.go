@@ -42,7 +42,7 @@ type EnvConfig struct {
 	// x-gateway-destination-endpoint. An ORIGINAL_DST cluster reads that
 	// header as one ip:port, so the original-dst bootstrap needs it.
 	NoFallbacks bool
-	// BodyModeStyle is the Envoy bootstrap style the gateway runs (default
+	// Style is the Envoy bootstrap style the gateway runs (default
 	// envoy.StyleClusterHeader).
 	Style string
 	// Bootstrap, when set, is a bootstrap YAML used instead of Style; the
@@ -55,11 +55,15 @@ type EnvConfig struct {
 // Env is a running all-in-one system: NATS, etcd, a fleet of simulated
 // workers, a kvroute router and the Envoy stand-in in front of it.
 type Env struct {
-	cfg     EnvConfig
-	nats    *EmbeddedNATS
-	etcd    *EmbeddedEtcd
-	Fleet   *sim.Fleet
-	Router  *router.Router
+	cfg  EnvConfig
+	nats *EmbeddedNATS
+	etcd *EmbeddedEtcd
+	// Fleet is the simulated workers (fault switches: Kill, ResetCache,
+	// DropNextBatches).
+	Fleet *sim.Fleet
+	// Router is the kvroute instance (Index, Picker, SetMode).
+	Router *router.Router
+	// Gateway is the Envoy stand-in clients talk to.
 	Gateway *envoy.Gateway
 	cancel  context.CancelFunc
 	// NATSURL and EtcdEndpoints are the servers in use.
