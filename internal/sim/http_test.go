@@ -214,6 +214,7 @@ func TestRequestErrors(t *testing.T) {
 		{"zero max_tokens", "/v1/completions", `{"prompt":"a","max_tokens":0}`, 400},
 		{"longer than the KV cache", "/v1/completions", `{"prompt":"a","max_tokens":5000}`, 400},
 		{"chat without messages", "/v1/chat/completions", `{"max_tokens":1}`, 400},
+		{"several choices", "/v1/completions", `{"prompt":"a","n":2}`, 400},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

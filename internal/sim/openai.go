@@ -18,6 +18,7 @@ type apiRequest struct {
 	MaxCompletionTokens *int            `json:"max_completion_tokens"`
 	Stream              bool            `json:"stream"`
 	IgnoreEOS           bool            `json:"ignore_eos"`
+	N                   *int            `json:"n"`
 }
 
 // errBadRequest marks errors that become HTTP 400.
@@ -27,6 +28,9 @@ func parseAPIRequest(body []byte) (apiRequest, error) {
 	var req apiRequest
 	if err := json.Unmarshal(body, &req); err != nil {
 		return apiRequest{}, fmt.Errorf("%w: body is not a JSON object: %v", errBadRequest, err)
+	}
+	if req.N != nil && *req.N != 1 {
+		return apiRequest{}, fmt.Errorf("%w: n=%d: the simulator generates one choice per request", errBadRequest, *req.N)
 	}
 	return req, nil
 }
