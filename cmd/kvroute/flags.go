@@ -83,6 +83,7 @@ const serveUsage = `kvroute — KV-cache-aware router for LLM inference, as an E
 Usage:
   kvroute [serve] [flags]     run the router (default)
   kvroute tokenize [flags]    tokenize JSON lines from stdin as the router does
+  kvroute envoy-config [flags] print an Envoy bootstrap (--style cluster-header|original-dst|xds)
   kvroute help                this text
 
 For every request Envoy sends over ext_proc, kvroute tokenizes the OpenAI body

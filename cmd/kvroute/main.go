@@ -5,6 +5,7 @@
 //
 //	kvroute [serve] [flags]   run the router (the default)
 //	kvroute tokenize ...      print token ids as the router computes them
+//	kvroute envoy-config ...  print an Envoy bootstrap for kvroute
 //	kvroute help              explain every flag
 package main
 
@@ -50,9 +51,11 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return runServe(ctx, args, stderr, lookupEnv)
 	case "tokenize":
 		return runTokenize(ctx, args, stdin, stdout, stderr)
+	case "envoy-config":
+		return runEnvoyConfig(ctx, args, stdout, stderr)
 	case "help":
 		return runServe(ctx, []string{"-help"}, stdout, lookupEnv)
 	}
-	fmt.Fprintf(stderr, "kvroute: unknown command %q (want serve, tokenize or help)\n", cmd)
+	fmt.Fprintf(stderr, "kvroute: unknown command %q (want serve, tokenize, envoy-config or help)\n", cmd)
 	return fmt.Errorf("%w: unknown command %q", errUsage, cmd)
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvroute/kvroute/envoy"
 	"github.com/kvroute/kvroute/extproc"
 )
 
@@ -42,6 +43,11 @@ func TestParseServeFlagsAndEnvironment(t *testing.T) {
 		},
 		{name: "bare tokenizer folder", args: []string{"--workers-file", "w.yaml", "--tokenizer", "/models/qwen"}, wantErr: "MODEL=DIR"},
 		{name: "bare chat template", args: []string{"--workers-file", "w.yaml", "--chat-template", "/t.jinja"}, wantErr: "MODEL=FILE"},
+		{
+			name: "xds address from the environment",
+			args: []string{"--workers-file", "w.yaml"},
+			env:  map[string]string{"KVROUTE_XDS_ADDR": "127.0.0.1:18000", "KVROUTE_XDS_NODE_ID": "edge-1"},
+		},
 		{name: "bad environment value", args: []string{"--workers-file", "w.yaml"}, env: map[string]string{"KVROUTE_FALLBACKS": "many"}, wantErr: "KVROUTE_FALLBACKS"},
 		{name: "bad target value", args: []string{"--workers-file", "w.yaml", "--target-value", "pod"}, wantErr: "target-value"},
 		{name: "bad body policy", args: []string{"--workers-file", "w.yaml", "--on-bad-body", "ignore"}, wantErr: "on-bad-body"},
@@ -77,6 +83,10 @@ func TestParseServeFlagsAndEnvironment(t *testing.T) {
 				if len(cfg.Tokenizers) != 0 || len(cfg.ChatTemplates) != 0 {
 					t.Errorf("serve took tokenize's variables: %q %q", cfg.Tokenizers, cfg.ChatTemplates)
 				}
+			case "xds address from the environment":
+				if cfg.XDSAddr != "127.0.0.1:18000" || cfg.XDSNodeID != "edge-1" {
+					t.Errorf("xds %q node %q", cfg.XDSAddr, cfg.XDSNodeID)
+				}
 			case "command line beats environment":
 				if cfg.Scoring.Mode != "random" {
 					t.Errorf("mode %s", cfg.Scoring.Mode)
@@ -102,6 +112,19 @@ func TestHelpExplainsEveryFlag(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("help lacks %s", want)
 		}
+	}
+}
+
+func TestEnvoyConfigIsACommand(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if err := run(context.Background(), []string{"envoy-config", "--style", "xds"}, nil, &out, &errOut, envOf(nil)); err != nil {
+		t.Fatalf("%v\n%s", err, errOut.String())
+	}
+	if _, err := envoy.Validate(out.Bytes()); err != nil {
+		t.Fatalf("envoy-config output is not a valid bootstrap: %v", err)
+	}
+	if !strings.Contains(out.String(), "ads") {
+		t.Errorf("xds bootstrap does not mention ADS:\n%s", out.String())
 	}
 }
 

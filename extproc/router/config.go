@@ -48,6 +48,14 @@ type Config struct {
 	// WorkersFileInterval is how often WorkersFile is checked (default 2 s).
 	WorkersFileInterval time.Duration
 
+	// XDSAddr, when set, serves the discovered workers to Envoy over ADS
+	// there: one cluster per worker (Record.ClusterName, its address), for
+	// the xds bootstrap style (`kvroute envoy-config --style xds`).
+	XDSAddr string
+	// XDSNodeID restricts the ADS answers to the Envoy with this node id;
+	// empty answers every Envoy.
+	XDSNodeID string
+
 	// Tokenizers are "MODEL=DIR" specs (--tokenizer); every one is loaded
 	// at Start, and a model without one is routed by load.
 	Tokenizers []string

@@ -42,6 +42,7 @@ func (f *fleet) Upsert(rec discovery.Record) {
 		}
 	}
 	f.r.index.AddWorker(rec.ID, rec.Model, spec.BlockSize)
+	f.r.notifyXDS()
 	if !known {
 		f.r.log.Info("worker added", "worker", rec.ID, "model", rec.Model, "address", rec.Address, "cluster", rec.ClusterName())
 	} else if fmt.Sprint(old) != fmt.Sprint(rec) {
@@ -59,6 +60,7 @@ func (f *fleet) Remove(id string) {
 	}
 	f.r.index.RemoveWorker(id)
 	f.r.approx.RemoveWorker(id)
+	f.r.notifyXDS()
 	f.r.log.Info("worker removed", "worker", id)
 }
 

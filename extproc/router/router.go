@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvroute/kvroute/envoy"
 	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/internal/discovery"
 	"github.com/kvroute/kvroute/kvindex"
@@ -41,6 +42,10 @@ type Router struct {
 
 	grpcLis, httpLis net.Listener
 	httpSrv          *http.Server
+
+	xds        *envoy.XDSServer // nil unless cfg.XDSAddr
+	xdsLis     net.Listener
+	xdsChanged chan struct{}
 
 	ctx    context.Context // lives until shutdown begins
 	cancel context.CancelFunc
@@ -125,6 +130,11 @@ func Start(ctx context.Context, cfg Config) (_ *Router, err error) {
 		cons := kvindex.NewConsumer(r.nc, kvindex.ConsumerConfig{Namespace: cfg.Namespace, Index: r.index, Metrics: r.metrics, Logger: r.log})
 		if err = cons.Start(r.ctx); err != nil {
 			return nil, fmt.Errorf("kv events: %w", err)
+		}
+	}
+	if cfg.XDSAddr != "" {
+		if err = r.startXDS(); err != nil {
+			return nil, err
 		}
 	}
 	if err = r.startDiscovery(); err != nil {
@@ -329,7 +339,7 @@ func (r *Router) teardown() {
 		r.natsSrv.Shutdown()
 		r.natsSrv.WaitForShutdown()
 	}
-	for _, l := range []net.Listener{r.grpcLis, r.httpLis} {
+	for _, l := range []net.Listener{r.grpcLis, r.httpLis, r.xdsLis} {
 		if l != nil {
 			_ = l.Close()
 		}
