@@ -101,6 +101,7 @@ Admin endpoint (--admin-addr):
   GET  /admin/workers                              workers and their stats
   POST /admin/workers/{id}/kill                    stop HTTP and the etcd keepalive, like a crash
   POST /admin/workers/{id}/reset                   drop the prefix cache (AllBlocksCleared)
+  POST /admin/workers/{id}/resync                  re-announce the cache (AllBlocksCleared, then every block)
   POST /admin/workers/{id}/drop-events?n=1         drop the next n KV event batches on NATS
   POST /admin/workers/{id}/duplicate-events?n=1    publish the next n batches twice on NATS
 `)
