@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -267,4 +268,44 @@ func TestXDSServeStopsWithContext(t *testing.T) {
 	if _, err := ads.stream.Recv(); err == nil {
 		t.Errorf("stream still delivers after Serve returned: %v", err)
 	}
+}
+
+// FuzzWorkerCluster: any worker either gives a cluster that passes Envoy's
+// validation and names the worker, or a clear error; never a panic.
+func FuzzWorkerCluster(f *testing.F) {
+	for _, s := range [][2]string{
+		{"w0", "10.0.0.1:8000"}, {"w1", "vllm-1.vllm.svc:8000"}, {"w2", "[::1]:8000"},
+		{"", "10.0.0.1:8000"}, {"w3", "10.0.0.1"}, {"w4", "10.0.0.1:99999"}, {"w5", "a b:1"}, {"w6", ":80"},
+	} {
+		f.Add(s[0], s[1])
+	}
+	f.Fuzz(func(t *testing.T, cluster, addr string) {
+		c, err := WorkerCluster(Worker{Cluster: cluster, Address: addr})
+		if err != nil {
+			return
+		}
+		if err := c.ValidateAll(); err != nil {
+			t.Fatalf("cluster for %q %q fails validation: %v", cluster, addr, err)
+		}
+		if c.GetName() != cluster || c.GetLoadAssignment().GetClusterName() != cluster {
+			t.Fatalf("cluster named %q, want %q", c.GetName(), cluster)
+		}
+	})
+}
+
+// BenchmarkSetWorkers measures one snapshot change for a fleet of 1,000 workers.
+func BenchmarkSetWorkers(b *testing.B) {
+	srv := NewXDSServer(DefaultNodeID, nil)
+	workers := make([]Worker, 1000)
+	for i := range workers {
+		workers[i] = Worker{Cluster: "w" + strconv.Itoa(i), Address: "10.0." + strconv.Itoa(i/250) + "." + strconv.Itoa(i%250+1) + ":8000"}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if err := srv.SetWorkers(workers); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(workers)), "ns/worker")
 }
