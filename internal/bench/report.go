@@ -112,10 +112,48 @@ func (r *Report) Markdown() string {
 	case r.IdealHitRate != nil:
 		fmt.Fprintf(&b, "\nReference hit rate for this workload: %.1f %% with an infinite cache.\n", 100**r.IdealHitRate)
 	}
+	if cmp := r.Comparison(); cmp != "" {
+		fmt.Fprintf(&b, "\n%s", cmp)
+	}
 	if r.Note != "" {
 		fmt.Fprintf(&b, "\n%s\n", r.Note)
 	}
 	return b.String()
+}
+
+// Comparison states, for every mode after the first, how it did against
+// the first (the baseline): hit rate, TTFT p50 and p90 as ratios, and the
+// share of the fleet-capacity reference it reached. The words are computed,
+// not chosen: "lower" and "higher" follow the numbers.
+func (r *Report) Comparison() string {
+	if len(r.Order) < 2 {
+		return ""
+	}
+	base := r.Modes[r.Order[0]]
+	var b strings.Builder
+	for _, name := range r.Order[1:] {
+		m := r.Modes[name]
+		fmt.Fprintf(&b, "- %s vs %s: hit rate %.1f %% vs %.1f %%; TTFT p50 %s, p90 %s",
+			name, r.Order[0], 100*m.HitRate, 100*base.HitRate, ratio(m.TTFT.P50, base.TTFT.P50), ratio(m.TTFT.P90, base.TTFT.P90))
+		if r.IdealFleet != nil && *r.IdealFleet > 0 {
+			fmt.Fprintf(&b, "; %.0f %% of the fleet-capacity reference", 100*m.HitRate / *r.IdealFleet)
+		}
+		b.WriteString(".\n")
+	}
+	return b.String()
+}
+
+// ratio says how a latency compares with the baseline's.
+func ratio(v, base float64) string {
+	switch {
+	case v <= 0 || base <= 0:
+		return "n/a"
+	case v < base:
+		return fmt.Sprintf("%.2f× lower (%.0f vs %.0f ms)", base/v, v, base)
+	case v > base:
+		return fmt.Sprintf("%.2f× higher (%.0f vs %.0f ms)", v/base, v, base)
+	}
+	return fmt.Sprintf("equal (%.0f ms)", v)
 }
 
 func shareString(s map[string]float64) string {

@@ -150,3 +150,23 @@ func TestChatTurnsExtendTheConversationsPrompt(t *testing.T) {
 		t.Errorf("infinite-cache reference %.2f (ok %v), want the shared history to count", ideal.Infinite, ok)
 	}
 }
+
+func FuzzReadReport(f *testing.F) {
+	var buf bytes.Buffer
+	if err := fixedReport().WriteJSON(&buf); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(buf.Bytes())
+	f.Add([]byte(`{"modes":{},"order":["kv"]}`))
+	f.Add([]byte(`{"modes":{"kv":null}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := ReadReport(bytes.NewReader(data))
+		if err != nil {
+			return
+		}
+		_ = r.Markdown()
+		if err := r.WriteSVG(io.Discard); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

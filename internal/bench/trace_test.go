@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 )
@@ -102,6 +103,18 @@ func FuzzParseTraceRecord(f *testing.F) {
 		}
 		if p := TracePrompt(r, bs); len(p) != r.InputLength {
 			t.Fatalf("valid record %+v gives a %d-token prompt", r, len(p))
+		}
+	})
+}
+
+func FuzzReadTrace(f *testing.F) {
+	f.Add([]byte(string(bundledTrace[:2000])))
+	f.Add([]byte("{\"timestamp\": 0, \"input_length\": 1, \"output_length\": 1, \"hash_ids\": [0]}\n\n{"))
+	f.Add([]byte("\n\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		recs, err := ReadTrace(bytes.NewReader(data), 512)
+		if err == nil && len(recs) == 0 {
+			t.Fatal("no error and no records")
 		}
 	})
 }
