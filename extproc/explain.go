@@ -26,7 +26,7 @@ type Explanation struct {
 // load and without counting metrics, and returns every candidate's terms.
 // (A stateful mode such as round_robin still advances its counter.)
 func (p *Picker) Explain(req *Request) (*Explanation, error) {
-	r := p.router.Load()
+	r := p.Router()
 	pl, err := p.plan(r, req, nopPickerMetrics{})
 	if err != nil {
 		return nil, err

@@ -98,13 +98,14 @@ type PickerConfig struct {
 // queue, or shed).
 type Picker struct {
 	cfg     PickerConfig
-	router  atomic.Pointer[scoring.Router]
+	gen     atomic.Pointer[generation]
 	metrics PickerMetrics
 	log     *slog.Logger
 	seq     atomic.Uint64
 	idBase  string
 
 	completions completionEncoder
+	inflight    inflight
 }
 
 // NewPicker returns a Picker.
@@ -120,20 +121,36 @@ func NewPicker(cfg PickerConfig) (*Picker, error) {
 		p.log = slog.Default()
 	}
 	p.idBase = strconv.FormatInt(time.Now().UnixNano(), 36) + "-"
-	p.router.Store(cfg.Router)
+	p.gen.Store(newGeneration(cfg.Router))
 	return p, nil
 }
 
 // Router returns the scoring router in use.
-func (p *Picker) Router() *scoring.Router { return p.router.Load() }
+func (p *Picker) Router() *scoring.Router { return p.gen.Load().router }
 
-// SetRouter swaps the scoring router (a runtime mode switch). Requests
-// routed earlier finish their lifecycle on the router that admitted them.
-func (p *Picker) SetRouter(r *scoring.Router) { p.router.Store(r) }
+// SetRouter swaps the scoring router (a runtime mode switch). Requests in
+// flight move to the new router's pool with the state they reached
+// (worker, prefill done, output so far), so the new mode starts with the
+// fleet's real load; r's pool must already hold the fleet's workers.
+func (p *Picker) SetRouter(r *scoring.Router) { p.inflight.switchTo(&p.gen, r) }
 
 // Decide implements Decider.
 func (p *Picker) Decide(ctx context.Context, req *Request) (Decision, error) {
-	r := p.router.Load()
+	for {
+		g := p.gen.Load()
+		dec, err := p.decide(ctx, g, req)
+		// A request waiting in the admission queue of a router that was
+		// swapped out would wait for frees that now go to the new pool:
+		// the swap cancels its wait and it is decided again by the new one.
+		if err != nil && ctx.Err() == nil && g.retired.Err() != nil {
+			continue
+		}
+		return dec, err
+	}
+}
+
+func (p *Picker) decide(ctx context.Context, g *generation, req *Request) (Decision, error) {
+	r := g.router
 	pl, err := p.plan(r, req, p.metrics)
 	if err != nil {
 		p.metrics.Decided(pl.sreq.Model, "", r.Mode().Name(), outcomeOf(err))
@@ -145,9 +162,16 @@ func (p *Picker) Decide(ctx context.Context, req *Request) (Decision, error) {
 		exp = &scoring.Explanation{}
 	}
 	start := time.Now()
-	d, err := r.Route(ctx, &pl.sreq, pl.cands, exp)
+	rctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(g.retired, cancel)
+	d, err := r.Route(rctx, &pl.sreq, pl.cands, exp)
+	stop()
+	cancel()
 	p.metrics.Phase("pick", time.Since(start))
 	if err != nil {
+		if ctx.Err() == nil && g.retired.Err() != nil {
+			return Decision{}, err // decided again on the new router
+		}
 		err = p.routeError(pl.sreq.Model, err)
 		p.metrics.Decided(pl.sreq.Model, "", r.Mode().Name(), outcomeOf(err))
 		return Decision{}, err
@@ -171,7 +195,7 @@ func (p *Picker) Decide(ctx context.Context, req *Request) (Decision, error) {
 		Model:        pl.sreq.Model,
 		Mode:         r.Mode().Name(),
 		CachedTokens: cached,
-		Ticket:       &ticket{pool: r.Pool(), id: pl.sreq.ID, metrics: p.metrics},
+		Ticket:       p.inflight.admit(&p.gen, r, pl.sreq, d, p.metrics),
 	}, nil
 }
 
@@ -207,30 +231,4 @@ func outcomeOf(err error) string {
 		}
 	}
 	return "error"
-}
-
-// ticket carries a routed request through its response.
-type ticket struct {
-	pool    *scoring.Pool
-	id      string
-	out     int
-	metrics PickerMetrics
-}
-
-func (t *ticket) PrefillDone() { t.pool.PrefillDone(t.id) }
-
-func (t *ticket) Progress(n int) {
-	t.out += n
-	t.pool.Progress(t.id, t.out)
-}
-
-func (t *ticket) Served(address string) {
-	if id, ok := t.pool.WorkerByAddress(address); ok {
-		_ = t.pool.Move(t.id, id)
-	}
-}
-
-func (t *ticket) Free(o Outcome) {
-	t.pool.Free(t.id)
-	t.metrics.Finished(o)
 }

@@ -65,9 +65,15 @@ func (c *core) stop() {
 	}
 }
 
-// SetMode switches the router mode at runtime (for A/B runs). The new
-// mode starts with the current fleet and no in-flight load; requests
-// already routed finish on the old mode's pool.
+// SetMode switches the router mode at runtime (for A/B runs). scoring has
+// no mode setter and a Router cannot adopt an existing Pool, so a switch
+// builds a new core whose pool gets the current fleet; the Picker then
+// moves every request in flight onto it (worker, prefill state, output so
+// far; with replica sync they are announced again after the new core's
+// reset) and sends requests waiting in the old admission queue through the
+// new router. Not carried over: the workers' load reports, refilled by the
+// next report (every ~250 ms), and peer replicas' requests admitted before
+// the switch, which this replica no longer counts (new ones are counted).
 func (r *Router) SetMode(mode string) error {
 	r.coreMu.Lock()
 	defer r.coreMu.Unlock()
