@@ -7,6 +7,21 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 )
 
+// commonOf is the CommonResponse of any headers or body answer, or nil.
+func commonOf(r *pb.ProcessingResponse) *pb.CommonResponse {
+	switch x := r.Response.(type) {
+	case *pb.ProcessingResponse_RequestHeaders:
+		return x.RequestHeaders.GetResponse()
+	case *pb.ProcessingResponse_RequestBody:
+		return x.RequestBody.GetResponse()
+	case *pb.ProcessingResponse_ResponseHeaders:
+		return x.ResponseHeaders.GetResponse()
+	case *pb.ProcessingResponse_ResponseBody:
+		return x.ResponseBody.GetResponse()
+	}
+	return nil
+}
+
 // checkEnvoyRules holds one Step's answers to the Envoy rules that every
 // answer must keep, whatever the mode or message order:
 //   - clear_route_cache only in a CommonResponse that carries a header
@@ -20,19 +35,10 @@ import (
 func checkEnvoyRules(t testing.TB, in *pb.ProcessingRequest, out []*pb.ProcessingResponse, err error) {
 	t.Helper()
 	for _, r := range out {
-		var common *pb.CommonResponse
+		common := commonOf(r)
 		var hm *pb.HeaderMutation
-		switch x := r.Response.(type) {
-		case *pb.ProcessingResponse_RequestHeaders:
-			common = x.RequestHeaders.GetResponse()
-		case *pb.ProcessingResponse_RequestBody:
-			common = x.RequestBody.GetResponse()
-		case *pb.ProcessingResponse_ResponseHeaders:
-			common = x.ResponseHeaders.GetResponse()
-		case *pb.ProcessingResponse_ResponseBody:
-			common = x.ResponseBody.GetResponse()
-		case *pb.ProcessingResponse_ImmediateResponse:
-			hm = x.ImmediateResponse.GetHeaders()
+		if ir, ok := r.Response.(*pb.ProcessingResponse_ImmediateResponse); ok {
+			hm = ir.ImmediateResponse.GetHeaders()
 		}
 		if common != nil {
 			hm = common.GetHeaderMutation()

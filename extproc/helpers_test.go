@@ -179,11 +179,9 @@ type route struct {
 
 func routeOf(r *pb.ProcessingResponse) (route, bool) {
 	var c *pb.CommonResponse
-	switch x := r.Response.(type) {
-	case *pb.ProcessingResponse_RequestHeaders:
-		c = x.RequestHeaders.GetResponse()
-	case *pb.ProcessingResponse_RequestBody:
-		c = x.RequestBody.GetResponse()
+	switch r.Response.(type) {
+	case *pb.ProcessingResponse_RequestHeaders, *pb.ProcessingResponse_RequestBody:
+		c = commonOf(r)
 	}
 	if c.GetHeaderMutation() == nil {
 		return route{}, false
