@@ -45,6 +45,39 @@ func applyEnv(fs *flag.FlagSet, lookupEnv func(string) (string, bool)) error {
 	return err
 }
 
+// legacyEnv reads the single-path variables that serve's list flags were
+// once read from (KVROUTE_TOKENIZER, KVROUTE_CHAT_TEMPLATE) for flags that
+// neither the command line nor their own variable set. A value in the list
+// form (MODEL=PATH,...) is still taken, with a note; a bare path is
+// `kvroute tokenize`'s meaning and is ignored, with a note, rather than
+// refused: one environment may serve both commands.
+func legacyEnv(fs *flag.FlagSet, lookupEnv func(string) (string, bool), note io.Writer) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	for name, plural := range envNames {
+		old := "KVROUTE_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+		v, ok := lookupEnv(old)
+		if _, set := lookupEnv(plural); !ok || set || given[name] || strings.TrimSpace(v) == "" {
+			continue
+		}
+		listForm := true
+		for _, e := range strings.Split(v, ",") {
+			if k, p, ok := strings.Cut(strings.TrimSpace(e), "="); !ok || k == "" || p == "" {
+				listForm = false
+			}
+		}
+		if !listForm {
+			fmt.Fprintf(note, "kvroute serve: ignoring %s=%q (a single path is for `kvroute tokenize`); serve reads %s=MODEL=PATH,...\n", old, v, plural)
+			continue
+		}
+		fmt.Fprintf(note, "kvroute serve: reading %s as %s; please rename it\n", old, plural)
+		if err := fs.Set(name, v); err != nil {
+			return fmt.Errorf("%s=%q: %w", old, v, err)
+		}
+	}
+	return nil
+}
+
 // stringList is a repeatable flag; from the environment, values are
 // comma-separated.
 type stringList []string
@@ -94,8 +127,8 @@ Workers come from etcd (--etcd-endpoints) or a static file (--workers-file).
 Every flag can also be set with the environment variable shown. Note that
 serve's tokenizers are KVROUTE_TOKENIZERS=MODEL=DIR[,MODEL=DIR...] (and
 KVROUTE_CHAT_TEMPLATES=MODEL=FILE,...): KVROUTE_TOKENIZER and
-KVROUTE_CHAT_TEMPLATE are single paths for ` + "`kvroute tokenize`" + ` and serve
-ignores them.
+KVROUTE_CHAT_TEMPLATE are single paths for ` + "`kvroute tokenize`" + `; serve
+ignores them (and says so), except an old MODEL=DIR value, still read.
 
 Flags:
 `

@@ -181,6 +181,9 @@ func parseServe(args []string, out io.Writer, lookupEnv func(string) (string, bo
 	if fs.NArg() > 0 {
 		return router.Config{}, fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
 	}
+	if err := legacyEnv(fs, lookupEnv, out); err != nil {
+		return router.Config{}, err
+	}
 	if err := applyEnv(fs, lookupEnv); err != nil {
 		return router.Config{}, err
 	}

@@ -41,6 +41,11 @@ func TestParseServeFlagsAndEnvironment(t *testing.T) {
 			args: []string{"--workers-file", "w.yaml"},
 			env:  map[string]string{"KVROUTE_TOKENIZER": "/models/qwen", "KVROUTE_CHAT_TEMPLATE": "/t.jinja"},
 		},
+		{
+			name: "an old MODEL=DIR value of KVROUTE_TOKENIZER is still read",
+			args: []string{"--workers-file", "w.yaml"},
+			env:  map[string]string{"KVROUTE_TOKENIZER": "Qwen/Qwen3-8B=/tokenizers/Qwen3-8B"},
+		},
 		{name: "bare tokenizer folder", args: []string{"--workers-file", "w.yaml", "--tokenizer", "/models/qwen"}, wantErr: "MODEL=DIR"},
 		{name: "bare chat template", args: []string{"--workers-file", "w.yaml", "--chat-template", "/t.jinja"}, wantErr: "MODEL=FILE"},
 		{
@@ -82,6 +87,13 @@ func TestParseServeFlagsAndEnvironment(t *testing.T) {
 			case "tokenize's single-folder variables are not serve's":
 				if len(cfg.Tokenizers) != 0 || len(cfg.ChatTemplates) != 0 {
 					t.Errorf("serve took tokenize's variables: %q %q", cfg.Tokenizers, cfg.ChatTemplates)
+				}
+				if !strings.Contains(out.String(), "ignoring KVROUTE_TOKENIZER") || !strings.Contains(out.String(), "ignoring KVROUTE_CHAT_TEMPLATE") {
+					t.Errorf("no note about the ignored variables:\n%s", out.String())
+				}
+			case "an old MODEL=DIR value of KVROUTE_TOKENIZER is still read":
+				if len(cfg.Tokenizers) != 1 || cfg.Tokenizers[0] != "Qwen/Qwen3-8B=/tokenizers/Qwen3-8B" {
+					t.Errorf("tokenizers %q", cfg.Tokenizers)
 				}
 			case "xds address from the environment":
 				if cfg.XDSAddr != "127.0.0.1:18000" || cfg.XDSNodeID != "edge-1" {
