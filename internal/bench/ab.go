@@ -37,9 +37,11 @@ func RunAB(ctx context.Context, env *Env, c *Client, w *Workload, rep *Report, o
 			bar = NewProgress(opt.Progress, mode, w.Requests())
 			ro.Progress = bar.Update
 		}
+		stop := sampleFleet(ctx, env.Fleet.Workers())
 		start := time.Now()
 		results, err := Run(ctx, c, w, ro)
 		wall := time.Since(start)
+		peaks := stop()
 		if bar != nil {
 			bar.Done()
 		}
@@ -47,6 +49,7 @@ func RunAB(ctx context.Context, env *Env, c *Client, w *Workload, rep *Report, o
 			return fmt.Errorf("mode %s: %w", mode, err)
 		}
 		m := Measure(results, wall)
+		m.Peaks = peaks
 		rep.Add(mode, &m)
 		if opt.OnMode != nil {
 			opt.OnMode(mode, &m)

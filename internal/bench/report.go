@@ -112,11 +112,36 @@ func (r *Report) Markdown() string {
 	case r.IdealHitRate != nil:
 		fmt.Fprintf(&b, "\nReference hit rate for this workload: %.1f %% with an infinite cache.\n", 100**r.IdealHitRate)
 	}
+	if peaks := r.peaksTable(); peaks != "" {
+		fmt.Fprintf(&b, "\n%s", peaks)
+	}
 	if cmp := r.Comparison(); cmp != "" {
 		fmt.Fprintf(&b, "\n%s", cmp)
 	}
 	if r.Note != "" {
 		fmt.Fprintf(&b, "\n%s\n", r.Note)
+	}
+	return b.String()
+}
+
+// peaksTable lists each mode's worst worker states: requests running and
+// waiting, and KV pool usage (near 100 % the engine preempts and recomputes).
+func (r *Report) peaksTable() string {
+	var b strings.Builder
+	for _, name := range r.Order {
+		m := r.Modes[name]
+		if len(m.Peaks) == 0 {
+			continue
+		}
+		if b.Len() == 0 {
+			b.WriteString("| mode | peak running / waiting / KV use per worker |\n|---|---|\n")
+		}
+		parts := make([]string, 0, len(m.Peaks))
+		for _, id := range sortedKeys(m.Peaks) {
+			p := m.Peaks[id]
+			parts = append(parts, fmt.Sprintf("%s %d / %d / %.0f%%", id, p.Running, p.Waiting, 100*p.KVUsage))
+		}
+		fmt.Fprintf(&b, "| %s | %s |\n", name, strings.Join(parts, ", "))
 	}
 	return b.String()
 }

@@ -48,7 +48,10 @@ type ModeResult struct {
 	WorkerShare map[string]float64 `json:"worker_share"`
 	// WallSeconds is how long the run took; FirstError one error text.
 	WallSeconds float64 `json:"wall_s"`
-	FirstError  string  `json:"first_error,omitempty"`
+	// Peaks are the simulated workers' worst engine states (A/B runs
+	// against an Env only).
+	Peaks      map[string]WorkerPeak `json:"worker_peaks,omitempty"`
+	FirstError string                `json:"first_error,omitempty"`
 	// TTFTSamples are the sorted TTFTs (ms) of successful requests, for
 	// the chart; not written to JSON.
 	TTFTSamples []float64 `json:"-"`
