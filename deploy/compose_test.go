@@ -311,6 +311,7 @@ func TestDockerCompose(t *testing.T) {
 		"duplicate host port":     {`"9090:9090"`, `"8080:9090"`},
 		"bad port":                {`"8080:8080"`, `"8080"`},
 		"not a kvroute flag":      {"KVROUTE_ROUTER_MODE: kv", "KVROUTE_MODE: kv"},
+		"tokenize's variable":     {"KVROUTE_TOKENIZERS: Qwen", "KVROUTE_TOKENIZER: Qwen"},
 		"not a kvbridge flag":     {"KVROUTE_WORKER_ID: vllm-0", "KVROUTE_WORKER: vllm-0"},
 		"nats on the wrong port":  {"KVROUTE_NATS_URL: nats://nats:4222\n      KVROUTE_ETCD_ENDPOINTS: http://etcd:2379\n      KVROUTE_NAMESPACE: default\n      KVROUTE_WORKER_ID", "KVROUTE_NATS_URL: nats://nats:4223\n      KVROUTE_ETCD_ENDPOINTS: http://etcd:2379\n      KVROUTE_NAMESPACE: default\n      KVROUTE_WORKER_ID"},
 		"etcd not a service":      {"KVROUTE_ETCD_ENDPOINTS: http://etcd:2379\n      KVROUTE_NAMESPACE: default\n      KVROUTE_ROUTER_MODE", "KVROUTE_ETCD_ENDPOINTS: http://127.0.0.1:2379\n      KVROUTE_NAMESPACE: default\n      KVROUTE_ROUTER_MODE"},
