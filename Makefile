@@ -10,7 +10,7 @@ BENCH     ?= .
 BENCHTIME ?= 1s
 FUZZTIME  ?= 10s
 
-.PHONY: all build test vet bench fuzz demo clean help
+.PHONY: all build test test-main test-deploy testdeps vet bench fuzz demo clean help
 
 all: build
 
@@ -26,11 +26,29 @@ build: ## build every binary in cmd/ into bin/ (static, CGO_ENABLED=0)
 
 vet: ## go vet and gofmt
 	$(GO) vet $(PKGS)
-	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './node_modules/*')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-test: vet ## vet, then the whole suite with the race detector
+test: vet testdeps test-main test-deploy ## vet, then the whole suite (race detector) and the deploy/ checks
+
+test-main:
 	$(GO) test $(TEST_FLAGS) $(PKGS)
+
+# deploy/ is a nested module (kustomize, k8s.io/api) so those dependencies
+# stay out of the router's module.
+test-deploy:
+	cd deploy && $(GO) vet ./... && $(GO) test -count=1 -timeout 9m ./...
+
+# The libzmq interop test (internal/vllmzmq) talks to real libzmq through
+# Debian's pyzmq; install it when we can, as CI runs as root on Debian.
+testdeps:
+	@if /usr/bin/python3 -c 'import zmq' 2>/dev/null || python3 -c 'import zmq' 2>/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing python3-zmq for the libzmq interop test"; \
+		(apt-get install -y -qq python3-zmq >/dev/null 2>&1 || \
+		 (apt-get update -qq >/dev/null && apt-get install -y -qq python3-zmq >/dev/null)) || \
+		echo "warning: python3-zmq could not be installed; the libzmq interop test will skip"; \
+	else echo "warning: python3-zmq missing and not root; the libzmq interop test will skip"; fi
 
 bench: ## run every benchmark once (BENCH=regex, BENCHTIME=1s)
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -benchtime $(BENCHTIME) $(PKGS)
