@@ -33,6 +33,10 @@ JSON line per input line on stdout, in order.
 Use it to answer "why did this request miss the cache?": compare its ids
 with what the model server logged.
 
+KVROUTE_TOKENIZER and KVROUTE_CHAT_TEMPLATE are single paths here; the router
+(kvroute serve) reads its per-model tokenizers from KVROUTE_TOKENIZERS and
+KVROUTE_CHAT_TEMPLATES (MODEL=DIR,... and MODEL=FILE,...) instead.
+
 Flags (each also read from the environment variable shown):
 `
 
