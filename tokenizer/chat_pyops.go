@@ -1,9 +1,11 @@
 package tokenizer
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"reflect"
+	"strings"
 
 	"github.com/nikolalohinski/gonja/v2/exec"
 	"github.com/nikolalohinski/gonja/v2/nodes"
@@ -17,6 +19,15 @@ import (
 // Python's rules (the second one only runs when the result is falsy, and
 // gives the same value). A filter rather than a function call keeps the cost
 // near gonja's own operator: filters are called directly, calls by reflection.
+//
+// A chain a + b + c + d (left-associative, so ((a + b) + c) + d) becomes one
+// call a|op(b, c, d) that folds left to right. Chat templates build each
+// turn as '<|im_start|>' + role + '\n' + content + '<|im_end|>' + '\n';
+// folding pairwise copied the (often tens of KB) content once per +, which
+// was the largest allocation of a whole routing decision. The fold gives
+// what the pairwise form gives, and all-string chains take one allocation.
+// The only difference is in templates that fail anyway: every operand is
+// evaluated before the first TypeError is reported.
 
 const (
 	pyAddFunc = "__kvroute_py_add"
@@ -24,7 +35,59 @@ const (
 )
 
 // pyOperators are added to the template environment's filters.
-var pyOperators = map[string]exec.FilterFunction{pyAddFunc: pyOperatorFilter(pyAdd), pyPowFunc: pyOperatorFilter(pyPow)}
+var pyOperators = map[string]exec.FilterFunction{pyAddFunc: pyAddFilter, pyPowFunc: pyOperatorFilter(pyPow)}
+
+// pyAddFilter is in|op(b, c, ...): Python's in + b + c + ..., left to right.
+func pyAddFilter(_ *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.Value {
+	if len(params.Args) == 0 {
+		return exec.AsValue(errors.New("binary operator got 1 operand"))
+	}
+	out, err := pyAddAll(in, params.Args)
+	if err != nil {
+		return exec.AsValue(err)
+	}
+	return exec.AsValue(out)
+}
+
+// pyAddAll folds pyAdd over first and rest, building an all-string chain
+// with a single allocation instead of one copy per +.
+func pyAddAll(first *exec.Value, rest []*exec.Value) (any, error) {
+	if s, ok := concatStrings(first, rest); ok {
+		return s, nil
+	}
+	acc := first
+	var out any
+	for _, v := range rest {
+		var err error
+		if out, err = pyAdd(acc, v); err != nil {
+			return nil, err
+		}
+		acc = exec.AsValue(out)
+	}
+	return out, nil
+}
+
+// concatStrings joins first and rest when every one is a string, which is
+// what pairwise pyAdd would give for them.
+func concatStrings(first *exec.Value, rest []*exec.Value) (string, bool) {
+	if !first.IsString() {
+		return "", false
+	}
+	n := len(first.String())
+	for _, v := range rest {
+		if !v.IsString() {
+			return "", false
+		}
+		n += len(v.String())
+	}
+	var b strings.Builder
+	b.Grow(n)
+	b.WriteString(first.String())
+	for _, v := range rest {
+		b.WriteString(v.String())
+	}
+	return b.String(), true
+}
 
 func pyOperatorFilter(op func(a, b *exec.Value) (any, error)) exec.FilterFunction {
 	return func(_ *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.Value {
@@ -55,6 +118,14 @@ func rewritePyOperators(root *nodes.Template) {
 				// structure, where reflect refuses Interface(); the pointer
 				// itself is a plain *BinaryExpression.
 				be := (*nodes.BinaryExpression)(v.UnsafePointer())
+				if isAddition(be) {
+					chain := additionChain(be)
+					for _, operand := range chain {
+						walk(reflect.ValueOf(operand))
+					}
+					rewriteAddChain(be, chain)
+					return
+				}
 				walk(reflect.ValueOf(be.Left))
 				walk(reflect.ValueOf(be.Right))
 				rewriteBinary(be)
@@ -86,23 +157,52 @@ func rewritePyOperators(root *nodes.Template) {
 	walk(reflect.ValueOf(root))
 }
 
+func isAddition(be *nodes.BinaryExpression) bool {
+	return be.Operator != nil && be.Operator.Token != nil && be.Operator.Token.Type == tokens.Addition
+}
+
+// additionChain lists the operands of a left-associative chain of +, left
+// to right: ((a + b) + c) gives a, b, c. A parenthesized + on the right,
+// a + (b + c), stays one operand, as its own sum comes first in Python.
+func additionChain(be *nodes.BinaryExpression) []nodes.Expression {
+	var rights []nodes.Expression
+	var left nodes.Expression = be
+	for {
+		b, ok := left.(*nodes.BinaryExpression)
+		if !ok || !isAddition(b) {
+			break
+		}
+		rights = append(rights, b.Right)
+		left = b.Left
+	}
+	chain := append(make([]nodes.Expression, 0, len(rights)+1), left)
+	for i := len(rights) - 1; i >= 0; i-- {
+		chain = append(chain, rights[i])
+	}
+	return chain
+}
+
+// rewriteAddChain turns be, the top of a chain of +, into
+// "a|add(b, c) or a|add(b, c)".
+func rewriteAddChain(be *nodes.BinaryExpression, chain []nodes.Expression) {
+	rewriteAsFilter(be, pyAddFunc, chain[0], chain[1:])
+}
+
 func rewriteBinary(be *nodes.BinaryExpression) {
-	if be.Operator == nil || be.Operator.Token == nil {
+	if be.Operator == nil || be.Operator.Token == nil || be.Operator.Token.Type != tokens.Power {
 		return
 	}
-	var fn string
-	switch be.Operator.Token.Type {
-	case tokens.Addition:
-		fn = pyAddFunc
-	case tokens.Power:
-		fn = pyPowFunc
-	default:
-		return
-	}
+	rewriteAsFilter(be, pyPowFunc, be.Left, []nodes.Expression{be.Right})
+}
+
+// rewriteAsFilter turns be into "in|fn(args) or in|fn(args)": the node must
+// stay a BinaryExpression because its parent may hold it in an unexported
+// field, where it cannot be replaced.
+func rewriteAsFilter(be *nodes.BinaryExpression, fn string, in nodes.Expression, args []nodes.Expression) {
 	at := be.Operator.Token
 	call := func() *nodes.FilteredExpression {
-		return &nodes.FilteredExpression{Expression: be.Left, Filters: []*nodes.FilterCall{
-			{Token: at, Name: fn, Args: []nodes.Expression{be.Right}, Kwargs: map[string]nodes.Expression{}}}}
+		return &nodes.FilteredExpression{Expression: in, Filters: []*nodes.FilterCall{
+			{Token: at, Name: fn, Args: args, Kwargs: map[string]nodes.Expression{}}}}
 	}
 	left, right := call(), call()
 	be.Left, be.Right = left, right
