@@ -161,8 +161,20 @@ func TestPrefixCacheIsSafeForConcurrentUse(t *testing.T) {
 					errs <- err
 					return
 				}
-				if !slices.Equal(chat.EncodePrompt(text), tok.Encode(text, false)) {
+				want := tok.Encode(text, false)
+				if !slices.Equal(chat.EncodePrompt(text), want) {
 					errs <- fmt.Errorf("ids differ for %q", text)
+					return
+				}
+				// EncodeChat renders into pooled buffers that the other
+				// goroutines reuse; its ids must not see their text.
+				ids, err := chat.EncodeChat(req)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if !slices.Equal(ids, want) {
+					errs <- fmt.Errorf("EncodeChat ids differ for %q", text)
 					return
 				}
 			}

@@ -1,12 +1,14 @@
 package tokenizer
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"slices"
 	"strings"
 	"sync"
+	"unsafe"
 )
 
 // Chat joins a Tokenizer with its tokenizer_config.json to turn chat requests
@@ -171,6 +173,13 @@ var reservedKwargs = map[string]bool{"messages": true, "chat_template": true, "t
 // ApplyChatTemplate renders req into the prompt text the model server would
 // build. A template's raise_exception comes back as a *TemplateError.
 func (c *Chat) ApplyChatTemplate(req ChatRequest) (string, error) {
+	return c.apply(req, nil)
+}
+
+// apply renders req. With scratch nil the text is a new string; otherwise it
+// is rendered into scratch and the text shares scratch's memory, so it is
+// valid only until scratch is reset.
+func (c *Chat) apply(req ChatRequest, scratch *bytes.Buffer) (string, error) {
 	tools := req.Tools
 	if v, ok := req.ChatTemplateKwargs.Get("tools"); ok {
 		tl, _ := v.([]any)
@@ -213,7 +222,12 @@ func (c *Chat) ApplyChatTemplate(req ChatRequest) (string, error) {
 		}
 		vars[f.Key] = f.Value
 	}
-	text, err := tpl.Render(vars)
+	var text string
+	if scratch == nil {
+		text, err = tpl.Render(vars)
+	} else if err = tpl.renderTo(scratch, vars); err == nil {
+		text = unsafe.String(unsafe.SliceData(scratch.Bytes()), scratch.Len())
+	}
 	if err != nil || !req.ContinueFinalMessage {
 		return text, err
 	}
@@ -248,11 +262,32 @@ func cutAfterFinalMessage(text string, msgs []Message, parts bool) (string, erro
 // EncodeChat renders req and encodes the text without adding special tokens,
 // reusing cached ids of earlier turns where the prefix cache allows.
 func (c *Chat) EncodeChat(req ChatRequest) ([]uint32, error) {
-	text, err := c.ApplyChatTemplate(req)
+	// The prompt text only lives until it is encoded, so it is rendered into
+	// a pooled buffer: for a long chat it is the size of the whole
+	// conversation, allocated on every routing decision otherwise. Encoding
+	// keeps nothing that points into the text (the piece cache clones its
+	// keys, the prefix cache keeps hashes), so the buffer can be reused.
+	buf := renderBuffers.Get().(*bytes.Buffer)
+	defer putRenderBuffer(buf)
+	text, err := c.apply(req, buf)
 	if err != nil {
 		return nil, err
 	}
 	return c.EncodePrompt(text), nil
+}
+
+var renderBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// maxPooledRender bounds the buffers kept for reuse, so that one huge
+// conversation does not stay pinned in the pool.
+const maxPooledRender = 4 << 20
+
+func putRenderBuffer(b *bytes.Buffer) {
+	if b.Cap() > maxPooledRender {
+		return
+	}
+	b.Reset()
+	renderBuffers.Put(b)
 }
 
 // EncodePrompt encodes rendered chat text without adding special tokens,

@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"errors"
 	"fmt"
+	"io"
 	"regexp"
 	"strings"
 	"sync"
@@ -107,7 +108,21 @@ func (t *Template) Source() string { return t.source }
 // Render executes the template with vars as its top-level variables. Values
 // may be the JSON values described on Object; they are converted to the
 // engine's types here, keeping key order.
-func (t *Template) Render(vars map[string]any) (out string, err error) {
+func (t *Template) Render(vars map[string]any) (string, error) {
+	var b strings.Builder
+	if err := t.renderTo(&b, vars); err != nil {
+		return "", err
+	}
+	return b.String(), nil
+}
+
+// renderTo is Render writing into w, which the router's hot path passes as a
+// reused buffer so that the prompt text is not allocated per request. On
+// error w holds partial output.
+func (t *Template) renderTo(w interface {
+	io.Writer
+	Grow(int)
+}, vars map[string]any) (err error) {
 	st := &renderState{}
 	data := make(map[string]any, len(vars)+2)
 	size := len(t.source)
@@ -119,22 +134,20 @@ func (t *Template) Render(vars map[string]any) (out string, err error) {
 	data["strftime_now"] = strftimeNow
 	defer func() {
 		if r := recover(); r != nil {
-			out, err = "", fmt.Errorf("chat template: render panicked: %v", r)
+			err = fmt.Errorf("chat template: render panicked: %v", r)
 		}
 	}()
 	// Templates print every message once, so the request's own text size
 	// is a good first guess for the output buffer; growing by doubling
 	// would copy a long prompt several times.
-	var b strings.Builder
-	b.Grow(size + size/8)
-	err = t.tpl.Execute(&b, exec.NewContext(data))
-	if err != nil {
+	w.Grow(size + size/8)
+	if err := t.tpl.Execute(w, exec.NewContext(data)); err != nil {
 		if st.raised != nil {
-			return "", st.raised
+			return st.raised
 		}
-		return "", fmt.Errorf("chat template: render: %s", lastGonjaCause(err.Error()))
+		return fmt.Errorf("chat template: render: %s", lastGonjaCause(err.Error()))
 	}
-	return b.String(), nil
+	return nil
 }
 
 // approxTextSize sums the string lengths inside a request value.
