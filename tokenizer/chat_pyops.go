@@ -102,7 +102,8 @@ func pyOperatorFilter(op func(a, b *exec.Value) (any, error)) exec.FilterFunctio
 	}
 }
 
-// rewritePyOperators rewrites the + and ** nodes under root.
+// rewritePyOperators rewrites the + and ** nodes under root, and prints of
+// a chain of + into chainPrint nodes (chat_print.go).
 func rewritePyOperators(root *nodes.Template) {
 	seen := map[uintptr]bool{}
 	var walk func(v reflect.Value)
@@ -131,7 +132,17 @@ func rewritePyOperators(root *nodes.Template) {
 				rewriteBinary(be)
 				return
 			}
+			// Node lists live in wrappers (block bodies) and the root.
+			var list []nodes.Node
+			switch v.Type() {
+			case reflect.TypeFor[*nodes.Wrapper]():
+				list = (*nodes.Wrapper)(v.UnsafePointer()).Nodes
+			case reflect.TypeFor[*nodes.Template]():
+				list = (*nodes.Template)(v.UnsafePointer()).Nodes
+			}
+			prints := chainPrints(list)
 			walk(v.Elem())
+			replaceChainPrints(list, prints)
 		case reflect.Interface:
 			if !v.IsNil() {
 				walk(v.Elem())
