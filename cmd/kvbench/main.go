@@ -19,6 +19,8 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/kvroute/kvroute/internal/envflag"
 )
 
 const usage = `kvbench measures kvroute, the KV-cache-aware router for LLM fleets.
@@ -77,16 +79,8 @@ var errUsage = errors.New("usage")
 // parse parses args into fs after applying KVROUTE_<FLAG> environment
 // variables, so the command line wins over the environment.
 func parse(fs *flag.FlagSet, args []string) error {
-	var envErr error
-	fs.VisitAll(func(f *flag.Flag) {
-		if v, ok := os.LookupEnv(envName(f.Name)); ok && envErr == nil {
-			if err := fs.Set(f.Name, v); err != nil {
-				envErr = fmt.Errorf("%s=%q: %w", envName(f.Name), v, err)
-			}
-		}
-	})
-	if envErr != nil {
-		return envErr
+	if err := envflag.Apply(fs, os.LookupEnv, nil); err != nil {
+		return err
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -99,11 +93,6 @@ func parse(fs *flag.FlagSet, args []string) error {
 		return errUsage
 	}
 	return nil
-}
-
-// envName is the environment variable that sets a flag: KVROUTE_<FLAG>.
-func envName(flagName string) string {
-	return "KVROUTE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
 // logger logs to stderr at the given level ("off" discards).

@@ -7,10 +7,10 @@ import (
 	"io"
 	"net"
 	"net/url"
-	"strings"
 	"time"
 
 	"github.com/kvroute/kvroute/internal/bridge"
+	"github.com/kvroute/kvroute/internal/envflag"
 )
 
 // options are kvbridge's command-line settings.
@@ -42,9 +42,7 @@ type options struct {
 }
 
 // envName is the environment variable that sets a flag: KVROUTE_<FLAG>.
-func envName(flagName string) string {
-	return "KVROUTE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
-}
+func envName(flagName string) string { return envflag.Name(flagName) }
 
 func newFlagSet(o *options) *flag.FlagSet {
 	fs := flag.NewFlagSet("kvbridge", flag.ContinueOnError)
@@ -113,15 +111,7 @@ func parseFlags(args []string, getenv func(string) string, hostname func() (stri
 	o := &options{}
 	fs := newFlagSet(o)
 	fs.SetOutput(out)
-	var err error
-	fs.VisitAll(func(f *flag.Flag) {
-		if v := getenv(envName(f.Name)); v != "" && err == nil {
-			if serr := fs.Set(f.Name, v); serr != nil {
-				err = fmt.Errorf("%s=%q: %w", envName(f.Name), v, serr)
-			}
-		}
-	})
-	if err != nil {
+	if err := envflag.Apply(fs, envflag.Getenv(getenv), nil); err != nil {
 		return nil, err
 	}
 	if err := fs.Parse(args); err != nil {

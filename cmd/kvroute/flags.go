@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/kvroute/kvroute/internal/envflag"
 )
 
 // envName is the environment variable that sets a flag: KVROUTE_<FLAG>,
@@ -13,7 +15,7 @@ func envName(flagName string) string {
 	if n, ok := envNames[flagName]; ok {
 		return n
 	}
-	return "KVROUTE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+	return envflag.Name(flagName)
 }
 
 // envNames renames the variables of serve flags whose plain name `kvroute
@@ -29,20 +31,7 @@ var envNames = map[string]string{
 // applyEnv sets every flag not given on the command line from its
 // KVROUTE_* variable.
 func applyEnv(fs *flag.FlagSet, lookupEnv func(string) (string, bool)) error {
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	var err error
-	fs.VisitAll(func(f *flag.Flag) {
-		if given[f.Name] || err != nil {
-			return
-		}
-		if v, ok := lookupEnv(envName(f.Name)); ok {
-			if e := fs.Set(f.Name, v); e != nil {
-				err = fmt.Errorf("%s=%q: %w", envName(f.Name), v, e)
-			}
-		}
-	})
-	return err
+	return envflag.Apply(fs, lookupEnv, envName)
 }
 
 // legacyEnv reads the single-path variables that serve's list flags were
@@ -55,7 +44,7 @@ func legacyEnv(fs *flag.FlagSet, lookupEnv func(string) (string, bool), note io.
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	for name, plural := range envNames {
-		old := "KVROUTE_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+		old := envflag.Name(name)
 		v, ok := lookupEnv(old)
 		if _, set := lookupEnv(plural); !ok || set || given[name] || strings.TrimSpace(v) == "" {
 			continue

@@ -4,8 +4,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strings"
 	"time"
+
+	"github.com/kvroute/kvroute/internal/envflag"
 )
 
 // options are kvsim's command-line settings.
@@ -42,9 +43,7 @@ type options struct {
 }
 
 // envName is the environment variable that sets a flag: KVROUTE_<FLAG>.
-func envName(flagName string) string {
-	return "KVROUTE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
-}
+func envName(flagName string) string { return envflag.Name(flagName) }
 
 func newFlagSet(o *options) *flag.FlagSet {
 	fs := flag.NewFlagSet("kvsim", flag.ContinueOnError)
@@ -114,15 +113,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*opti
 	o := &options{}
 	fs := newFlagSet(o)
 	fs.SetOutput(out)
-	var err error
-	fs.VisitAll(func(f *flag.Flag) {
-		if v := getenv(envName(f.Name)); v != "" && err == nil {
-			if serr := fs.Set(f.Name, v); serr != nil {
-				err = fmt.Errorf("%s=%q: %w", envName(f.Name), v, serr)
-			}
-		}
-	})
-	if err != nil {
+	if err := envflag.Apply(fs, envflag.Getenv(getenv), nil); err != nil {
 		return nil, err
 	}
 	if err := fs.Parse(args); err != nil {
