@@ -177,6 +177,17 @@ func TestPrefixCacheIsSafeForConcurrentUse(t *testing.T) {
 					errs <- fmt.Errorf("EncodeChat ids differ for %q", text)
 					return
 				}
+				// Appending keeps what dst held and adds the same ids.
+				dst := append(make([]uint32, 0, 4), 7, 8)
+				ids, err = chat.AppendEncodeChat(dst, req)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if !slices.Equal(ids[:2], []uint32{7, 8}) || !slices.Equal(ids[2:], want) {
+					errs <- fmt.Errorf("AppendEncodeChat ids differ for %q", text)
+					return
+				}
 			}
 		})
 	}
@@ -277,6 +288,28 @@ func BenchmarkChatTurn20Cold(b *testing.B) {
 	for b.Loop() {
 		if _, err := chat.EncodeChat(req); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// AppendEncodeChat adds what EncodeChat returns after dst's own ids, with
+// and without the prefix cache.
+func TestAppendEncodeChatKeepsDstAndAddsTheSameIDs(t *testing.T) {
+	for _, cacheBytes := range []int{0, -1} {
+		chat := testChat(t, "qwen3", "library/qwen3:0.6b", cacheBytes)
+		req := randomConversation(rand.New(rand.NewPCG(5, 5)), 4, nil)
+		want, err := chat.EncodeChat(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 2 { // the second time every chunk is a cache hit
+			got, err := chat.AppendEncodeChat([]uint32{1, 2, 3}, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got[:3], []uint32{1, 2, 3}) || !slices.Equal(got[3:], want) {
+				t.Fatalf("cache %d: AppendEncodeChat = %v..., want [1 2 3] + %d ids", cacheBytes, got[:min(len(got), 8)], len(want))
+			}
 		}
 	}
 }

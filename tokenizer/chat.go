@@ -262,6 +262,12 @@ func cutAfterFinalMessage(text string, msgs []Message, parts bool) (string, erro
 // EncodeChat renders req and encodes the text without adding special tokens,
 // reusing cached ids of earlier turns where the prefix cache allows.
 func (c *Chat) EncodeChat(req ChatRequest) ([]uint32, error) {
+	return c.AppendEncodeChat(nil, req)
+}
+
+// AppendEncodeChat is EncodeChat appending the ids to dst, for callers that
+// reuse one buffer across requests. On error it returns dst unchanged.
+func (c *Chat) AppendEncodeChat(dst []uint32, req ChatRequest) ([]uint32, error) {
 	// The prompt text only lives until it is encoded, so it is rendered into
 	// a pooled buffer: for a long chat it is the size of the whole
 	// conversation, allocated on every routing decision otherwise. Encoding
@@ -271,9 +277,9 @@ func (c *Chat) EncodeChat(req ChatRequest) ([]uint32, error) {
 	defer putRenderBuffer(buf)
 	text, err := c.apply(req, buf)
 	if err != nil {
-		return nil, err
+		return dst, err
 	}
-	return c.EncodePrompt(text), nil
+	return c.AppendEncodePrompt(dst, text), nil
 }
 
 var renderBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
@@ -293,10 +299,15 @@ func putRenderBuffer(b *bytes.Buffer) {
 // EncodePrompt encodes rendered chat text without adding special tokens,
 // through the prefix cache when it is enabled.
 func (c *Chat) EncodePrompt(text string) []uint32 {
+	return c.AppendEncodePrompt(nil, text)
+}
+
+// AppendEncodePrompt is EncodePrompt appending the ids to dst.
+func (c *Chat) AppendEncodePrompt(dst []uint32, text string) []uint32 {
 	if c.cache == nil {
-		return c.tok.Encode(text, false)
+		return appendIDs(dst, c.tok.Encode(text, false))
 	}
-	return c.cache.Encode(text)
+	return c.cache.AppendEncode(dst, text)
 }
 
 // ContentFormat is vLLM's --chat-template-content-format.
