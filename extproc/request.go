@@ -63,7 +63,7 @@ type openAIRequest struct {
 // hasPrompt false.
 func parseOpenAI(api API, body []byte) (openAIRequest, error) {
 	r := openAIRequest{api: api}
-	v, err := decodeJSON(body)
+	v, err := tokenizer.DecodeJSON(body)
 	if err != nil {
 		return r, fmt.Errorf("%w: %w", errNotJSON, err)
 	}

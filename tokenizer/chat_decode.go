@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strconv"
@@ -188,6 +189,16 @@ func (d *jsonDecoder) array(depth int) (any, error) {
 func (d *jsonDecoder) string() (string, error) {
 	d.pos++ // opening quote
 	start := d.pos
+	// Fast path for the common string (no escape, no control character,
+	// valid UTF-8): find the closing quote with IndexByte and check the
+	// bytes before it in bulk. Message contents are most of a chat body.
+	if end := bytes.IndexByte(d.data[start:], '"'); end >= 0 {
+		raw := d.data[start : start+end]
+		if bytes.IndexByte(raw, '\\') < 0 && !hasControl(raw) && utf8.Valid(raw) {
+			d.pos = start + end + 1
+			return string(raw), nil
+		}
+	}
 	for i := start; i < len(d.data); i++ {
 		switch c := d.data[i]; {
 		case c == '"':
@@ -206,6 +217,26 @@ func (d *jsonDecoder) string() (string, error) {
 	}
 	d.pos = len(d.data)
 	return "", d.errorf("unterminated string")
+}
+
+// hasControl reports whether b holds a byte below 0x20, eight bytes at a
+// time: a byte c < 0x20 makes (c - 0x20) borrow into its top bit while ^c
+// keeps it, and bytes ≥ 0x80 are masked off by ^c.
+func hasControl(b []byte) bool {
+	const highs, limit = 0x8080808080808080, 0x20 * 0x0101010101010101
+	for len(b) >= 8 {
+		x := binary.LittleEndian.Uint64(b)
+		if (x-limit)&^x&highs != 0 {
+			return true
+		}
+		b = b[8:]
+	}
+	for _, c := range b {
+		if c < 0x20 {
+			return true
+		}
+	}
+	return false
 }
 
 func (d *jsonDecoder) slowString(start int) (string, error) {
