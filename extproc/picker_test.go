@@ -360,8 +360,9 @@ func TestEncodeCompletionMatchesTheTokenizer(t *testing.T) {
 func checkEncodeCompletion(t *testing.T, c *tokenizer.Chat) {
 	var enc completionEncoder
 	for _, text := range []string{"", "hello", strings.Repeat("a long shared document. ", 500) + "tail 1", strings.Repeat("a long shared document. ", 500) + "tail 2"} {
-		got := enc.encode(c, text)
-		want := c.Tokenizer().Encode(text, true)
+		// A non-empty dst checks that the ids are appended, not written over.
+		got := enc.appendEncode([]uint32{7}, c, text)
+		want := append([]uint32{7}, c.Tokenizer().Encode(text, true)...)
 		if !slices.Equal(got, want) {
 			t.Fatalf("EncodeCompletion(%.20q) differs from Encode(text, true)", text)
 		}

@@ -100,7 +100,9 @@ func (p *Picker) plan(r *scoring.Router, req *Request, metrics PickerMetrics) (*
 	}
 
 	start = time.Now()
-	tokens := p.tokenize(r, pl, &oa)
+	buf := getTokenBuffer()
+	defer putTokenBuffer(buf)
+	tokens := p.tokenize(r, pl, &oa, buf)
 	metrics.Phase("tokenize", time.Since(start))
 	if pl.byLoad != "" {
 		metrics.ByLoad(pl.sreq.Model, pl.byLoad)
@@ -172,8 +174,9 @@ func (p *Picker) candidates(r *scoring.Router, req *Request, pl *plan) error {
 }
 
 // tokenize returns the prompt's token ids as the model server will see
-// them, or nil (routing by load) with pl.byLoad saying why.
-func (p *Picker) tokenize(r *scoring.Router, pl *plan, oa *openAIRequest) []uint32 {
+// them, or nil (routing by load) with pl.byLoad saying why. Encoded ids go
+// into *buf (grown there), so they are only valid until buf is released.
+func (p *Picker) tokenize(r *scoring.Router, pl *plan, oa *openAIRequest, buf *[]uint32) []uint32 {
 	if pl.byLoad != "" {
 		return nil
 	}
@@ -206,12 +209,14 @@ func (p *Picker) tokenize(r *scoring.Router, pl *plan, oa *openAIRequest) []uint
 	}
 	if pl.api == APICompletion {
 		// vLLM tokenizes completion prompts with special tokens added.
-		return p.completions.encode(chat, oa.promptText)
+		*buf = p.completions.appendEncode((*buf)[:0], chat, oa.promptText)
+		return *buf
 	}
 	creq, err := chatRequest(oa)
 	if err == nil {
 		var ids []uint32
-		if ids, err = chat.EncodeChat(creq); err == nil {
+		if ids, err = chat.AppendEncodeChat((*buf)[:0], creq); err == nil {
+			*buf = ids
 			return ids
 		}
 	}

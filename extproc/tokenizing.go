@@ -92,8 +92,8 @@ type completionSpecials struct {
 	prefixOnly bool
 }
 
-// encode returns c.Tokenizer().Encode(text, true).
-func (e *completionEncoder) encode(c *tokenizer.Chat, text string) []uint32 {
+// appendEncode appends c.Tokenizer().Encode(text, true) to dst.
+func (e *completionEncoder) appendEncode(dst []uint32, c *tokenizer.Chat, text string) []uint32 {
 	e.mu.Lock()
 	if e.special == nil {
 		e.special = map[*tokenizer.Chat]*completionSpecials{}
@@ -105,11 +105,28 @@ func (e *completionEncoder) encode(c *tokenizer.Chat, text string) []uint32 {
 	}
 	e.mu.Unlock()
 	if !sp.prefixOnly || c.Cache() == nil {
-		return c.Tokenizer().Encode(text, true)
+		return append(dst, c.Tokenizer().Encode(text, true)...)
 	}
-	body := c.EncodePrompt(text)
-	out := make([]uint32, 0, len(sp.prefix)+len(body))
-	return append(append(out, sp.prefix...), body...)
+	return c.AppendEncodePrompt(append(dst, sp.prefix...), text)
+}
+
+// tokenBuffers holds the prompt id buffers of decisions in progress: the
+// ids only live until the prompt's block hashes are computed, and an 8k
+// chat's ids would otherwise be a fresh 32 KB per decision.
+var tokenBuffers = sync.Pool{New: func() any { return new([]uint32) }}
+
+// maxPooledTokens bounds the buffers kept, so one 100k-token prompt does
+// not pin its buffer for good.
+const maxPooledTokens = 1 << 16
+
+func getTokenBuffer() *[]uint32 { return tokenBuffers.Get().(*[]uint32) }
+
+func putTokenBuffer(b *[]uint32) {
+	if cap(*b) > maxPooledTokens {
+		return
+	}
+	*b = (*b)[:0]
+	tokenBuffers.Put(b)
 }
 
 // probeSpecials checks, on a few probe texts, that adding special tokens
