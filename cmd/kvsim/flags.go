@@ -113,14 +113,8 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*opti
 	o := &options{}
 	fs := newFlagSet(o)
 	fs.SetOutput(out)
-	if err := envflag.Apply(fs, envflag.Getenv(getenv), nil); err != nil {
+	if err := envflag.Parse(fs, args, envflag.Getenv(getenv)); err != nil {
 		return nil, err
-	}
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
 	return o, nil
 }

@@ -41,6 +41,22 @@ func Apply(fs *flag.FlagSet, lookup func(string) (string, bool), name func(strin
 	return err
 }
 
+// Parse sets fs from the environment, then from args (so the command line
+// wins), and refuses positional arguments: the whole flag handling of a
+// command that takes flags only.
+func Parse(fs *flag.FlagSet, args []string, lookup func(string) (string, bool)) error {
+	if err := Apply(fs, lookup, nil); err != nil {
+		return err
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	return nil
+}
+
 // Getenv adapts a getenv-style function (empty means unset) to Apply's lookup.
 func Getenv(getenv func(string) string) func(string) (string, bool) {
 	return func(k string) (string, bool) {

@@ -71,3 +71,14 @@ func TestCustomNames(t *testing.T) {
 		t.Fatalf("got %q", *s)
 	}
 }
+
+func TestParseRefusesPositionalArguments(t *testing.T) {
+	fs, n, _ := newSet()
+	err := Parse(fs, []string{"--max-num-seqs", "4", "extra"}, env(map[string]string{"KVROUTE_MAX_NUM_SEQS": "9"}))
+	if err == nil || !strings.Contains(err.Error(), "extra") {
+		t.Fatalf("err = %v", err)
+	}
+	if *n != 4 {
+		t.Fatalf("command line should win over the environment: %d", *n)
+	}
+}
