@@ -39,6 +39,31 @@ type typed struct {
 }
 
 // isNull reports whether a raw component is absent or JSON null.
+// parseSequence parses the members of a Sequence component with parse,
+// drops members that parse to nothing (a no-op component), and collapses
+// the result: no member is nothing, one member is that member, and more
+// are whole(members).
+func parseSequence[E comparable, S ~[]E](raws []json.RawMessage, parse func(json.RawMessage) (E, error), whole func(S) E) (E, error) {
+	var zero E
+	var seq S
+	for i, r := range raws {
+		e, err := parse(r)
+		if err != nil {
+			return zero, fmt.Errorf("Sequence[%d]: %w", i, err)
+		}
+		if e != zero {
+			seq = append(seq, e)
+		}
+	}
+	switch len(seq) {
+	case 0:
+		return zero, nil
+	case 1:
+		return seq[0], nil
+	}
+	return whole(seq), nil
+}
+
 func isNull(raw json.RawMessage) bool {
 	raw = bytes.TrimSpace(raw)
 	return len(raw) == 0 || bytes.Equal(raw, []byte("null"))

@@ -110,26 +110,13 @@ func parseNormalizer(raw json.RawMessage) (normalizer, error) {
 		}
 		return replace{pattern: m, content: j.Content}, nil
 	case "Sequence":
-		var seq normSequence
-		for i, r := range j.Normalizers {
+		member := func(r json.RawMessage) (normalizer, error) {
 			if isNull(r) {
-				continue
+				return nil, nil
 			}
-			n, err := parseNormalizer(r)
-			if err != nil {
-				return nil, fmt.Errorf("Sequence[%d]: %w", i, err)
-			}
-			if n != nil {
-				seq = append(seq, n)
-			}
+			return parseNormalizer(r)
 		}
-		switch len(seq) {
-		case 0:
-			return nil, nil
-		case 1:
-			return seq[0], nil
-		}
-		return seq, nil
+		return parseSequence(j.Normalizers, member, func(s normSequence) normalizer { return s })
 	case "":
 		return nil, errors.New("normalizer without a type")
 	default:

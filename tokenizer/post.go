@@ -116,23 +116,8 @@ func parsePostProcessor(raw json.RawMessage, t *Tokenizer) (postProcessor, error
 		}
 		return &template{parts: [][]uint32{{cls}, nil, {sep}}}, nil
 	case "Sequence":
-		var seq postSequence
-		for i, r := range j.Processors {
-			p, err := parsePostProcessor(r, t)
-			if err != nil {
-				return nil, fmt.Errorf("Sequence[%d]: %w", i, err)
-			}
-			if p != nil {
-				seq = append(seq, p)
-			}
-		}
-		switch len(seq) {
-		case 0:
-			return nil, nil
-		case 1:
-			return seq[0], nil
-		}
-		return seq, nil
+		member := func(r json.RawMessage) (postProcessor, error) { return parsePostProcessor(r, t) }
+		return parseSequence(j.Processors, member, func(s postSequence) postProcessor { return s })
 	case "":
 		return nil, errors.New("post-processor without a type")
 	default:
