@@ -388,10 +388,12 @@ func (e *Engine) execute(res *StepResult) {
 		res.Outputs = append(res.Outputs, out)
 	}
 	res.Scheduled = len(e.sched)
-	if finished {
-		e.running = slices.DeleteFunc(e.running, func(r *request) bool { return r.finished })
-	}
+	// Requests that finished in this step held their KV while it ran, so
+	// they count towards the step's occupancy before they leave.
 	for _, r := range e.running {
 		res.ActiveKVTokens += r.numComputed
+	}
+	if finished {
+		e.running = slices.DeleteFunc(e.running, func(r *request) bool { return r.finished })
 	}
 }

@@ -336,3 +336,22 @@ func parentOr(ev Event) int64 {
 	}
 	return 0
 }
+
+// A request holds its KV until the step that finishes it ends, so that
+// step's occupancy (and so its decode time) still counts it.
+func TestFinishingStepCountsTheFinishingRequestsKV(t *testing.T) {
+	e, _ := newTestEngine(t, EngineConfig{NumGPUBlocks: 64, BlockSize: 16})
+	if err := e.Add(1, seq(0, 32), 1); err != nil {
+		t.Fatal(err)
+	}
+	res := e.Step()
+	if len(res.Outputs) != 1 || !res.Outputs[0].Finished {
+		t.Fatalf("outputs %+v, want one finished", res.Outputs)
+	}
+	if res.ActiveKVTokens != 32 {
+		t.Fatalf("ActiveKVTokens %d, want the finishing request's 32", res.ActiveKVTokens)
+	}
+	if e.HasWork() {
+		t.Fatal("finished request still running")
+	}
+}

@@ -130,13 +130,11 @@ func TestWorkerTakesAtLeastTheSimulatedStepTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The 4,096-token prompt fits one step (budget 8,192): prefill, then two
-	// decode steps. decode_ms(p) grows with p on [0, 0.25], so p = 0 gives the
-	// bound that holds whichever KV occupancy a step is charged with: under
-	// load, the prefill step has been seen charged at p = 0 rather than 0.25
-	// (about 1.2 ms less at speedup 10), which the next session should pin
-	// down in the runner.
-	first := (PrefillMillis(4096) + DecodeMillis(0)) / 10
-	decode := DecodeMillis(0) / 10
+	// decode steps, each charged with the request's KV (the last one too:
+	// the request holds its blocks until that step ends).
+	total := 1024 * 16
+	first := (PrefillMillis(4096) + DecodeMillis(4096.0/float64(total))) / 10
+	decode := DecodeMillis(4097.0/float64(total)) / 10
 	if min := time.Duration(first * float64(time.Millisecond)); res.TTFT < min-maxLagSlack {
 		t.Fatalf("TTFT %v, want at least %v", res.TTFT, min)
 	}
