@@ -368,3 +368,28 @@ func checkEncodeCompletion(t *testing.T, c *tokenizer.Chat) {
 		}
 	}
 }
+
+// Fallbacks follow the cost: the worker holding half the prefix comes
+// before the one holding none, whatever their order in the pool.
+func TestFallbacksAreOrderedByCost(t *testing.T) {
+	rg := newRig(t, nil)
+	body := longChat(200)
+	creq, err := tokenizer.ParseChatRequest([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens, err := qwenChat(t).EncodeChat(creq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rg.store(t, "w2", tokens, len(tokens)/16)
+	rg.store(t, "w1", tokens, len(tokens)/32)
+	d, err := rg.picker.Decide(context.Background(), chatReq(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"10.0.0.2:8000", "10.0.0.1:8000"}
+	if d.Address != "10.0.0.3:8000" || !slices.Equal(d.Fallbacks, want) {
+		t.Fatalf("routed to %s with fallbacks %v, want 10.0.0.3:8000 then %v", d.Address, d.Fallbacks, want)
+	}
+}

@@ -43,13 +43,10 @@ func (pl *plan) fallbacks(exp *scoring.Explanation, d scoring.Decision, n int) [
 			order = append(order, i)
 		}
 	}
-	if exp != nil && len(exp.Workers) == len(pl.cands) {
-		logit := make(map[string]float64, len(exp.Workers))
-		for _, t := range exp.Workers {
-			logit[t.Worker] = t.Logit
-		}
+	// The explanation lists the candidates in the order they were given.
+	if exp != nil && explainsInOrder(exp, pl.cands) {
 		sort.SliceStable(order, func(a, b int) bool {
-			return logit[pl.cands[order[a]].Worker] < logit[pl.cands[order[b]].Worker]
+			return exp.Workers[order[a]].Logit < exp.Workers[order[b]].Logit
 		})
 	}
 	out := make([]string, 0, min(n, len(order)))
@@ -57,6 +54,20 @@ func (pl *plan) fallbacks(exp *scoring.Explanation, d scoring.Decision, n int) [
 		out = append(out, pl.addrs[i])
 	}
 	return out
+}
+
+// explainsInOrder reports whether exp has one entry per candidate, in
+// candidate order.
+func explainsInOrder(exp *scoring.Explanation, cands []scoring.Candidate) bool {
+	if len(exp.Workers) != len(cands) {
+		return false
+	}
+	for i := range cands {
+		if exp.Workers[i].Worker != cands[i].Worker {
+			return false
+		}
+	}
+	return true
 }
 
 // plan parses, tokenizes, finds the candidates and their overlap. The
