@@ -7,14 +7,31 @@ import "math"
 // both "kv" and "kv_without_events"; they differ only in where the
 // caller's overlap comes from.
 //
-// The default cost (DESIGN 3.5):
+// The default cost, in KV blocks (Dynamo's current form):
 //
-//	logit = overlap_weight × prefill_blocks + decode_blocks
-//	prefill_blocks = uncached prompt tokens ÷ block size
-//	               (+ the worker's prefill tokens in flight ÷ block size
-//	                  unless NoTrackPrefillTokens)
-//	decode_blocks  = the worker's KV blocks in use (Load.KVUsedBlocks)
-//	               + this request's blocks (prompt + expected output)
+//	logit   = scale × max(prefill − credit, 0) + decode
+//	prefill = (backlog + prompt tokens) ÷ block size
+//	credit  = overlap_credit × device blocks matched
+//	        + host_weight × host blocks + disk_weight × disk blocks
+//	decode  = the worker's KV blocks in use (Load.KVUsedBlocks)
+//	        + this request's blocks (prompt + expected output)
+//	        + request_weight × active requests
+//
+// where backlog is the worker's modelled prefill work still ahead
+// (Load.PrefillBacklog; left out with NoTrackPrefillTokens). With credit 1
+// it is the old overlap_weight × (backlog + uncached) + decode, scale
+// playing the weight.
+//
+// The latency cost, in seconds of predicted time to first token:
+//
+//	logit    = overhead + (backlog + uncached) ÷ rate
+//	         + slowdown_weight × decoding requests × uncached ÷ rate
+//	         + the time to recompute what the request would preempt
+//
+// with the worker's learned prefill rate and overhead (Load.PrefillRate,
+// Load.PrefillOverhead), uncached = prompt tokens not held on the device
+// (host and disk blocks count at 1 − their weight), and preemption
+// charged when the request's blocks exceed the worker's free KV.
 //
 // The weighted cost (seed 002), higher is better and used as −score:
 //
@@ -24,15 +41,21 @@ import "math"
 // in use ÷ capacity and normalized_waiting = Load.Waiting ÷ the largest
 // waiting count among the candidates.
 type KV struct {
-	name          string
-	source        OverlapSource
-	weighted      bool
-	overlapWeight float64
-	trackPrefill  bool
-	a, b, c       float64
-	temperature   float64
-	rand          Rand
+	name         string
+	source       OverlapSource
+	model        string
+	credit       float64
+	scale        float64
+	hostW, diskW float64
+	reqW         float64
+	slowdown     float64
+	trackPrefill bool
+	a, b, c      float64
+	temperature  float64
+	rand         Rand
 }
+
+var _ Mode = (*KV)(nil)
 
 func newKV(o Options, src OverlapSource) *KV {
 	name := ModeKV
@@ -40,8 +63,9 @@ func newKV(o Options, src OverlapSource) *KV {
 		name = ModeKVWithoutEvents
 	}
 	return &KV{
-		name: name, source: src, weighted: o.CostModel == CostWeighted,
-		overlapWeight: o.OverlapWeight, trackPrefill: !o.NoTrackPrefillTokens,
+		name: name, source: src, model: o.CostModel,
+		credit: o.OverlapCredit, scale: o.PrefillLoadScale, hostW: o.HostCacheHitWeight, diskW: o.DiskCacheHitWeight,
+		reqW: o.DecodeActiveRequestWeight, slowdown: o.DecodeSlowdownWeight, trackPrefill: !o.NoTrackPrefillTokens,
 		a: o.WeightedA, b: o.WeightedB, c: o.WeightedC,
 		temperature: o.Temperature, rand: o.Rand,
 	}
@@ -56,15 +80,18 @@ func (m *KV) Overlap() OverlapSource { return m.source }
 // Pick implements Mode.
 func (m *KV) Pick(req *Request, loads []Load, exp *Explanation) int {
 	var maxWaiting int
-	if m.weighted {
+	if m.model == CostWeighted {
 		for i := range loads {
 			maxWaiting = max(maxWaiting, loads[i].Waiting())
 		}
 	}
 	for i := range loads {
-		if m.weighted {
+		switch m.model {
+		case CostWeighted:
 			loads[i].logit = -m.weightedTerms(req, &loads[i], maxWaiting).score
-		} else {
+		case CostLatency:
+			loads[i].logit = m.latencyTerms(req, &loads[i]).logit
+		default:
 			loads[i].logit = m.defaultTerms(req, &loads[i]).logit
 		}
 	}
@@ -79,13 +106,47 @@ type defaultTerms struct{ prefill, decode, logit float64 }
 
 func (m *KV) defaultTerms(req *Request, l *Load) defaultTerms {
 	bs := float64(l.BlockSize)
-	uncached := max(req.PromptTokens-l.MatchedBlocks*l.BlockSize, 0)
-	prefill := float64(uncached) / bs
+	raw := float64(req.PromptTokens)
 	if m.trackPrefill {
-		prefill += float64(l.PrefillTokens) / bs
+		raw += l.PrefillBacklog
 	}
-	decode := float64(l.KVUsedBlocks() + blocksFor(req.PromptTokens+req.ExpectedOutputTokens, l.BlockSize))
-	return defaultTerms{prefill: prefill, decode: decode, logit: m.overlapWeight*prefill + decode}
+	credit := m.credit*float64(l.MatchedBlocks) + m.hostW*float64(l.HostBlocks) + m.diskW*float64(l.DiskBlocks)
+	prefill := max(raw/bs-credit, 0)
+	decode := float64(l.KVUsedBlocks()+blocksFor(req.PromptTokens+req.ExpectedOutputTokens, l.BlockSize)) +
+		m.reqW*float64(l.ActiveRequests)
+	return defaultTerms{prefill: prefill, decode: decode, logit: m.scale*prefill + decode}
+}
+
+type latencyTerms struct{ ttft, slowdown, memory, logit float64 }
+
+func (m *KV) latencyTerms(req *Request, l *Load) latencyTerms {
+	bs := float64(l.BlockSize)
+	rate := l.PrefillRate
+	if !(rate > 0) {
+		rate = DefaultPrefillRate
+	}
+	held := float64(l.MatchedBlocks) + m.hostW*float64(l.HostBlocks) + m.diskW*float64(l.DiskBlocks)
+	uncached := max(float64(req.PromptTokens)-held*bs, 0)
+	var t latencyTerms
+	backlog := 0.0
+	if m.trackPrefill {
+		backlog = l.PrefillBacklog
+	}
+	t.ttft = l.PrefillOverhead + (backlog+uncached)/rate
+	decoding := max(l.ActiveRequests-l.PrefillRequests, 0)
+	t.slowdown = m.slowdown * float64(decoding) * uncached / rate
+	capacity := l.KVTotalBlocks
+	if l.ReportFresh && l.Report.KVTotalBlocks > 0 {
+		capacity = l.Report.KVTotalBlocks
+	}
+	if capacity > 0 {
+		need := blocksFor(req.PromptTokens+req.ExpectedOutputTokens, l.BlockSize) - l.MatchedBlocks
+		if over := need - (capacity - l.KVUsedBlocks()); over > 0 {
+			t.memory = float64(over) * bs / rate
+		}
+	}
+	t.logit = t.ttft + t.slowdown + t.memory
+	return t
 }
 
 type weightedTerms struct{ ratio, usage, waiting, score float64 }
@@ -111,11 +172,12 @@ func (m *KV) weightedTerms(req *Request, l *Load, maxWaiting int) weightedTerms 
 
 func (m *KV) explain(req *Request, loads []Load, idx, maxWaiting int, exp *Explanation) {
 	exp.begin(m.name, req, m.temperature, loads[idx].ID)
-	if m.weighted {
-		exp.CostModel = CostWeighted
+	exp.CostModel = m.model
+	switch m.model {
+	case CostWeighted:
 		exp.Coefficients = &WeightedCoefficients{A: m.a, B: m.b, C: m.c}
-	} else {
-		exp.CostModel = CostDefault
+	case CostDefault:
+		exp.OverlapCredit, exp.PrefillLoadScale = m.credit, m.scale
 	}
 	probs := m.temperature > 0
 	var minL, rng float64
@@ -130,12 +192,16 @@ func (m *KV) explain(req *Request, loads []Load, idx, maxWaiting int, exp *Expla
 		l := &loads[i]
 		t := termsFromLoad(l)
 		t.Logit = l.logit
-		if m.weighted {
+		switch m.model {
+		case CostWeighted:
 			w := m.weightedTerms(req, l, maxWaiting)
 			t.Score, t.OverlapRatio, t.KVUsage, t.NormalizedWaiting = w.score, w.ratio, w.usage, w.waiting
-		} else {
+		case CostLatency:
+			lt := m.latencyTerms(req, l)
+			t.PredictedTTFT, t.DecodeSlowdown, t.MemoryPenalty = lt.ttft, lt.slowdown, lt.memory
+		default:
 			d := m.defaultTerms(req, l)
-			t.OverlapWeight, t.PrefillBlocks, t.DecodeBlocks = m.overlapWeight, d.prefill, d.decode
+			t.PrefillLoadScale, t.PrefillBlocks, t.DecodeBlocks = m.scale, d.prefill, d.decode
 		}
 		if probs {
 			t.Probability = softmaxWeight(l.logit, minL, rng, m.temperature) / sum

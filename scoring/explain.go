@@ -19,6 +19,9 @@ type Explanation struct {
 	CostModel string `json:"cost_model,omitempty"`
 	// Coefficients are the weighted cost model's a, b and c.
 	Coefficients *WeightedCoefficients `json:"coefficients,omitempty"`
+	// OverlapCredit and PrefillLoadScale are the default cost's knobs.
+	OverlapCredit    float64 `json:"overlap_credit,omitempty"`
+	PrefillLoadScale float64 `json:"prefill_load_scale,omitempty"`
 	// Temperature is the selection temperature of the kv modes.
 	Temperature float64 `json:"temperature"`
 	// PromptTokens is the request's prompt length.
@@ -42,11 +45,17 @@ type Terms struct {
 	// Logit is the cost the selection used, lower is better (the weighted
 	// cost model's −Score).
 	Logit float64 `json:"logit"`
-	// OverlapWeight, PrefillBlocks and DecodeBlocks are the default cost's
-	// terms: Logit = OverlapWeight × PrefillBlocks + DecodeBlocks.
-	OverlapWeight float64 `json:"overlap_weight,omitempty"`
-	PrefillBlocks float64 `json:"prefill_blocks,omitempty"`
-	DecodeBlocks  float64 `json:"decode_blocks,omitempty"`
+	// PrefillLoadScale, PrefillBlocks and DecodeBlocks are the default
+	// cost's terms: Logit = PrefillLoadScale × PrefillBlocks + DecodeBlocks,
+	// PrefillBlocks already credited for the cache.
+	PrefillLoadScale float64 `json:"prefill_load_scale,omitempty"`
+	PrefillBlocks    float64 `json:"prefill_blocks,omitempty"`
+	DecodeBlocks     float64 `json:"decode_blocks,omitempty"`
+	// PredictedTTFT, DecodeSlowdown and MemoryPenalty are the latency
+	// cost's terms in seconds: Logit is their sum.
+	PredictedTTFT  float64 `json:"predicted_ttft_seconds,omitempty"`
+	DecodeSlowdown float64 `json:"decode_slowdown_seconds,omitempty"`
+	MemoryPenalty  float64 `json:"memory_penalty_seconds,omitempty"`
 	// Score, OverlapRatio, KVUsage and NormalizedWaiting are the weighted
 	// cost's terms: Score = a·OverlapRatio − b·KVUsage − c·NormalizedWaiting.
 	Score             float64 `json:"score,omitempty"`
@@ -63,6 +72,13 @@ type Terms struct {
 	ActiveRequests int     `json:"active_requests"`
 	PrefillTokens  int     `json:"prefill_tokens"`
 	Weight         float64 `json:"weight"`
+	// The worker's modelled prefill backlog (tokens) and learned prefill
+	// model: rate in tokens/s, overhead in seconds.
+	PrefillBacklog  float64 `json:"prefill_backlog"`
+	PrefillRate     float64 `json:"prefill_rate"`
+	PrefillOverhead float64 `json:"prefill_overhead_seconds"`
+	HostBlocks      int     `json:"host_blocks,omitempty"`
+	DiskBlocks      int     `json:"disk_blocks,omitempty"`
 }
 
 func termsFromLoad(l *Load) Terms {
@@ -70,6 +86,8 @@ func termsFromLoad(l *Load) Terms {
 		Worker: l.ID, MatchedBlocks: l.MatchedBlocks, CachedBlocks: l.CachedBlocks,
 		ActiveBlocks: l.ActiveBlocks, ActiveRequests: l.ActiveRequests,
 		PrefillTokens: l.PrefillTokens, Weight: l.Weight,
+		PrefillBacklog: l.PrefillBacklog, PrefillRate: l.PrefillRate, PrefillOverhead: l.PrefillOverhead,
+		HostBlocks: l.HostBlocks, DiskBlocks: l.DiskBlocks,
 	}
 }
 
@@ -91,7 +109,11 @@ func (e *Explanation) Line(i int) string {
 	b.WriteString(t.Worker)
 	switch {
 	case e.CostModel == CostDefault:
-		b.WriteString(" logit=" + f1(t.Logit) + " = " + f1(t.OverlapWeight) + "*" + f1(t.PrefillBlocks) + " + " + f1(t.DecodeBlocks))
+		b.WriteString(" logit=" + f1(t.Logit) + " = " + f1(t.PrefillLoadScale) + "*" + f1(t.PrefillBlocks) + " + " + f1(t.DecodeBlocks))
+	case e.CostModel == CostLatency:
+		b.WriteString(" logit=" + f3(t.Logit) + "s = ttft " + f3(t.PredictedTTFT) + " + slowdown " + f3(t.DecodeSlowdown) +
+			" + memory " + f3(t.MemoryPenalty) + " (rate=" + strconv.FormatFloat(t.PrefillRate, 'f', 0, 64) +
+			" tok/s overhead=" + f3(t.PrefillOverhead) + "s backlog=" + strconv.FormatFloat(t.PrefillBacklog, 'f', 0, 64) + ")")
 	case e.CostModel == CostWeighted && e.Coefficients != nil:
 		c := e.Coefficients
 		b.WriteString(" score=" + f3(t.Score) + " = " + f1(c.A) + "*" + f3(t.OverlapRatio) +

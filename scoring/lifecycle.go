@@ -20,6 +20,11 @@ type active struct {
 	// private is this request's share of worker.private.
 	private  int
 	lastSeen time.Time
+	// addAt and fitX feed the worker's rate fit when the first token
+	// arrives: dispatch time, and the backlog plus own uncached tokens
+	// then. fitX < 0 means "do not learn" (peer or moved requests).
+	addAt time.Time
+	fitX  float64
 }
 
 func blocksFor(tokens, blockSize int) int {
@@ -65,7 +70,12 @@ func (p *Pool) add(key, worker string, promptTokens, matchedBlocks, prefill int,
 		prefill = max(promptTokens-matchedBlocks*w.spec.BlockSize, 0)
 	}
 	a := &active{key: key, w: w, hashes: slices.Clone(hashes), promptTokens: max(promptTokens, 0),
-		prefillTokens: prefill, lastSeen: now}
+		prefillTokens: prefill, lastSeen: now, addAt: now, fitX: -1}
+	w.settleBacklogLocked(now, p.opts.NoPrefillDecay)
+	if local {
+		a.fitX = w.backlog + float64(prefill)
+	}
+	w.backlog += float64(prefill)
 	for _, h := range a.hashes {
 		w.blockRefs[h]++
 	}
@@ -103,16 +113,24 @@ func (p *Pool) prefillDone(key string) bool {
 		return false
 	}
 	a.lastSeen = now
-	return p.clearPrefillLocked(a)
+	return p.clearPrefillLocked(a, now)
 }
 
-func (p *Pool) clearPrefillLocked(a *active) bool {
+// clearPrefillLocked records a's first token: its prefill is done, and the
+// time it took since dispatch teaches the worker's rate fit.
+func (p *Pool) clearPrefillLocked(a *active, now time.Time) bool {
 	if a.prefillTokens == 0 {
 		return false
 	}
-	a.w.prefillTokens -= a.prefillTokens
-	a.w.prefillRequests--
+	w := a.w
+	w.settleBacklogLocked(now, p.opts.NoPrefillDecay)
+	if a.fitX >= 0 && !p.opts.NoLearnRates {
+		w.fit.add(a.fitX, now.Sub(a.addAt).Seconds(), p.opts.PrefillRate)
+	}
+	w.prefillTokens -= a.prefillTokens
+	w.prefillRequests--
 	a.prefillTokens = 0
+	w.backlog = min(w.backlog, float64(w.prefillTokens))
 	return true
 }
 
@@ -140,7 +158,7 @@ func (p *Pool) progress(key string, outputTokens int) (changed, prefillDone bool
 		return false, false
 	}
 	a.lastSeen = now
-	prefillDone = p.clearPrefillLocked(a)
+	prefillDone = p.clearPrefillLocked(a, now)
 	if outputTokens > a.outputTokens {
 		a.outputTokens = outputTokens
 		if n := a.privateBlocks(); n != a.private {
@@ -189,6 +207,7 @@ func (p *Pool) releaseLocked(a *active) {
 	if a.prefillTokens > 0 {
 		w.prefillTokens -= a.prefillTokens
 		w.prefillRequests--
+		w.backlog = min(w.backlog, float64(w.prefillTokens))
 	}
 }
 
@@ -220,7 +239,11 @@ func (p *Pool) move(key, worker string) (bool, error) {
 		return false, nil
 	}
 	p.releaseLocked(a)
-	a.w, a.lastSeen = w, now
+	a.w, a.lastSeen, a.fitX = w, now, -1
+	if a.prefillTokens > 0 {
+		w.settleBacklogLocked(now, p.opts.NoPrefillDecay)
+		w.backlog += float64(a.prefillTokens)
+	}
 	for _, h := range a.hashes {
 		w.blockRefs[h]++
 	}

@@ -3,6 +3,8 @@ package scoring
 import (
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -14,7 +16,14 @@ const (
 	// CostWeighted is seed 002's cost: a·overlap_ratio − b·kv_usage −
 	// c·normalized_waiting, higher is better.
 	CostWeighted = "weighted"
+	// CostLatency predicts each candidate's time to first token in
+	// seconds from its learned prefill rate, plus the delay the request
+	// imposes on the worker's running decodes.
+	CostLatency = "latency"
 )
+
+// CostModels lists the valid --cost-model names.
+func CostModels() []string { return []string{CostDefault, CostWeighted, CostLatency} }
 
 // Options configures a Pool and a Router. Start from DefaultOptions: the
 // zero Options is not the defaults (an overlap weight of 0 is a legitimate
@@ -26,9 +35,39 @@ type Options struct {
 	Mode string
 	// CostModel is CostDefault or CostWeighted; default CostDefault.
 	CostModel string
-	// OverlapWeight multiplies prefill blocks in the default cost;
-	// default 1.0.
+	// OverlapCredit is how many prefill blocks one device-cached block
+	// takes off the default cost; above 1 it also discounts the worker's
+	// backlog, favouring the cache more strongly. Default 1.
+	OverlapCredit float64
+	// PrefillLoadScale multiplies the (credited) prefill blocks against the
+	// decode blocks in the default cost; 0 ignores prefill. Default 1.
+	PrefillLoadScale float64
+	// OverlapWeight is the deprecated --kv-overlap-score-weight: when
+	// positive it sets PrefillLoadScale to its value and OverlapCredit to 1,
+	// which gives the old cost weight × (backlog + uncached) + decode.
 	OverlapWeight float64
+	// HostCacheHitWeight and DiskCacheHitWeight credit blocks held in host
+	// memory and on disk, as fractions of a device block. Defaults 0.75
+	// and 0.25.
+	HostCacheHitWeight, DiskCacheHitWeight float64
+	// DecodeActiveRequestWeight adds this many block-equivalents per active
+	// request to the default cost's decode term. Default 0.
+	DecodeActiveRequestWeight float64
+	// NoPrefillDecay charges a request's prefill whole until its first
+	// token instead of draining the backlog at the learned prefill rate.
+	NoPrefillDecay bool
+	// PrefillRate (tokens/s) and PrefillOverhead are the prior of every
+	// worker's prefill model: time to first token ≈ overhead + tokens ÷
+	// rate. Defaults 20,000 tokens/s and 25 ms.
+	PrefillRate     float64
+	PrefillOverhead time.Duration
+	// NoLearnRates keeps the prior instead of learning each worker's
+	// prefill model from its times to first token.
+	NoLearnRates bool
+	// DecodeSlowdownWeight weighs, in the latency cost, the seconds this
+	// request's prefill delays each of the worker's running decodes.
+	// Default 0.05.
+	DecodeSlowdownWeight float64
 	// Temperature 0 picks the best logit; T>0 samples from
 	// softmax(−logit ÷ (range × T)). Default 0.
 	Temperature float64
@@ -81,8 +120,14 @@ type PrefixRecorder interface {
 
 // Defaults of Options, as documented on its fields.
 const (
-	DefaultOverlapWeight  = 1.0
-	DefaultTemperature    = 0.0
+	DefaultOverlapCredit        = 1.0
+	DefaultPrefillLoadScale     = 1.0
+	DefaultHostCacheHitWeight   = 0.75
+	DefaultDiskCacheHitWeight   = 0.25
+	DefaultPrefillRate          = 20000.0
+	DefaultPrefillOverhead      = 25 * time.Millisecond
+	DefaultDecodeSlowdownWeight = 0.05
+	DefaultTemperature          = 0.0
 	DefaultQueueThreshold = 4.0
 	DefaultQueuePolicy    = "fcfs"
 	DefaultQueueMaxLength = 1024
@@ -96,8 +141,14 @@ const (
 func DefaultOptions() Options {
 	return Options{
 		Mode:           DefaultMode,
-		CostModel:      CostDefault,
-		OverlapWeight:  DefaultOverlapWeight,
+		CostModel:            CostDefault,
+		OverlapCredit:        DefaultOverlapCredit,
+		PrefillLoadScale:     DefaultPrefillLoadScale,
+		HostCacheHitWeight:   DefaultHostCacheHitWeight,
+		DiskCacheHitWeight:   DefaultDiskCacheHitWeight,
+		PrefillRate:          DefaultPrefillRate,
+		PrefillOverhead:      DefaultPrefillOverhead,
+		DecodeSlowdownWeight: DefaultDecodeSlowdownWeight,
 		Temperature:    DefaultTemperature,
 		WeightedA:      2,
 		WeightedB:      1,
@@ -118,6 +169,15 @@ func (o Options) withDefaults() Options {
 	}
 	if o.CostModel == "" {
 		o.CostModel = CostDefault
+	}
+	if o.OverlapWeight > 0 {
+		o.PrefillLoadScale, o.OverlapCredit = o.OverlapWeight, 1
+	}
+	if !(o.PrefillRate > 0) {
+		o.PrefillRate = DefaultPrefillRate
+	}
+	if o.PrefillOverhead == 0 {
+		o.PrefillOverhead = DefaultPrefillOverhead
 	}
 	if o.QueuePolicy == "" {
 		o.QueuePolicy = DefaultQueuePolicy
@@ -155,14 +215,17 @@ func (o Options) Validate() error {
 	if _, ok := modeFactories[normalizeName(o.Mode)]; !ok {
 		return fmt.Errorf("scoring options: unknown router mode %q (valid: %v)", o.Mode, ModeNames())
 	}
-	if o.CostModel != CostDefault && o.CostModel != CostWeighted {
-		return fmt.Errorf("scoring options: unknown cost model %q (valid: %s, %s)", o.CostModel, CostDefault, CostWeighted)
+	if !slices.Contains(CostModels(), o.CostModel) {
+		return fmt.Errorf("scoring options: unknown cost model %q (valid: %s)", o.CostModel, strings.Join(CostModels(), ", "))
 	}
 	if _, err := ParsePolicy(o.QueuePolicy); err != nil {
 		return fmt.Errorf("scoring options: %w", err)
 	}
 	for name, v := range map[string]float64{
 		"overlap weight": o.OverlapWeight, "temperature": o.Temperature,
+		"overlap credit": o.OverlapCredit, "prefill load scale": o.PrefillLoadScale,
+		"host cache hit weight": o.HostCacheHitWeight, "disk cache hit weight": o.DiskCacheHitWeight,
+		"decode active request weight": o.DecodeActiveRequestWeight, "decode slowdown weight": o.DecodeSlowdownWeight,
 		"weighted a": o.WeightedA, "weighted b": o.WeightedB, "weighted c": o.WeightedC,
 	} {
 		if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
@@ -171,6 +234,9 @@ func (o Options) Validate() error {
 	}
 	if math.IsNaN(o.QueueThreshold) || math.IsInf(o.QueueThreshold, 0) {
 		return fmt.Errorf("scoring options: queue threshold %g must be finite", o.QueueThreshold)
+	}
+	if o.PrefillOverhead < 0 {
+		return fmt.Errorf("scoring options: prefill overhead %s must not be negative", o.PrefillOverhead)
 	}
 	if o.QueueMaxLength < 0 || o.QueueMaxWait < 0 || o.MaxRequestAge < 0 || o.StaleReportAge < 0 {
 		return fmt.Errorf("scoring options: queue limits and ages must not be negative")

@@ -3,6 +3,7 @@ package scoring
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,6 +54,13 @@ type worker struct {
 	// removed is set when the worker leaves the pool, so a Candidate that
 	// still points at it falls back to the ID lookup.
 	removed bool
+	// backlog models the prefill work ahead of a new request, in tokens:
+	// it grows by each request's uncached tokens, drains at the learned
+	// prefill rate since backlogAt, and never exceeds prefillTokens (the
+	// work whose first token has not been seen).
+	backlog   float64
+	backlogAt time.Time
+	fit       rateFit
 	// static is the part of Load fixed by the spec, built on Upsert.
 	static Load
 }
@@ -80,7 +88,7 @@ func (p *Pool) Upsert(spec WorkerSpec) error {
 	p.mu.Lock()
 	w, ok := p.workers[spec.ID]
 	if !ok {
-		w = &worker{blockRefs: make(map[uint64]int32)}
+		w = &worker{blockRefs: make(map[uint64]int32), fit: newRateFit(p.opts.PrefillRate, p.opts.PrefillOverhead)}
 		p.workers[spec.ID] = w
 	}
 	w.spec = spec
@@ -248,9 +256,21 @@ type Load struct {
 	// ReportIdle is set when a fresh report shows nothing running or
 	// waiting and no request was sent to the worker since it arrived.
 	ReportIdle bool `json:"report_idle"`
-	// MatchedBlocks and CachedBlocks come from the Candidate in a pick.
+	// PrefillBacklog is the modelled prefill work still ahead, in tokens:
+	// PrefillTokens drained at PrefillRate since it was queued.
+	PrefillBacklog float64 `json:"prefill_backlog"`
+	// PrefillRate (tokens/s) and PrefillOverhead (s) are the worker's
+	// learned prefill model; FitSamples counts what it learned from.
+	PrefillRate     float64 `json:"prefill_rate"`
+	PrefillOverhead float64 `json:"prefill_overhead_seconds"`
+	FitSamples      int     `json:"fit_samples"`
+	// MatchedBlocks and CachedBlocks come from the Candidate in a pick;
+	// HostBlocks and DiskBlocks are the blocks after MatchedBlocks held
+	// off the device.
 	MatchedBlocks int `json:"matched_blocks"`
 	CachedBlocks  int `json:"cached_blocks"`
+	HostBlocks    int `json:"host_blocks"`
+	DiskBlocks    int `json:"disk_blocks"`
 
 	// index is the candidate's index in the caller's slice.
 	index int
@@ -295,6 +315,38 @@ func (p *Pool) fillLoadLocked(l *Load, w *worker, now time.Time) {
 	l.Report = w.report
 	l.ReportFresh = fresh
 	l.ReportIdle = fresh && w.report.Running == 0 && w.report.Waiting == 0 && w.reportAdds == w.adds
+	l.PrefillBacklog = w.backlogNow(now, p.opts.NoPrefillDecay)
+	l.PrefillRate, l.PrefillOverhead, l.FitSamples = w.fit.rate, w.fit.overhead, w.fit.samples
+}
+
+// backlogNow is the modelled prefill backlog at now, without changing it.
+func (w *worker) backlogNow(now time.Time, noDecay bool) float64 {
+	if noDecay {
+		return float64(w.prefillTokens)
+	}
+	b := w.backlog
+	if dt := now.Sub(w.backlogAt).Seconds(); dt > 0 {
+		b -= w.fit.rate * dt
+	}
+	return min(max(b, 0), float64(w.prefillTokens))
+}
+
+// settleBacklogLocked brings the backlog model to now, before a change.
+func (w *worker) settleBacklogLocked(now time.Time, noDecay bool) {
+	w.backlog = w.backlogNow(now, noDecay)
+	w.backlogAt = now
+}
+
+// Fits returns every worker's learned prefill model, sorted by worker.
+func (p *Pool) Fits() []RateFit {
+	p.mu.RLock()
+	out := make([]RateFit, 0, len(p.workers))
+	for id, w := range p.workers {
+		out = append(out, RateFit{Worker: id, PrefillRate: w.fit.rate, OverheadSeconds: w.fit.overhead, Samples: w.fit.samples})
+	}
+	p.mu.RUnlock()
+	slices.SortFunc(out, func(a, b RateFit) int { return strings.Compare(a.Worker, b.Worker) })
+	return out
 }
 
 // appendLoads appends the loads of the known candidates, skipping IDs the
@@ -315,6 +367,7 @@ func (p *Pool) appendLoads(dst []Load, cands []Candidate) []Load {
 		l := &dst[len(dst)-1]
 		p.fillLoadLocked(l, w, now)
 		l.MatchedBlocks, l.CachedBlocks, l.index = c.MatchedBlocks, c.CachedBlocks, i
+		l.HostBlocks, l.DiskBlocks = c.HostBlocks, c.DiskBlocks
 	}
 	p.mu.RUnlock()
 	return dst

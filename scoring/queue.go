@@ -1,11 +1,13 @@
 package scoring
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -111,8 +113,11 @@ type waiter struct {
 	seq     uint64  // arrival order breaks key ties
 	index   int     // position in its heap; -1 once out
 	done    chan struct{}
-	dec     Decision
-	err     error
+	// notify, when set, receives the outcome instead of a goroutine
+	// waiting on done (Submit); it runs with the queue's lock held.
+	notify func(Decision, error)
+	dec    Decision
+	err    error
 }
 
 type waiterHeap []*waiter
@@ -176,26 +181,55 @@ func (q *admission) orderKey(w *waiter) float64 {
 }
 
 func (q *admission) admit(ctx context.Context, req *Request, cands []Candidate, exp *Explanation) (Decision, error) {
-	thr := q.r.opts.QueueThreshold
-	if q.n.Load() == 0 || q.modelEmpty(req.Model) {
-		d, saturated, err := q.r.decide(req, cands, exp, thr)
-		if err != nil {
-			return Decision{}, err
-		}
-		if !saturated {
-			return d, q.r.commit(req, d)
-		}
+	if d, ok, err := q.tryNow(req, cands, exp); ok || err != nil {
+		return d, err
 	}
 	if err := ctx.Err(); err != nil {
 		return Decision{}, err
 	}
-	w := &waiter{req: req, cands: cands, exp: exp, arrival: q.r.opts.Now(), done: make(chan struct{})}
+	w, err := q.enqueue(req, cands, exp, nil)
+	if err != nil {
+		return Decision{}, err
+	}
+	timer := time.NewTimer(q.r.opts.QueueMaxWait)
+	defer timer.Stop()
+	select {
+	case <-w.done:
+		q.r.opts.Metrics.Dequeued(q.r.opts.Now().Sub(w.arrival))
+		return w.dec, w.err
+	case <-ctx.Done():
+		return q.leave(w, ctx.Err(), true)
+	case <-timer.C:
+		return q.leave(w, &ShedError{Reason: ShedMaxWait, Model: req.Model, Waited: q.r.opts.Now().Sub(w.arrival)}, false)
+	}
+}
+
+// tryNow routes at once when nobody of the model waits and some candidate
+// has room: ok reports a committed decision.
+func (q *admission) tryNow(req *Request, cands []Candidate, exp *Explanation) (d Decision, ok bool, err error) {
+	if q.n.Load() != 0 && !q.modelEmpty(req.Model) {
+		return Decision{}, false, nil
+	}
+	d, saturated, err := q.r.decide(req, cands, exp, q.r.opts.QueueThreshold)
+	if err != nil {
+		return Decision{}, false, err
+	}
+	if saturated {
+		return Decision{}, false, nil
+	}
+	return d, true, q.r.commit(req, d)
+}
+
+// enqueue puts a waiter in line (or sheds it when the queue is full) and
+// dispatches at once, in case capacity freed meanwhile.
+func (q *admission) enqueue(req *Request, cands []Candidate, exp *Explanation, notify func(Decision, error)) (*waiter, error) {
+	w := &waiter{req: req, cands: cands, exp: exp, arrival: q.r.opts.Now(), done: make(chan struct{}), notify: notify}
 	w.key = q.orderKey(w)
 	q.mu.Lock()
 	if int(q.n.Load()) >= q.r.opts.QueueMaxLength {
 		q.mu.Unlock()
 		q.r.opts.Metrics.Shed(ShedQueueFull)
-		return Decision{}, &ShedError{Reason: ShedQueueFull, Model: req.Model}
+		return nil, &ShedError{Reason: ShedQueueFull, Model: req.Model}
 	}
 	h := q.models[req.Model]
 	if h == nil {
@@ -209,18 +243,36 @@ func (q *admission) admit(ctx context.Context, req *Request, cands []Candidate, 
 	q.mu.Unlock()
 	q.r.opts.Metrics.Queued()
 	q.dispatch(req.Model)
+	return w, nil
+}
 
-	timer := time.NewTimer(q.r.opts.QueueMaxWait)
-	defer timer.Stop()
-	select {
-	case <-w.done:
-		q.r.opts.Metrics.Dequeued(q.r.opts.Now().Sub(w.arrival))
-		return w.dec, w.err
-	case <-ctx.Done():
-		return q.leave(w, ctx.Err(), true)
-	case <-timer.C:
-		return q.leave(w, &ShedError{Reason: ShedMaxWait, Model: req.Model, Waited: q.r.opts.Now().Sub(w.arrival)}, false)
+// shedExpired sheds the waiters of Submit that have waited longer than
+// QueueMaxWait by the router's clock, in arrival order, and returns how
+// many it shed. Blocking waiters time out on their own timers.
+func (q *admission) shedExpired() int {
+	now := q.r.opts.Now()
+	var gone []*waiter
+	q.mu.Lock()
+	for _, h := range q.models {
+		for i := 0; i < h.Len(); {
+			w := (*h)[i]
+			if w.notify == nil || now.Sub(w.arrival) <= q.r.opts.QueueMaxWait {
+				i++
+				continue
+			}
+			heap.Remove(h, i)
+			q.n.Add(-1)
+			gone = append(gone, w)
+			i = 0 // the heap reordered
+		}
 	}
+	q.mu.Unlock()
+	slices.SortFunc(gone, func(a, b *waiter) int { return cmp.Compare(a.seq, b.seq) })
+	for _, w := range gone {
+		q.r.opts.Metrics.Shed(ShedMaxWait)
+		w.notify(Decision{}, &ShedError{Reason: ShedMaxWait, Model: w.req.Model, Waited: now.Sub(w.arrival)})
+	}
+	return len(gone)
 }
 
 // leave takes a waiter out of line with err. If a dispatch admitted it in
@@ -275,6 +327,9 @@ func (q *admission) dispatch(model string) {
 		}
 		w.dec, w.err = d, err
 		close(w.done)
+		if w.notify != nil {
+			w.notify(d, err)
+		}
 	}
 }
 

@@ -129,6 +129,39 @@ func (r *Router) Route(ctx context.Context, req *Request, cands []Candidate, exp
 	return r.queue.admit(ctx, req, cands, exp)
 }
 
+// Submit is Route for a caller that must not block, such as the
+// virtual-time simulator: done receives the outcome exactly once, either
+// before Submit returns or later, from the lifecycle call (Free,
+// PrefillDone, a load report) that makes room, or from ShedExpired. done
+// may run with the queue's lock held, so it must not call the Router.
+func (r *Router) Submit(req *Request, cands []Candidate, exp *Explanation, done func(Decision, error)) {
+	if r.queue == nil {
+		d, err := r.Pick(req, cands, exp)
+		if err == nil {
+			err = r.commit(req, d)
+		}
+		done(d, err)
+		return
+	}
+	if d, ok, err := r.queue.tryNow(req, cands, exp); ok || err != nil {
+		done(d, err)
+		return
+	}
+	if _, err := r.queue.enqueue(req, cands, exp, done); err != nil {
+		done(Decision{}, err)
+	}
+}
+
+// ShedExpired sheds the requests given to Submit that have waited in the
+// admission queue longer than Options.QueueMaxWait by the router's clock,
+// and returns how many. Route's waiters time out by themselves.
+func (r *Router) ShedExpired() int {
+	if r.queue == nil {
+		return 0
+	}
+	return r.queue.shedExpired()
+}
+
 // QueueLen returns the number of requests waiting for admission.
 func (r *Router) QueueLen() int {
 	if r.queue == nil {

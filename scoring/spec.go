@@ -86,6 +86,10 @@ type Candidate struct {
 	// CachedBlocks is the worker's total cached blocks; it breaks ties
 	// toward the emptier cache.
 	CachedBlocks int
+	// HostBlocks and DiskBlocks count the blocks right after the matched
+	// ones that the worker holds in host memory and on disk (offloaded KV,
+	// e.g. LMCache or KVBM): cheaper to load than to compute.
+	HostBlocks, DiskBlocks int
 
 	// w caches the worker AppendCandidates found, sparing picks a map
 	// lookup per candidate; candidates built by hand work without it.

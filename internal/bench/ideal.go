@@ -30,40 +30,49 @@ type Ideal struct {
 // and at least one prompt token always recomputed. Items without known
 // prompts are skipped; ok is false when none had one.
 func IdealHitRates(w *Workload, blockSize, capacity int) (Ideal, bool) {
+	return IdealOf(func(yield func([]int32)) {
+		for _, fl := range w.Flows {
+			for _, it := range fl.Items {
+				if it.Prompt != nil {
+					yield(it.Prompt)
+				}
+			}
+		}
+	}, blockSize, capacity)
+}
+
+// IdealOf is IdealHitRates over the prompts each calls yield with, in
+// arrival order, for workloads that build their prompts on the fly.
+func IdealOf(each func(yield func(prompt []int32)), blockSize, capacity int) (Ideal, bool) {
 	inf := map[uint64]struct{}{}
 	lru := newBlockLRU(capacity)
 	var total, infHit, lruHit, n int
 	var hashes []uint64
-	for _, fl := range w.Flows {
-		for _, it := range fl.Items {
-			if it.Prompt == nil {
-				continue
+	each(func(prompt []int32) {
+		n++
+		total += len(prompt)
+		hashes = chainHashes(hashes[:0], prompt, blockSize)
+		maxHit := (len(prompt) - 1) / blockSize
+		k := 0
+		for k < maxHit {
+			if _, ok := inf[hashes[k]]; !ok {
+				break
 			}
-			n++
-			total += len(it.Prompt)
-			hashes = chainHashes(hashes[:0], it.Prompt, blockSize)
-			maxHit := (len(it.Prompt) - 1) / blockSize
-			k := 0
-			for k < maxHit {
-				if _, ok := inf[hashes[k]]; !ok {
-					break
-				}
-				k++
-			}
-			infHit += k * blockSize
-			k = 0
-			for k < maxHit && lru.has(hashes[k]) {
-				k++
-			}
-			lruHit += k * blockSize
-			// Touch the tail first so that, as in vLLM's free queue, a
-			// prompt's last blocks are evicted before its first ones.
-			for i := len(hashes) - 1; i >= 0; i-- {
-				inf[hashes[i]] = struct{}{}
-				lru.touch(hashes[i])
-			}
+			k++
 		}
-	}
+		infHit += k * blockSize
+		k = 0
+		for k < maxHit && lru.has(hashes[k]) {
+			k++
+		}
+		lruHit += k * blockSize
+		// Touch the tail first so that, as in vLLM's free queue, a
+		// prompt's last blocks are evicted before its first ones.
+		for i := len(hashes) - 1; i >= 0; i-- {
+			inf[hashes[i]] = struct{}{}
+			lru.touch(hashes[i])
+		}
+	})
 	if n == 0 || total == 0 {
 		return Ideal{}, false
 	}

@@ -1,0 +1,507 @@
+package vsim
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/kvroute/kvroute/internal/bench"
+	"github.com/kvroute/kvroute/internal/sim"
+	"github.com/kvroute/kvroute/kvindex"
+	"github.com/kvroute/kvroute/scoring"
+)
+
+// Fleet sizes the simulated workers and the router's view of them.
+type Fleet struct {
+	// Workers is the number of engines; all serve Model.
+	Workers int
+	Model   string
+	// Engine configures every engine (KV blocks, block size, batch limits).
+	Engine sim.EngineConfig
+	// EventLag is how long a KV event batch takes from the engine's step to
+	// the router's index; ReportEvery is the load-report period.
+	EventLag, ReportEvery time.Duration
+}
+
+// DefaultFleet is the fleet of the routing issue: 8 workers of 5,632 blocks
+// of 64 tokens, events 5 ms late, load reports every 250 ms.
+func DefaultFleet() Fleet {
+	return Fleet{
+		Workers: 8, Model: "sim",
+		Engine:   sim.EngineConfig{NumGPUBlocks: 5632, BlockSize: 64},
+		EventLag: 5 * time.Millisecond, ReportEvery: 250 * time.Millisecond,
+	}
+}
+
+// Result is one run: one mode at one load.
+type Result struct {
+	Mode     string  `json:"mode"`
+	Load     float64 `json:"load"`
+	Requests int     `json:"requests"`
+	Errors   int     `json:"errors"`
+	// HitRate is cached prompt tokens ÷ prompt tokens, as the engines
+	// reported them.
+	HitRate float64       `json:"hit_rate"`
+	TTFT    bench.Summary `json:"ttft_ms"`
+	ITL     bench.Summary `json:"itl_ms"`
+	E2E     bench.Summary `json:"e2e_ms"`
+	// Stickiness is the share of follow-up requests routed to a worker that
+	// held their previous request's prefix, among those for which the
+	// previous request's worker (or the chosen one) still held it.
+	Stickiness float64 `json:"stickiness"`
+	// OverlapExact is the share of requests whose predicted cached tokens
+	// equal what the engine then reported.
+	OverlapExact float64 `json:"overlap_exact"`
+	// Preemptions counts engine preemptions; Shed counts requests the
+	// admission queue refused.
+	Preemptions uint64 `json:"preemptions"`
+	Shed        int    `json:"shed"`
+	// Span is the virtual time from the first arrival to the last finish.
+	SpanSeconds float64 `json:"span_seconds"`
+	// Fits are the router's learned prefill models per worker at the end.
+	Fits []scoring.RateFit `json:"fits,omitempty"`
+}
+
+// reqState is one turn in flight.
+type reqState struct {
+	session, turn int32
+	worker        int32 // -1 until admitted
+	arrive        time.Duration
+	first, last   time.Duration
+	tokens        int
+	prompt        []int32 // the engine appends the output here
+	hashes        []uint64
+	predicted     int // predicted cached tokens on the chosen worker
+	// parent and shared name the earlier request whose prefix this one
+	// extends, and how many leading blocks they share.
+	parent int32
+	shared int
+	done   bool
+}
+
+type workerState struct {
+	id     string
+	eng    *sim.Engine
+	busy   bool
+	events []kvindex.Event
+	// outputs of the step in progress, copied out of the engine's result.
+	outputs []sim.Output
+}
+
+type runner struct {
+	w       *Workload
+	fleet   Fleet
+	mode    string
+	load    float64
+	clock   clock
+	router  *scoring.Router
+	index   *kvindex.Index
+	approx  *kvindex.Approx
+	overlap scoring.OverlapSource
+	workers []*workerState
+	byID    map[string]int32
+
+	reqs    []reqState
+	first   []int32 // first request index of each session
+	pending int     // requests not yet finished or failed
+	batches [][]byte
+
+	cands []scoring.Candidate
+	ids   []string
+	match []kvindex.MatchResult
+	tok32 []uint32
+	ehash []int64
+
+	ttft, itl, e2e         []float64
+	promptTok, cachedTok   int
+	exact, predictedN      int
+	sticky, stickyEligible int
+	errors, shed           int
+	lastFinish             time.Duration
+	buildErr               error
+}
+
+// Run simulates w on fleet with the router configured by opts (its Mode
+// names the router mode) at load × the workload's own arrival rate. It
+// is deterministic: the same inputs give the same Result.
+func Run(w *Workload, fleet Fleet, opts scoring.Options, load float64, seed uint64) (Result, error) {
+	if !(load > 0) {
+		return Result{}, fmt.Errorf("load %g must be positive", load)
+	}
+	if fleet.Workers < 1 {
+		return Result{}, errors.New("fleet needs at least one worker")
+	}
+	r := &runner{w: w, fleet: fleet, mode: opts.Mode, load: load, byID: map[string]int32{}}
+	if err := r.setup(opts, seed); err != nil {
+		return Result{}, err
+	}
+	r.loop()
+	if r.buildErr != nil {
+		return Result{}, r.buildErr
+	}
+	return r.result(), nil
+}
+
+func (r *runner) setup(opts scoring.Options, seed uint64) error {
+	now := r.clock.time
+	opts.Now = now
+	opts.Rand = rand.New(rand.NewPCG(seed, 0x51b))
+	r.approx = kvindex.NewApprox(kvindex.ApproxConfig{Now: now})
+	opts.Recorder = r.approx
+	router, err := scoring.NewRouter(opts)
+	if err != nil {
+		return err
+	}
+	r.router = router
+	r.overlap = router.Mode().Overlap()
+	r.index = kvindex.New(kvindex.Config{})
+	cfg := r.fleet.Engine
+	for i := 0; i < r.fleet.Workers; i++ {
+		id := fmt.Sprintf("w%02d", i)
+		ws := &workerState{id: id}
+		eng, err := sim.NewEngine(cfg, sim.EventSinkFunc(func(e sim.Event) {
+			ws.events = append(ws.events, sim.KVIndexEvent(e))
+		}))
+		if err != nil {
+			return err
+		}
+		ws.eng = eng
+		ec := eng.Config()
+		spec := scoring.WorkerSpec{ID: id, Model: r.fleet.Model, Address: fmt.Sprintf("10.0.0.%d:8000", i+1),
+			BlockSize: ec.BlockSize, KVTotalBlocks: ec.NumGPUBlocks, MaxNumBatchedTokens: ec.MaxNumBatchedTokens, MaxNumSeqs: ec.MaxNumSeqs}
+		if err := router.Pool().Upsert(spec); err != nil {
+			return err
+		}
+		r.index.AddWorker(id, r.fleet.Model, ec.BlockSize)
+		r.byID[id] = int32(i)
+		r.workers = append(r.workers, ws)
+		// Reports are staggered so the fleet's do not all land at once.
+		if r.fleet.ReportEvery > 0 {
+			r.clock.at(r.fleet.ReportEvery*time.Duration(i)/time.Duration(r.fleet.Workers), evReport, int32(i), 0)
+		}
+	}
+	r.reqs = make([]reqState, 0, r.w.Requests())
+	for s := range r.w.Sessions {
+		r.first = append(r.first, int32(len(r.reqs)))
+		for t := range r.w.Sessions[s].Turns {
+			r.reqs = append(r.reqs, reqState{session: int32(s), turn: int32(t), worker: -1, parent: -1})
+		}
+	}
+	r.tracePrefixParents()
+	r.pending = len(r.reqs)
+	for s := range r.w.Sessions {
+		at := time.Duration(float64(r.w.Sessions[s].Start) / r.load)
+		r.clock.at(at, evArrive, r.first[s], 0)
+	}
+	r.clock.at(0, evTick, 0, 0)
+	return nil
+}
+
+// tracePrefixParents links each trace request to the latest earlier one
+// with which it shares the longest prefix of at least two hash ids (one id
+// alone is the shared system prompt of the whole conversation trace):
+// that is the previous turn of its conversation.
+func (r *runner) tracePrefixParents() {
+	type node struct {
+		last int32
+		kids map[int64]*node
+	}
+	root := &node{kids: map[int64]*node{}}
+	bs := r.fleet.Engine.BlockSize
+	if bs == 0 {
+		bs = sim.DefaultBlockSize
+	}
+	for s := range r.w.Sessions {
+		t := &r.w.Sessions[s].Turns[0]
+		if len(r.w.Sessions[s].Turns) > 1 || len(t.Trace) < 2 {
+			continue
+		}
+		i := r.first[s]
+		n := root
+		parent, depth := int32(-1), 0
+		for d, h := range t.Trace {
+			k := n.kids[h]
+			if k == nil {
+				k = &node{last: -1, kids: map[int64]*node{}}
+				n.kids[h] = k
+			}
+			if d >= 1 && k.last >= 0 {
+				parent, depth = k.last, d+1
+			}
+			k.last = i
+			n = k
+		}
+		if parent >= 0 {
+			shared := min(depth*r.w.TraceBlock, t.Input)
+			r.reqs[i].parent, r.reqs[i].shared = parent, shared/bs
+		}
+	}
+}
+
+func (r *runner) loop() {
+	for r.pending > 0 && r.buildErr == nil {
+		e, ok := r.clock.next()
+		if !ok {
+			return
+		}
+		switch e.kind {
+		case evArrive:
+			r.arrive(e.a)
+		case evDeliver:
+			r.deliver(e.a)
+		case evStepDone:
+			r.stepDone(e.a)
+		case evKV:
+			r.applyBatch(e.a, e.b)
+		case evReport:
+			r.report(e.a)
+		case evTick:
+			r.router.ShedExpired()
+			if r.clock.now%time.Second == 0 {
+				r.router.Pool().Sweep()
+			}
+			r.clock.at(r.clock.now+100*time.Millisecond, evTick, 0, 0)
+		}
+	}
+}
+
+func (r *runner) arrive(i int32) {
+	q := &r.reqs[i]
+	q.arrive = r.clock.now
+	sess := &r.w.Sessions[q.session]
+	turn := &sess.Turns[q.turn]
+	var hist []int32
+	if q.turn > 0 {
+		prev := &r.reqs[i-1]
+		hist = prev.prompt // prompt + generated output
+		prev.prompt = nil
+		q.parent, q.shared = i-1, len(hist)/r.blockSize()
+	}
+	prompt := make([]int32, 0, len(hist)+turn.Input+turn.New+turn.Output)
+	prompt = append(prompt, hist...)
+	q.prompt = r.w.appendPrompt(prompt, turn)
+
+	r.tok32 = r.tok32[:0]
+	for _, t := range q.prompt {
+		r.tok32 = append(r.tok32, uint32(t))
+	}
+	bs := r.blockSize()
+	q.hashes = kvindex.HashBlocks(kvindex.Seed(r.fleet.Model, "", ""), r.tok32, bs, nil)
+	req := &scoring.Request{ID: strconv.Itoa(int(i)), Model: r.fleet.Model, PromptTokens: len(q.prompt),
+		Hashes: q.hashes, ExpectedOutputTokens: turn.Output}
+	r.cands = r.router.Pool().AppendCandidates(r.cands[:0], r.fleet.Model)
+	var m kvindex.Matcher
+	switch r.overlap {
+	case scoring.OverlapEvents:
+		m = r.index
+	case scoring.OverlapApprox:
+		m = r.approx
+	}
+	if m != nil {
+		r.ids = r.ids[:0]
+		for _, c := range r.cands {
+			r.ids = append(r.ids, c.Worker)
+		}
+		r.match = m.Match(q.hashes, r.ids, r.match)
+		for k := range r.cands {
+			r.cands[k].MatchedBlocks, r.cands[k].CachedBlocks = r.match[k].Blocks, r.match[k].Cached
+		}
+	}
+	// The candidates are copied: a queued request keeps its own.
+	cands := append([]scoring.Candidate(nil), r.cands...)
+	r.router.Submit(req, cands, nil, func(d scoring.Decision, err error) {
+		if err != nil {
+			r.fail(i, err)
+			return
+		}
+		q := &r.reqs[i]
+		q.worker = r.byID[d.Worker]
+		maxHit := (len(q.prompt) - 1) / bs
+		q.predicted = min(d.MatchedBlocks, maxHit) * bs
+		// Delivery is an event of its own: done runs inside the router.
+		r.clock.at(r.clock.now, evDeliver, i, 0)
+	})
+}
+
+func (r *runner) blockSize() int {
+	if bs := r.fleet.Engine.BlockSize; bs > 0 {
+		return bs
+	}
+	return sim.DefaultBlockSize
+}
+
+func (r *runner) fail(i int32, err error) {
+	q := &r.reqs[i]
+	if q.done {
+		return
+	}
+	var shed *scoring.ShedError
+	if errors.As(err, &shed) {
+		r.shed++
+	}
+	r.errors++
+	q.done = true
+	r.pending--
+	r.router.Pool().Free(strconv.Itoa(int(i)))
+	// A session whose turn failed goes on with its next turn, as a client
+	// retrying with the same history would.
+	r.next(i)
+}
+
+// next schedules the session's following turn, Think after now.
+func (r *runner) next(i int32) {
+	q := &r.reqs[i]
+	sess := &r.w.Sessions[q.session]
+	if int(q.turn)+1 < len(sess.Turns) {
+		r.clock.at(r.clock.now+time.Duration(float64(sess.Think)/r.load), evArrive, i+1, 0)
+	}
+}
+
+func (r *runner) deliver(i int32) {
+	q := &r.reqs[i]
+	w := r.workers[q.worker]
+	// Stickiness: did the chosen worker hold the previous request's prefix?
+	if q.parent >= 0 && q.shared > 0 {
+		r.ehash = sim.PromptHashes(w.eng.Config(), q.prompt[:q.shared*r.blockSize()], r.ehash[:0])
+		chosen := w.eng.HeldPrefix(r.ehash) >= q.shared
+		eligible := chosen
+		if p := r.reqs[q.parent].worker; !eligible && p >= 0 {
+			eligible = r.workers[p].eng.HeldPrefix(r.ehash) >= q.shared
+		}
+		if eligible {
+			r.stickyEligible++
+			if chosen {
+				r.sticky++
+			}
+		}
+	}
+	out := r.w.Sessions[q.session].Turns[q.turn].Output
+	if err := w.eng.Add(uint64(i), q.prompt, out); err != nil {
+		r.fail(i, err)
+		return
+	}
+	if !w.busy {
+		r.startStep(q.worker)
+	}
+}
+
+func (r *runner) startStep(wi int32) {
+	w := r.workers[wi]
+	res := w.eng.Step()
+	if res.Scheduled == 0 {
+		w.busy = false
+		return
+	}
+	w.busy = true
+	w.outputs = append(w.outputs[:0], res.Outputs...)
+	cfg := w.eng.Config()
+	ms := sim.StepMillis(res, cfg.NumGPUBlocks*cfg.BlockSize)
+	end := r.clock.now + time.Duration(ms*float64(time.Millisecond))
+	if len(w.events) > 0 {
+		if r.overlap == scoring.OverlapEvents {
+			b, err := kvindex.EncodeBatch(kvindex.EventBatch{TS: float64(base.Add(end).UnixMilli()) / 1000, Events: w.events})
+			if err != nil {
+				r.buildErr = fmt.Errorf("encode KV events of %s: %w", w.id, err)
+				return
+			}
+			r.batches = append(r.batches, b)
+			r.clock.at(end+r.fleet.EventLag, evKV, wi, int32(len(r.batches)-1))
+		}
+		clear(w.events)
+		w.events = w.events[:0]
+	}
+	r.clock.at(end, evStepDone, wi, 0)
+}
+
+func (r *runner) applyBatch(wi, bi int32) {
+	b, err := kvindex.DecodeBatch(r.batches[bi])
+	r.batches[bi] = nil
+	if err != nil {
+		r.buildErr = fmt.Errorf("decode KV events of %s: %w", r.workers[wi].id, err)
+		return
+	}
+	r.index.Apply(r.workers[wi].id, b)
+}
+
+func (r *runner) stepDone(wi int32) {
+	w := r.workers[wi]
+	pool := r.router.Pool()
+	bs := r.blockSize()
+	now := r.clock.now
+	for _, o := range w.outputs {
+		i := int32(o.ID)
+		q := &r.reqs[i]
+		id := strconv.Itoa(int(i))
+		if o.Index == 0 {
+			q.first = now
+			r.ttft = append(r.ttft, ms(now-q.arrive))
+			r.promptTok += o.PromptTokens
+			r.cachedTok += o.CachedTokens
+			r.predictedN++
+			if q.predicted == o.CachedTokens {
+				r.exact++
+			}
+			pool.PrefillDone(id)
+		}
+		q.tokens = o.Index + 1
+		q.last = now
+		if q.tokens%bs == 0 && !o.Finished {
+			pool.Progress(id, q.tokens)
+		}
+		if o.Finished {
+			pool.Free(id)
+			if q.tokens > 1 {
+				r.itl = append(r.itl, ms(q.last-q.first)/float64(q.tokens-1))
+			}
+			r.e2e = append(r.e2e, ms(now-q.arrive))
+			q.done = true
+			q.hashes = nil
+			r.pending--
+			r.lastFinish = now
+			if int(q.turn)+1 < len(r.w.Sessions[q.session].Turns) {
+				// The engine appended the output behind the prompt, in the
+				// spare capacity arrive gave it: that is the next turn's history.
+				q.prompt = q.prompt[:len(q.prompt)+q.tokens]
+				r.next(i)
+			} else {
+				q.prompt = nil
+			}
+		}
+	}
+	w.outputs = w.outputs[:0]
+	r.startStep(wi)
+}
+
+func (r *runner) report(wi int32) {
+	w := r.workers[wi]
+	st := w.eng.Stats()
+	_ = r.router.Pool().SetLoadReport(w.id, scoring.LoadReport{
+		TSMillis: r.clock.time().UnixMilli(), Waiting: st.Waiting, Running: st.Running,
+		KVUsedBlocks: st.UsedBlocks, KVTotalBlocks: st.TotalBlocks,
+	})
+	r.clock.at(r.clock.now+r.fleet.ReportEvery, evReport, wi, 0)
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func (r *runner) result() Result {
+	res := Result{Mode: r.mode, Load: r.load, Requests: len(r.reqs), Errors: r.errors, Shed: r.shed,
+		SpanSeconds: r.lastFinish.Seconds()}
+	if r.promptTok > 0 {
+		res.HitRate = float64(r.cachedTok) / float64(r.promptTok)
+	}
+	if r.stickyEligible > 0 {
+		res.Stickiness = float64(r.sticky) / float64(r.stickyEligible)
+	}
+	if r.predictedN > 0 {
+		res.OverlapExact = float64(r.exact) / float64(r.predictedN)
+	}
+	res.TTFT, res.ITL, res.E2E = bench.Summarize(r.ttft), bench.Summarize(r.itl), bench.Summarize(r.e2e)
+	for _, w := range r.workers {
+		res.Preemptions += w.eng.Stats().Preemptions
+	}
+	res.Fits = r.router.Pool().Fits()
+	return res
+}
