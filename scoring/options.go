@@ -128,19 +128,19 @@ const (
 	DefaultPrefillOverhead      = 25 * time.Millisecond
 	DefaultDecodeSlowdownWeight = 0.05
 	DefaultTemperature          = 0.0
-	DefaultQueueThreshold = 4.0
-	DefaultQueuePolicy    = "fcfs"
-	DefaultQueueMaxLength = 1024
-	DefaultQueueMaxWait   = 30 * time.Second
-	DefaultMaxRequestAge  = 300 * time.Second
-	DefaultStaleReportAge = 2 * time.Second
-	DefaultMode           = "kv"
+	DefaultQueueThreshold       = 4.0
+	DefaultQueuePolicy          = "fcfs"
+	DefaultQueueMaxLength       = 1024
+	DefaultQueueMaxWait         = 30 * time.Second
+	DefaultMaxRequestAge        = 300 * time.Second
+	DefaultStaleReportAge       = 2 * time.Second
+	DefaultMode                 = "kv"
 )
 
 // DefaultOptions returns the documented defaults.
 func DefaultOptions() Options {
 	return Options{
-		Mode:           DefaultMode,
+		Mode:                 DefaultMode,
 		CostModel:            CostDefault,
 		OverlapCredit:        DefaultOverlapCredit,
 		PrefillLoadScale:     DefaultPrefillLoadScale,
@@ -149,16 +149,16 @@ func DefaultOptions() Options {
 		PrefillRate:          DefaultPrefillRate,
 		PrefillOverhead:      DefaultPrefillOverhead,
 		DecodeSlowdownWeight: DefaultDecodeSlowdownWeight,
-		Temperature:    DefaultTemperature,
-		WeightedA:      2,
-		WeightedB:      1,
-		WeightedC:      1,
-		QueueThreshold: DefaultQueueThreshold,
-		QueuePolicy:    DefaultQueuePolicy,
-		QueueMaxLength: DefaultQueueMaxLength,
-		QueueMaxWait:   DefaultQueueMaxWait,
-		MaxRequestAge:  DefaultMaxRequestAge,
-		StaleReportAge: DefaultStaleReportAge,
+		Temperature:          DefaultTemperature,
+		WeightedA:            2,
+		WeightedB:            1,
+		WeightedC:            1,
+		QueueThreshold:       DefaultQueueThreshold,
+		QueuePolicy:          DefaultQueuePolicy,
+		QueueMaxLength:       DefaultQueueMaxLength,
+		QueueMaxWait:         DefaultQueueMaxWait,
+		MaxRequestAge:        DefaultMaxRequestAge,
+		StaleReportAge:       DefaultStaleReportAge,
 	}
 }
 
