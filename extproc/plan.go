@@ -284,6 +284,7 @@ func (p *Picker) overlap(r *scoring.Router, pl *plan, salt string, tokens []uint
 		res = m.Match(hashes, ids, res)
 		for k, j := range idx {
 			pl.cands[j].MatchedBlocks, pl.cands[j].CachedBlocks = res[k].Blocks, res[k].Cached
+			pl.cands[j].HostBlocks, pl.cands[j].DiskBlocks = res[k].HostBlocks, res[k].DiskBlocks
 		}
 	}
 }

@@ -144,8 +144,10 @@ func (ix *Index) applyStored(w *workerState, e *BlockStored, st *ApplyStats) {
 				continue
 			}
 			if ok && oe.router != r {
+				w.countOff(oe.router, oe.media, -1)
 				oe = offEntry{}
 			}
+			w.countOff(r, medium&^oe.media, 1)
 			w.offDevice[key] = offEntry{router: r, media: oe.media | medium}
 			st.StoredBlocks++
 			st.OffDeviceBlocks++
@@ -216,6 +218,7 @@ func (ix *Index) applyRemoved(w *workerState, e *BlockRemoved, st *ApplyStats) {
 				st.UnknownRemoved++
 				continue
 			}
+			w.countOff(oe.router, medium&oe.media, -1)
 			if oe.media &^= medium; oe.media == 0 {
 				delete(w.offDevice, key)
 			} else {

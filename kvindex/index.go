@@ -41,6 +41,9 @@ type workerState struct {
 	// offDevice holds blocks stored in other media (CPU, disk): engine key
 	// to router hash and a bitmask of media.
 	offDevice map[uint64]offEntry
+	// offRouter counts, per router hash, the off-device engine keys that
+	// hold it in each medium ([0] CPU, [1] other), for tier matching.
+	offRouter map[uint64][2]uint32
 	// dups counts, per router hash, device engine keys beyond the first
 	// that map to it (e.g. multimodal prompts with equal placeholder
 	// tokens), so one removal does not clear a block still held.
@@ -92,6 +95,7 @@ func (ix *Index) AddWorker(id, model string, blockSize int) {
 		idx: idx, word: idx / 64, bit: 1 << (idx % 64),
 		device:    newU64Table(),
 		offDevice: map[uint64]offEntry{},
+		offRouter: map[uint64][2]uint32{},
 		dups:      map[uint64]uint32{},
 	}
 	ix.slots[idx] = w
@@ -127,6 +131,7 @@ func (ix *Index) purge(w *workerState) {
 	w.device.each(func(_, r uint64) { t.clear(r, w.bit) })
 	w.device = newU64Table()
 	w.offDevice = map[uint64]offEntry{}
+	w.offRouter = map[uint64][2]uint32{}
 	w.dups = map[uint64]uint32{}
 	w.blocks = 0
 }
@@ -163,11 +168,53 @@ func (ix *Index) Reset(worker string) {
 
 // Match implements Matcher: per candidate, the consecutive leading blocks
 // of hashes it holds on the device tier. It walks the prompt once for all
-// candidates and stops as soon as none of them holds the next block.
+// candidates and stops as soon as none of them holds the next block. For
+// workers that report offloaded blocks it then counts the blocks right
+// after the device prefix held in host memory (HostBlocks) and, after
+// those, on other media such as disk (DiskBlocks).
 func (ix *Index) Match(hashes []uint64, candidates []string, out []MatchResult) []MatchResult {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
-	return matchWords(ix, ix.words, len(ix.slots), hashes, candidates, out)
+	out = matchWords(ix, ix.words, len(ix.slots), hashes, candidates, out)
+	for i := range out {
+		if w := ix.workers[out[i].Worker]; w != nil && len(w.offRouter) > 0 {
+			out[i].HostBlocks, out[i].DiskBlocks = w.offTiers(hashes[out[i].Blocks:])
+		}
+	}
+	return out
+}
+
+// offTiers counts the leading hashes held in host memory, then the ones
+// after those held on other media.
+func (w *workerState) offTiers(hashes []uint64) (host, disk int) {
+	for host < len(hashes) && w.offRouter[hashes[host]][0] > 0 {
+		host++
+	}
+	for host+disk < len(hashes) {
+		c := w.offRouter[hashes[host+disk]]
+		if c[0] == 0 && c[1] == 0 {
+			break
+		}
+		disk++
+	}
+	return host, disk
+}
+
+// countOff adds d to router hash r's off-device holdings in the media of
+// mask.
+func (w *workerState) countOff(r uint64, mask uint8, d int) {
+	c := w.offRouter[r]
+	if mask&mediaCPU != 0 {
+		c[0] = uint32(int(c[0]) + d)
+	}
+	if mask&mediaOther != 0 {
+		c[1] = uint32(int(c[1]) + d)
+	}
+	if c == [2]uint32{} {
+		delete(w.offRouter, r)
+	} else {
+		w.offRouter[r] = c
+	}
 }
 
 func (ix *Index) ref(id string) (workerRef, bool) {

@@ -368,3 +368,35 @@ func TestManyWorkersSpanSeveralWords(t *testing.T) {
 		}
 	}
 }
+
+func TestMatchCountsOffloadedTiersAfterTheDevicePrefix(t *testing.T) {
+	ix := New(Config{})
+	ix.AddWorker("w0", testModel, testBS)
+	ix.AddWorker("w1", testModel, testBS)
+	apply := func(evs ...Event) {
+		t.Helper()
+		ix.Apply("w0", EventBatch{Events: evs})
+	}
+	apply(storeEv(1, 0, 2), withMedium(storeEv(1, 2, 4), MediumCPU), withMedium(storeEv(1, 4, 5), "DISK"))
+	prompt := promptHashes(1, 6)
+	check := func(what string, blocks, host, disk int) {
+		t.Helper()
+		got := ix.Match(prompt, []string{"w0", "w1"}, nil)
+		if got[0].Blocks != blocks || got[0].HostBlocks != host || got[0].DiskBlocks != disk {
+			t.Fatalf("%s: w0 device %d host %d disk %d, want %d %d %d", what, got[0].Blocks, got[0].HostBlocks, got[0].DiskBlocks, blocks, host, disk)
+		}
+		if got[1].HostBlocks != 0 || got[1].DiskBlocks != 0 {
+			t.Fatalf("%s: w1 holds nothing offloaded, got %+v", what, got[1])
+		}
+	}
+	check("device, host, disk in order", 2, 2, 1)
+	apply(withMedium(removeEv(1, 3), MediumCPU))
+	check("a host block leaves: the host run stops before it", 2, 1, 0)
+	apply(withMedium(storeEv(1, 3, 4), "DISK"))
+	check("the gap is filled on disk", 2, 1, 2)
+	apply(withMedium(removeEv(1, 2, 3, 4), MediumCPU), withMedium(removeEv(1, 3, 4), "DISK"))
+	check("everything offloaded is gone", 2, 0, 0)
+	if n := len(ix.workers["w0"].offRouter); n != 0 {
+		t.Fatalf("off-device counts leak: %d router hashes left", n)
+	}
+}

@@ -9,6 +9,11 @@ type MatchResult struct {
 	Blocks int
 	// Cached is the worker's total device blocks, for tie-breaks.
 	Cached int
+	// HostBlocks and DiskBlocks count the blocks right after the device
+	// prefix that the worker holds in host memory, then on other media
+	// (disk): offloaded KV that loads faster than it computes. The
+	// approximate index leaves them 0.
+	HostBlocks, DiskBlocks int
 	// Known is false when the index has no such worker; Blocks and Cached
 	// are then 0.
 	Known bool

@@ -13,34 +13,29 @@ import (
 // speed changes, and starts from the prior as if it had seen priorWeight
 // samples on the prior's line. Guarded by Pool.mu.
 type rateFit struct {
+	// Exponentially weighted sums of the observations.
 	s0, sx, sy, sxx, sxy float64
 	samples              int
+	// The prior's line, which fades as samples arrive.
+	priorRate, priorOverhead float64
 	// rate (tokens/s) and overhead (s) are the current estimates.
 	rate, overhead float64
 }
 
 // Fitting constants: each sample's weight decays by fitDecay per later
-// sample (a memory of about 500 requests); the prior counts as
-// priorWeight samples spread over [0, priorSpan] tokens.
+// sample (a memory of about 500 requests). The prior counts as
+// priorWeight samples spread over [0, priorSpan] tokens and fades faster,
+// by priorDecay per sample, so that it steadies the first few fits
+// without biasing later ones.
 const (
 	fitDecay    = 0.998
 	priorWeight = 8
+	priorDecay  = 0.95
 	priorSpan   = 16384
 )
 
 func newRateFit(rate float64, overhead time.Duration) rateFit {
-	f := rateFit{rate: rate, overhead: overhead.Seconds()}
-	// Prior pseudo-samples at both ends of the span pin slope and intercept.
-	for _, x := range []float64{0, priorSpan} {
-		w := priorWeight / 2.0
-		y := f.overhead + x/rate
-		f.s0 += w
-		f.sx += w * x
-		f.sy += w * y
-		f.sxx += w * x * x
-		f.sxy += w * x * y
-	}
-	return f
+	return rateFit{priorRate: rate, priorOverhead: overhead.Seconds(), rate: rate, overhead: overhead.Seconds()}
 }
 
 // add learns one observation and refreshes the estimates, keeping the rate
@@ -56,17 +51,29 @@ func (f *rateFit) add(x, y float64, prior float64) {
 	f.sxx = f.sxx*fitDecay + x*x
 	f.sxy = f.sxy*fitDecay + x*y
 	f.samples++
-	det := f.s0*f.sxx - f.sx*f.sx
+	s0, sx, sy, sxx, sxy := f.s0, f.sx, f.sy, f.sxx, f.sxy
+	// The prior's pseudo-samples at both ends of the span pin slope and
+	// intercept while the observations cannot.
+	w := priorWeight / 2 * math.Pow(priorDecay, float64(f.samples))
+	for _, px := range []float64{0, priorSpan} {
+		py := f.priorOverhead + px/f.priorRate
+		s0 += w
+		sx += w * px
+		sy += w * py
+		sxx += w * px * px
+		sxy += w * px * py
+	}
+	det := s0*sxx - sx*sx
 	if det <= 0 {
 		return
 	}
-	slope := (f.s0*f.sxy - f.sx*f.sy) / det
+	slope := (s0*sxy - sx*sy) / det
 	if !(slope > 0) {
 		return
 	}
 	rate := math.Min(math.Max(1/slope, prior/20), prior*20)
 	f.rate = rate
-	f.overhead = math.Max((f.sy-f.sx/rate)/f.s0, 0)
+	f.overhead = math.Max((sy-sx/rate)/s0, 0)
 }
 
 // RateFit is one worker's learned prefill model, for the debug endpoints

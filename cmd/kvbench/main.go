@@ -4,6 +4,7 @@
 // process for the demo.
 //
 //	kvbench demo     everything embedded: NATS, etcd, kvsim workers, kvroute, the Envoy stand-in
+//	kvbench sim      the router, its index and simulated engines in virtual time: a load sweep per mode
 //	kvbench replay   a workload against a running endpoint
 //	kvbench gateway  the Envoy stand-in, standalone, from a bootstrap file
 package main
@@ -27,6 +28,7 @@ const usage = `kvbench measures kvroute, the KV-cache-aware router for LLM fleet
 
 Usage:
   kvbench demo    [flags]   replay a real trace through an all-embedded fleet under several router modes
+  kvbench sim     [flags]   sweep load × router mode in virtual time (deterministic; minutes for a whole trace)
   kvbench replay  [flags]   replay a workload against a running OpenAI endpoint (e.g. Envoy in front of kvroute)
   kvbench gateway [flags]   run the Envoy stand-in (development only) from a bootstrap file
 
@@ -55,6 +57,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runDemo(ctx, args[1:], stdout, stderr)
 	case "replay":
 		err = runReplay(ctx, args[1:], stdout, stderr)
+	case "sim":
+		err = runSim(ctx, args[1:], stdout, stderr)
 	case "gateway":
 		err = runGateway(ctx, args[1:], stdout, stderr)
 	default:

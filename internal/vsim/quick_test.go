@@ -32,6 +32,9 @@ func TestQuickScratch(t *testing.T) {
 			if v := os.Getenv("CREDIT"); v != "" {
 				o.OverlapCredit, _ = strconv.ParseFloat(v, 64)
 			}
+			if v := os.Getenv("SLOW"); v != "" {
+				o.DecodeSlowdownWeight, _ = strconv.ParseFloat(v, 64)
+			}
 			if v := os.Getenv("SCALE"); v != "" {
 				o.PrefillLoadScale, _ = strconv.ParseFloat(v, 64)
 			}

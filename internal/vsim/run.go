@@ -307,6 +307,7 @@ func (r *runner) arrive(i int32) {
 		r.match = m.Match(q.hashes, r.ids, r.match)
 		for k := range r.cands {
 			r.cands[k].MatchedBlocks, r.cands[k].CachedBlocks = r.match[k].Blocks, r.match[k].Cached
+			r.cands[k].HostBlocks, r.cands[k].DiskBlocks = r.match[k].HostBlocks, r.match[k].DiskBlocks
 		}
 	}
 	// The candidates are copied: a queued request keeps its own.
