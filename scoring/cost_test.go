@@ -270,6 +270,10 @@ func TestSharedPromptFloodSpreadsOverTheFleet(t *testing.T) {
 		firstOnCached int
 	}{
 		{"default weight", 1, 40, 0.15, floodWorkers, 1},
+		// The latency cost warms only as many workers as the load needs:
+		// a cold one costs a 1,024-token prefill, a warm one 64 tokens plus
+		// the slowdown of its running decodes.
+		{"latency cost", 0, 40, 0.4, 3, 1},
 		// Four times the prefill saving needs more live requests before the
 		// load outweighs it; the cold workers' 64-block prefill then costs
 		// more than sharing the warm ones, so only some workers warm up.
@@ -314,7 +318,10 @@ const (
 func runFlood(t *testing.T, weight float64, lifetime int) (map[string]int, []string) {
 	t.Helper()
 	o := testOptions(newFakeClock(), 11)
-	o.OverlapWeight = weight
+	o.CostModel, o.OverlapWeight = CostDefault, weight
+	if weight == 0 { // the latency cost model instead
+		o.CostModel = CostLatency
+	}
 	r := newTestRouter(t, o, floodWorkers)
 	// A miniature index: which workers hold the system prompt.
 	cached := map[string]bool{"w0": true}

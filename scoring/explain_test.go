@@ -55,8 +55,10 @@ func explainFleet(t *testing.T, change func(*Options)) *Explanation {
 	return exp
 }
 
+func defaultCost(o *Options) { o.CostModel = CostDefault }
+
 func TestExplanationRendersTheSeedLogLine(t *testing.T) {
-	exp := explainFleet(t, func(*Options) {})
+	exp := explainFleet(t, defaultCost)
 	// The seeds' line format from real terms: 3048 tokens with 90 of
 	// 16-token blocks cached leave 100.5 prefill blocks; decode is w1's 25
 	// active blocks plus the request's own 191.
@@ -72,7 +74,8 @@ func TestExplanationGoldens(t *testing.T) {
 		change func(*Options)
 	}{
 		{"explain_weighted.golden", func(o *Options) { o.CostModel = CostWeighted }},
-		{"explain_temperature.golden", func(o *Options) { o.Temperature = 0.5 }},
+		{"explain_temperature.golden", func(o *Options) { defaultCost(o); o.Temperature = 0.5 }},
+		{"explain_latency.golden", func(*Options) {}},
 		{"explain_least_loaded.golden", func(o *Options) { o.Mode = ModeLeastLoaded }},
 	}
 	for _, tt := range tests {
@@ -83,7 +86,7 @@ func TestExplanationGoldens(t *testing.T) {
 }
 
 func TestExplanationMarshalsToJSON(t *testing.T) {
-	exp := explainFleet(t, func(*Options) {})
+	exp := explainFleet(t, defaultCost)
 	data, err := json.MarshalIndent(exp, "", "  ")
 	if err != nil {
 		t.Fatal(err)

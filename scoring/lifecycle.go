@@ -71,7 +71,7 @@ func (p *Pool) add(key, worker string, promptTokens, matchedBlocks, prefill int,
 	}
 	a := &active{key: key, w: w, hashes: slices.Clone(hashes), promptTokens: max(promptTokens, 0),
 		prefillTokens: prefill, lastSeen: now, addAt: now, fitX: -1}
-	w.settleBacklogLocked(now, p.opts.NoPrefillDecay)
+	p.settleBacklogLocked(w, now)
 	if local {
 		a.fitX = w.backlog + float64(prefill)
 	}
@@ -123,9 +123,11 @@ func (p *Pool) clearPrefillLocked(a *active, now time.Time) bool {
 		return false
 	}
 	w := a.w
-	w.settleBacklogLocked(now, p.opts.NoPrefillDecay)
+	p.settleBacklogLocked(w, now)
 	if a.fitX >= 0 && !p.opts.NoLearnRates {
-		w.fit.add(a.fitX, now.Sub(a.addAt).Seconds(), p.opts.PrefillRate)
+		y := now.Sub(a.addAt).Seconds()
+		w.fit.add(a.fitX, y, p.opts.PrefillRate)
+		p.fleetFit.add(a.fitX, y, p.opts.PrefillRate)
 	}
 	w.prefillTokens -= a.prefillTokens
 	w.prefillRequests--
@@ -241,7 +243,7 @@ func (p *Pool) move(key, worker string) (bool, error) {
 	p.releaseLocked(a)
 	a.w, a.lastSeen, a.fitX = w, now, -1
 	if a.prefillTokens > 0 {
-		w.settleBacklogLocked(now, p.opts.NoPrefillDecay)
+		p.settleBacklogLocked(w, now)
 		w.backlog += float64(a.prefillTokens)
 	}
 	for _, h := range a.hashes {

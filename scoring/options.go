@@ -33,7 +33,8 @@ func CostModels() []string { return []string{CostDefault, CostWeighted, CostLate
 type Options struct {
 	// Mode is the router mode (see ModeNames); default "kv".
 	Mode string
-	// CostModel is CostDefault or CostWeighted; default CostDefault.
+	// CostModel is CostLatency, CostDefault or CostWeighted; default
+	// CostLatency (chosen by the kvbench sim sweep in the README).
 	CostModel string
 	// OverlapCredit is how many prefill blocks one device-cached block
 	// takes off the default cost; above 1 it also discounts the worker's
@@ -66,7 +67,7 @@ type Options struct {
 	NoLearnRates bool
 	// DecodeSlowdownWeight weighs, in the latency cost, the seconds this
 	// request's prefill delays each of the worker's running decodes.
-	// Default 0.05.
+	// Default 1.
 	DecodeSlowdownWeight float64
 	// Temperature 0 picks the best logit; T>0 samples from
 	// softmax(−logit ÷ (range × T)). Default 0.
@@ -126,7 +127,7 @@ const (
 	DefaultDiskCacheHitWeight   = 0.25
 	DefaultPrefillRate          = 20000.0
 	DefaultPrefillOverhead      = 25 * time.Millisecond
-	DefaultDecodeSlowdownWeight = 0.05
+	DefaultDecodeSlowdownWeight = 1.0
 	DefaultTemperature          = 0.0
 	DefaultQueueThreshold       = 4.0
 	DefaultQueuePolicy          = "fcfs"
@@ -141,7 +142,7 @@ const (
 func DefaultOptions() Options {
 	return Options{
 		Mode:                 DefaultMode,
-		CostModel:            CostDefault,
+		CostModel:            CostLatency,
 		OverlapCredit:        DefaultOverlapCredit,
 		PrefillLoadScale:     DefaultPrefillLoadScale,
 		HostCacheHitWeight:   DefaultHostCacheHitWeight,

@@ -24,6 +24,10 @@ type Pool struct {
 	byAddress map[string]string
 	reqs      map[string]*active
 	tomb      tombstones
+	// fleetFit learns from every worker's first tokens: the prior a worker
+	// with few samples of its own leans on, so a newcomer is judged by its
+	// peers rather than by the static prior.
+	fleetFit rateFit
 
 	// onCapacity is called, outside the lock, after anything that may free
 	// capacity (Free, PrefillDone, Move, a load report, a registration).
@@ -76,6 +80,7 @@ func NewPool(opts Options) *Pool {
 		byAddress: make(map[string]string),
 		reqs:      make(map[string]*active),
 		tomb:      newTombstones(4096),
+		fleetFit:  newRateFit(opts.withDefaults().PrefillRate, opts.withDefaults().PrefillOverhead),
 	}
 }
 
@@ -315,25 +320,41 @@ func (p *Pool) fillLoadLocked(l *Load, w *worker, now time.Time) {
 	l.Report = w.report
 	l.ReportFresh = fresh
 	l.ReportIdle = fresh && w.report.Running == 0 && w.report.Waiting == 0 && w.reportAdds == w.adds
-	l.PrefillBacklog = w.backlogNow(now, p.opts.NoPrefillDecay)
-	l.PrefillRate, l.PrefillOverhead, l.FitSamples = w.fit.rate, w.fit.overhead, w.fit.samples
+	l.PrefillRate, l.PrefillOverhead, l.FitSamples = p.blendedFitLocked(w)
+	l.PrefillBacklog = w.backlogNow(now, l.PrefillRate, p.opts.NoPrefillDecay)
+}
+
+// ownSamples is how many of its own samples a worker needs before its fit
+// outweighs the fleet's.
+const ownSamples = 20
+
+// blendedFitLocked is w's prefill model leaning on the fleet's while w has
+// few samples of its own.
+func (p *Pool) blendedFitLocked(w *worker) (rate, overhead float64, samples int) {
+	n := float64(w.fit.samples)
+	if n >= 10*ownSamples || p.fleetFit.samples == 0 {
+		return w.fit.rate, w.fit.overhead, w.fit.samples
+	}
+	a := n / (n + ownSamples)
+	return a*w.fit.rate + (1-a)*p.fleetFit.rate, a*w.fit.overhead + (1-a)*p.fleetFit.overhead, w.fit.samples
 }
 
 // backlogNow is the modelled prefill backlog at now, without changing it.
-func (w *worker) backlogNow(now time.Time, noDecay bool) float64 {
+func (w *worker) backlogNow(now time.Time, rate float64, noDecay bool) float64 {
 	if noDecay {
 		return float64(w.prefillTokens)
 	}
 	b := w.backlog
-	if dt := now.Sub(w.backlogAt).Seconds(); dt > 0 {
-		b -= w.fit.rate * dt
+	if dt := now.Sub(w.backlogAt).Seconds(); dt > 0 && b > 0 {
+		b -= rate * dt
 	}
 	return min(max(b, 0), float64(w.prefillTokens))
 }
 
-// settleBacklogLocked brings the backlog model to now, before a change.
-func (w *worker) settleBacklogLocked(now time.Time, noDecay bool) {
-	w.backlog = w.backlogNow(now, noDecay)
+// settleBacklogLocked brings w's backlog model to now, before a change.
+func (p *Pool) settleBacklogLocked(w *worker, now time.Time) {
+	rate, _, _ := p.blendedFitLocked(w)
+	w.backlog = w.backlogNow(now, rate, p.opts.NoPrefillDecay)
 	w.backlogAt = now
 }
 
@@ -342,7 +363,8 @@ func (p *Pool) Fits() []RateFit {
 	p.mu.RLock()
 	out := make([]RateFit, 0, len(p.workers))
 	for id, w := range p.workers {
-		out = append(out, RateFit{Worker: id, PrefillRate: w.fit.rate, OverheadSeconds: w.fit.overhead, Samples: w.fit.samples})
+		rate, overhead, n := p.blendedFitLocked(w)
+		out = append(out, RateFit{Worker: id, PrefillRate: rate, OverheadSeconds: overhead, Samples: n})
 	}
 	p.mu.RUnlock()
 	slices.SortFunc(out, func(a, b RateFit) int { return strings.Compare(a.Worker, b.Worker) })

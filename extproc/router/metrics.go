@@ -177,13 +177,16 @@ var (
 	descActive   = prometheus.NewDesc("kvroute_worker_active_requests", "Requests in flight per worker.", []string{"worker"}, nil)
 	descActBlk   = prometheus.NewDesc("kvroute_worker_active_blocks", "KV blocks of the requests in flight per worker.", []string{"worker"}, nil)
 	descPrefill  = prometheus.NewDesc("kvroute_worker_prefill_tokens", "Uncached prompt tokens in prefill per worker.", []string{"worker"}, nil)
+	descRate     = prometheus.NewDesc("kvroute_worker_prefill_rate_tokens_per_second", "Prefill speed the router learned for the worker from its times to first token.", []string{"worker"}, nil)
+	descOverhead = prometheus.NewDesc("kvroute_worker_prefill_overhead_seconds", "Fixed part of the worker's time to first token, as learned.", []string{"worker"}, nil)
+	descBacklog  = prometheus.NewDesc("kvroute_worker_prefill_backlog_tokens", "Modelled prefill work still ahead on the worker: tokens in flight drained at the learned rate.", []string{"worker"}, nil)
 	descQueue    = prometheus.NewDesc("kvroute_queue_depth", "Requests waiting in the admission queue.", nil, nil)
 	descMode     = prometheus.NewDesc("kvroute_router_mode", "The router mode in use (value 1).", []string{"mode"}, nil)
 	descReadyDsc = prometheus.NewDesc("kvroute_ready", "1 when the router is ready to route.", nil, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descEntries, descBlocks, descBytes, descApprox, descWorkers, descActive, descActBlk, descPrefill, descQueue, descMode, descReadyDsc} {
+	for _, d := range []*prometheus.Desc{descEntries, descBlocks, descBytes, descApprox, descWorkers, descActive, descActBlk, descPrefill, descRate, descOverhead, descBacklog, descQueue, descMode, descReadyDsc} {
 		ch <- d
 	}
 }
@@ -212,6 +215,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descActive, prometheus.GaugeValue, float64(l.ActiveRequests), l.ID)
 		ch <- prometheus.MustNewConstMetric(descActBlk, prometheus.GaugeValue, float64(l.ActiveBlocks), l.ID)
 		ch <- prometheus.MustNewConstMetric(descPrefill, prometheus.GaugeValue, float64(l.PrefillTokens), l.ID)
+		ch <- prometheus.MustNewConstMetric(descRate, prometheus.GaugeValue, l.PrefillRate, l.ID)
+		ch <- prometheus.MustNewConstMetric(descOverhead, prometheus.GaugeValue, l.PrefillOverhead, l.ID)
+		ch <- prometheus.MustNewConstMetric(descBacklog, prometheus.GaugeValue, l.PrefillBacklog, l.ID)
 	}
 	ch <- prometheus.MustNewConstMetric(descQueue, prometheus.GaugeValue, float64(cr.router.QueueLen()))
 	ch <- prometheus.MustNewConstMetric(descMode, prometheus.GaugeValue, 1, cr.router.Mode().Name())

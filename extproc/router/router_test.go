@@ -234,7 +234,8 @@ func TestRouterEventsOverNATSChangeTheNextDecision(t *testing.T) {
 		text := get(t, base+"/metrics", 200)
 		for _, want := range []string{`kvroute_requests_total{mode="kv",model="Qwen/Qwen3-8B",outcome="routed",worker="` + target + `"}`,
 			"kvroute_decision_duration_seconds_bucket", `kvroute_kv_events_total{outcome="applied",type="BlockStored"} 1`,
-			"kvroute_index_entries", `kvroute_workers{state="ready"} 3`, "kvroute_extproc_streams_total"} {
+			"kvroute_index_entries", `kvroute_workers{state="ready"} 3`, "kvroute_extproc_streams_total",
+			`kvroute_worker_prefill_rate_tokens_per_second{worker="w2"}`, `kvroute_worker_prefill_backlog_tokens{worker="w2"}`} {
 			if !strings.Contains(text, want) {
 				t.Errorf("metrics lack %s", want)
 			}
@@ -243,7 +244,7 @@ func TestRouterEventsOverNATSChangeTheNextDecision(t *testing.T) {
 	t.Run("health, readiness and workers", func(t *testing.T) {
 		get(t, base+"/healthz", 200)
 		get(t, base+"/readyz", 200)
-		if w := get(t, base+"/debug/workers", 200); !strings.Contains(w, `"w2"`) {
+		if w := get(t, base+"/debug/workers", 200); !strings.Contains(w, `"w2"`) || !strings.Contains(w, `"prefill_rate":`) {
 			t.Errorf("workers: %s", w)
 		}
 	})

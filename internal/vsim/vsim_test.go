@@ -1,0 +1,213 @@
+package vsim
+
+import (
+	"bytes"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvroute/kvroute/internal/bench"
+	"github.com/kvroute/kvroute/internal/sim"
+	"github.com/kvroute/kvroute/scoring"
+)
+
+// smallAgent is an agent workload small enough for the race detector:
+// 80 sessions of 3–8 turns on a 4-worker fleet.
+func smallAgent(t testing.TB) *Workload {
+	t.Helper()
+	o := DefaultAgentOptions()
+	o.Sessions, o.MinTurns, o.MaxTurns, o.Rate = 80, 3, 8, 2
+	w, err := AgentWorkload(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+func smallFleet() Fleet {
+	f := DefaultFleet()
+	f.Workers = 4
+	return f
+}
+
+func run(t testing.TB, w *Workload, mode string, load float64, change func(*scoring.Options)) Result {
+	t.Helper()
+	o := scoring.DefaultOptions()
+	o.Mode = mode
+	if change != nil {
+		change(&o)
+	}
+	r, err := Run(w, smallFleet(), o, load, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Requests != w.Requests() || r.Errors != 0 {
+		t.Fatalf("%s at load %g: %d requests, %d errors; want all %d served", mode, load, r.Requests, r.Errors, w.Requests())
+	}
+	return r
+}
+
+func TestSweepIsDeterministic(t *testing.T) {
+	w := smallAgent(t)
+	opt := SweepOptions{Fleet: smallFleet(), Router: scoring.DefaultOptions(), Modes: []string{"kv", "round_robin"},
+		Loads: []float64{1, 4}, SLO: 2 * time.Second, Seed: 7}
+	var out [2]bytes.Buffer
+	for i, par := range []int{1, 3} {
+		opt.Parallel = par
+		rep, err := Sweep(w, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rep.WriteJSON(&out[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !bytes.Equal(out[0].Bytes(), out[1].Bytes()) {
+		t.Fatalf("two sweeps of the same inputs differ:\n%s\n----\n%s", out[0].String(), out[1].String())
+	}
+	for _, want := range []string{`"loads": [`, `"slo": {`, `"ttft_p90_ms": 2000`, `"sweep": {`, `"goodput": {`, `"stickiness":`, `"overlap_exact":`} {
+		if !strings.Contains(out[0].String(), want) {
+			t.Errorf("report lacks %s", want)
+		}
+	}
+}
+
+// TestKVKeepsSessionsOnTheirCache is the routing issue's point in
+// miniature: kv sends follow-up turns home and reaches the fleet's
+// reference hit rate; round robin scatters them.
+func TestKVKeepsSessionsOnTheirCache(t *testing.T) {
+	w := smallAgent(t)
+	f := smallFleet()
+	ideal, ok := bench.IdealOf(func(yield func([]int32)) { w.Prompts(f.Engine, yield) }, 64, f.Workers*f.Engine.NumGPUBlocks)
+	if !ok || ideal.Fleet < 0.75 {
+		t.Fatalf("the workload's fleet reference is %.2f, want a high-reuse workload", ideal.Fleet)
+	}
+	kv := run(t, w, "kv", 1, nil)
+	rr := run(t, w, "round_robin", 1, nil)
+	if kv.HitRate < 0.9*ideal.Fleet {
+		t.Errorf("kv hit rate %.3f < 90 %% of the fleet reference %.3f", kv.HitRate, ideal.Fleet)
+	}
+	if kv.Stickiness < 0.9 || rr.Stickiness > 0.6 {
+		t.Errorf("stickiness kv %.2f (want ≥ 0.9), round robin %.2f (want < 0.6)", kv.Stickiness, rr.Stickiness)
+	}
+	if kv.OverlapExact < 0.95 {
+		t.Errorf("kv predicted the engines' cached tokens exactly for %.2f of requests, want ≥ 0.95", kv.OverlapExact)
+	}
+	if kv.TTFT.P90 >= rr.TTFT.P90 {
+		t.Errorf("kv TTFT p90 %.0f ms is not below round robin's %.0f ms", kv.TTFT.P90, rr.TTFT.P90)
+	}
+}
+
+// TestLearnedRatesMatchTheSimulator checks the latency cost model's online
+// fit against the simulator's own prefill speed: the least-squares line
+// through the timing model's time to first token of a request alone on a
+// worker.
+func TestLearnedRatesMatchTheSimulator(t *testing.T) {
+	w, err := NoReuseWorkload(NoReuseOptions{Requests: 1000, MinPrompt: 256, MaxPrompt: 16000, MinOutput: 1, MaxOutput: 4, Rate: 2, Seed: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := run(t, w, "kv", 1, func(o *scoring.Options) { o.CostModel = scoring.CostLatency })
+	trueRate, trueOverhead := TruePrefillModel(smallFleet().Engine, 256, 16000)
+	for _, f := range r.Fits {
+		t.Logf("%+v", f)
+		if f.Samples < 30 {
+			t.Fatalf("%s learned from %d samples only", f.Worker, f.Samples)
+		}
+		if e := math.Abs(f.PrefillRate/trueRate - 1); e > 0.10 {
+			t.Errorf("%s: learned %.0f tokens/s, simulator %.0f (%.0f %% off)", f.Worker, f.PrefillRate, trueRate, 100*e)
+		}
+		if e := math.Abs(f.OverheadSeconds - trueOverhead); e > 0.010 {
+			t.Errorf("%s: learned overhead %.1f ms, simulator %.1f ms", f.Worker, 1000*f.OverheadSeconds, 1000*trueOverhead)
+		}
+	}
+}
+
+func TestQueueShedsInVirtualTime(t *testing.T) {
+	w, err := NoReuseWorkload(NoReuseOptions{Requests: 300, MinPrompt: 6000, MaxPrompt: 8000, MinOutput: 10, MaxOutput: 20, Rate: 200, Seed: 9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := scoring.DefaultOptions()
+	o.Mode = "least_loaded"
+	o.QueueThreshold, o.QueueMaxWait = 1, 500*time.Millisecond
+	f := smallFleet()
+	f.Workers = 1
+	r, err := Run(w, f, o, 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Shed == 0 || r.Errors != r.Shed || len(r.Fits) != 1 {
+		t.Fatalf("shed %d, errors %d: a flood on one worker must be shed by the queue's max wait", r.Shed, r.Errors)
+	}
+	// Admitted requests waited at most the max wait plus their own prefill.
+	if r.TTFT.P99 > 500+3000 {
+		t.Errorf("TTFT p99 %.0f ms: the admitted requests waited longer than the queue allows", r.TTFT.P99)
+	}
+}
+
+func TestRunRejectsWhatCannotWork(t *testing.T) {
+	w := smallAgent(t)
+	o := scoring.DefaultOptions()
+	if _, err := Run(w, smallFleet(), o, 0, 1); err == nil {
+		t.Error("load 0 accepted")
+	}
+	if _, err := Run(w, Fleet{}, o, 1, 1); err == nil {
+		t.Error("a fleet of no workers accepted")
+	}
+	o.Mode = "nonsense"
+	if _, err := Run(w, smallFleet(), o, 1, 1); err == nil {
+		t.Error("an unknown mode accepted")
+	}
+	if _, err := Sweep(w, SweepOptions{Fleet: smallFleet(), Router: o, Modes: []string{"kv"}, Loads: []float64{2, 1}}); err == nil {
+		t.Error("descending loads accepted")
+	}
+}
+
+func TestPromptsFollowTheEngine(t *testing.T) {
+	// A follow-up turn's prompt starts with the previous prompt and the
+	// tokens the engine generated for it, so the engine's cache matches.
+	w := smallAgent(t)
+	cfg := sim.EngineConfig{BlockSize: 64}
+	var got [][]int32
+	w.Prompts(cfg, func(p []int32) {
+		if len(got) < 200 {
+			got = append(got, append([]int32(nil), p...))
+		}
+	})
+	if len(got) == 0 {
+		t.Fatal("no prompts")
+	}
+	eng, err := sim.NewEngine(sim.EngineConfig{BlockSize: 64, NumGPUBlocks: 4096}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := got[0]
+	out := w.Sessions[0].Turns[0].Output
+	if err := eng.Add(1, append([]int32(nil), first...), out); err != nil {
+		t.Fatal(err)
+	}
+	var gen []int32
+	for eng.HasWork() {
+		for _, o := range eng.Step().Outputs {
+			gen = append(gen, o.Token)
+		}
+	}
+	want := sim.AppendGenerated(cfg, first, out, nil)
+	if !slicesEqual(gen, want) {
+		t.Fatalf("AppendGenerated disagrees with the engine's output")
+	}
+}
+
+func slicesEqual(a, b []int32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
