@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/extproc/router"
+	"github.com/kvroute/kvroute/internal/costflag"
 	"github.com/kvroute/kvroute/scoring"
 )
 
@@ -31,6 +32,7 @@ type serveFlags struct {
 	defaultBodyMode           string
 	tlsCert, tlsKey, tlsCA    string
 	logLevel                  string
+	cost                      *costflag.Flags
 }
 
 func newServeFlags(w io.Writer) (*flag.FlagSet, *serveFlags) {
@@ -57,20 +59,10 @@ func newServeFlags(w io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs.Var(&s.chatTemplates, "chat-template", "`MODEL=FILE`: chat template that replaces MODEL's own, as the model server's --chat-template (repeatable; MODEL needs a --tokenizer)")
 
 	fs.StringVar(&o.Mode, "router-mode", o.Mode, "router mode: "+strings.Join(scoring.ModeNames(), ", "))
-	fs.StringVar(&o.CostModel, "cost-model", scoring.CostDefault, "cost model of the kv modes: default (overlap_weight × prefill_blocks + decode_blocks) or weighted")
-	fs.Float64Var(&o.OverlapWeight, "kv-overlap-score-weight", o.OverlapWeight, "weight of prefill blocks against decode blocks in the default cost (0 ignores the cache)")
-	fs.Float64Var(&o.Temperature, "router-temperature", o.Temperature, "0 picks the lowest cost; T>0 samples from softmax(−logit/(range×T))")
-	fs.Float64Var(&o.WeightedA, "weighted-a", o.WeightedA, "weighted cost: coefficient of the overlap ratio")
-	fs.Float64Var(&o.WeightedB, "weighted-b", o.WeightedB, "weighted cost: coefficient of KV usage")
-	fs.Float64Var(&o.WeightedC, "weighted-c", o.WeightedC, "weighted cost: coefficient of normalized waiting")
+	s.cost = costflag.Register(fs, o)
 	fs.BoolVar(&c.KVEvents, "kv-events", true, "consume vLLM KV events from NATS for the kv mode")
 	fs.BoolVar(&s.noKVEvents, "no-kv-events", false, "do not consume KV events; kv mode predicts caches from its own decisions (kv_without_events)")
 	fs.IntVar(&c.BlockSize, "kv-cache-block-size", 0, "override every worker's KV block size in tokens (0: use each record's block_size)")
-	fs.Float64Var(&o.QueueThreshold, "router-queue-threshold", o.QueueThreshold, "queue a request while every eligible worker has more than this × max_num_batched_tokens in prefill (0 disables the queue)")
-	fs.StringVar(&o.QueuePolicy, "router-queue-policy", o.QueuePolicy, "admission queue order: "+strings.Join(scoring.PolicyNames(), ", "))
-	fs.IntVar(&o.QueueMaxLength, "router-queue-max-length", o.QueueMaxLength, "waiting requests beyond which new ones are shed with 429")
-	fs.DurationVar(&o.QueueMaxWait, "router-queue-max-wait", o.QueueMaxWait, "longest wait in the admission queue before 429")
-	fs.BoolVar(&o.NoTrackPrefillTokens, "no-track-prefill-tokens", false, "leave workers' in-flight prefill tokens out of the cost")
 	fs.DurationVar(&o.MaxRequestAge, "max-request-age", o.MaxRequestAge, "force-free requests with no lifecycle news for this long")
 	fs.DurationVar(&o.StaleReportAge, "stale-report-age", o.StaleReportAge, "ignore worker load reports older than this")
 
@@ -98,6 +90,9 @@ func newServeFlags(w io.Writer) (*flag.FlagSet, *serveFlags) {
 
 // config turns parsed flags into a router.Config.
 func (s *serveFlags) config(stderr io.Writer) (router.Config, error) {
+	if err := s.cost.Finish(stderr); err != nil {
+		return s.cfg, err
+	}
 	c := s.cfg
 	c.Tokenizers = s.tokenizers
 	c.ChatTemplates = s.chatTemplates

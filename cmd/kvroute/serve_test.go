@@ -75,7 +75,7 @@ func TestParseServeFlagsAndEnvironment(t *testing.T) {
 			}
 			switch tt.name {
 			case "environment fills flags not given":
-				if cfg.Scoring.Mode != "round_robin" || len(cfg.Tokenizers) != 2 || cfg.KVEvents || cfg.Scoring.OverlapWeight != 2.5 {
+				if cfg.Scoring.Mode != "round_robin" || len(cfg.Tokenizers) != 2 || cfg.KVEvents || cfg.Scoring.PrefillLoadScale != 2.5 || cfg.Scoring.OverlapCredit != 1 {
 					t.Errorf("cfg = %+v", cfg)
 				}
 				if len(cfg.ChatTemplates) != 1 || cfg.ChatTemplates[0] != "a=/t.jinja" {
