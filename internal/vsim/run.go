@@ -52,7 +52,8 @@ type Result struct {
 	// previous request's worker (or the chosen one) still held it.
 	Stickiness float64 `json:"stickiness"`
 	// OverlapExact is the share of requests whose predicted cached tokens
-	// equal what the engine then reported.
+	// equal what the engine then reported. TTFT counts each shed request
+	// with the time it waited before it was shed.
 	OverlapExact float64 `json:"overlap_exact"`
 	// Preemptions counts engine preemptions; Shed counts requests the
 	// admission queue refused.
@@ -340,7 +341,10 @@ func (r *runner) fail(i int32, err error) {
 	}
 	var shed *scoring.ShedError
 	if errors.As(err, &shed) {
+		// A shed request's client waited this long for its 429: it counts
+		// in the TTFT distribution, or shedding would flatter a mode.
 		r.shed++
+		r.ttft = append(r.ttft, ms(r.clock.now-q.arrive))
 	}
 	r.errors++
 	q.done = true

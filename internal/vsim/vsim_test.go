@@ -211,3 +211,21 @@ func slicesEqual(a, b []int32) bool {
 	}
 	return true
 }
+
+func TestBenchWorkloadCarriesTheHistory(t *testing.T) {
+	w := smallAgent(t)
+	cfg := sim.EngineConfig{BlockSize: 64}
+	bw := w.BenchWorkload(cfg, "m", 5, 100)
+	if n := bw.Requests(); n == 0 || n > 100 {
+		t.Fatalf("%d requests, want some and at most 100", n)
+	}
+	fl := bw.Flows[0]
+	if fl.Think != w.Sessions[0].Think/5 || fl.At != w.Sessions[0].Start/5 {
+		t.Fatalf("flow timing %v/%v not scaled by 5", fl.At, fl.Think)
+	}
+	first, second := fl.Items[0].Prompt, fl.Items[1].Prompt
+	gen := sim.AppendGenerated(cfg, first, fl.Items[0].OutputLen, nil)
+	if len(second) <= len(first)+len(gen) || !slicesEqual(second[:len(first)], first) || !slicesEqual(second[len(first):len(first)+len(gen)], gen) {
+		t.Fatal("the second turn does not start with the first turn's prompt and generated output")
+	}
+}
