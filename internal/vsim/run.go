@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/kvroute/kvroute/internal/bench"
@@ -150,7 +151,10 @@ func (r *runner) setup(opts scoring.Options, seed uint64) error {
 	opts.Now = now
 	opts.Rand = rand.New(rand.NewPCG(seed, 0x51b))
 	r.approx = kvindex.NewApprox(kvindex.ApproxConfig{Now: now})
-	opts.Recorder = r.approx
+	if strings.EqualFold(opts.Mode, scoring.ModeKVWithoutEvents) {
+		// Only the approximate mode reads what the recorder learns.
+		opts.Recorder = r.approx
+	}
 	router, err := scoring.NewRouter(opts)
 	if err != nil {
 		return err
