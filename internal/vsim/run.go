@@ -204,10 +204,11 @@ func (r *runner) setup(opts scoring.Options, seed uint64) error {
 	return nil
 }
 
-// tracePrefixParents links each trace request to the latest earlier one
-// with which it shares the longest prefix of at least two hash ids (one id
-// alone is the shared system prompt of the whole conversation trace):
-// that is the previous turn of its conversation.
+// tracePrefixParents links each single-turn request to the latest earlier
+// one with which it shares the longest prefix of more than Workload.RootIDs
+// hash ids (in the conversation trace one id alone is the system prompt
+// every request shares): the previous turn of its conversation, or the
+// last request of its shared-prefix group.
 func (r *runner) tracePrefixParents() {
 	type node struct {
 		last int32
@@ -220,7 +221,7 @@ func (r *runner) tracePrefixParents() {
 	}
 	for s := range r.w.Sessions {
 		t := &r.w.Sessions[s].Turns[0]
-		if len(r.w.Sessions[s].Turns) > 1 || len(t.Trace) < 2 {
+		if len(r.w.Sessions[s].Turns) > 1 || len(t.Trace) <= r.w.RootIDs {
 			continue
 		}
 		i := r.first[s]
@@ -232,7 +233,7 @@ func (r *runner) tracePrefixParents() {
 				k = &node{last: -1, kids: map[int64]*node{}}
 				n.kids[h] = k
 			}
-			if d >= 1 && k.last >= 0 {
+			if d >= r.w.RootIDs && k.last >= 0 {
 				parent, depth = k.last, d+1
 			}
 			k.last = i

@@ -26,6 +26,11 @@ type Workload struct {
 	Sessions []Session
 	// TraceBlock is the tokens per hash id of trace turns (Mooncake: 512).
 	TraceBlock int
+	// RootIDs is how many leading hash ids every trace turn may share
+	// without being a follow-up of another (the conversation trace's
+	// common system prompt): stickiness links a turn to an earlier one
+	// only when they share more.
+	RootIDs int
 }
 
 // Session is one client: a single trace request, or a conversation.
@@ -122,7 +127,7 @@ func (w *Workload) Prompts(cfg sim.EngineConfig, fn func(prompt []int32)) {
 // TraceWorkload turns Mooncake records into single-turn sessions at their
 // timestamps, relative to the first.
 func TraceWorkload(name string, recs []bench.TraceRecord, traceBlock int) *Workload {
-	w := &Workload{Name: name, TraceBlock: traceBlock, Params: map[string]any{"records": len(recs), "trace_block": traceBlock}}
+	w := &Workload{Name: name, TraceBlock: traceBlock, RootIDs: 1, Params: map[string]any{"records": len(recs), "trace_block": traceBlock}}
 	if len(recs) == 0 {
 		return w
 	}
@@ -221,9 +226,11 @@ type SharedPrefixOptions struct {
 	Seed uint64
 }
 
-// DefaultSharedPrefixOptions: 6,000 requests over 32 prefixes of 4k tokens.
+// DefaultSharedPrefixOptions: 6,000 requests over 200 prefixes of 4k
+// tokens: 12,800 blocks of 64, more than one worker holds and less than an
+// 8-worker fleet does, so where a prefix lives matters.
 func DefaultSharedPrefixOptions() SharedPrefixOptions {
-	return SharedPrefixOptions{Requests: 6000, Groups: 32, PrefixTokens: 4096, Question: 256, Output: 128, Rate: 10, Seed: 2}
+	return SharedPrefixOptions{Requests: 6000, Groups: 200, PrefixTokens: 4096, Question: 256, Output: 128, Rate: 10, Seed: 2}
 }
 
 // SharedPrefixWorkload builds the shared-prefix workload.
