@@ -67,7 +67,7 @@ type Options struct {
 	NoLearnRates bool
 	// DecodeSlowdownWeight weighs, in the latency cost, the seconds this
 	// request's prefill delays each of the worker's running decodes.
-	// Default 1.
+	// Default 0.5.
 	DecodeSlowdownWeight float64
 	// Temperature 0 picks the best logit; T>0 samples from
 	// softmax(−logit ÷ (range × T)). Default 0.
@@ -127,7 +127,7 @@ const (
 	DefaultDiskCacheHitWeight   = 0.25
 	DefaultPrefillRate          = 20000.0
 	DefaultPrefillOverhead      = 25 * time.Millisecond
-	DefaultDecodeSlowdownWeight = 1.0
+	DefaultDecodeSlowdownWeight = 0.5
 	DefaultTemperature          = 0.0
 	DefaultQueueThreshold       = 4.0
 	DefaultQueuePolicy          = "fcfs"
