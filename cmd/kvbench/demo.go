@@ -159,6 +159,10 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			if m.FirstError != "" {
 				fmt.Fprintf(stdout, "    first error: %s\n", m.FirstError)
 			}
+			if m.LagWarning {
+				id, secs := m.WorstLag()
+				fmt.Fprintf(stdout, "    warning: kvsim worker %s fell %.2f s behind real time; this mode's times are stretched (lower --speedup)\n", id, secs)
+			}
 		}}
 	if d.progress || bench.IsTerminal(os.Stderr) {
 		ab.Progress = stderr

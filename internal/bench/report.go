@@ -27,6 +27,10 @@ type Report struct {
 	Setup map[string]any `json:"setup,omitempty"`
 	// Note is free text printed under the table (e.g. how to read times).
 	Note string `json:"note,omitempty"`
+	// ClockLagWarning is set when, in some mode, a simulated worker fell
+	// behind real time by more than 100 ms and 1 % of the run (see
+	// ModeResult.ClockLag): that mode's times are stretched.
+	ClockLagWarning bool `json:"clock_lag_warning"`
 	// Order lists the modes in the order they ran.
 	Order []string               `json:"order"`
 	Modes map[string]*ModeResult `json:"modes"`
@@ -51,6 +55,25 @@ func (r *Report) Add(mode string, m *ModeResult) {
 		r.Order = append(r.Order, mode)
 	}
 	r.Modes[mode] = m
+	if m.LagWarning {
+		r.ClockLagWarning = true
+	}
+}
+
+// LagWarnings returns one line per mode whose workers fell behind real
+// time, naming the worst worker; nil when none did.
+func (r *Report) LagWarnings() []string {
+	var out []string
+	for _, name := range r.Order {
+		m := r.Modes[name]
+		if !m.LagWarning {
+			continue
+		}
+		id, secs := m.WorstLag()
+		out = append(out, fmt.Sprintf("warning: in mode %s, kvsim worker %s fell %.2f s behind real time in a %.1f s run (kvsim_clock_lag_seconds_total): its timings are stretched; lower --speedup or free CPU",
+			name, id, secs, m.WallSeconds))
+	}
+	return out
 }
 
 // WriteJSON writes the report, indented.
@@ -114,6 +137,9 @@ func (r *Report) Markdown() string {
 	}
 	if peaks := r.peaksTable(); peaks != "" {
 		fmt.Fprintf(&b, "\n%s", peaks)
+	}
+	for _, w := range r.LagWarnings() {
+		fmt.Fprintf(&b, "\n**%s**\n", w)
 	}
 	if cmp := r.Comparison(); cmp != "" {
 		fmt.Fprintf(&b, "\n%s", cmp)

@@ -170,3 +170,41 @@ func FuzzReadReport(f *testing.F) {
 		}
 	})
 }
+
+func TestClockLagIsFlaggedAboveTheThreshold(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		lag  time.Duration
+		wall time.Duration
+		want bool
+	}{
+		{"none", 0, 10 * time.Second, false},
+		{"under 100 ms", 90 * time.Millisecond, time.Second, false},
+		{"over 100 ms in a short run", 150 * time.Millisecond, time.Second, true},
+		{"under 1 % of a long run", 500 * time.Millisecond, 80 * time.Second, false},
+		{"over 1 % of a long run", 900 * time.Millisecond, 80 * time.Second, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep := fixedReport()
+			m := rep.Modes["kv"]
+			m.SetClockLag(map[string]time.Duration{"w0": 0, "w1": tc.lag}, tc.wall)
+			rep.Add("kv", m)
+			var buf bytes.Buffer
+			if err := rep.WriteJSON(&buf); err != nil {
+				t.Fatal(err)
+			}
+			back, err := ReadReport(&buf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			md := rep.Markdown()
+			if back.ClockLagWarning != tc.want || back.Modes["kv"].LagWarning != tc.want ||
+				strings.Contains(md, "fell") != tc.want {
+				t.Errorf("warning in JSON %v (mode %v), in Markdown %v; want %v\n%s", back.ClockLagWarning, back.Modes["kv"].LagWarning, strings.Contains(md, "fell"), tc.want, md)
+			}
+			if got := back.Modes["kv"].ClockLag["w1"]; got != tc.lag.Seconds() {
+				t.Errorf("clock_lag_s w1 = %v, want %v", got, tc.lag.Seconds())
+			}
+		})
+	}
+}

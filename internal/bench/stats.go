@@ -50,8 +50,14 @@ type ModeResult struct {
 	WallSeconds float64 `json:"wall_s"`
 	// Peaks are the simulated workers' worst engine states (A/B runs
 	// against an Env only).
-	Peaks      map[string]WorkerPeak `json:"worker_peaks,omitempty"`
-	FirstError string                `json:"first_error,omitempty"`
+	Peaks map[string]WorkerPeak `json:"worker_peaks,omitempty"`
+	// ClockLag is, per simulated worker, the seconds its loop fell behind
+	// real time and skipped (sim.WorkerStats.ClockLag); LagWarning is set
+	// when one of them exceeds 100 ms and 1 % of the wall time, which
+	// means the host was too slow for the speedup and times are stretched.
+	ClockLag   map[string]float64 `json:"clock_lag_s,omitempty"`
+	LagWarning bool               `json:"clock_lag_warning,omitempty"`
+	FirstError string             `json:"first_error,omitempty"`
 	// TTFTSamples are the sorted TTFTs (ms) of successful requests, for
 	// the chart; not written to JSON.
 	TTFTSamples []float64 `json:"-"`
@@ -101,6 +107,28 @@ func Measure(results []Result, wall time.Duration) ModeResult {
 		m.ReqS = float64(ok) / s
 	}
 	return m
+}
+
+// SetClockLag records the workers' clock lag over a run of length wall.
+func (m *ModeResult) SetClockLag(lag map[string]time.Duration, wall time.Duration) {
+	m.ClockLag = make(map[string]float64, len(lag))
+	for id, d := range lag {
+		m.ClockLag[id] = d.Seconds()
+		if LagExceeds(d, wall) {
+			m.LagWarning = true
+		}
+	}
+}
+
+// WorstLag returns the worker with the most clock lag and its seconds.
+func (m *ModeResult) WorstLag() (string, float64) {
+	worst, secs := "", 0.0
+	for _, id := range sortedKeys(m.ClockLag) {
+		if m.ClockLag[id] > secs {
+			worst, secs = id, m.ClockLag[id]
+		}
+	}
+	return worst, secs
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
