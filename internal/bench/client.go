@@ -39,6 +39,10 @@ type Result struct {
 	// by kvsim (header x-kvroute-predicted-cached-tokens or the usage
 	// chunk's kvroute_predicted_cached_tokens); nil when there was none.
 	PredictedCached *int
+	// Ref is the request's place in the workload and Follows the request
+	// whose prefix it continues (nil for none); Run fills both in.
+	Ref     ItemRef
+	Follows *ItemRef
 	// Status is the HTTP status; Err is set for any failed request.
 	Status int
 	Err    error

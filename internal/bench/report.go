@@ -120,14 +120,16 @@ func ReadReport(rd io.Reader) (*Report, error) {
 // Markdown renders the comparison table, one row per mode in run order.
 func (r *Report) Markdown() string {
 	var b strings.Builder
-	b.WriteString("| mode | requests | errors | hit rate | TTFT p50 / p90 / p99 (ms) | ITL p50 / p90 (ms) | E2E p50 / p90 (ms) | output tok/s | worker share |\n")
-	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	b.WriteString("| mode | requests | errors | hit rate | stickiness | overlap exact | TTFT p50 / p90 / p99 (ms) | ITL p50 / p90 (ms) | E2E p50 / p90 (ms) | output tok/s | worker share |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, name := range r.Order {
 		m := r.Modes[name]
-		fmt.Fprintf(&b, "| %s | %d | %d | %.1f %% | %.0f / %.0f / %.0f | %.1f / %.1f | %.0f / %.0f | %.0f | %s |\n",
-			name, m.Requests, m.Errors, 100*m.HitRate, m.TTFT.P50, m.TTFT.P90, m.TTFT.P99,
+		fmt.Fprintf(&b, "| %s | %d | %d | %.1f %% | %s | %s | %.0f / %.0f / %.0f | %.1f / %.1f | %.0f / %.0f | %.0f | %s |\n",
+			name, m.Requests, m.Errors, 100*m.HitRate, pct(m.Stickiness), pct(m.OverlapExact), m.TTFT.P50, m.TTFT.P90, m.TTFT.P99,
 			m.ITL.P50, m.ITL.P90, m.E2E.P50, m.E2E.P90, m.OutputTokS, shareString(m.WorkerShare))
 	}
+	b.WriteString("\nStickiness: share of follow-up requests (next turn, same prefix) served by the worker that served the request they follow. " +
+		"Overlap exact: share of requests whose router-predicted cached tokens equal the worker's reported cached_tokens (n/a: the router made no prediction).\n")
 	switch {
 	case r.IdealHitRate != nil && r.IdealFleet != nil:
 		fmt.Fprintf(&b, "\nReference hit rates for this workload: %.1f %% with an infinite cache, %.1f %% with one LRU cache the size of the whole fleet.\n",
@@ -184,8 +186,9 @@ func (r *Report) Comparison() string {
 	var b strings.Builder
 	for _, name := range r.Order[1:] {
 		m := r.Modes[name]
-		fmt.Fprintf(&b, "- %s vs %s: hit rate %.1f %% vs %.1f %%; TTFT p50 %s, p90 %s",
-			name, r.Order[0], 100*m.HitRate, 100*base.HitRate, ratio(m.TTFT.P50, base.TTFT.P50), ratio(m.TTFT.P90, base.TTFT.P90))
+		fmt.Fprintf(&b, "- %s vs %s: hit rate %.1f %% vs %.1f %%; stickiness %s vs %s; overlap exact %s vs %s; TTFT p50 %s, p90 %s",
+			name, r.Order[0], 100*m.HitRate, 100*base.HitRate, pct(m.Stickiness), pct(base.Stickiness),
+			pct(m.OverlapExact), pct(base.OverlapExact), ratio(m.TTFT.P50, base.TTFT.P50), ratio(m.TTFT.P90, base.TTFT.P90))
 		if r.IdealFleet != nil && *r.IdealFleet > 0 {
 			fmt.Fprintf(&b, "; %.0f %% of the fleet-capacity reference", 100*m.HitRate / *r.IdealFleet)
 		}
@@ -205,6 +208,14 @@ func ratio(v, base float64) string {
 		return fmt.Sprintf("%.2f× higher (%.0f vs %.0f ms)", v/base, v, base)
 	}
 	return fmt.Sprintf("equal (%.0f ms)", v)
+}
+
+// pct prints a share as a percentage, "n/a" when unknown.
+func pct(v *float64) string {
+	if v == nil {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.1f %%", 100**v)
 }
 
 func shareString(s map[string]float64) string {

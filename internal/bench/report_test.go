@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -22,20 +23,29 @@ func fixedReport() *Report {
 	w := &Workload{Name: "trace", Params: map[string]any{"time_scale": 5.0}}
 	w.Flows = []Flow{{Items: []Item{{}, {}}}}
 	rep := NewReport(w, Ideal{Infinite: 0.25, Fleet: 0.2}, true, map[string]any{"workers": 2})
-	mk := func(worker string, ttft []time.Duration, cached int) *ModeResult {
+	// The second request follows the first; predictions, when given, are
+	// right for the first request only.
+	mk := func(worker string, ttft []time.Duration, cached int, predict bool) *ModeResult {
 		var rs []Result
 		for i, d := range ttft {
-			rs = append(rs, Result{TTFT: d, E2E: 2 * d, ITL: []float32{1, 3}, Worker: worker, PromptTokens: 100, CachedTokens: cached, OutputTokens: 3})
+			rs = append(rs, Result{TTFT: d, E2E: 2 * d, ITL: []float32{1, 3}, Worker: worker, PromptTokens: 100, CachedTokens: cached, OutputTokens: 3,
+				Ref: ItemRef{Item: i}})
 			if i == 0 {
 				rs[0].Worker = "w0"
+			} else {
+				rs[i].Follows = &ItemRef{Item: i - 1}
+			}
+			if predict {
+				p := cached - 16*i
+				rs[i].PredictedCached = &p
 			}
 		}
 		rs = append(rs, Result{Err: io.ErrUnexpectedEOF})
 		m := Measure(rs, 2*time.Second)
 		return &m
 	}
-	rep.Add("round_robin", mk("w1", []time.Duration{100 * time.Millisecond, 300 * time.Millisecond}, 0))
-	rep.Add("kv", mk("w1", []time.Duration{10 * time.Millisecond, 30 * time.Millisecond}, 20))
+	rep.Add("round_robin", mk("w1", []time.Duration{100 * time.Millisecond, 300 * time.Millisecond}, 0, false))
+	rep.Add("kv", mk("w0", []time.Duration{10 * time.Millisecond, 30 * time.Millisecond}, 20, true))
 	return rep
 }
 
@@ -70,7 +80,7 @@ func TestReportJSONHasTheIssuesShape(t *testing.T) {
 	if err := json.Unmarshal(buf.Bytes(), &generic); err != nil {
 		t.Fatal(err)
 	}
-	for _, key := range []string{"requests", "errors", "hit_rate", "ttft_ms", "itl_ms", "e2e_ms", "output_tok_s", "worker_share"} {
+	for _, key := range []string{"requests", "errors", "hit_rate", "ttft_ms", "itl_ms", "e2e_ms", "output_tok_s", "worker_share", "stickiness", "overlap_exact"} {
 		if _, ok := generic.Modes["kv"][key]; !ok {
 			t.Errorf("mode result lacks %q", key)
 		}
@@ -137,6 +147,9 @@ func TestChatTurnsExtendTheConversationsPrompt(t *testing.T) {
 			n := 0
 			for n < len(prev) && n < len(cur) && prev[n] == cur[n] {
 				n++
+			}
+			if f := fl.Items[i].Follows; f == nil || *f != (ItemRef{Flow: s, Item: i - 1}) {
+				t.Errorf("session %d turn %d follows %v, want the previous turn", s, i, f)
 			}
 			if len(cur) <= len(prev) || n < len(prev)*9/10 {
 				t.Errorf("session %d turn %d: %d tokens share %d with the previous turn's %d", s, i, len(cur), n, len(prev))
@@ -206,5 +219,65 @@ func TestClockLagIsFlaggedAboveTheThreshold(t *testing.T) {
 				t.Errorf("clock_lag_s w1 = %v, want %v", got, tc.lag.Seconds())
 			}
 		})
+	}
+}
+
+func TestStickinessAndOverlapExact(t *testing.T) {
+	ref := func(f, i int) *ItemRef { return &ItemRef{Flow: f, Item: i} }
+	n := func(v int) *int { return &v }
+	results := []Result{
+		// Flow 0: three turns, the third moved to another worker.
+		{Ref: ItemRef{0, 0}, Worker: "a", CachedTokens: 0, PredictedCached: n(0)},
+		{Ref: ItemRef{0, 1}, Follows: ref(0, 0), Worker: "a", CachedTokens: 64, PredictedCached: n(64)},
+		{Ref: ItemRef{0, 2}, Follows: ref(0, 1), Worker: "b", CachedTokens: 0, PredictedCached: n(128)},
+		// Flow 1 follows flow 0's first request (a trace follow-up) and
+		// stays; its second request follows a failure and is not counted.
+		{Ref: ItemRef{1, 0}, Follows: ref(0, 0), Worker: "a", CachedTokens: 32},
+		{Ref: ItemRef{2, 0}, Worker: "c", Err: io.EOF},
+		{Ref: ItemRef{3, 0}, Follows: ref(2, 0), Worker: "c"},
+	}
+	m := Measure(results, time.Second)
+	if m.Stickiness == nil || m.FollowUps != 3 || *m.Stickiness != 2.0/3 {
+		t.Errorf("stickiness %v over %d follow-ups, want 2/3 over 3", m.Stickiness, m.FollowUps)
+	}
+	if m.OverlapExact == nil || m.Predicted != 3 || *m.OverlapExact != 2.0/3 {
+		t.Errorf("overlap exact %v over %d predictions, want 2/3 over 3", m.OverlapExact, m.Predicted)
+	}
+	none := Measure(results[4:5], time.Second)
+	if none.Stickiness != nil || none.OverlapExact != nil {
+		t.Errorf("no follow-ups and no predictions must be null, got %v %v", none.Stickiness, none.OverlapExact)
+	}
+}
+
+func TestFollowUpsOfEachWorkload(t *testing.T) {
+	recs := []TraceRecord{
+		{HashIDs: []int64{0, 1, 2}},    // 0: new
+		{HashIDs: []int64{0, 1, 2, 3}}, // 1: continues 0
+		{HashIDs: []int64{0, 5}},       // 2: shares only the root block
+		{HashIDs: []int64{0, 1, 9}},    // 3: shares two with 0 and 1, latest is 1
+		{HashIDs: []int64{0, 1, 2, 3}}, // 4: longest with 1
+		{HashIDs: []int64{7}},          // 5: new
+	}
+	got := traceFollowUps(recs)
+	if want := []int{-1, 0, -1, 1, 1, -1}; !slices.Equal(got, want) {
+		t.Errorf("trace follow-ups %v, want %v", got, want)
+	}
+	wl := TraceWorkload(recs, TraceOptions{Model: DefaultModel})
+	if f := wl.Flows[3].Items[0].Follows; f == nil || *f != (ItemRef{Flow: 1}) {
+		t.Errorf("trace item 3 follows %v, want flow 1", f)
+	}
+	sp, err := SharedPrefixWorkload(SharedPrefixOptions{Model: DefaultModel, Groups: 2, PerGroup: 3, SystemTokens: 16, QuestionTokens: 4, OutputTokens: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Flows interleave the groups: g0 g1 g0 g1 g0 g1.
+	for i, fl := range sp.Flows {
+		f := fl.Items[0].Follows
+		switch {
+		case i < 2 && f != nil:
+			t.Errorf("shared-prefix flow %d follows %v, want nothing", i, f)
+		case i >= 2 && (f == nil || *f != ItemRef{Flow: i - 2}):
+			t.Errorf("shared-prefix flow %d follows %v, want flow %d", i, f, i-2)
+		}
 	}
 }

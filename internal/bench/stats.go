@@ -46,6 +46,18 @@ type ModeResult struct {
 	OutputTokS  float64            `json:"output_tok_s"`
 	ReqS        float64            `json:"req_s"`
 	WorkerShare map[string]float64 `json:"worker_share"`
+	// Stickiness is the share of follow-up requests (Item.Follows) served
+	// by the worker that served the request they follow, over FollowUps
+	// such pairs that both succeeded; null when there were none.
+	Stickiness *float64 `json:"stickiness"`
+	FollowUps  int      `json:"follow_ups"`
+	// OverlapExact is the share of requests whose router-predicted cached
+	// tokens (x-kvroute-predicted-cached-tokens, echoed by kvsim) equal the
+	// worker's usage.prompt_tokens_details.cached_tokens, over Predicted
+	// requests that carried a prediction; null when none did (modes that
+	// ignore the cache, or servers that do not echo it).
+	OverlapExact *float64 `json:"overlap_exact"`
+	Predicted    int      `json:"predicted"`
 	// WallSeconds is how long the run took; FirstError one error text.
 	WallSeconds float64 `json:"wall_s"`
 	// Peaks are the simulated workers' worst engine states (A/B runs
@@ -100,6 +112,8 @@ func Measure(results []Result, wall time.Duration) ModeResult {
 	if prompt > 0 {
 		m.HitRate = float64(cached) / float64(prompt)
 	}
+	m.Stickiness, m.FollowUps = stickiness(results)
+	m.OverlapExact, m.Predicted = overlapExact(results)
 	m.TTFT, m.E2E, m.ITL = Summarize(ttft), Summarize(e2e), Summarize(itl)
 	m.TTFTSamples = ttft
 	if s := wall.Seconds(); s > 0 {
@@ -107,6 +121,59 @@ func Measure(results []Result, wall time.Duration) ModeResult {
 		m.ReqS = float64(ok) / s
 	}
 	return m
+}
+
+// stickiness is the share of successful follow-ups served by the worker
+// that served the (successful) request they follow, and their number.
+func stickiness(results []Result) (*float64, int) {
+	served := make(map[ItemRef]string, len(results))
+	for i := range results {
+		if r := &results[i]; r.Err == nil && r.Worker != "" {
+			served[r.Ref] = r.Worker
+		}
+	}
+	n, same := 0, 0
+	for i := range results {
+		r := &results[i]
+		if r.Err != nil || r.Worker == "" || r.Follows == nil {
+			continue
+		}
+		prev, ok := served[*r.Follows]
+		if !ok {
+			continue
+		}
+		n++
+		if prev == r.Worker {
+			same++
+		}
+	}
+	return share(same, n), n
+}
+
+// overlapExact is the share of successful requests with a prediction whose
+// predicted cached tokens equal the worker's, and their number.
+func overlapExact(results []Result) (*float64, int) {
+	n, exact := 0, 0
+	for i := range results {
+		r := &results[i]
+		if r.Err != nil || r.PredictedCached == nil {
+			continue
+		}
+		n++
+		if *r.PredictedCached == r.CachedTokens {
+			exact++
+		}
+	}
+	return share(exact, n), n
+}
+
+// share is k/n, nil for n = 0.
+func share(k, n int) *float64 {
+	if n == 0 {
+		return nil
+	}
+	v := float64(k) / float64(n)
+	return &v
 }
 
 // SetClockLag records the workers' clock lag over a run of length wall.
