@@ -117,9 +117,57 @@ func ReadReport(rd io.Reader) (*Report, error) {
 	return &r, nil
 }
 
+// SetupLine says in one line what was measured: workers, KV blocks per
+// worker and block size, speedup and load, the workload (trace file or
+// bundled name) and the number of requests. Parts the report does not know
+// are left out.
+func (r *Report) SetupLine() string {
+	var parts []string
+	get := func(m map[string]any, keys ...string) (any, bool) {
+		for _, k := range keys {
+			if v, ok := m[k]; ok && v != nil && v != "" {
+				return v, true
+			}
+		}
+		return nil, false
+	}
+	workers, hasW := get(r.Setup, "workers")
+	blocks, hasB := get(r.Setup, "kv_blocks_per_worker")
+	bs, hasBS := get(r.Setup, "block_size")
+	switch {
+	case hasW && hasB && hasBS:
+		parts = append(parts, fmt.Sprintf("%v workers × %v KV blocks of %v tokens", workers, blocks, bs))
+	case hasW:
+		parts = append(parts, fmt.Sprintf("%v workers", workers))
+	case hasBS:
+		parts = append(parts, fmt.Sprintf("block size %v", bs))
+	}
+	if v, ok := get(r.Setup, "worker_speedup", "speedup"); ok {
+		parts = append(parts, fmt.Sprintf("speedup %v×", v))
+	}
+	if v, ok := get(r.Setup, "load"); ok {
+		parts = append(parts, fmt.Sprintf("load %v×", v))
+	}
+	if v, ok := get(r.Workload, "trace"); ok {
+		parts = append(parts, fmt.Sprintf("trace %v", v))
+	} else if v, ok := get(r.Workload, "name"); ok {
+		parts = append(parts, fmt.Sprintf("workload %v", v))
+	}
+	if v, ok := get(r.Workload, "requests"); ok {
+		parts = append(parts, fmt.Sprintf("%v requests", v))
+	}
+	if v, ok := get(r.Setup, "url"); ok {
+		parts = append(parts, fmt.Sprintf("against %v", v))
+	}
+	return strings.Join(parts, " · ")
+}
+
 // Markdown renders the comparison table, one row per mode in run order.
 func (r *Report) Markdown() string {
 	var b strings.Builder
+	if s := r.SetupLine(); s != "" {
+		fmt.Fprintf(&b, "**Setup:** %s\n\n", s)
+	}
 	b.WriteString("| mode | requests | errors | hit rate | stickiness | overlap exact | TTFT p50 / p90 / p99 (ms) | ITL p50 / p90 (ms) | E2E p50 / p90 (ms) | output tok/s | worker share |\n")
 	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, name := range r.Order {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"encoding/xml"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -20,9 +21,10 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
 // fixedReport is a two-mode report with known numbers.
 func fixedReport() *Report {
-	w := &Workload{Name: "trace", Params: map[string]any{"time_scale": 5.0}}
+	w := &Workload{Name: "trace", Params: map[string]any{"time_scale": 5.0, "trace": "conversation.jsonl"}}
 	w.Flows = []Flow{{Items: []Item{{}, {}}}}
-	rep := NewReport(w, Ideal{Infinite: 0.25, Fleet: 0.2}, true, map[string]any{"workers": 2})
+	rep := NewReport(w, Ideal{Infinite: 0.25, Fleet: 0.2}, true, map[string]any{
+		"workers": 2, "kv_blocks_per_worker": 64, "block_size": 16, "worker_speedup": 5.0, "load": 1.5})
 	// The second request follows the first; predictions, when given, are
 	// right for the first request only.
 	mk := func(worker string, ttft []time.Duration, cached int, predict bool) *ModeResult {
@@ -126,8 +128,123 @@ func TestReportSVGIsWellFormedWithOneCurvePerMode(t *testing.T) {
 	if bars != 5 {
 		t.Errorf("%d rects, want 5", bars)
 	}
-	if !strings.Contains(buf.String(), "infinite cache 25.0%") {
-		t.Error("the infinite-cache reference line is missing")
+	for _, want := range []string{"infinite cache 25.0%", "2 workers × 64 KV blocks of 16 tokens · speedup 5× · load 1.5× · trace conversation.jsonl · 2 requests"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("chart lacks %q", want)
+		}
+	}
+}
+
+// svgText is a text element's estimated bounding box.
+type svgText struct {
+	s                      string
+	x0, y0, x1, y1, fontSz float64
+}
+
+// textBoxes parses every <text> of an SVG and estimates its box: width
+// 0.6 × font size per character, from 0.8 × font size above the baseline
+// to 0.2 × below.
+func textBoxes(t *testing.T, svg []byte) (boxes []svgText, w, h float64) {
+	t.Helper()
+	dec := xml.NewDecoder(bytes.NewReader(svg))
+	rootSize := 0.0
+	attrs := func(se xml.StartElement) map[string]string {
+		m := map[string]string{}
+		for _, a := range se.Attr {
+			m[a.Name.Local] = a.Value
+		}
+		return m
+	}
+	num := func(s string) float64 {
+		var v float64
+		if _, err := fmt.Sscan(s, &v); err != nil {
+			t.Fatalf("number %q: %v", s, err)
+		}
+		return v
+	}
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		se, ok := tok.(xml.StartElement)
+		if !ok {
+			continue
+		}
+		a := attrs(se)
+		switch se.Name.Local {
+		case "svg":
+			rootSize, w, h = num(a["font-size"]), num(a["width"]), num(a["height"])
+		case "text":
+			var content string
+			if err := dec.DecodeElement(&content, &se); err != nil {
+				t.Fatal(err)
+			}
+			fs := rootSize
+			if v, ok := a["font-size"]; ok {
+				fs = num(v)
+			}
+			x, y := num(a["x"]), num(a["y"])
+			width := textWidth(content, fs)
+			switch a["text-anchor"] {
+			case "middle":
+				x -= width / 2
+			case "end":
+				x -= width
+			}
+			boxes = append(boxes, svgText{s: content, x0: x, y0: y - 0.8*fs, x1: x + width, y1: y + 0.2*fs, fontSz: fs})
+		}
+	}
+	return boxes, w, h
+}
+
+func TestChartLabelsDoNotOverlap(t *testing.T) {
+	long := func(i int) string { return fmt.Sprintf("kv_without_events_and_a_rather_long_experimental_name_%d", i) }
+	for _, tc := range []struct {
+		name  string
+		modes int
+		names func(int) string
+		ttft  []time.Duration
+	}{
+		{"two short modes", 2, func(i int) string { return []string{"round_robin", "kv"}[i] }, []time.Duration{3 * time.Millisecond, 2 * time.Second}},
+		{"nine long modes", 9, long, []time.Duration{time.Millisecond, 40 * time.Second}},
+		{"sixteen long modes over ten decades", 16, long, []time.Duration{100 * time.Microsecond, 1000 * time.Hour}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := &Workload{Name: "trace", Params: map[string]any{"trace": strings.Repeat("a-very-long-trace-file-name/", 12) + "trace.jsonl"}}
+			w.Flows = []Flow{{Items: []Item{{}}}}
+			rep := NewReport(w, Ideal{Infinite: 0.81, Fleet: 0.8}, true, map[string]any{
+				"workers": 16, "kv_blocks_per_worker": 5632, "block_size": 64, "worker_speedup": 5, "load": 2})
+			for i := range tc.modes {
+				var rs []Result
+				for _, d := range tc.ttft {
+					rs = append(rs, Result{TTFT: d, Worker: "w", PromptTokens: 100, CachedTokens: 80 - i})
+				}
+				m := Measure(rs, time.Second)
+				rep.Add(tc.names(i), &m)
+			}
+			var buf bytes.Buffer
+			if err := rep.WriteSVG(&buf); err != nil {
+				t.Fatal(err)
+			}
+			boxes, cw, ch := textBoxes(t, buf.Bytes())
+			if len(boxes) < 10 {
+				t.Fatalf("only %d labels", len(boxes))
+			}
+			for i, a := range boxes {
+				if a.x0 < 0 || a.y0 < 0 || a.x1 > cw || a.y1 > ch {
+					t.Errorf("%q (%.0f,%.0f)-(%.0f,%.0f) leaves the %.0f×%.0f canvas", a.s, a.x0, a.y0, a.x1, a.y1, cw, ch)
+				}
+				for _, b := range boxes[i+1:] {
+					if a.x0 < b.x1 && b.x0 < a.x1 && a.y0 < b.y1 && b.y0 < a.y1 {
+						t.Errorf("%q overlaps %q", a.s, b.s)
+					}
+				}
+			}
+		})
 	}
 }
 
