@@ -22,6 +22,11 @@ const (
 	// CachedTokensHeader and ModeHeader are the optional debug headers.
 	CachedTokensHeader = "x-kvroute-cached-tokens"
 	ModeHeader         = "x-kvroute-mode"
+	// PredictedCachedTokensHeader tells the worker how many prompt tokens
+	// the router expects it to hold (Decision.CachedTokens), whenever the
+	// decision matched the prompt against a KV index; client copies are
+	// always removed. kvsim echoes it so kvbench can score predictions.
+	PredictedCachedTokensHeader = "x-kvroute-predicted-cached-tokens"
 )
 
 // TargetValue chooses what the target header holds.

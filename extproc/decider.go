@@ -49,6 +49,10 @@ type Decision struct {
 	Mode string
 	// CachedTokens is how many prompt tokens the chosen worker already holds.
 	CachedTokens int
+	// Predicted says CachedTokens comes from matching the prompt against a
+	// KV index; false when the request was routed without its prompt or by
+	// a mode that does not look at caches.
+	Predicted bool
 	// Ticket tracks the request's load on the worker until the response
 	// ends. It may be nil when the Decider keeps no load.
 	Ticket Ticket

@@ -118,12 +118,17 @@ func (s *Stream) routeCommon() *pb.CommonResponse {
 		setHeader(s.cfg.targetHeader(), target),
 		setHeader(DestinationHeader, s.destination()),
 	}}
+	if d.Predicted {
+		hm.SetHeaders = append(hm.SetHeaders, setHeader(PredictedCachedTokensHeader, strconv.Itoa(d.CachedTokens)))
+	} else {
+		hm.RemoveHeaders = append(hm.RemoveHeaders, PredictedCachedTokensHeader)
+	}
 	if s.cfg.DebugHeaders {
 		hm.SetHeaders = append(hm.SetHeaders,
 			setHeader(CachedTokensHeader, strconv.Itoa(d.CachedTokens)),
 			setHeader(ModeHeader, d.Mode))
 	} else {
-		hm.RemoveHeaders = []string{CachedTokensHeader, ModeHeader}
+		hm.RemoveHeaders = append(hm.RemoveHeaders, CachedTokensHeader, ModeHeader)
 	}
 	return &pb.CommonResponse{HeaderMutation: hm, ClearRouteCache: true}
 }

@@ -195,6 +195,7 @@ func (p *Picker) decide(ctx context.Context, g *generation, req *Request) (Decis
 		Model:        pl.sreq.Model,
 		Mode:         r.Mode().Name(),
 		CachedTokens: cached,
+		Predicted:    pl.matched,
 		Ticket:       p.inflight.admit(&p.gen, r, pl.sreq, d, p.metrics),
 	}, nil
 }

@@ -251,6 +251,30 @@ func TestPickerDecisions(t *testing.T) {
 			if tt.byLoad == "" && len(rg.metrics.byLoad) != 0 {
 				t.Errorf("unexpected by-load reasons %v", rg.metrics.byLoad)
 			}
+			// The cached tokens are a prediction exactly when the prompt
+			// was matched against the index.
+			if d.Predicted != (tt.byLoad == "") {
+				t.Errorf("predicted %v, want %v", d.Predicted, tt.byLoad == "")
+			}
+		})
+	}
+}
+
+func TestPickerPredictsOnlyInModesThatMatchThePrompt(t *testing.T) {
+	for _, tc := range []struct {
+		mode string
+		want bool
+	}{{"kv", true}, {"round_robin", false}} {
+		t.Run(tc.mode, func(t *testing.T) {
+			rg := newRig(t, func(o *scoring.Options, _ *PickerConfig) { o.Mode = tc.mode })
+			d, err := rg.picker.Decide(context.Background(), chatReq(longChat(5)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Predicted != tc.want {
+				t.Errorf("predicted %v, want %v", d.Predicted, tc.want)
+			}
+			d.Ticket.Free(OutcomeOK)
 		})
 	}
 }

@@ -22,6 +22,7 @@ type plan struct {
 	bases     []string // base model per candidate, aligned with cands
 	blockSize []int    // aligned with cands
 	byLoad    string   // why the prompt was not used; "" when it was
+	matched   bool     // the prompt was matched against a KV index
 }
 
 func (pl *plan) blockSizeOf(i int) int {
@@ -278,7 +279,12 @@ func (p *Picker) overlap(r *scoring.Router, pl *plan, salt string, tokens []uint
 		if pl.sreq.Hashes == nil {
 			pl.sreq.Hashes = hashes
 		}
-		if m == nil || len(hashes) == 0 {
+		if m == nil {
+			continue
+		}
+		// A prompt shorter than a block is matched too: nothing is cached.
+		pl.matched = true
+		if len(hashes) == 0 {
 			continue
 		}
 		res = m.Match(hashes, ids, res)

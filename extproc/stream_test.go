@@ -223,7 +223,7 @@ func TestStreamRejectsOutOfOrderMessages(t *testing.T) {
 func TestStreamOverwritesSpoofedHeaders(t *testing.T) {
 	f := newFleet()
 	s := NewStream(&Config{}, f)
-	spoof := []hdr{{"x-target-worker", "evil"}, {DestinationHeader, "6.6.6.6:1"}, {CachedTokensHeader, "999"}}
+	spoof := []hdr{{"x-target-worker", "evil"}, {DestinationHeader, "6.6.6.6:1"}, {CachedTokensHeader, "999"}, {PredictedCachedTokensHeader, "999"}}
 	if _, err := s.Step(context.Background(), chatHeaders(ModeBuffered, spoof...)); err != nil {
 		t.Fatal(err)
 	}
@@ -253,6 +253,36 @@ func TestStreamOverwritesSpoofedHeaders(t *testing.T) {
 	}
 	if _, spoofed := rt.set[CachedTokensHeader]; spoofed {
 		t.Error("debug header set while debug headers are off")
+	}
+	// The fleet made no prediction: the client's copy must not reach the worker.
+	if _, set := rt.set[PredictedCachedTokensHeader]; set || !slices.Contains(rt.removed, PredictedCachedTokensHeader) {
+		t.Errorf("prediction header set %v, removed %v; want removed only", set, rt.removed)
+	}
+	if len(rt.set) != 2 {
+		t.Errorf("headers set %v, want only the target and destination", rt.set)
+	}
+}
+
+func TestStreamTellsTheWorkerItsPrediction(t *testing.T) {
+	f := newFleet()
+	f.workers[0].Predicted = true
+	s := NewStream(&Config{}, f)
+	if _, err := s.Step(context.Background(), chatHeaders(ModeBuffered, hdr{PredictedCachedTokensHeader, "999"})); err != nil {
+		t.Fatal(err)
+	}
+	out, err := s.Step(context.Background(), reqBody(chatBody, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, ok := routeOf(out[0])
+	if !ok {
+		t.Fatalf("no route in %v", kinds(out))
+	}
+	if rt.set[PredictedCachedTokensHeader] != "32" || !rt.overwr[PredictedCachedTokensHeader] {
+		t.Errorf("prediction header %q (overwrite %v), want 32 replacing the client's copy", rt.set[PredictedCachedTokensHeader], rt.overwr[PredictedCachedTokensHeader])
+	}
+	if slices.Contains(rt.removed, PredictedCachedTokensHeader) {
+		t.Errorf("prediction header both set and removed: %v", rt.removed)
 	}
 }
 

@@ -67,10 +67,13 @@ mocker's timing model), a kvroute router (ext_proc gRPC) and the Envoy
 stand-in loaded from the cluster-header bootstrap. It then replays the
 workload once per mode: before each mode the fleet goes idle, every worker's
 cache is cleared and the router's mode is switched through /admin/mode, so
-every mode starts cold. By default it replays the first --max-requests of the
+every mode starts cold. By default it replays the first 500 requests of the
 bundled Mooncake conversation trace (token-id prompts, one deterministic
-512-token block per hash id) --speedup times faster than recorded; the
-workers run --speedup times faster too, so the load matches the trace.
+512-token block per hash id; --max-requests 0 for all of it, --trace FILE
+for another trace, which is replayed whole unless --max-requests is given)
+--speedup times faster than recorded; the workers run --speedup times faster
+too, so the load matches the trace. --load X multiplies the arrival rate
+alone, to push the same fleet harder or softer.
 
 It prints a table per mode (hit rate = Σ cached_tokens ÷ Σ prompt_tokens from
 the workers' usage, TTFT/ITL/E2E percentiles, output tokens/s, which worker
@@ -90,6 +93,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	d.wl.parsed(fs)
 	modes := splitList(d.modes)
 	if len(modes) == 0 {
 		return fmt.Errorf("--modes is empty")
@@ -127,7 +131,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	ideal, haveIdeal := bench.IdealHitRates(wl, d.blockSize, d.workers*d.kvBlocks)
 	setup := map[string]any{
 		"workers": d.workers, "block_size": d.blockSize, "kv_blocks_per_worker": d.kvBlocks,
-		"max_num_seqs": d.maxSeqs, "max_num_batched_tokens": d.maxBatch, "worker_speedup": d.wl.speedup,
+		"max_num_seqs": d.maxSeqs, "max_num_batched_tokens": d.maxBatch, "worker_speedup": d.wl.speedup, "load": d.wl.load,
 		"gateway": "envoy.Gateway with cluster-header bootstrap", "timing": "Dynamo mocker polynomial",
 	}
 	rep := bench.NewReport(wl, ideal, haveIdeal, setup)
@@ -136,8 +140,11 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			d.wl.speedup, d.wl.speedup)
 	}
 
-	fmt.Fprintf(stdout, "kvbench demo: %d requests (%s), %d kvsim workers × %d blocks of %d tokens, speedup %g, modes %s\n",
-		wl.Requests(), wl.Name, d.workers, d.kvBlocks, d.blockSize, d.wl.speedup, strings.Join(modes, ", "))
+	for _, n := range d.wl.notes {
+		fmt.Fprintln(stdout, n)
+	}
+	fmt.Fprintf(stdout, "kvbench demo: %d requests (%s), %d kvsim workers × %d blocks of %d tokens, speedup %g, load %g, modes %s\n",
+		wl.Requests(), wl.Name, d.workers, d.kvBlocks, d.blockSize, d.wl.speedup, d.wl.load, strings.Join(modes, ", "))
 	t0 := time.Now()
 	env, err := bench.StartEnv(ctx, bench.EnvConfig{
 		Workers: d.workers, Model: d.wl.model, Engine: engine, Speedup: d.wl.speedup,
@@ -158,6 +165,10 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 				mode, m.Requests, m.Errors, 100*m.HitRate, m.TTFT.P90, m.WallSeconds)
 			if m.FirstError != "" {
 				fmt.Fprintf(stdout, "    first error: %s\n", m.FirstError)
+			}
+			if m.LagWarning {
+				id, secs := m.WorstLag()
+				fmt.Fprintf(stdout, "    warning: kvsim worker %s fell %.2f s behind real time; this mode's times are stretched (lower --speedup)\n", id, secs)
 			}
 		}}
 	if d.progress || bench.IsTerminal(os.Stderr) {

@@ -26,6 +26,9 @@ func TestHelpAndUsageErrors(t *testing.T) {
 		{[]string{}, 2, "Usage"},
 		{[]string{"bogus"}, 2, "unknown command"},
 		{[]string{"demo", "-help"}, 0, "--max-requests"},
+		{[]string{"demo", "-help"}, 0, "-load float"},
+		{[]string{"replay", "-help"}, 0, "-load float"},
+		{[]string{"demo", "--load", "0"}, 1, "--load 0 must be positive"},
 		{[]string{"demo", "--modes", "fastest"}, 1, "unknown router mode"},
 		{[]string{"demo", "--workload", "chat"}, 1, "needs --tokenizer"},
 		{[]string{"replay", "--arrival", "trace", "--workload", "shared-prefix"}, 1, "needs --workload trace"},
@@ -74,6 +77,18 @@ func TestDemoWritesReportsForEveryMode(t *testing.T) {
 			t.Errorf("%s: %d requests, %d errors (%s), shares %v", m, r.Requests, r.Errors, r.FirstError, r.WorkerShare)
 		}
 	}
+	// kv predicts every request's cached tokens (the header travels from
+	// kvroute through the gateway to kvsim and back); round robin predicts
+	// nothing.
+	if kv, rr := rep.Modes["kv"], rep.Modes["round_robin"]; kv.Predicted != 30 || kv.OverlapExact == nil || rr.Predicted != 0 || rr.OverlapExact != nil {
+		t.Errorf("predictions: kv %d (exact %v), round_robin %d (exact %v); want 30 and 0", kv.Predicted, kv.OverlapExact, rr.Predicted, rr.OverlapExact)
+	}
+	// The trace's first 30 requests start 30 conversations: no follow-ups.
+	for _, m := range rep.Order {
+		if r := rep.Modes[m]; r.FollowUps != 0 || r.Stickiness != nil {
+			t.Errorf("%s: %d follow-ups, stickiness %v; want none", m, r.FollowUps, r.Stickiness)
+		}
+	}
 	for _, name := range []string{"report.md", "chart.svg"} {
 		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
 			t.Error(err)
@@ -114,6 +129,13 @@ func TestReplayAgainstARunningWorker(t *testing.T) {
 	m := rep.Modes["direct"]
 	if m == nil || m.Requests != 8 || m.Errors != 0 || m.WorkerShare["solo"] != 1 || m.HitRate <= 0 {
 		t.Fatalf("report %+v", m)
+	}
+	// Every question after a group's first follows it, on the one worker.
+	if m.FollowUps != 6 || m.Stickiness == nil || *m.Stickiness != 1 {
+		t.Errorf("%d follow-ups, stickiness %v; want 6 and 1", m.FollowUps, m.Stickiness)
+	}
+	if m.Predicted != 0 || m.OverlapExact != nil {
+		t.Errorf("no router, yet %d predictions (overlap exact %v)", m.Predicted, m.OverlapExact)
 	}
 	// One worker holds everything, so it reaches the infinite-cache bound.
 	if *rep.IdealHitRate-m.HitRate > 0.01 {

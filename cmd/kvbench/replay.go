@@ -60,6 +60,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	r.wl.parsed(fs)
 	wl, arr, err := r.wl.build()
 	if err != nil {
 		return err
@@ -72,7 +73,8 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		jsonPath = filepath.Join(r.outDir, "report.json")
 	}
 	ideal, haveIdeal := bench.IdealHitRates(wl, r.blockSize, r.capacity)
-	rep := bench.NewReport(wl, ideal, haveIdeal, map[string]any{"url": r.url, "block_size": r.blockSize, "capacity_blocks": r.capacity})
+	rep := bench.NewReport(wl, ideal, haveIdeal, map[string]any{"url": r.url, "block_size": r.blockSize, "capacity_blocks": r.capacity,
+		"speedup": r.wl.speedup, "load": r.wl.load})
 	if r.capacity <= 0 {
 		rep.IdealFleet = nil
 	}
@@ -83,6 +85,9 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if r.progress || bench.IsTerminal(os.Stderr) {
 		bar = bench.NewProgress(stderr, r.label, wl.Requests())
 		ro.Progress = bar.Update
+	}
+	for _, n := range r.wl.notes {
+		fmt.Fprintln(stdout, n)
 	}
 	fmt.Fprintf(stdout, "kvbench replay: %d requests (%s, arrival %s) to %s\n", wl.Requests(), wl.Name, arr.Kind, r.url)
 	start := time.Now()

@@ -15,6 +15,7 @@ type workloadFlags struct {
 	trace          string
 	traceBlock     int
 	speedup        float64
+	load           float64
 	model          string
 	arrival        string
 	rate           float64
@@ -35,18 +36,33 @@ type workloadFlags struct {
 	think          time.Duration
 	tokenizer      string
 	seed           uint64
+
+	// bundledMax is how many requests of the bundled trace are replayed
+	// unless --max-requests is given (0: all); maxSet records that it was.
+	bundledMax int
+	maxSet     bool
+	// notes are one-line remarks on what build chose, for the user.
+	notes []string
 }
 
-func (w *workloadFlags) register(fs *flag.FlagSet, defMax int, defSpeedup float64) {
+// register defines the flags; bundledMax is the default slice of the
+// bundled trace (an explicit --trace is always replayed whole by default).
+func (w *workloadFlags) register(fs *flag.FlagSet, bundledMax int, defSpeedup float64) {
+	w.bundledMax = bundledMax
 	fs.StringVar(&w.kind, "workload", "trace", "trace (Mooncake JSONL), shared-prefix or chat")
 	fs.StringVar(&w.trace, "trace", "", "Mooncake-format trace (JSONL: timestamp, input_length, output_length, hash_ids); empty: the bundled slice of the Mooncake conversation trace")
 	fs.IntVar(&w.traceBlock, "trace-block-size", bench.DefaultTraceBlockSize, "tokens per hash id in the trace")
 	fs.Float64Var(&w.speedup, "speedup", defSpeedup, "replay the trace this many times faster (the simulated workers run this much faster too, so the load is the trace's)")
+	fs.Float64Var(&w.load, "load", 1, "multiply the arrival rate by this without changing worker speed: trace gaps are divided by it, the Poisson --rate multiplied (not for --arrival concurrency)")
 	fs.StringVar(&w.model, "model", bench.DefaultModel, "model name sent in every request")
-	fs.StringVar(&w.arrival, "arrival", "", "trace (timestamps ÷ speedup), poisson (--rate) or concurrency (--concurrency); default: trace for traces, concurrency otherwise")
+	fs.StringVar(&w.arrival, "arrival", "", "trace (timestamps ÷ (speedup × load)), poisson (--rate) or concurrency (--concurrency); default: trace for traces, concurrency otherwise")
 	fs.Float64Var(&w.rate, "rate", 10, "Poisson arrival rate, flows per second")
 	fs.IntVar(&w.concurrency, "concurrency", 16, "flows in flight for --arrival concurrency")
-	fs.IntVar(&w.maxRequests, "max-requests", defMax, "send at most this many requests (0: all)")
+	maxHelp := "send at most this many requests (0: all); when not given, an explicit --trace is replayed whole"
+	if bundledMax > 0 {
+		maxHelp += fmt.Sprintf(" and the bundled trace's first %d requests are used", bundledMax)
+	}
+	fs.IntVar(&w.maxRequests, "max-requests", 0, maxHelp)
 	fs.DurationVar(&w.duration, "duration", 0, "stop starting new flows after this long (0: no limit)")
 	fs.IntVar(&w.groups, "groups", 8, "shared-prefix: number of system prompts")
 	fs.IntVar(&w.perGroup, "per-group", 32, "shared-prefix: prompts per group")
@@ -64,11 +80,35 @@ func (w *workloadFlags) register(fs *flag.FlagSet, defMax int, defSpeedup float6
 	fs.Uint64Var(&w.seed, "seed", 1, "seed of synthetic text, tokens and Poisson gaps")
 }
 
+// parsed notes which flags the command line (or environment) set; call it
+// after parsing fs.
+func (w *workloadFlags) parsed(fs *flag.FlagSet) {
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "max-requests" {
+			w.maxSet = true
+		}
+	})
+}
+
+// note records a remark for the user.
+func (w *workloadFlags) note(format string, args ...any) {
+	w.notes = append(w.notes, fmt.Sprintf(format, args...))
+}
+
 // build loads or synthesizes the workload and its arrival process.
 func (w *workloadFlags) build() (*bench.Workload, bench.Arrival, error) {
 	var wl *bench.Workload
 	var err error
-	arr := bench.Arrival{Kind: w.arrival, Rate: w.rate, Concurrency: w.concurrency, Seed: w.seed}
+	if w.speedup <= 0 {
+		return nil, bench.Arrival{}, fmt.Errorf("--speedup %v must be positive", w.speedup)
+	}
+	if w.load <= 0 {
+		return nil, bench.Arrival{}, fmt.Errorf("--load %v must be positive", w.load)
+	}
+	if w.maxRequests < 0 {
+		return nil, bench.Arrival{}, fmt.Errorf("--max-requests %d must not be negative", w.maxRequests)
+	}
+	arr := bench.Arrival{Kind: w.arrival, Rate: w.rate * w.load, Concurrency: w.concurrency, Seed: w.seed}
 	switch w.kind {
 	case "trace":
 		var recs []bench.TraceRecord
@@ -82,10 +122,20 @@ func (w *workloadFlags) build() (*bench.Workload, bench.Arrival, error) {
 		if err != nil {
 			return nil, arr, err
 		}
-		if w.maxRequests > 0 && len(recs) > w.maxRequests {
-			recs = recs[:w.maxRequests]
+		limit := w.maxRequests
+		switch {
+		case !w.maxSet && w.trace == "" && w.bundledMax > 0:
+			limit = w.bundledMax
+			if limit < len(recs) {
+				w.note("note: replaying the first %d of the %d requests of the bundled trace (--max-requests 0 for all of it, --trace FILE for another)", limit, len(recs))
+			}
+		case limit > 0 && limit < len(recs):
+			w.note("note: --max-requests %d: replaying the first %d of the %d requests of %s", limit, limit, len(recs), name)
 		}
-		wl = bench.TraceWorkload(recs, bench.TraceOptions{Model: w.model, BlockSize: w.traceBlock, TimeScale: w.speedup})
+		if limit > 0 && len(recs) > limit {
+			recs = recs[:limit]
+		}
+		wl = bench.TraceWorkload(recs, bench.TraceOptions{Model: w.model, BlockSize: w.traceBlock, TimeScale: w.speedup * w.load})
 		wl.Params["trace"] = name
 		if arr.Kind == "" {
 			arr.Kind = bench.ArrivalTrace
@@ -120,8 +170,18 @@ func (w *workloadFlags) build() (*bench.Workload, bench.Arrival, error) {
 	if arr.Kind == bench.ArrivalTrace && w.kind != "trace" {
 		return nil, arr, fmt.Errorf("--arrival trace needs --workload trace")
 	}
-	wl.Limit(w.maxRequests)
+	if arr.Kind == bench.ArrivalConcurrency && w.load != 1 {
+		return nil, arr, fmt.Errorf("--load needs --arrival trace or poisson: a fixed concurrency has no rate to scale")
+	}
+	if w.kind != "trace" {
+		if n := wl.Requests(); w.maxRequests > 0 && w.maxRequests < n {
+			w.note("note: --max-requests %d: sending the first %d of the workload's %d requests", w.maxRequests, w.maxRequests, n)
+		}
+		wl.Limit(w.maxRequests)
+	}
 	wl.Params["arrival"] = arr.Kind
+	wl.Params["load"] = w.load
+	wl.Params["speedup"] = w.speedup
 	switch arr.Kind {
 	case bench.ArrivalPoisson:
 		wl.Params["rate"] = arr.Rate

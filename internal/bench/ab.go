@@ -41,7 +41,7 @@ func RunAB(ctx context.Context, env *Env, c *Client, w *Workload, rep *Report, o
 		start := time.Now()
 		results, err := Run(ctx, c, w, ro)
 		wall := time.Since(start)
-		peaks := stop()
+		sample := stop()
 		if bar != nil {
 			bar.Done()
 		}
@@ -49,7 +49,8 @@ func RunAB(ctx context.Context, env *Env, c *Client, w *Workload, rep *Report, o
 			return fmt.Errorf("mode %s: %w", mode, err)
 		}
 		m := Measure(results, wall)
-		m.Peaks = peaks
+		m.Peaks = sample.Peaks
+		m.SetClockLag(sample.Lag, wall)
 		rep.Add(mode, &m)
 		if opt.OnMode != nil {
 			opt.OnMode(mode, &m)

@@ -7,31 +7,63 @@ import (
 	"math"
 	"os"
 	"strings"
+	"unicode/utf8"
 )
 
 // palette colours modes in run order.
 var palette = []string{"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2"}
 
-// Chart geometry: a TTFT CDF panel on the left, hit-rate bars on the right.
+// Chart geometry: a TTFT CDF panel on the left, hit-rate bars on the right,
+// and under both a legend band (modes on the left, reference rates on the
+// right) that grows with the number of modes. Nothing but value labels is
+// written inside the plots, so labels cannot cover each other or the data:
+// text is placed by estimating its width as 0.6 × font size per character
+// and dropped or shortened when it does not fit.
 const (
-	chartW, chartH         = 960, 420
+	chartW                 = 960
 	cdfX0, cdfX1           = 70, 600
 	barX0, barX1           = 680, 930
-	plotY0, plotY1         = 50, 360
-	chartTitleY, axisLabel = 28, 400
+	plotY0, plotY1         = 64, 360
+	titleY, subtitleY      = 24, 46
+	xTickY, axisLabelY     = plotY1 + 18, plotY1 + 38
+	legendY0, legendRow    = plotY1 + 66, 18
+	fontSize, subtitleSize = 12, 11
+	titleSize              = 15
 )
 
+// textWidth estimates the rendered width of s at font size fs.
+func textWidth(s string, fs float64) float64 { return 0.6 * fs * float64(utf8.RuneCountInString(s)) }
+
+// fit shortens s with an ellipsis so that it is at most w wide at size fs.
+func fit(s string, w, fs float64) string {
+	if textWidth(s, fs) <= w {
+		return s
+	}
+	n := int(w/(0.6*fs)) - 1
+	if n <= 0 {
+		return ""
+	}
+	r := []rune(s)
+	return string(r[:min(n, len(r))]) + "…"
+}
+
 // WriteSVG draws the report as a self-contained SVG: the TTFT CDF of every
-// mode on a log time axis, and each mode's hit rate as a bar with the
-// reference rates as dashed lines.
+// mode on a log time axis, each mode's hit rate as a bar with the reference
+// rates as dashed lines, the setup as a subtitle and a legend underneath.
 func (r *Report) WriteSVG(w io.Writer) error {
+	rows := max(len(r.Order), 2)
+	h := legendY0 + legendRow*rows
 	var b strings.Builder
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", chartW, chartH, chartW, chartH)
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="%d">`+"\n", chartW, h, chartW, h, fontSize)
 	b.WriteString(`<rect width="100%" height="100%" fill="white"/>` + "\n")
-	fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="15" font-weight="bold">Time to first token (CDF)</text>`+"\n", cdfX0, chartTitleY)
-	fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="15" font-weight="bold">Prefix-cache hit rate</text>`+"\n", barX0, chartTitleY)
+	fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="%d" font-weight="bold">Time to first token (CDF)</text>`+"\n", cdfX0, titleY, titleSize)
+	fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="%d" font-weight="bold">Prefix-cache hit rate</text>`+"\n", barX0, titleY, titleSize)
+	if s := fit(r.SetupLine(), chartW-2*cdfX0, subtitleSize); s != "" {
+		fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="%d" fill="#444">%s</text>`+"\n", cdfX0, subtitleY, subtitleSize, html.EscapeString(s))
+	}
 	r.cdfPanel(&b)
 	r.barPanel(&b)
+	r.legend(&b)
 	b.WriteString("</svg>\n")
 	_, err := io.WriteString(w, b.String())
 	if err != nil {
@@ -67,21 +99,31 @@ func (r *Report) cdfPanel(b *strings.Builder) {
 	// Decade-aligned log axis.
 	lo = math.Pow(10, math.Floor(math.Log10(math.Max(lo, 0.1))))
 	hi = math.Pow(10, math.Ceil(math.Log10(math.Max(hi, lo*10))))
+	decades := math.Round(math.Log10(hi) - math.Log10(lo))
 	x := func(v float64) float64 {
 		v = math.Max(v, lo)
 		return cdfX0 + (math.Log10(v)-math.Log10(lo))/(math.Log10(hi)-math.Log10(lo))*(cdfX1-cdfX0)
 	}
 	y := func(q float64) float64 { return plotY1 - q*(plotY1-plotY0) }
 	axes(b, cdfX0, cdfX1)
-	for d := lo; d <= hi*1.0001; d *= 10 {
-		fmt.Fprintf(b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#ddd"/><text x="%.1f" y="%d" text-anchor="middle">%s</text>`+"\n",
-			x(d), plotY0, x(d), plotY1, x(d), plotY1+16, fmtMillis(d))
+	// Label every k-th decade so that neighbouring labels keep 8 px apart.
+	widest := 0.0
+	for i := 0; i <= int(decades); i++ {
+		widest = math.Max(widest, textWidth(fmtMillis(lo*math.Pow(10, float64(i))), fontSize))
+	}
+	k := max(1, int(math.Ceil((widest+8)/((cdfX1-cdfX0)/decades))))
+	for i := 0; i <= int(decades); i++ {
+		d := lo * math.Pow(10, float64(i))
+		fmt.Fprintf(b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#ddd"/>`+"\n", x(d), plotY0, x(d), plotY1)
+		if i%k == 0 {
+			fmt.Fprintf(b, `<text x="%.1f" y="%d" text-anchor="middle">%s</text>`+"\n", x(d), xTickY, fmtMillis(d))
+		}
 	}
 	for _, q := range []float64{0, 0.25, 0.5, 0.75, 0.9, 1} {
 		fmt.Fprintf(b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#eee"/><text x="%d" y="%.1f" text-anchor="end">%.0f%%</text>`+"\n",
 			cdfX0, y(q), cdfX1, y(q), cdfX0-6, y(q)+4, q*100)
 	}
-	fmt.Fprintf(b, `<text x="%d" y="%d" text-anchor="middle">TTFT (log scale)</text>`+"\n", (cdfX0+cdfX1)/2, axisLabel)
+	fmt.Fprintf(b, `<text x="%d" y="%d" text-anchor="middle">TTFT (log scale)</text>`+"\n", (cdfX0+cdfX1)/2, axisLabelY)
 	for i, name := range r.Order {
 		s := r.Modes[name].TTFTSamples
 		if len(s) == 0 {
@@ -94,26 +136,51 @@ func (r *Report) cdfPanel(b *strings.Builder) {
 			fmt.Fprintf(&pts, " %.1f,%.1f", x(s[j]), y(float64(j+1)/float64(len(s))))
 		}
 		fmt.Fprintf(&pts, " %.1f,%.1f", x(s[len(s)-1]), y(1))
-		c := palette[i%len(palette)]
-		fmt.Fprintf(b, `<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>`+"\n", c, pts.String())
-		ly := plotY0 + 10 + 18*i
-		fmt.Fprintf(b, `<rect x="%d" y="%d" width="14" height="4" fill="%s"/><text x="%d" y="%d">%s (p90 %s)</text>`+"\n",
-			cdfX0+10, ly-4, c, cdfX0+30, ly+1, html.EscapeString(name), fmtMillis(r.Modes[name].TTFT.P90))
+		fmt.Fprintf(b, `<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>`+"\n", palette[i%len(palette)], pts.String())
 	}
 }
 
-func (r *Report) barPanel(b *strings.Builder) {
-	axes(b, barX0, barX1)
+// barTop is the hit rate at the top of the bar panel.
+func (r *Report) barTop() float64 {
 	top := 0.0
 	for _, name := range r.Order {
 		top = math.Max(top, r.Modes[name].HitRate)
 	}
-	if r.IdealHitRate != nil {
-		top = math.Max(top, *r.IdealHitRate)
+	for _, ref := range []*float64{r.IdealHitRate, r.IdealFleet} {
+		if ref != nil {
+			top = math.Max(top, *ref)
+		}
 	}
-	top = math.Min(1, math.Ceil((top+0.05)*10)/10)
-	y := func(v float64) float64 { return plotY1 - v/top*(plotY1-plotY0) }
-	for v := 0.0; v <= top+1e-9; v += 0.1 {
+	return math.Max(0.1, math.Min(1, math.Ceil((top+0.05)*10)/10))
+}
+
+// refStyles are the dash patterns of the reference lines, in legend order.
+var refStyles = []string{"6,4", "2,3"}
+
+// refRate is a reference hit rate drawn as a line.
+type refRate struct {
+	v     float64
+	label string
+}
+
+// refs are the reference hit rates that are known.
+func (r *Report) refs() []refRate {
+	var out []refRate
+	if r.IdealHitRate != nil {
+		out = append(out, refRate{*r.IdealHitRate, "infinite cache"})
+	}
+	if r.IdealFleet != nil {
+		out = append(out, refRate{*r.IdealFleet, "fleet-size LRU"})
+	}
+	return out
+}
+
+func (r *Report) barPanel(b *strings.Builder) {
+	axes(b, barX0, barX1)
+	top := r.barTop()
+	y := func(v float64) float64 { return plotY1 - math.Min(v, top)/top*(plotY1-plotY0) }
+	for i := 0; i <= int(math.Round(top*10)); i++ {
+		v := float64(i) / 10
 		fmt.Fprintf(b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#eee"/><text x="%d" y="%.1f" text-anchor="end">%.0f%%</text>`+"\n",
 			barX0, y(v), barX1, y(v), barX0-6, y(v)+4, v*100)
 	}
@@ -127,19 +194,34 @@ func (r *Report) barPanel(b *strings.Builder) {
 		bx := float64(barX0) + slot*float64(i) + slot*0.15
 		fmt.Fprintf(b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"/>`+"\n",
 			bx, y(m.HitRate), slot*0.7, float64(plotY1)-y(m.HitRate), palette[i%len(palette)])
-		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="middle">%.1f%%</text>`+"\n", bx+slot*0.35, y(m.HitRate)-4, 100*m.HitRate)
-		fmt.Fprintf(b, `<text x="%.1f" y="%d" text-anchor="middle">%s</text>`+"\n", bx+slot*0.35, plotY1+16, html.EscapeString(name))
-	}
-	refs := []struct {
-		v     *float64
-		label string
-	}{{r.IdealHitRate, "infinite cache"}, {r.IdealFleet, "fleet-size LRU"}}
-	for _, ref := range refs {
-		if ref.v == nil {
-			continue
+		// The value goes above its bar when it fits in the bar's slot;
+		// otherwise the legend carries it.
+		if v := fmt.Sprintf("%.1f%%", 100*m.HitRate); textWidth(v, fontSize) <= slot-4 {
+			fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`+"\n", bx+slot*0.35, y(m.HitRate)-4, v)
 		}
-		fmt.Fprintf(b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#555" stroke-dasharray="5,4"/><text x="%d" y="%.1f" text-anchor="end" fill="#555">%s %.1f%%</text>`+"\n",
-			barX0, y(*ref.v), barX1, y(*ref.v), barX1, y(*ref.v)-4, ref.label, 100**ref.v)
+	}
+	for i, ref := range r.refs() {
+		fmt.Fprintf(b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#555" stroke-dasharray="%s"/>`+"\n",
+			barX0, y(ref.v), barX1, y(ref.v), refStyles[i%len(refStyles)])
+	}
+}
+
+// legend lists, under the plots, each mode (colour, name, TTFT p90, hit
+// rate) on the left and the reference lines on the right, one per row.
+func (r *Report) legend(b *strings.Builder) {
+	for i, name := range r.Order {
+		m := r.Modes[name]
+		ly := legendY0 + legendRow*i
+		c := palette[i%len(palette)]
+		stats := fmt.Sprintf(" — TTFT p90 %s, hit rate %.1f%%", fmtMillis(m.TTFT.P90), 100*m.HitRate)
+		label := fit(name, cdfX1-cdfX0-20-textWidth(stats, fontSize), fontSize) + stats
+		fmt.Fprintf(b, `<rect x="%d" y="%d" width="14" height="4" fill="%s"/><text x="%d" y="%d">%s</text>`+"\n",
+			cdfX0, ly-4, c, cdfX0+20, ly+1, html.EscapeString(label))
+	}
+	for i, ref := range r.refs() {
+		ly := legendY0 + legendRow*i
+		fmt.Fprintf(b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#555" stroke-dasharray="%s"/><text x="%d" y="%d" fill="#555">%s %.1f%%</text>`+"\n",
+			barX0, ly-2, barX0+24, ly-2, refStyles[i%len(refStyles)], barX0+30, ly+1, ref.label, 100*ref.v)
 	}
 }
 

@@ -104,6 +104,9 @@ func ChatWorkload(opt ChatOptions) (*Workload, error) {
 				return nil, err
 			}
 			it := Item{Path: PathChat, Body: body, OutputLen: opt.OutputTokens}
+			if t > 0 {
+				it.Follows = &ItemRef{Flow: s, Item: t - 1}
+			}
 			if opt.Encode != nil {
 				ids, err := opt.Encode(body)
 				if err != nil {

@@ -10,7 +10,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"time"
+
+	"github.com/kvroute/kvroute/internal/sim"
 )
 
 // Result is what one request measured.
@@ -20,7 +23,11 @@ type Result struct {
 	// TTFT is the time to the first generated token; E2E to the end of
 	// the stream.
 	TTFT, E2E time.Duration
-	// ITL holds the gaps between consecutive token chunks, in ms.
+	// ITL holds the gaps between consecutive token events, in ms: from the
+	// worker's emit stamps ("kvsim_t") when both events carry one, else
+	// from when each event was parsed. Stamps matter because events the
+	// worker wrote together, or that a proxy coalesced, arrive in one read
+	// and would otherwise look simultaneous.
 	ITL []float32
 	// Worker is who served the request, read from the response id that
 	// kvsim writes as "cmpl-<worker>-<n>" ("" when unknown).
@@ -28,6 +35,14 @@ type Result struct {
 	// PromptTokens and CachedTokens come from usage; OutputTokens counts
 	// the token chunks.
 	PromptTokens, CachedTokens, OutputTokens int
+	// PredictedCached is the router's prediction of CachedTokens, echoed
+	// by kvsim (header x-kvroute-predicted-cached-tokens or the usage
+	// chunk's kvroute_predicted_cached_tokens); nil when there was none.
+	PredictedCached *int
+	// Ref is the request's place in the workload and Follows the request
+	// whose prefix it continues (nil for none); Run fills both in.
+	Ref     ItemRef
+	Follows *ItemRef
 	// Status is the HTTP status; Err is set for any failed request.
 	Status int
 	Err    error
@@ -71,6 +86,7 @@ var (
 	textKey     = []byte(`"text":"`)
 	contentKey  = []byte(`"content":"`)
 	idKey       = []byte(`"id":"`)
+	stampKey    = []byte(`"kvsim_t":`)
 	errNoTokens = errors.New("stream ended without [DONE]")
 )
 
@@ -83,6 +99,7 @@ type usageChunk struct {
 			CachedTokens int `json:"cached_tokens"`
 		} `json:"prompt_tokens_details"`
 	} `json:"usage"`
+	Predicted *int `json:"kvroute_predicted_cached_tokens"`
 }
 
 // Do sends one item and reads its stream to the end. It never returns an
@@ -108,6 +125,11 @@ func (c *Client) Do(ctx context.Context, it *Item) Result {
 	}
 	defer resp.Body.Close()
 	res.Status = resp.StatusCode
+	if v := resp.Header.Get(sim.PredictedCachedTokensHeader); v != "" {
+		if n, err := strconv.Atoi(v); err == nil && n >= 0 {
+			res.PredictedCached = &n
+		}
+	}
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		res.Err = fmt.Errorf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(msg))
@@ -119,13 +141,14 @@ func (c *Client) Do(ctx context.Context, it *Item) Result {
 	return res
 }
 
-// readStream parses the SSE body, stamping token arrivals. Token chunks are
+// readStream parses the SSE body, timing each token event. Token chunks are
 // recognized by scanning for a non-empty "text" or "content" value instead
 // of decoding every chunk, which keeps the client's cost per token small;
 // only the usage chunk is decoded.
 func readStream(body io.Reader, res *Result, expect int) error {
 	br := bufio.NewReaderSize(body, 16<<10)
 	var last time.Time
+	var lastStamp int64 // the previous token's worker stamp, 0 for none
 	if expect > 0 {
 		res.ITL = make([]float32, 0, expect)
 	}
@@ -170,22 +193,49 @@ func readStream(body io.Reader, res *Result, expect int) error {
 					res.CachedTokens = d.CachedTokens
 				}
 			}
+			if u.Predicted != nil && *u.Predicted >= 0 {
+				res.PredictedCached = u.Predicted
+			}
 			continue
 		}
 		if hasToken(data) {
-			if res.OutputTokens == 0 {
+			stamp := emitStamp(data)
+			switch {
+			case res.OutputTokens == 0:
+				// TTFT stays client-side: the worker's clock need not be ours.
 				res.TTFT = now.Sub(res.Start)
-			} else {
+			case stamp > 0 && lastStamp > 0 && stamp >= lastStamp:
+				res.ITL = append(res.ITL, float32(float64(stamp-lastStamp)/1e6))
+			default:
 				res.ITL = append(res.ITL, float32(now.Sub(last).Seconds()*1000))
 			}
 			res.OutputTokens++
-			last = now
+			last, lastStamp = now, stamp
 			continue
 		}
 		if bytes.Contains(data, errorKey) {
 			return fmt.Errorf("stream error: %s", data)
 		}
 	}
+}
+
+// emitStamp reads a chunk's "kvsim_t" (the worker's emit time in Unix
+// nanoseconds); 0 when absent or malformed.
+func emitStamp(data []byte) int64 {
+	i := bytes.Index(data, stampKey)
+	if i < 0 {
+		return 0
+	}
+	rest := bytes.TrimLeft(data[i+len(stampKey):], " ")
+	end := 0
+	for end < len(rest) && rest[end] >= '0' && rest[end] <= '9' {
+		end++
+	}
+	n, err := strconv.ParseInt(string(rest[:end]), 10, 64)
+	if err != nil {
+		return 0
+	}
+	return n
 }
 
 // hasToken reports whether a chunk carries generated text: a "text" or

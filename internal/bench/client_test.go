@@ -1,11 +1,16 @@
 package bench
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kvroute/kvroute/internal/sim"
 )
@@ -137,4 +142,131 @@ func FuzzReadStream(f *testing.F) {
 			t.Fatalf("%d tokens with %d gaps", r.OutputTokens, len(r.ITL))
 		}
 	})
+}
+
+// sseServer answers every request with body in one Write, as a worker or a
+// proxy that coalesces events does.
+func sseServer(t *testing.T, header http.Header, body string) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {
+		for k, v := range header {
+			rw.Header()[k] = v
+		}
+		rw.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(rw, body)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// tokenEvents renders n completion chunks, stamped step apart when step > 0.
+func tokenEvents(n int, step time.Duration) string {
+	var b strings.Builder
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	for i := range n {
+		stamp := ""
+		if step > 0 {
+			stamp = fmt.Sprintf(`,"kvsim_t":%d`, t0+int64(i)*int64(step))
+		}
+		fmt.Fprintf(&b, "data: {\"id\":\"cmpl-w3-1\",\"choices\":[{\"text\":\"t\"}]%s}\n\n", stamp)
+	}
+	b.WriteString("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":64,\"prompt_tokens_details\":{\"cached_tokens\":48}},\"kvroute_predicted_cached_tokens\":48}\n\ndata: [DONE]\n\n")
+	return b.String()
+}
+
+func TestITLComesFromTheWorkersStampsWhenEventsArriveTogether(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		step     time.Duration
+		min, max float64 // ITL p50 bounds, ms
+	}{
+		// All 20 events reach the client in one read: only the stamps
+		// can tell them apart.
+		{"stamped 10 ms apart", 10 * time.Millisecond, 9.99, 10.01},
+		// Without stamps each event gets its own parse time, which is
+		// what the client saw: nearly simultaneous.
+		{"unstamped", 0, 0, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := sseServer(t, nil, tokenEvents(20, tc.step))
+			c := NewClient(srv.URL)
+			defer c.Close()
+			r := c.Do(context.Background(), &Item{Path: PathCompletions, Body: []byte(`{}`), OutputLen: 20})
+			if r.Err != nil || r.OutputTokens != 20 || len(r.ITL) != 19 || r.Worker != "w3" {
+				t.Fatalf("err %v, %d tokens, %d gaps, worker %q", r.Err, r.OutputTokens, len(r.ITL), r.Worker)
+			}
+			m := Measure([]Result{r}, time.Second)
+			if m.ITL.P50 < tc.min || m.ITL.P50 > tc.max {
+				t.Errorf("ITL p50 %.3f ms, want within [%g, %g]", m.ITL.P50, tc.min, tc.max)
+			}
+		})
+	}
+}
+
+func TestClientReadsThePredictionFromHeaderOrUsageChunk(t *testing.T) {
+	hdr := http.Header{}
+	hdr.Set(sim.PredictedCachedTokensHeader, "32")
+	body := tokenEvents(2, time.Millisecond)
+	for _, tc := range []struct {
+		name   string
+		header http.Header
+		body   string
+		want   int // -1: no prediction
+	}{
+		{"usage chunk wins over the header", hdr, body, 48},
+		{"header only", hdr, strings.Replace(body, `,"kvroute_predicted_cached_tokens":48`, "", 1), 32},
+		{"none", nil, strings.Replace(body, `,"kvroute_predicted_cached_tokens":48`, "", 1), -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := NewClient(sseServer(t, tc.header, tc.body).URL)
+			defer c.Close()
+			r := c.Do(context.Background(), &Item{Path: PathCompletions, Body: []byte(`{}`)})
+			got := -1
+			if r.PredictedCached != nil {
+				got = *r.PredictedCached
+			}
+			if r.Err != nil || got != tc.want || r.CachedTokens != 48 {
+				t.Errorf("err %v, predicted %d, cached %d; want predicted %d, cached 48", r.Err, got, r.CachedTokens, tc.want)
+			}
+		})
+	}
+}
+
+func TestKvsimStampsEveryTokenChunk(t *testing.T) {
+	w := startWorker(t)
+	body := completionBody(DefaultModel, BlockTokens(nil, 3, 64), 6)
+	req, err := http.NewRequest(http.MethodPost, w.URL()+PathCompletions, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(sim.PredictedCachedTokensHeader, "17")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.Header.Get(sim.PredictedCachedTokensHeader); got != "17" {
+		t.Errorf("response header %q, want the request's 17 echoed", got)
+	}
+	var prev int64
+	tokens := 0
+	for _, line := range strings.Split(string(raw), "\n") {
+		data, ok := strings.CutPrefix(line, "data: ")
+		if !ok || !hasToken([]byte(data)) {
+			continue
+		}
+		tokens++
+		st := emitStamp([]byte(data))
+		if st <= 0 || st < prev {
+			t.Errorf("token %d stamp %d after %d: want increasing Unix nanos", tokens, st, prev)
+		}
+		prev = st
+	}
+	if tokens != 6 || !strings.Contains(string(raw), `"kvroute_predicted_cached_tokens":17`) {
+		t.Errorf("%d tokens (want 6); usage chunk carries the prediction: %v", tokens, strings.Contains(string(raw), "kvroute_predicted"))
+	}
 }

@@ -27,6 +27,10 @@ type Report struct {
 	Setup map[string]any `json:"setup,omitempty"`
 	// Note is free text printed under the table (e.g. how to read times).
 	Note string `json:"note,omitempty"`
+	// ClockLagWarning is set when, in some mode, a simulated worker fell
+	// behind real time by more than 100 ms and 1 % of the run (see
+	// ModeResult.ClockLag): that mode's times are stretched.
+	ClockLagWarning bool `json:"clock_lag_warning"`
 	// Order lists the modes in the order they ran.
 	Order []string               `json:"order"`
 	Modes map[string]*ModeResult `json:"modes"`
@@ -51,6 +55,25 @@ func (r *Report) Add(mode string, m *ModeResult) {
 		r.Order = append(r.Order, mode)
 	}
 	r.Modes[mode] = m
+	if m.LagWarning {
+		r.ClockLagWarning = true
+	}
+}
+
+// LagWarnings returns one line per mode whose workers fell behind real
+// time, naming the worst worker; nil when none did.
+func (r *Report) LagWarnings() []string {
+	var out []string
+	for _, name := range r.Order {
+		m := r.Modes[name]
+		if !m.LagWarning {
+			continue
+		}
+		id, secs := m.WorstLag()
+		out = append(out, fmt.Sprintf("warning: in mode %s, kvsim worker %s fell %.2f s behind real time in a %.1f s run (kvsim_clock_lag_seconds_total): its timings are stretched; lower --speedup or free CPU",
+			name, id, secs, m.WallSeconds))
+	}
+	return out
 }
 
 // WriteJSON writes the report, indented.
@@ -94,17 +117,67 @@ func ReadReport(rd io.Reader) (*Report, error) {
 	return &r, nil
 }
 
+// SetupLine says in one line what was measured: workers, KV blocks per
+// worker and block size, speedup and load, the workload (trace file or
+// bundled name) and the number of requests. Parts the report does not know
+// are left out.
+func (r *Report) SetupLine() string {
+	var parts []string
+	get := func(m map[string]any, keys ...string) (any, bool) {
+		for _, k := range keys {
+			if v, ok := m[k]; ok && v != nil && v != "" {
+				return v, true
+			}
+		}
+		return nil, false
+	}
+	workers, hasW := get(r.Setup, "workers")
+	blocks, hasB := get(r.Setup, "kv_blocks_per_worker")
+	bs, hasBS := get(r.Setup, "block_size")
+	switch {
+	case hasW && hasB && hasBS:
+		parts = append(parts, fmt.Sprintf("%v workers × %v KV blocks of %v tokens", workers, blocks, bs))
+	case hasW:
+		parts = append(parts, fmt.Sprintf("%v workers", workers))
+	case hasBS:
+		parts = append(parts, fmt.Sprintf("block size %v", bs))
+	}
+	if v, ok := get(r.Setup, "worker_speedup", "speedup"); ok {
+		parts = append(parts, fmt.Sprintf("speedup %v×", v))
+	}
+	if v, ok := get(r.Setup, "load"); ok {
+		parts = append(parts, fmt.Sprintf("load %v×", v))
+	}
+	if v, ok := get(r.Workload, "trace"); ok {
+		parts = append(parts, fmt.Sprintf("trace %v", v))
+	} else if v, ok := get(r.Workload, "name"); ok {
+		parts = append(parts, fmt.Sprintf("workload %v", v))
+	}
+	if v, ok := get(r.Workload, "requests"); ok {
+		parts = append(parts, fmt.Sprintf("%v requests", v))
+	}
+	if v, ok := get(r.Setup, "url"); ok {
+		parts = append(parts, fmt.Sprintf("against %v", v))
+	}
+	return strings.Join(parts, " · ")
+}
+
 // Markdown renders the comparison table, one row per mode in run order.
 func (r *Report) Markdown() string {
 	var b strings.Builder
-	b.WriteString("| mode | requests | errors | hit rate | TTFT p50 / p90 / p99 (ms) | ITL p50 / p90 (ms) | E2E p50 / p90 (ms) | output tok/s | worker share |\n")
-	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	if s := r.SetupLine(); s != "" {
+		fmt.Fprintf(&b, "**Setup:** %s\n\n", s)
+	}
+	b.WriteString("| mode | requests | errors | hit rate | stickiness | overlap exact | TTFT p50 / p90 / p99 (ms) | ITL p50 / p90 (ms) | E2E p50 / p90 (ms) | output tok/s | worker share |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, name := range r.Order {
 		m := r.Modes[name]
-		fmt.Fprintf(&b, "| %s | %d | %d | %.1f %% | %.0f / %.0f / %.0f | %.1f / %.1f | %.0f / %.0f | %.0f | %s |\n",
-			name, m.Requests, m.Errors, 100*m.HitRate, m.TTFT.P50, m.TTFT.P90, m.TTFT.P99,
+		fmt.Fprintf(&b, "| %s | %d | %d | %.1f %% | %s | %s | %.0f / %.0f / %.0f | %.1f / %.1f | %.0f / %.0f | %.0f | %s |\n",
+			name, m.Requests, m.Errors, 100*m.HitRate, pct(m.Stickiness), pct(m.OverlapExact), m.TTFT.P50, m.TTFT.P90, m.TTFT.P99,
 			m.ITL.P50, m.ITL.P90, m.E2E.P50, m.E2E.P90, m.OutputTokS, shareString(m.WorkerShare))
 	}
+	b.WriteString("\nStickiness: share of follow-up requests (next turn, same prefix) served by the worker that served the request they follow. " +
+		"Overlap exact: share of requests whose router-predicted cached tokens equal the worker's reported cached_tokens (n/a: the router made no prediction).\n")
 	switch {
 	case r.IdealHitRate != nil && r.IdealFleet != nil:
 		fmt.Fprintf(&b, "\nReference hit rates for this workload: %.1f %% with an infinite cache, %.1f %% with one LRU cache the size of the whole fleet.\n",
@@ -114,6 +187,9 @@ func (r *Report) Markdown() string {
 	}
 	if peaks := r.peaksTable(); peaks != "" {
 		fmt.Fprintf(&b, "\n%s", peaks)
+	}
+	for _, w := range r.LagWarnings() {
+		fmt.Fprintf(&b, "\n**%s**\n", w)
 	}
 	if cmp := r.Comparison(); cmp != "" {
 		fmt.Fprintf(&b, "\n%s", cmp)
@@ -158,8 +234,9 @@ func (r *Report) Comparison() string {
 	var b strings.Builder
 	for _, name := range r.Order[1:] {
 		m := r.Modes[name]
-		fmt.Fprintf(&b, "- %s vs %s: hit rate %.1f %% vs %.1f %%; TTFT p50 %s, p90 %s",
-			name, r.Order[0], 100*m.HitRate, 100*base.HitRate, ratio(m.TTFT.P50, base.TTFT.P50), ratio(m.TTFT.P90, base.TTFT.P90))
+		fmt.Fprintf(&b, "- %s vs %s: hit rate %.1f %% vs %.1f %%; stickiness %s vs %s; overlap exact %s vs %s; TTFT p50 %s, p90 %s",
+			name, r.Order[0], 100*m.HitRate, 100*base.HitRate, pct(m.Stickiness), pct(base.Stickiness),
+			pct(m.OverlapExact), pct(base.OverlapExact), ratio(m.TTFT.P50, base.TTFT.P50), ratio(m.TTFT.P90, base.TTFT.P90))
 		if r.IdealFleet != nil && *r.IdealFleet > 0 {
 			fmt.Fprintf(&b, "; %.0f %% of the fleet-capacity reference", 100*m.HitRate / *r.IdealFleet)
 		}
@@ -179,6 +256,14 @@ func ratio(v, base float64) string {
 		return fmt.Sprintf("%.2f× higher (%.0f vs %.0f ms)", v/base, v, base)
 	}
 	return fmt.Sprintf("equal (%.0f ms)", v)
+}
+
+// pct prints a share as a percentage, "n/a" when unknown.
+func pct(v *float64) string {
+	if v == nil {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.1f %%", 100**v)
 }
 
 func shareString(s map[string]float64) string {

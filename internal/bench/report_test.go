@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"encoding/xml"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,23 +21,33 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
 // fixedReport is a two-mode report with known numbers.
 func fixedReport() *Report {
-	w := &Workload{Name: "trace", Params: map[string]any{"time_scale": 5.0}}
+	w := &Workload{Name: "trace", Params: map[string]any{"time_scale": 5.0, "trace": "conversation.jsonl"}}
 	w.Flows = []Flow{{Items: []Item{{}, {}}}}
-	rep := NewReport(w, Ideal{Infinite: 0.25, Fleet: 0.2}, true, map[string]any{"workers": 2})
-	mk := func(worker string, ttft []time.Duration, cached int) *ModeResult {
+	rep := NewReport(w, Ideal{Infinite: 0.25, Fleet: 0.2}, true, map[string]any{
+		"workers": 2, "kv_blocks_per_worker": 64, "block_size": 16, "worker_speedup": 5.0, "load": 1.5})
+	// The second request follows the first; predictions, when given, are
+	// right for the first request only.
+	mk := func(worker string, ttft []time.Duration, cached int, predict bool) *ModeResult {
 		var rs []Result
 		for i, d := range ttft {
-			rs = append(rs, Result{TTFT: d, E2E: 2 * d, ITL: []float32{1, 3}, Worker: worker, PromptTokens: 100, CachedTokens: cached, OutputTokens: 3})
+			rs = append(rs, Result{TTFT: d, E2E: 2 * d, ITL: []float32{1, 3}, Worker: worker, PromptTokens: 100, CachedTokens: cached, OutputTokens: 3,
+				Ref: ItemRef{Item: i}})
 			if i == 0 {
 				rs[0].Worker = "w0"
+			} else {
+				rs[i].Follows = &ItemRef{Item: i - 1}
+			}
+			if predict {
+				p := cached - 16*i
+				rs[i].PredictedCached = &p
 			}
 		}
 		rs = append(rs, Result{Err: io.ErrUnexpectedEOF})
 		m := Measure(rs, 2*time.Second)
 		return &m
 	}
-	rep.Add("round_robin", mk("w1", []time.Duration{100 * time.Millisecond, 300 * time.Millisecond}, 0))
-	rep.Add("kv", mk("w1", []time.Duration{10 * time.Millisecond, 30 * time.Millisecond}, 20))
+	rep.Add("round_robin", mk("w1", []time.Duration{100 * time.Millisecond, 300 * time.Millisecond}, 0, false))
+	rep.Add("kv", mk("w0", []time.Duration{10 * time.Millisecond, 30 * time.Millisecond}, 20, true))
 	return rep
 }
 
@@ -70,7 +82,7 @@ func TestReportJSONHasTheIssuesShape(t *testing.T) {
 	if err := json.Unmarshal(buf.Bytes(), &generic); err != nil {
 		t.Fatal(err)
 	}
-	for _, key := range []string{"requests", "errors", "hit_rate", "ttft_ms", "itl_ms", "e2e_ms", "output_tok_s", "worker_share"} {
+	for _, key := range []string{"requests", "errors", "hit_rate", "ttft_ms", "itl_ms", "e2e_ms", "output_tok_s", "worker_share", "stickiness", "overlap_exact"} {
 		if _, ok := generic.Modes["kv"][key]; !ok {
 			t.Errorf("mode result lacks %q", key)
 		}
@@ -116,8 +128,123 @@ func TestReportSVGIsWellFormedWithOneCurvePerMode(t *testing.T) {
 	if bars != 5 {
 		t.Errorf("%d rects, want 5", bars)
 	}
-	if !strings.Contains(buf.String(), "infinite cache 25.0%") {
-		t.Error("the infinite-cache reference line is missing")
+	for _, want := range []string{"infinite cache 25.0%", "2 workers × 64 KV blocks of 16 tokens · speedup 5× · load 1.5× · trace conversation.jsonl · 2 requests"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("chart lacks %q", want)
+		}
+	}
+}
+
+// svgText is a text element's estimated bounding box.
+type svgText struct {
+	s                      string
+	x0, y0, x1, y1, fontSz float64
+}
+
+// textBoxes parses every <text> of an SVG and estimates its box: width
+// 0.6 × font size per character, from 0.8 × font size above the baseline
+// to 0.2 × below.
+func textBoxes(t *testing.T, svg []byte) (boxes []svgText, w, h float64) {
+	t.Helper()
+	dec := xml.NewDecoder(bytes.NewReader(svg))
+	rootSize := 0.0
+	attrs := func(se xml.StartElement) map[string]string {
+		m := map[string]string{}
+		for _, a := range se.Attr {
+			m[a.Name.Local] = a.Value
+		}
+		return m
+	}
+	num := func(s string) float64 {
+		var v float64
+		if _, err := fmt.Sscan(s, &v); err != nil {
+			t.Fatalf("number %q: %v", s, err)
+		}
+		return v
+	}
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		se, ok := tok.(xml.StartElement)
+		if !ok {
+			continue
+		}
+		a := attrs(se)
+		switch se.Name.Local {
+		case "svg":
+			rootSize, w, h = num(a["font-size"]), num(a["width"]), num(a["height"])
+		case "text":
+			var content string
+			if err := dec.DecodeElement(&content, &se); err != nil {
+				t.Fatal(err)
+			}
+			fs := rootSize
+			if v, ok := a["font-size"]; ok {
+				fs = num(v)
+			}
+			x, y := num(a["x"]), num(a["y"])
+			width := textWidth(content, fs)
+			switch a["text-anchor"] {
+			case "middle":
+				x -= width / 2
+			case "end":
+				x -= width
+			}
+			boxes = append(boxes, svgText{s: content, x0: x, y0: y - 0.8*fs, x1: x + width, y1: y + 0.2*fs, fontSz: fs})
+		}
+	}
+	return boxes, w, h
+}
+
+func TestChartLabelsDoNotOverlap(t *testing.T) {
+	long := func(i int) string { return fmt.Sprintf("kv_without_events_and_a_rather_long_experimental_name_%d", i) }
+	for _, tc := range []struct {
+		name  string
+		modes int
+		names func(int) string
+		ttft  []time.Duration
+	}{
+		{"two short modes", 2, func(i int) string { return []string{"round_robin", "kv"}[i] }, []time.Duration{3 * time.Millisecond, 2 * time.Second}},
+		{"nine long modes", 9, long, []time.Duration{time.Millisecond, 40 * time.Second}},
+		{"sixteen long modes over ten decades", 16, long, []time.Duration{100 * time.Microsecond, 1000 * time.Hour}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := &Workload{Name: "trace", Params: map[string]any{"trace": strings.Repeat("a-very-long-trace-file-name/", 12) + "trace.jsonl"}}
+			w.Flows = []Flow{{Items: []Item{{}}}}
+			rep := NewReport(w, Ideal{Infinite: 0.81, Fleet: 0.8}, true, map[string]any{
+				"workers": 16, "kv_blocks_per_worker": 5632, "block_size": 64, "worker_speedup": 5, "load": 2})
+			for i := range tc.modes {
+				var rs []Result
+				for _, d := range tc.ttft {
+					rs = append(rs, Result{TTFT: d, Worker: "w", PromptTokens: 100, CachedTokens: 80 - i})
+				}
+				m := Measure(rs, time.Second)
+				rep.Add(tc.names(i), &m)
+			}
+			var buf bytes.Buffer
+			if err := rep.WriteSVG(&buf); err != nil {
+				t.Fatal(err)
+			}
+			boxes, cw, ch := textBoxes(t, buf.Bytes())
+			if len(boxes) < 10 {
+				t.Fatalf("only %d labels", len(boxes))
+			}
+			for i, a := range boxes {
+				if a.x0 < 0 || a.y0 < 0 || a.x1 > cw || a.y1 > ch {
+					t.Errorf("%q (%.0f,%.0f)-(%.0f,%.0f) leaves the %.0f×%.0f canvas", a.s, a.x0, a.y0, a.x1, a.y1, cw, ch)
+				}
+				for _, b := range boxes[i+1:] {
+					if a.x0 < b.x1 && b.x0 < a.x1 && a.y0 < b.y1 && b.y0 < a.y1 {
+						t.Errorf("%q overlaps %q", a.s, b.s)
+					}
+				}
+			}
+		})
 	}
 }
 
@@ -137,6 +264,9 @@ func TestChatTurnsExtendTheConversationsPrompt(t *testing.T) {
 			n := 0
 			for n < len(prev) && n < len(cur) && prev[n] == cur[n] {
 				n++
+			}
+			if f := fl.Items[i].Follows; f == nil || *f != (ItemRef{Flow: s, Item: i - 1}) {
+				t.Errorf("session %d turn %d follows %v, want the previous turn", s, i, f)
 			}
 			if len(cur) <= len(prev) || n < len(prev)*9/10 {
 				t.Errorf("session %d turn %d: %d tokens share %d with the previous turn's %d", s, i, len(cur), n, len(prev))
@@ -169,4 +299,102 @@ func FuzzReadReport(f *testing.F) {
 			t.Fatal(err)
 		}
 	})
+}
+
+func TestClockLagIsFlaggedAboveTheThreshold(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		lag  time.Duration
+		wall time.Duration
+		want bool
+	}{
+		{"none", 0, 10 * time.Second, false},
+		{"under 100 ms", 90 * time.Millisecond, time.Second, false},
+		{"over 100 ms in a short run", 150 * time.Millisecond, time.Second, true},
+		{"under 1 % of a long run", 500 * time.Millisecond, 80 * time.Second, false},
+		{"over 1 % of a long run", 900 * time.Millisecond, 80 * time.Second, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep := fixedReport()
+			m := rep.Modes["kv"]
+			m.SetClockLag(map[string]time.Duration{"w0": 0, "w1": tc.lag}, tc.wall)
+			rep.Add("kv", m)
+			var buf bytes.Buffer
+			if err := rep.WriteJSON(&buf); err != nil {
+				t.Fatal(err)
+			}
+			back, err := ReadReport(&buf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			md := rep.Markdown()
+			if back.ClockLagWarning != tc.want || back.Modes["kv"].LagWarning != tc.want ||
+				strings.Contains(md, "fell") != tc.want {
+				t.Errorf("warning in JSON %v (mode %v), in Markdown %v; want %v\n%s", back.ClockLagWarning, back.Modes["kv"].LagWarning, strings.Contains(md, "fell"), tc.want, md)
+			}
+			if got := back.Modes["kv"].ClockLag["w1"]; got != tc.lag.Seconds() {
+				t.Errorf("clock_lag_s w1 = %v, want %v", got, tc.lag.Seconds())
+			}
+		})
+	}
+}
+
+func TestStickinessAndOverlapExact(t *testing.T) {
+	ref := func(f, i int) *ItemRef { return &ItemRef{Flow: f, Item: i} }
+	n := func(v int) *int { return &v }
+	results := []Result{
+		// Flow 0: three turns, the third moved to another worker.
+		{Ref: ItemRef{0, 0}, Worker: "a", CachedTokens: 0, PredictedCached: n(0)},
+		{Ref: ItemRef{0, 1}, Follows: ref(0, 0), Worker: "a", CachedTokens: 64, PredictedCached: n(64)},
+		{Ref: ItemRef{0, 2}, Follows: ref(0, 1), Worker: "b", CachedTokens: 0, PredictedCached: n(128)},
+		// Flow 1 follows flow 0's first request (a trace follow-up) and
+		// stays; its second request follows a failure and is not counted.
+		{Ref: ItemRef{1, 0}, Follows: ref(0, 0), Worker: "a", CachedTokens: 32},
+		{Ref: ItemRef{2, 0}, Worker: "c", Err: io.EOF},
+		{Ref: ItemRef{3, 0}, Follows: ref(2, 0), Worker: "c"},
+	}
+	m := Measure(results, time.Second)
+	if m.Stickiness == nil || m.FollowUps != 3 || *m.Stickiness != 2.0/3 {
+		t.Errorf("stickiness %v over %d follow-ups, want 2/3 over 3", m.Stickiness, m.FollowUps)
+	}
+	if m.OverlapExact == nil || m.Predicted != 3 || *m.OverlapExact != 2.0/3 {
+		t.Errorf("overlap exact %v over %d predictions, want 2/3 over 3", m.OverlapExact, m.Predicted)
+	}
+	none := Measure(results[4:5], time.Second)
+	if none.Stickiness != nil || none.OverlapExact != nil {
+		t.Errorf("no follow-ups and no predictions must be null, got %v %v", none.Stickiness, none.OverlapExact)
+	}
+}
+
+func TestFollowUpsOfEachWorkload(t *testing.T) {
+	recs := []TraceRecord{
+		{HashIDs: []int64{0, 1, 2}},    // 0: new
+		{HashIDs: []int64{0, 1, 2, 3}}, // 1: continues 0
+		{HashIDs: []int64{0, 5}},       // 2: shares only the root block
+		{HashIDs: []int64{0, 1, 9}},    // 3: shares two with 0 and 1, latest is 1
+		{HashIDs: []int64{0, 1, 2, 3}}, // 4: longest with 1
+		{HashIDs: []int64{7}},          // 5: new
+	}
+	got := traceFollowUps(recs)
+	if want := []int{-1, 0, -1, 1, 1, -1}; !slices.Equal(got, want) {
+		t.Errorf("trace follow-ups %v, want %v", got, want)
+	}
+	wl := TraceWorkload(recs, TraceOptions{Model: DefaultModel})
+	if f := wl.Flows[3].Items[0].Follows; f == nil || *f != (ItemRef{Flow: 1}) {
+		t.Errorf("trace item 3 follows %v, want flow 1", f)
+	}
+	sp, err := SharedPrefixWorkload(SharedPrefixOptions{Model: DefaultModel, Groups: 2, PerGroup: 3, SystemTokens: 16, QuestionTokens: 4, OutputTokens: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Flows interleave the groups: g0 g1 g0 g1 g0 g1.
+	for i, fl := range sp.Flows {
+		f := fl.Items[0].Follows
+		switch {
+		case i < 2 && f != nil:
+			t.Errorf("shared-prefix flow %d follows %v, want nothing", i, f)
+		case i >= 2 && (f == nil || *f != ItemRef{Flow: i - 2}):
+			t.Errorf("shared-prefix flow %d follows %v, want flow %d", i, f, i-2)
+		}
+	}
 }

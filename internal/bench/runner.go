@@ -70,7 +70,8 @@ func Run(ctx context.Context, c *Client, w *Workload, opt RunOptions) ([]Result,
 		wg      sync.WaitGroup
 	)
 	start := time.Now()
-	runFlow := func(f *Flow) {
+	runFlow := func(fi int) {
+		f := &w.Flows[fi]
 		for i := range f.Items {
 			if i > 0 && f.Think > 0 {
 				select {
@@ -83,6 +84,7 @@ func Run(ctx context.Context, c *Client, w *Workload, opt RunOptions) ([]Result,
 				return
 			}
 			r := c.Do(ctx, &f.Items[i])
+			r.Ref, r.Follows = ItemRef{Flow: fi, Item: i}, f.Items[i].Follows
 			mu.Lock()
 			results = append(results, r)
 			if r.Err != nil {
@@ -98,13 +100,13 @@ func Run(ctx context.Context, c *Client, w *Workload, opt RunOptions) ([]Result,
 	expired := func() bool { return opt.Duration > 0 && time.Since(start) >= opt.Duration }
 	switch opt.Arrival.Kind {
 	case ArrivalConcurrency:
-		next := make(chan *Flow)
+		next := make(chan int)
 		for range opt.Arrival.Concurrency {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				for f := range next {
-					runFlow(f)
+				for fi := range next {
+					runFlow(fi)
 				}
 			}()
 		}
@@ -114,7 +116,7 @@ func Run(ctx context.Context, c *Client, w *Workload, opt RunOptions) ([]Result,
 				break
 			}
 			select {
-			case next <- &w.Flows[i]:
+			case next <- i:
 			case <-ctx.Done():
 				break feed
 			}
@@ -144,10 +146,10 @@ func Run(ctx context.Context, c *Client, w *Workload, opt RunOptions) ([]Result,
 				}
 			}
 			wg.Add(1)
-			go func(f *Flow) {
+			go func(fi int) {
 				defer wg.Done()
-				runFlow(f)
-			}(&w.Flows[i])
+				runFlow(fi)
+			}(i)
 		}
 	}
 	wg.Wait()

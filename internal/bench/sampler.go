@@ -18,11 +18,23 @@ type WorkerPeak struct {
 	KVUsage float64 `json:"peak_kv_usage"`
 }
 
+// fleetSample is what sampleFleet saw during a run.
+type fleetSample struct {
+	Peaks map[string]WorkerPeak
+	// Lag is each worker's clock lag accrued during the run (see
+	// sim.WorkerStats.ClockLag).
+	Lag map[string]time.Duration
+}
+
 // sampleFleet records each worker's peaks until ctx ends; the returned
-// function stops it and returns the peaks.
-func sampleFleet(ctx context.Context, workers []*sim.Worker) func() map[string]WorkerPeak {
+// function stops it and returns the peaks and the clock lag since the call.
+func sampleFleet(ctx context.Context, workers []*sim.Worker) func() fleetSample {
 	ctx, cancel := context.WithCancel(ctx)
 	peaks := make(map[string]WorkerPeak, len(workers))
+	lag0 := make(map[string]time.Duration, len(workers))
+	for _, w := range workers {
+		lag0[w.ID()] = w.Stats().ClockLag
+	}
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -47,9 +59,27 @@ func sampleFleet(ctx context.Context, workers []*sim.Worker) func() map[string]W
 			}
 		}
 	}()
-	return func() map[string]WorkerPeak {
+	return func() fleetSample {
 		cancel()
 		wg.Wait()
-		return peaks
+		lag := make(map[string]time.Duration, len(workers))
+		for _, w := range workers {
+			lag[w.ID()] = w.Stats().ClockLag - lag0[w.ID()]
+		}
+		return fleetSample{Peaks: peaks, Lag: lag}
 	}
+}
+
+// Clock lag warning thresholds: a run is flagged when a worker's lag
+// exceeds the larger of these, as below them the stretch is within the
+// noise of a real-time run.
+const (
+	lagFloor    = 100 * time.Millisecond
+	lagFraction = 0.01
+)
+
+// LagExceeds reports whether lag distorts a run of length wall: more than
+// 100 ms and more than 1 % of wall.
+func LagExceeds(lag, wall time.Duration) bool {
+	return lag > max(lagFloor, time.Duration(lagFraction*float64(wall)))
 }

@@ -24,6 +24,17 @@ type Item struct {
 	// PromptLen and OutputLen are the prompt's length in tokens (when
 	// known) and max_tokens.
 	PromptLen, OutputLen int
+	// Follows is the earlier request whose prefix this one continues: the
+	// previous turn of a session, the previous request of a shared-prefix
+	// group, or for a trace the latest earlier record sharing the most
+	// (at least two) leading hash ids. Nil for a request that starts
+	// something new. Stickiness is measured on these follow-ups.
+	Follows *ItemRef
+}
+
+// ItemRef names an item of a workload: Flows[Flow].Items[Item].
+type ItemRef struct {
+	Flow, Item int
 }
 
 // Flow is a sequence of items sent one after the other: one request for a
@@ -117,16 +128,57 @@ func TraceWorkload(recs []TraceRecord, opt TraceOptions) *Workload {
 		return w
 	}
 	t0 := recs[0].Timestamp
-	for _, r := range recs {
+	follows := traceFollowUps(recs)
+	for i, r := range recs {
 		p := TracePrompt(r, opt.BlockSize)
 		at := time.Duration(float64(r.Timestamp-t0) * float64(time.Millisecond) / opt.TimeScale)
-		w.Flows = append(w.Flows, Flow{At: at, Items: []Item{{
+		it := Item{
 			Path: PathCompletions, Body: completionBody(opt.Model, p, r.OutputLength),
 			Prompt: p, PromptLen: len(p), OutputLen: r.OutputLength,
-		}}})
+		}
+		if follows[i] >= 0 {
+			it.Follows = &ItemRef{Flow: follows[i]}
+		}
+		w.Flows = append(w.Flows, Flow{At: at, Items: []Item{it}})
 	}
 	w.Params["trace_seconds"] = float64(recs[len(recs)-1].Timestamp-t0) / 1000
 	return w
+}
+
+// minSharedHashIDs is how many leading hash ids a trace record must share
+// with an earlier one to be its follow-up: one is not enough, as many
+// unrelated conversations share a root block.
+const minSharedHashIDs = 2
+
+// traceFollowUps returns, per record, the index of the latest earlier
+// record sharing the longest run of at least minSharedHashIDs leading hash
+// ids with it, or -1.
+func traceFollowUps(recs []TraceRecord) []int {
+	out := make([]int, len(recs))
+	// last maps a prefix of hash ids (as a chained hash) to the latest
+	// record holding it.
+	last := map[uint64]int{}
+	keys := make([]uint64, 0, 64)
+	for i, r := range recs {
+		keys = keys[:0]
+		var h uint64 = 14695981039346656037
+		for _, id := range r.HashIDs {
+			h = (h ^ uint64(id)) * 1099511628211
+			h ^= h >> 29
+			keys = append(keys, h)
+		}
+		out[i] = -1
+		for n := len(keys); n >= minSharedHashIDs; n-- {
+			if j, ok := last[keys[n-1]]; ok {
+				out[i] = j
+				break
+			}
+		}
+		for n := minSharedHashIDs; n <= len(keys); n++ {
+			last[keys[n-1]] = i
+		}
+	}
+	return out
 }
 
 // SharedPrefixOptions shapes a shared-prefix workload: Groups system
@@ -156,10 +208,14 @@ func SharedPrefixWorkload(opt SharedPrefixOptions) (*Workload, error) {
 			prompt := make([]int32, 0, opt.SystemTokens+opt.QuestionTokens)
 			prompt = BlockTokens(prompt, base+int64(g), opt.SystemTokens)
 			prompt = BlockTokens(prompt, base+int64(1<<20+g*opt.PerGroup+p), opt.QuestionTokens)
-			w.Flows = append(w.Flows, Flow{Items: []Item{{
+			it := Item{
 				Path: PathCompletions, Body: completionBody(opt.Model, prompt, opt.OutputTokens),
 				Prompt: prompt, PromptLen: len(prompt), OutputLen: opt.OutputTokens,
-			}}})
+			}
+			if p > 0 {
+				it.Follows = &ItemRef{Flow: len(w.Flows) - opt.Groups}
+			}
+			w.Flows = append(w.Flows, Flow{Items: []Item{it}})
 		}
 	}
 	return w, nil

@@ -17,6 +17,27 @@ import (
 // maxBodyBytes bounds request bodies.
 const maxBodyBytes = 64 << 20
 
+// PredictedCachedTokensHeader is the request header in which kvroute tells
+// the worker how many prompt tokens it expects the worker to hold. kvsim
+// echoes it in a response header of the same name and in the usage chunk
+// ("kvroute_predicted_cached_tokens"), so a client can compare the
+// router's prediction with usage.prompt_tokens_details.cached_tokens.
+const PredictedCachedTokensHeader = "x-kvroute-predicted-cached-tokens"
+
+// predictedCachedTokens reads PredictedCachedTokensHeader; nil when absent
+// or not a non-negative integer.
+func predictedCachedTokens(h http.Header) *int {
+	v := h.Get(PredictedCachedTokensHeader)
+	if v == "" {
+		return nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return nil
+	}
+	return &n
+}
+
 // Handler returns the worker's HTTP API: the OpenAI endpoints, /health and
 // /metrics.
 func (w *Worker) Handler() http.Handler {
@@ -128,7 +149,11 @@ func (w *Worker) serveGenerate(rw http.ResponseWriter, r *http.Request, chat boo
 	id := w.nextID.Add(1)
 	st := newStream(maxTokens)
 	w.run.submit(command{kind: cmdAdd, id: id, prompt: prompt, max: maxTokens, st: st})
-	g := &generation{w: w, rw: rw, chat: chat, stream: req.Stream, arrived: arrived, max: maxTokens, eos: eos}
+	g := &generation{w: w, rw: rw, chat: chat, stream: req.Stream, arrived: arrived, max: maxTokens, eos: eos,
+		predicted: predictedCachedTokens(r.Header)}
+	if g.predicted != nil {
+		rw.Header().Set(PredictedCachedTokensHeader, strconv.Itoa(*g.predicted))
+	}
 	if chat {
 		g.id = "chatcmpl-" + w.cfg.ID + "-" + strconv.FormatUint(id, 10)
 	} else {
@@ -154,8 +179,10 @@ type generation struct {
 	last    time.Time
 	max     int
 	eos     bool // the output ends at a simulated EOS, not at max_tokens
-	text    strings.Builder
-	n       int
+	// predicted is the router's cached-tokens prediction, echoed back.
+	predicted *int
+	text      strings.Builder
+	n         int
 }
 
 // follow waits for tokens and writes them; an error means the request must
@@ -199,7 +226,7 @@ func (g *generation) follow(r *http.Request, st *stream) error {
 		g.observe(snap.times)
 		for i, tok := range snap.tokens {
 			last := snap.finished && i == len(snap.tokens)-1
-			g.token(tok, last, created)
+			g.token(tok, last, created, snap.times[i])
 		}
 		g.n += len(snap.tokens)
 		if g.stream && len(snap.tokens) > 0 {
@@ -240,7 +267,9 @@ func (g *generation) finishReason() *string {
 	return &finishLength
 }
 
-func (g *generation) token(tok int32, last bool, created int64) {
+// token writes one token; at is when the worker produced it, stamped on
+// the chunk because chunks written together reach the client together.
+func (g *generation) token(tok int32, last bool, created int64, at time.Time) {
 	text := tokenText(tok)
 	if !g.stream {
 		g.text.WriteString(text)
@@ -252,10 +281,10 @@ func (g *generation) token(tok int32, last bool, created int64) {
 	}
 	if g.chat {
 		g.event(chatResponse{ID: g.id, Object: "chat.completion.chunk", Created: created, Model: g.w.cfg.Model,
-			Choices: []chatChoice{{Delta: &chatMessage{Content: text}, FinishReason: fr}}})
+			Choices: []chatChoice{{Delta: &chatMessage{Content: text}, FinishReason: fr}}, EmitTime: at.UnixNano()})
 	} else {
 		g.event(completionResponse{ID: g.id, Object: "text_completion", Created: created, Model: g.w.cfg.Model,
-			Choices: []completionChoice{{Text: text, FinishReason: fr}}})
+			Choices: []completionChoice{{Text: text, FinishReason: fr}}, EmitTime: at.UnixNano()})
 	}
 }
 
@@ -274,10 +303,10 @@ func (g *generation) finish(snap snapshot, created int64) error {
 		// stream_options.include_usage is set; kvsim always does.
 		if g.chat {
 			g.event(chatResponse{ID: g.id, Object: "chat.completion.chunk", Created: created, Model: g.w.cfg.Model,
-				Choices: []chatChoice{}, Usage: u})
+				Choices: []chatChoice{}, Usage: u, PredictedCachedTokens: g.predicted})
 		} else {
 			g.event(completionResponse{ID: g.id, Object: "text_completion", Created: created, Model: g.w.cfg.Model,
-				Choices: []completionChoice{}, Usage: u})
+				Choices: []completionChoice{}, Usage: u, PredictedCachedTokens: g.predicted})
 		}
 		g.bw.WriteString("data: [DONE]\n\n")
 		return g.flush()
@@ -285,10 +314,11 @@ func (g *generation) finish(snap snapshot, created int64) error {
 	if g.chat {
 		writeJSON(g.rw, http.StatusOK, chatResponse{ID: g.id, Object: "chat.completion", Created: created, Model: g.w.cfg.Model,
 			Choices: []chatChoice{{Message: &chatMessage{Role: "assistant", Content: g.text.String()}, FinishReason: g.finishReason()}},
-			Usage:   u})
+			Usage:   u, PredictedCachedTokens: g.predicted})
 	} else {
 		writeJSON(g.rw, http.StatusOK, completionResponse{ID: g.id, Object: "text_completion", Created: created, Model: g.w.cfg.Model,
-			Choices: []completionChoice{{Text: g.text.String(), FinishReason: g.finishReason()}}, Usage: u})
+			Choices: []completionChoice{{Text: g.text.String(), FinishReason: g.finishReason()}}, Usage: u,
+			PredictedCachedTokens: g.predicted})
 	}
 	return nil
 }

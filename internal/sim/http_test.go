@@ -126,6 +126,7 @@ func TestCompletionsReportCachedTokensOfReusedBlocks(t *testing.T) {
 // normalizeSSE replaces the fields that change between runs.
 func normalizeSSE(b []byte) []byte {
 	b = regexp.MustCompile(`"created":\d+`).ReplaceAll(b, []byte(`"created":0`))
+	b = regexp.MustCompile(`"kvsim_t":\d+`).ReplaceAll(b, []byte(`"kvsim_t":1`))
 	return regexp.MustCompile(`"id":"(chat)?cmpl-[^"]*"`).ReplaceAll(b, []byte(`"id":"${1}cmpl-X"`))
 }
 
@@ -261,6 +262,7 @@ func TestModelsHealthAndMetrics(t *testing.T) {
 		`vllm:time_to_first_token_seconds_count{engine="0",model_name="test-model"} 2`,
 		`vllm:inter_token_latency_seconds_count{engine="0",model_name="test-model"} 4`,
 		`vllm:request_success_total{engine="0",finished_reason="length",model_name="test-model"} 2`,
+		`kvsim_clock_lag_seconds_total{engine="0",model_name="test-model",worker="w0"} 0`,
 	} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("metrics lack %q", want)

@@ -58,7 +58,10 @@ type runner struct {
 	prefixQueries, prefixHits    atomic.Uint64
 	steps                        atomic.Uint64
 	resyncs                      atomic.Uint64
-	last                         Stats // what the atomics hold; loop only
+	// lag is the real time, in ns, the clock skipped when the loop fell
+	// more than maxLag behind: simulated time that never happened.
+	lag  atomic.Int64
+	last Stats // what the atomics hold; loop only
 }
 
 func newRunner(eng *Engine, timing *TimingModel) *runner {
@@ -133,6 +136,21 @@ func (r *runner) publishStats() {
 	}
 }
 
+// catchUp returns the clock the next step starts from: clock itself while it
+// is at most maxLag behind now (the debt is repaid by shorter sleeps), else
+// now, counting the skipped time as lag. A zero clock (the loop was idle)
+// starts at now without lag.
+func (r *runner) catchUp(clock, now time.Time) time.Time {
+	if clock.IsZero() {
+		return now
+	}
+	if behind := now.Sub(clock); behind > maxLag {
+		r.lag.Add(int64(behind))
+		return now
+	}
+	return clock
+}
+
 // run steps the engine until ctx ends, then fails every open stream.
 func (r *runner) run(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
@@ -152,15 +170,15 @@ func (r *runner) run(ctx context.Context) {
 				return
 			case <-r.wake:
 			}
+			// Idle time is not lag: the next step starts from now.
+			clock = time.Time{}
 			continue
 		}
 		res := r.eng.Step()
 		r.steps.Add(1)
 		d := r.timing.StepDuration(res, r.total)
 		now := time.Now()
-		if clock.Before(now.Add(-maxLag)) {
-			clock = now
-		}
+		clock = r.catchUp(clock, now)
 		clock = clock.Add(d)
 		at := now
 		if wait := clock.Sub(now); wait > minSleep {

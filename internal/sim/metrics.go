@@ -2,6 +2,7 @@ package sim
 
 import (
 	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -29,7 +30,7 @@ var (
 		50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0}
 )
 
-func newWorkerMetrics(model string, cfg EngineConfig, r *runner) *workerMetrics {
+func newWorkerMetrics(worker, model string, cfg EngineConfig, r *runner) *workerMetrics {
 	labels := prometheus.Labels{"model_name": model, "engine": "0"}
 	reg := prometheus.NewRegistry()
 	gauge := func(name, help string, f func() float64) {
@@ -51,6 +52,12 @@ func newWorkerMetrics(model string, cfg EngineConfig, r *runner) *workerMetrics 
 		func() float64 { return float64(r.prefixQueries.Load()) })
 	counterFunc("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.",
 		func() float64 { return float64(r.prefixHits.Load()) })
+	// kvsim's own: not a vLLM metric, so it carries the worker's id.
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name:        "kvsim_clock_lag_seconds_total",
+		Help:        "Real time the simulated clock skipped because the worker loop fell more than 50 ms behind it; nonzero means timings are stretched.",
+		ConstLabels: prometheus.Labels{"model_name": model, "engine": "0", "worker": worker},
+	}, func() float64 { return time.Duration(r.lag.Load()).Seconds() }))
 	info := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "vllm:cache_config_info", Help: "Information of the LLMEngine CacheConfig.",
 		ConstLabels: prometheus.Labels{

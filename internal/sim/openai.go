@@ -134,6 +134,10 @@ type completionResponse struct {
 	Model   string             `json:"model"`
 	Choices []completionChoice `json:"choices"`
 	Usage   *usage             `json:"usage,omitempty"`
+	// EmitTime and PredictedCachedTokens are kvsim's extensions; see
+	// chatResponse.
+	EmitTime              int64 `json:"kvsim_t,omitempty"`
+	PredictedCachedTokens *int  `json:"kvroute_predicted_cached_tokens,omitempty"`
 }
 
 type chatMessage struct {
@@ -156,6 +160,14 @@ type chatResponse struct {
 	Model   string       `json:"model"`
 	Choices []chatChoice `json:"choices"`
 	Usage   *usage       `json:"usage,omitempty"`
+	// EmitTime is when the worker produced the chunk's token, in Unix
+	// nanoseconds (streamed token chunks only): clients that receive several
+	// chunks in one read measure inter-token latency from it. OpenAI clients
+	// ignore unknown fields.
+	EmitTime int64 `json:"kvsim_t,omitempty"`
+	// PredictedCachedTokens echoes the router's x-kvroute-predicted-cached-tokens
+	// request header in the usage chunk (and the non-streamed response).
+	PredictedCachedTokens *int `json:"kvroute_predicted_cached_tokens,omitempty"`
 }
 
 type apiError struct {

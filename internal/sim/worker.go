@@ -146,7 +146,7 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 	w.cfg.Engine = eng.Config()
 	w.run = newRunner(eng, NewTimingModel(cfg.Speedup, cfg.Jitter, cfg.Seed))
 	w.run.flush = w.flushEvents
-	w.metrics = newWorkerMetrics(cfg.Model, w.cfg.Engine, w.run)
+	w.metrics = newWorkerMetrics(w.cfg.ID, cfg.Model, w.cfg.Engine, w.run)
 	w.ctx, w.cancel = context.WithCancel(ctx)
 
 	if cfg.ZMQEndpoint != "" {
@@ -294,7 +294,12 @@ type WorkerStats struct {
 	EventBatches, DroppedBatches uint64
 	// Resyncs counts re-announcements of the cache (Resync, NATS reconnects).
 	Resyncs uint64
-	Killed  bool
+	// ClockLag is the total real time the worker's loop fell behind its
+	// simulated clock and skipped to catch up (more than 50 ms at a time):
+	// the tokens of those steps came later than the timing model says.
+	// Nonzero means the host was too slow for the speedup.
+	ClockLag time.Duration
+	Killed   bool
 }
 
 // Stats returns a snapshot of the worker's state.
@@ -305,6 +310,7 @@ func (w *Worker) Stats() WorkerStats {
 		PrefixQueries: w.run.prefixQueries.Load(), PrefixHits: w.run.prefixHits.Load(),
 		Steps: w.run.steps.Load(), EventBatches: w.events.published.Load(),
 		DroppedBatches: w.events.dropped.Load(), Resyncs: w.run.resyncs.Load(), Killed: w.killed.Load(),
+		ClockLag: time.Duration(w.run.lag.Load()),
 	}
 }
 

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvroute/kvroute/internal/bench"
+)
+
+// writeTrace writes n Mooncake records one second apart.
+func writeTrace(t *testing.T, n int) string {
+	t.Helper()
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, "{\"timestamp\": %d, \"input_length\": 600, \"output_length\": 4, \"hash_ids\": [%d, %d]}\n", 1000*i, 2*i, 2*i+1)
+	}
+	path := filepath.Join(t.TempDir(), "trace.jsonl")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// buildDemoWorkload parses demo flags and builds their workload.
+func buildDemoWorkload(args ...string) (*workloadFlags, *bench.Workload, bench.Arrival, error) {
+	var d demoFlags
+	fs := newDemoFlags(&d, io.Discard)
+	if err := parse(fs, args); err != nil {
+		return nil, nil, bench.Arrival{}, err
+	}
+	d.wl.parsed(fs)
+	wl, arr, err := d.wl.build()
+	return &d.wl, wl, arr, err
+}
+
+func TestMaxRequestsNeverSilentlyTruncatesATrace(t *testing.T) {
+	trace := writeTrace(t, 10)
+	bundled, err := bench.BundledTrace()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name     string
+		args     []string
+		requests int
+		note     string // "" for no note
+	}{
+		{"explicit trace is replayed whole", []string{"--trace", trace}, 10, ""},
+		{"explicit trace cut by --max-requests says so", []string{"--trace", trace, "--max-requests", "4"}, 4, "first 4 of the 10 requests"},
+		{"--max-requests above the trace is no cut", []string{"--trace", trace, "--max-requests", "40"}, 10, ""},
+		{"bundled trace default slice says so", nil, demoMaxRequests, fmt.Sprintf("first %d of the %d requests of the bundled trace", demoMaxRequests, len(bundled))},
+		{"bundled trace whole", []string{"--max-requests", "0"}, len(bundled), ""},
+		{"synthetic workload cut says so", []string{"--workload", "shared-prefix", "--groups", "2", "--per-group", "5", "--max-requests", "3"}, 3, "first 3 of the workload's 10"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w, wl, _, err := buildDemoWorkload(tc.args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			notes := strings.Join(w.notes, "\n")
+			if wl.Requests() != tc.requests {
+				t.Errorf("%d requests, want %d", wl.Requests(), tc.requests)
+			}
+			if (tc.note == "") != (notes == "") || !strings.Contains(notes, tc.note) {
+				t.Errorf("notes %q, want one containing %q", notes, tc.note)
+			}
+		})
+	}
+}
+
+func TestLoadScalesArrivalsOnly(t *testing.T) {
+	trace := writeTrace(t, 3)
+	_, base, _, err := buildDemoWorkload("--trace", trace, "--speedup", "2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, loaded, _, err := buildDemoWorkload("--trace", trace, "--speedup", "2", "--load", "4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if base.Flows[2].At != time.Second || loaded.Flows[2].At != 250*time.Millisecond {
+		t.Errorf("third arrival at %v (load 1) and %v (load 4), want 1s and 250ms", base.Flows[2].At, loaded.Flows[2].At)
+	}
+	if w.speedup != 2 || loaded.Params["load"] != 4.0 {
+		t.Errorf("speedup %v, load param %v: --load must not change the workers' speed", w.speedup, loaded.Params["load"])
+	}
+	_, _, arr, err := buildDemoWorkload("--workload", "shared-prefix", "--arrival", "poisson", "--rate", "3", "--load", "2")
+	if err != nil || arr.Rate != 6 {
+		t.Errorf("poisson rate %v (err %v), want 3 × 2", arr.Rate, err)
+	}
+	for _, args := range [][]string{
+		{"--load", "0"},
+		{"--load", "-1"},
+		{"--speedup", "0"},
+		{"--workload", "shared-prefix", "--load", "2"}, // concurrency arrival
+	} {
+		if _, _, _, err := buildDemoWorkload(args...); err == nil {
+			t.Errorf("%v: no error", args)
+		}
+	}
+}
