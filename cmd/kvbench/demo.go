@@ -7,11 +7,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/kvroute/kvroute/internal/bench"
 	"github.com/kvroute/kvroute/internal/sim"
+	"github.com/kvroute/kvroute/internal/vsim"
 	"github.com/kvroute/kvroute/scoring"
 )
 
@@ -25,8 +27,14 @@ import (
 const (
 	demoBlockSize   = 64
 	demoKVBlocks    = 5632
-	demoMaxRequests = 500
-	demoSpeedup     = 5
+	demoMaxRequests = 800
+	demoSpeedup     = 1
+	demoWorkers     = 8
+	demoLoad        = 8
+	// The sweep shows where the modes part; the real-time run then checks
+	// one load near round robin's knee on the real stack.
+	demoSweepLoads = "1,2,4,8,16"
+	demoSweepModes = "kv,round_robin,least_loaded"
 )
 
 // demoFlags are kvbench demo's settings.
@@ -42,13 +50,22 @@ type demoFlags struct {
 	maxBatch  int
 	progress  bool
 	logLevel  string
+	sweep     string
+	sweepWL   string
 }
 
 func newDemoFlags(d *demoFlags, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("kvbench demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	d.wl.register(fs, demoMaxRequests, demoSpeedup)
-	fs.IntVar(&d.workers, "workers", 4, "simulated vLLM workers (kvsim)")
+	// The demo's own defaults: agent sessions at a load near round robin's
+	// knee on the default fleet.
+	d.wl.kind, d.wl.agentLoad = "agent", demoLoad
+	fs.Lookup("workload").DefValue = "agent"
+	fs.Lookup("load").Usage += "; default " + strconv.Itoa(demoLoad) + " for the agent workload"
+	fs.IntVar(&d.workers, "workers", demoWorkers, "simulated vLLM workers (kvsim)")
+	fs.StringVar(&d.sweep, "sweep-loads", demoSweepLoads, "before the real-time run, sweep these loads in virtual time (kvbench sim) for "+demoSweepModes+" on --workers workers; empty skips the sweep")
+	fs.StringVar(&d.sweepWL, "sweep-workload", "agent", "workload of the virtual-time sweep: "+strings.Join(simWorkloads, ", "))
 	fs.StringVar(&d.modes, "modes", "round_robin,kv", "router modes to compare, in order (valid: "+strings.Join(scoring.ModeNames(), ", ")+")")
 	fs.StringVar(&d.jsonOut, "json", "", "write the JSON report here (default: report.json in --out-dir)")
 	fs.StringVar(&d.outDir, "out-dir", "", "folder for report.json, report.md and chart.svg (default: a new folder under the system temp dir)")
@@ -107,6 +124,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
+	d.wl.blockSize = d.blockSize
 	wl, arr, err := d.wl.build()
 	if err != nil {
 		return err
@@ -140,6 +158,11 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			d.wl.speedup, d.wl.speedup)
 	}
 
+	if d.sweep != "" {
+		if err := d.runSweep(stdout, stderr, engine, modes, outDir); err != nil {
+			return err
+		}
+	}
 	for _, n := range d.wl.notes {
 		fmt.Fprintln(stdout, n)
 	}
@@ -178,6 +201,38 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	return writeReports(stdout, rep, jsonPath, outDir)
+}
+
+// runSweep runs the virtual-time sweep the demo opens with and writes
+// sweep.json, sweep.md and sweep.svg into outDir.
+func (d *demoFlags) runSweep(stdout, stderr io.Writer, engine sim.EngineConfig, _ []string, outDir string) error {
+	loads, err := parseLoads(d.sweep)
+	if err != nil {
+		return fmt.Errorf("--sweep-loads: %w", err)
+	}
+	w, err := simWorkload(d.sweepWL, "", 0)
+	if err != nil {
+		return err
+	}
+	fleet := vsim.DefaultFleet()
+	fleet.Workers, fleet.Engine = d.workers, engine
+	modes := splitList(demoSweepModes)
+	fmt.Fprintf(stdout, "kvbench demo, part 1: %s workload in virtual time (kvbench sim), %d workers, modes %s, loads %s\n",
+		w.Name, d.workers, strings.Join(modes, ", "), d.sweep)
+	t0 := time.Now()
+	opt := vsim.SweepOptions{Fleet: fleet, Router: scoring.DefaultOptions(), Modes: modes, Loads: loads, SLO: 2 * time.Second, Seed: d.wl.seed}
+	if d.progress || bench.IsTerminal(os.Stderr) {
+		prog := bench.NewProgress(stderr, "sweep", len(modes)*len(loads))
+		opt.Progress = func(done, _ int, _ vsim.Result) { prog.Update(done, 0) }
+		defer prog.Done()
+	}
+	rep, err := vsim.Sweep(w, opt)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "\n%s\nsweep: %s (%.0fs)\n\nkvbench demo, part 2: the real stack at one load\n",
+		rep.Markdown(), filepath.Join(outDir, "sweep.json"), time.Since(t0).Seconds())
+	return rep.WriteFile(filepath.Join(outDir, "sweep.json"))
 }
 
 // writeReports prints the table and writes JSON, Markdown and SVG.

@@ -56,7 +56,8 @@ func TestEnvironmentSetsFlags(t *testing.T) {
 func TestDemoWritesReportsForEveryMode(t *testing.T) {
 	dir := t.TempDir()
 	var out, errb bytes.Buffer
-	args := []string{"demo", "--max-requests", "30", "--speedup", "40", "--modes", "round_robin,kv", "--out-dir", dir}
+	args := []string{"demo", "--workload", "trace", "--workers", "4", "--load", "1", "--max-requests", "30", "--speedup", "40",
+		"--modes", "round_robin,kv", "--sweep-loads", "", "--out-dir", dir}
 	if code := run(context.Background(), args, &out, &errb); code != 0 {
 		t.Fatalf("exit %d\n%s\n%s", code, out.String(), errb.String())
 	}

@@ -61,6 +61,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	r.wl.parsed(fs)
+	r.wl.blockSize = r.blockSize
 	wl, arr, err := r.wl.build()
 	if err != nil {
 		return err

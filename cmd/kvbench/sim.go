@@ -114,14 +114,20 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 }
 
 func (s *simFlags) buildWorkload() (*vsim.Workload, error) {
-	if s.trace != "" {
-		recs, err := bench.ReadTraceFile(s.trace, s.traceBlock)
+	return simWorkload(s.workload, s.trace, s.traceBlock)
+}
+
+// simWorkload builds a simulation workload: a Mooncake trace file when
+// trace is set, else the workload named (see simWorkloads).
+func simWorkload(name, trace string, traceBlock int) (*vsim.Workload, error) {
+	if trace != "" {
+		recs, err := bench.ReadTraceFile(trace, traceBlock)
 		if err != nil {
 			return nil, err
 		}
-		return vsim.TraceWorkload(s.trace, recs, s.traceBlock), nil
+		return vsim.TraceWorkload(trace, recs, traceBlock), nil
 	}
-	switch s.workload {
+	switch name {
 	case "agent":
 		return vsim.AgentWorkload(vsim.DefaultAgentOptions())
 	case "shared_prefix":
@@ -129,13 +135,13 @@ func (s *simFlags) buildWorkload() (*vsim.Workload, error) {
 	case "no_reuse":
 		return vsim.NoReuseWorkload(vsim.DefaultNoReuseOptions())
 	case "conversation", "synthetic":
-		recs, err := bench.NamedTrace(s.workload)
+		recs, err := bench.NamedTrace(name)
 		if err != nil {
 			return nil, err
 		}
-		return vsim.TraceWorkload(s.workload, recs, bench.DefaultTraceBlockSize), nil
+		return vsim.TraceWorkload(name, recs, bench.DefaultTraceBlockSize), nil
 	}
-	return nil, fmt.Errorf("unknown workload %q (valid: %s)", s.workload, strings.Join(simWorkloads, ", "))
+	return nil, fmt.Errorf("unknown workload %q (valid: %s)", name, strings.Join(simWorkloads, ", "))
 }
 
 func parseLoads(s string) ([]float64, error) {

@@ -7,15 +7,19 @@ import (
 
 	"github.com/kvroute/kvroute/internal/bench"
 	"github.com/kvroute/kvroute/internal/sim"
+	"github.com/kvroute/kvroute/internal/vsim"
 )
 
 // workloadFlags are the workload and arrival settings demo and replay share.
 type workloadFlags struct {
-	kind           string
-	trace          string
-	traceBlock     int
-	speedup        float64
-	load           float64
+	kind       string
+	trace      string
+	traceBlock int
+	speedup    float64
+	load       float64
+	// blockSize is the workers' KV block size, set by the command before
+	// build: the agent workload's prompts depend on it.
+	blockSize      int
 	model          string
 	arrival        string
 	rate           float64
@@ -41,6 +45,10 @@ type workloadFlags struct {
 	// unless --max-requests is given (0: all); maxSet records that it was.
 	bundledMax int
 	maxSet     bool
+	// agentLoad, when positive, is --load's default for the agent
+	// workload; loadSet records that --load was given.
+	agentLoad float64
+	loadSet   bool
 	// notes are one-line remarks on what build chose, for the user.
 	notes []string
 }
@@ -49,7 +57,7 @@ type workloadFlags struct {
 // bundled trace (an explicit --trace is always replayed whole by default).
 func (w *workloadFlags) register(fs *flag.FlagSet, bundledMax int, defSpeedup float64) {
 	w.bundledMax = bundledMax
-	fs.StringVar(&w.kind, "workload", "trace", "trace (Mooncake JSONL), shared-prefix or chat")
+	fs.StringVar(&w.kind, "workload", "trace", "trace (Mooncake JSONL), agent (kvbench sim's multi-turn agent sessions, token ids), shared-prefix or chat")
 	fs.StringVar(&w.trace, "trace", "", "Mooncake-format trace (JSONL: timestamp, input_length, output_length, hash_ids); empty: the bundled slice of the Mooncake conversation trace")
 	fs.IntVar(&w.traceBlock, "trace-block-size", bench.DefaultTraceBlockSize, "tokens per hash id in the trace")
 	fs.Float64Var(&w.speedup, "speedup", defSpeedup, "replay the trace this many times faster (the simulated workers run this much faster too, so the load is the trace's)")
@@ -83,11 +91,21 @@ func (w *workloadFlags) register(fs *flag.FlagSet, bundledMax int, defSpeedup fl
 // parsed notes which flags the command line (or environment) set; call it
 // after parsing fs.
 func (w *workloadFlags) parsed(fs *flag.FlagSet) {
+	kindSet := false
 	fs.Visit(func(f *flag.Flag) {
-		if f.Name == "max-requests" {
+		switch f.Name {
+		case "max-requests":
 			w.maxSet = true
+		case "workload":
+			kindSet = true
+		case "load":
+			w.loadSet = true
 		}
 	})
+	// A trace file names the workload by itself.
+	if w.trace != "" && !kindSet {
+		w.kind = "trace"
+	}
 }
 
 // note records a remark for the user.
@@ -140,6 +158,29 @@ func (w *workloadFlags) build() (*bench.Workload, bench.Arrival, error) {
 		if arr.Kind == "" {
 			arr.Kind = bench.ArrivalTrace
 		}
+	case "agent":
+		if !w.loadSet && w.agentLoad > 0 {
+			w.load = w.agentLoad
+		}
+		o := vsim.DefaultAgentOptions()
+		o.Seed = w.seed
+		var aw *vsim.Workload
+		if aw, err = vsim.AgentWorkload(o); err != nil {
+			return nil, arr, err
+		}
+		limit := w.maxRequests
+		if !w.maxSet && w.bundledMax > 0 {
+			limit = w.bundledMax
+		}
+		// The prompts carry the tokens kvsim generates, which depend on the
+		// workers' block size.
+		wl = aw.BenchWorkload(sim.EngineConfig{BlockSize: w.blockSize}, w.model, w.speedup*w.load, limit)
+		if n := aw.Requests(); limit > 0 && limit < n {
+			w.note("note: sending the first %d sessions (%d requests) of the agent workload's %d requests", len(wl.Flows), wl.Requests(), n)
+		}
+		if arr.Kind == "" {
+			arr.Kind = bench.ArrivalTrace
+		}
 	case "shared-prefix":
 		wl, err = bench.SharedPrefixWorkload(bench.SharedPrefixOptions{
 			Model: w.model, Groups: w.groups, PerGroup: w.perGroup, SystemTokens: w.systemTokens,
@@ -159,7 +200,7 @@ func (w *workloadFlags) build() (*bench.Workload, bench.Arrival, error) {
 			OutputTokens: w.outputTokens, Think: w.think, Seed: w.seed, Encode: enc.EncodeChat,
 		})
 	default:
-		return nil, arr, fmt.Errorf("workload %q: want trace, shared-prefix or chat", w.kind)
+		return nil, arr, fmt.Errorf("workload %q: want trace, agent, shared-prefix or chat", w.kind)
 	}
 	if err != nil {
 		return nil, arr, err
@@ -167,13 +208,13 @@ func (w *workloadFlags) build() (*bench.Workload, bench.Arrival, error) {
 	if arr.Kind == "" {
 		arr.Kind = bench.ArrivalConcurrency
 	}
-	if arr.Kind == bench.ArrivalTrace && w.kind != "trace" {
-		return nil, arr, fmt.Errorf("--arrival trace needs --workload trace")
+	if arr.Kind == bench.ArrivalTrace && w.kind != "trace" && w.kind != "agent" {
+		return nil, arr, fmt.Errorf("--arrival trace needs --workload trace or agent")
 	}
 	if arr.Kind == bench.ArrivalConcurrency && w.load != 1 {
 		return nil, arr, fmt.Errorf("--load needs --arrival trace or poisson: a fixed concurrency has no rate to scale")
 	}
-	if w.kind != "trace" {
+	if w.kind != "trace" && w.kind != "agent" {
 		if n := wl.Requests(); w.maxRequests > 0 && w.maxRequests < n {
 			w.note("note: --max-requests %d: sending the first %d of the workload's %d requests", w.maxRequests, w.maxRequests, n)
 		}

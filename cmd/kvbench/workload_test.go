@@ -53,8 +53,8 @@ func TestMaxRequestsNeverSilentlyTruncatesATrace(t *testing.T) {
 		{"explicit trace is replayed whole", []string{"--trace", trace}, 10, ""},
 		{"explicit trace cut by --max-requests says so", []string{"--trace", trace, "--max-requests", "4"}, 4, "first 4 of the 10 requests"},
 		{"--max-requests above the trace is no cut", []string{"--trace", trace, "--max-requests", "40"}, 10, ""},
-		{"bundled trace default slice says so", nil, demoMaxRequests, fmt.Sprintf("first %d of the %d requests of the bundled trace", demoMaxRequests, len(bundled))},
-		{"bundled trace whole", []string{"--max-requests", "0"}, len(bundled), ""},
+		{"bundled trace default slice says so", []string{"--workload", "trace"}, demoMaxRequests, fmt.Sprintf("first %d of the %d requests of the bundled trace", demoMaxRequests, len(bundled))},
+		{"bundled trace whole", []string{"--workload", "trace", "--max-requests", "0"}, len(bundled), ""},
 		{"synthetic workload cut says so", []string{"--workload", "shared-prefix", "--groups", "2", "--per-group", "5", "--max-requests", "3"}, 3, "first 3 of the workload's 10"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -102,5 +102,21 @@ func TestLoadScalesArrivalsOnly(t *testing.T) {
 		if _, _, _, err := buildDemoWorkload(args...); err == nil {
 			t.Errorf("%v: no error", args)
 		}
+	}
+}
+
+func TestDemoDefaultsToAgentSessionsNearTheKnee(t *testing.T) {
+	w, wl, arr, err := buildDemoWorkload()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wl.Name != "agent" || w.load != demoLoad || arr.Kind != bench.ArrivalTrace {
+		t.Fatalf("demo default: workload %s, load %g, arrival %s; want agent at load %d on trace arrival", wl.Name, w.load, arr.Kind, demoLoad)
+	}
+	if n := wl.Requests(); n == 0 || n > demoMaxRequests {
+		t.Fatalf("%d requests, want whole sessions up to %d", n, demoMaxRequests)
+	}
+	if _, wl, _, err := buildDemoWorkload("--load", "2"); err != nil || wl.Params["load"] != 2.0 {
+		t.Fatalf("an explicit --load is kept: %v, %v", wl.Params["load"], err)
 	}
 }

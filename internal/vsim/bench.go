@@ -38,7 +38,11 @@ func (w *Workload) BenchWorkload(cfg sim.EngineConfig, model string, timeScale f
 			t := &sess.Turns[i]
 			hist = w.appendPrompt(hist, t)
 			prompt := append([]int32(nil), hist...)
-			fl.Items = append(fl.Items, bench.CompletionItem(model, prompt, t.Output))
+			it := bench.CompletionItem(model, prompt, t.Output)
+			if i > 0 {
+				it.Follows = &bench.ItemRef{Flow: len(out.Flows), Item: i - 1}
+			}
+			fl.Items = append(fl.Items, it)
 			if i+1 < len(sess.Turns) {
 				hist = sim.AppendGenerated(cfg, hist, t.Output, hist)
 			}

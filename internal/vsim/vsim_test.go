@@ -223,6 +223,9 @@ func TestBenchWorkloadCarriesTheHistory(t *testing.T) {
 	if fl.Think != w.Sessions[0].Think/5 || fl.At != w.Sessions[0].Start/5 {
 		t.Fatalf("flow timing %v/%v not scaled by 5", fl.At, fl.Think)
 	}
+	if fl.Items[0].Follows != nil || fl.Items[1].Follows == nil || *fl.Items[1].Follows != (bench.ItemRef{Flow: 0, Item: 0}) {
+		t.Fatalf("follow-ups: %v, %v; want the second turn to follow the first", fl.Items[0].Follows, fl.Items[1].Follows)
+	}
 	first, second := fl.Items[0].Prompt, fl.Items[1].Prompt
 	gen := sim.AppendGenerated(cfg, first, fl.Items[0].OutputLen, nil)
 	if len(second) <= len(first)+len(gen) || !slicesEqual(second[:len(first)], first) || !slicesEqual(second[len(first):len(first)+len(gen)], gen) {
