@@ -324,17 +324,18 @@ func (p *Pool) fillLoadLocked(l *Load, w *worker, now time.Time) {
 	l.PrefillBacklog = w.backlogNow(now, l.PrefillRate, p.opts.NoPrefillDecay)
 }
 
-// ownSamples is how many of its own samples a worker needs before its fit
-// outweighs the fleet's.
-const ownSamples = 20
+// ownSamples is how many samples of its own a worker needs before its fit
+// counts as much as the fleet's: a fleet of equal GPUs should not be told
+// apart by the noise in their fits, while a slower worker still shows
+// after a few hundred requests.
+const ownSamples = 200
 
-// blendedFitLocked is w's prefill model leaning on the fleet's while w has
-// few samples of its own.
+// blendedFitLocked is w's prefill model shrunk toward the fleet's.
 func (p *Pool) blendedFitLocked(w *worker) (rate, overhead float64, samples int) {
-	n := float64(w.fit.samples)
-	if n >= 10*ownSamples || p.fleetFit.samples == 0 {
+	if p.fleetFit.samples == 0 {
 		return w.fit.rate, w.fit.overhead, w.fit.samples
 	}
+	n := float64(w.fit.samples)
 	a := n / (n + ownSamples)
 	return a*w.fit.rate + (1-a)*p.fleetFit.rate, a*w.fit.overhead + (1-a)*p.fleetFit.overhead, w.fit.samples
 }
