@@ -110,6 +110,7 @@ func TestLearnedRatesMatchTheSimulator(t *testing.T) {
 	}
 	r := run(t, w, "kv", 1, func(o *scoring.Options) { o.CostModel = scoring.CostLatency })
 	trueRate, trueOverhead := TruePrefillModel(smallFleet().Engine, 256, 16000)
+	t.Logf("simulator: %.0f tokens/s, overhead %.1f ms", trueRate, 1000*trueOverhead)
 	for _, f := range r.Fits {
 		t.Logf("%+v", f)
 		if f.Samples < 30 {
