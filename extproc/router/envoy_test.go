@@ -13,7 +13,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/kvroute/kvroute/envoy"
+	"github.com/kvroute/kvroute/envoy/envoytest"
 	"github.com/kvroute/kvroute/extproc"
 )
 
@@ -52,7 +52,7 @@ func (w *upstreamWorker) seen() ([]http.Header, []string) {
 
 // TestShippedOriginalDstBootstrapReachesTheChosenWorker runs the shipped
 // envoy/original-dst.yaml (FULL_DUPLEX_STREAMED, ORIGINAL_DST cluster by
-// x-gateway-destination-endpoint) in envoy.Gateway in front of a real
+// x-gateway-destination-endpoint) in envoytest.Gateway in front of a real
 // router. Envoy's ORIGINAL_DST reads that header as one ip:port, so the
 // bootstrap needs --fallbacks 0; with the protocol's default list the
 // upstream lookup fails with 503, which is why the flag exists.
@@ -82,7 +82,7 @@ func TestShippedOriginalDstBootstrapReachesTheChosenWorker(t *testing.T) {
 			cfg.WorkersFile, cfg.Fallbacks, cfg.HTTPAddr = wf, tt.fallbacks, "-"
 			r := start(t, cfg)
 			eventually(t, "ready", r.Ready)
-			gw, err := envoy.LoadGatewayFile("../../envoy/original-dst.yaml", envoy.GatewayOptions{
+			gw, err := envoytest.LoadGatewayFile("../../envoy/original-dst.yaml", envoytest.GatewayOptions{
 				ListenAddress: "127.0.0.1:0",
 				Endpoints:     map[string][]string{"kvroute": {r.GRPCAddr()}},
 				Logger:        quiet(),

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/envoy"
+	"github.com/kvroute/kvroute/envoy/envoytest"
 	"github.com/kvroute/kvroute/extproc/router"
 	"github.com/kvroute/kvroute/internal/sim"
 )
@@ -64,7 +65,7 @@ type Env struct {
 	// Router is the kvroute instance (Index, Picker, SetMode).
 	Router *router.Router
 	// Gateway is the Envoy stand-in clients talk to.
-	Gateway *envoy.Gateway
+	Gateway *envoytest.Gateway
 	cancel  context.CancelFunc
 	// NATSURL and EtcdEndpoints are the servers in use.
 	NATSURL       string
@@ -159,7 +160,7 @@ func StartEnv(ctx context.Context, cfg EnvConfig) (_ *Env, err error) {
 	return e, nil
 }
 
-func (e *Env) startGateway(ctx context.Context) (*envoy.Gateway, error) {
+func (e *Env) startGateway(ctx context.Context) (*envoytest.Gateway, error) {
 	var workers []envoy.Worker
 	for _, w := range e.Fleet.Workers() {
 		rec := w.Record()
@@ -170,13 +171,13 @@ func (e *Env) startGateway(ctx context.Context) (*envoy.Gateway, error) {
 		workers = append(workers, envoy.Worker{Cluster: cluster, Address: w.Addr()})
 	}
 	if e.cfg.Bootstrap == nil {
-		return envoy.StartGateway(ctx, e.cfg.Style, workers, e.Router.GRPCAddr())
+		return envoytest.StartGateway(ctx, e.cfg.Style, workers, e.Router.GRPCAddr())
 	}
 	eps := map[string][]string{envoy.ExtProcClusterName: {e.Router.GRPCAddr()}}
 	for _, w := range workers {
 		eps[w.Cluster] = []string{w.Address}
 	}
-	g, err := envoy.LoadGateway(e.cfg.Bootstrap, envoy.GatewayOptions{ListenAddress: "127.0.0.1:0", Endpoints: eps})
+	g, err := envoytest.LoadGateway(e.cfg.Bootstrap, envoytest.GatewayOptions{ListenAddress: "127.0.0.1:0", Endpoints: eps})
 	if err != nil {
 		return nil, err
 	}

@@ -1,7 +1,8 @@
-package envoy
+package envoytest
 
 import (
 	"context"
+	"github.com/kvroute/kvroute/envoy"
 	"io"
 	"net/http"
 	"runtime"
@@ -33,7 +34,7 @@ func gatewayGoroutines() []string {
 func TestGatewayCloseLeavesNoGoroutines(t *testing.T) {
 	f := startFleet(t)
 	proc := startProcServer(t, router{decide: pickFromBody, clear: true}.script)
-	src := readShipped(t, StyleClusterHeader)
+	src := readShipped(t, envoy.StyleClusterHeader)
 	g, err := LoadGateway([]byte(src), GatewayOptions{ListenAddress: "127.0.0.1:0", Endpoints: f.endpoints(proc.addr)})
 	if err != nil {
 		t.Fatal(err)
@@ -79,11 +80,11 @@ func TestGatewayCloseLeavesNoGoroutines(t *testing.T) {
 }
 
 func BenchmarkGatewayBufferedRequest(b *testing.B) {
-	benchmarkGateway(b, StyleClusterHeader)
+	benchmarkGateway(b, envoy.StyleClusterHeader)
 }
 
 func BenchmarkGatewayFullDuplexRequest(b *testing.B) {
-	benchmarkGateway(b, StyleOriginalDst)
+	benchmarkGateway(b, envoy.StyleOriginalDst)
 }
 
 // benchmarkGateway measures one short routed request end to end: client →
@@ -91,14 +92,14 @@ func BenchmarkGatewayFullDuplexRequest(b *testing.B) {
 func benchmarkGateway(b *testing.B, style string) {
 	worker := startWorker(b, "w0")
 	proc := startProcServer(b, router{decide: func(*corev3.HeaderMap, []byte) *extprocsvc.HeaderMutation {
-		return setHeaders(TargetHeader, "w0", DestinationHeader, hostOf(worker))
+		return setHeaders(envoy.TargetHeader, "w0", envoy.DestinationHeader, hostOf(worker))
 	}, clear: true}.script)
-	eps := map[string][]string{ExtProcClusterName: {proc.addr}}
-	if style == StyleClusterHeader {
-		for _, w := range ExampleWorkers {
+	eps := map[string][]string{envoy.ExtProcClusterName: {proc.addr}}
+	if style == envoy.StyleClusterHeader {
+		for _, w := range envoy.ExampleWorkers {
 			eps[w.Cluster] = []string{hostOf(worker)}
 		}
-		eps[FallbackClusterName] = []string{hostOf(worker)}
+		eps[envoy.FallbackClusterName] = []string{hostOf(worker)}
 	}
 	g, err := LoadGateway([]byte(readShipped(b, style)), GatewayOptions{ListenAddress: "127.0.0.1:0", Endpoints: eps})
 	if err != nil {

@@ -1,8 +1,9 @@
-package envoy
+package envoytest
 
 import (
 	"context"
 	"encoding/json"
+	"github.com/kvroute/kvroute/envoy"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -60,14 +61,14 @@ type fleet struct {
 
 func startFleet(t *testing.T) fleet {
 	f := fleet{workers: map[string]*httptest.Server{}, fallback: startWorker(t, "fallback")}
-	for _, w := range ExampleWorkers {
+	for _, w := range envoy.ExampleWorkers {
 		f.workers[w.Cluster] = startWorker(t, w.Cluster)
 	}
 	return f
 }
 
 func (f fleet) endpoints(procAddr string) map[string][]string {
-	eps := map[string][]string{ExtProcClusterName: {procAddr}, FallbackClusterName: {hostOf(f.fallback)}}
+	eps := map[string][]string{envoy.ExtProcClusterName: {procAddr}, envoy.FallbackClusterName: {hostOf(f.fallback)}}
 	for name, s := range f.workers {
 		eps[name] = []string{hostOf(s)}
 	}
@@ -131,13 +132,13 @@ func pickFromBody(_ *corev3.HeaderMap, body []byte) *extprocsvc.HeaderMutation {
 		User string `json:"user"`
 	}
 	_ = json.Unmarshal(body, &req)
-	return setHeaders(TargetHeader, req.User)
+	return setHeaders(envoy.TargetHeader, req.User)
 }
 
 func TestBufferedModeRoutesOnClusterHeader(t *testing.T) {
 	f := startFleet(t)
 	proc := startProcServer(t, router{decide: pickFromBody, clear: true}.script)
-	g := startGateway(t, StyleClusterHeader, nil, f.endpoints(proc.addr))
+	g := startGateway(t, envoy.StyleClusterHeader, nil, f.endpoints(proc.addr))
 
 	resp, got := post(t, g.URL(), `{"user":"w2","messages":[]}`, "X-Target-Worker", "w3")
 	if resp.StatusCode != 200 || got.Worker != "w2" {
@@ -199,7 +200,7 @@ func TestClearRouteCacheRepicksRoute(t *testing.T) {
 			if tc.action != "" {
 				edit = edits("failure_mode_allow: true", "failure_mode_allow: true\n              route_cache_action: "+tc.action)
 			}
-			g := startGateway(t, StyleClusterHeader, edit, f.endpoints(proc.addr))
+			g := startGateway(t, envoy.StyleClusterHeader, edit, f.endpoints(proc.addr))
 			_, got := post(t, g.URL(), `{"user":"w1"}`)
 			if got.Worker != tc.want {
 				t.Fatalf("served by %q, want %q", got.Worker, tc.want)
@@ -223,13 +224,13 @@ func TestFullDuplexRoutesThroughOriginalDst(t *testing.T) {
 	dst := hostOf(worker)
 	proc := startProcServer(t, router{
 		decide: func(_ *corev3.HeaderMap, body []byte) *extprocsvc.HeaderMutation {
-			return setHeaders(DestinationHeader, dst, TargetHeader, "w-dst")
+			return setHeaders(envoy.DestinationHeader, dst, envoy.TargetHeader, "w-dst")
 		},
 		// The processor re-chunks and rewrites the body; the worker must get its version.
 		reqChunker: func(b []byte) [][]byte { return [][]byte{b[:3], []byte(strings.ToUpper(string(b[3:])))} },
 		transform:  func(b []byte) []byte { return []byte(strings.ReplaceAll(string(b), "w-dst", "W-DST")) },
 	}.script)
-	g := startGateway(t, StyleOriginalDst, nil, map[string][]string{ExtProcClusterName: {proc.addr}})
+	g := startGateway(t, envoy.StyleOriginalDst, nil, map[string][]string{envoy.ExtProcClusterName: {proc.addr}})
 
 	big := `{"user":"x","prompt":"` + strings.Repeat("a", 100_000) + `"}`
 	resp, s := post(t, g.URL(), big)
@@ -272,9 +273,9 @@ func TestFullDuplexRoutesThroughOriginalDst(t *testing.T) {
 func TestFullDuplexCarriesTrailers(t *testing.T) {
 	worker := startWorker(t, "w-dst")
 	proc := startProcServer(t, router{decide: func(*corev3.HeaderMap, []byte) *extprocsvc.HeaderMutation {
-		return setHeaders(DestinationHeader, hostOf(worker))
+		return setHeaders(envoy.DestinationHeader, hostOf(worker))
 	}}.script)
-	g := startGateway(t, StyleOriginalDst, nil, map[string][]string{ExtProcClusterName: {proc.addr}})
+	g := startGateway(t, envoy.StyleOriginalDst, nil, map[string][]string{envoy.ExtProcClusterName: {proc.addr}})
 
 	pr, pw := io.Pipe()
 	req, _ := http.NewRequest(http.MethodPost, g.URL()+"/v1/completions", pr)
@@ -310,12 +311,12 @@ func TestFullDuplexCarriesTrailers(t *testing.T) {
 func TestHeaderMutationsFollowEnvoyRules(t *testing.T) {
 	f := startFleet(t)
 	proc := startProcServer(t, router{decide: func(*corev3.HeaderMap, []byte) *extprocsvc.HeaderMutation {
-		hm := setHeaders(TargetHeader, "w0", "x-envoy-upstream-alt", "no", "host", "evil", ":authority", "evil",
+		hm := setHeaders(envoy.TargetHeader, "w0", "x-envoy-upstream-alt", "no", "host", "evil", ":authority", "evil",
 			":method", "DELETE", ":scheme", "https", ":path", "/rewritten", "x-added", "yes")
 		hm.RemoveHeaders = []string{"x-drop-me", ":path", "host"}
 		return hm
 	}, clear: true}.script)
-	g := startGateway(t, StyleClusterHeader, nil, f.endpoints(proc.addr))
+	g := startGateway(t, envoy.StyleClusterHeader, nil, f.endpoints(proc.addr))
 
 	_, got := post(t, g.URL(), `{}`, "X-Drop-Me", "1", "X-Keep", "1")
 	if got.Worker != "w0" {
@@ -353,7 +354,7 @@ func TestImmediateResponseGoesToClient(t *testing.T) {
 				Body:    []byte(`{"error":{"message":"queue full","type":"rate_limit"}}`),
 			}}})
 	})
-	g := startGateway(t, StyleClusterHeader, nil, f.endpoints(proc.addr))
+	g := startGateway(t, envoy.StyleClusterHeader, nil, f.endpoints(proc.addr))
 	resp, got := post(t, g.URL(), `{}`)
 	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "1" || got.Worker != "" {
 		t.Fatalf("status %d retry-after %q worker %q", resp.StatusCode, resp.Header.Get("Retry-After"), got.Worker)
@@ -365,9 +366,9 @@ func TestBodyModeNoneRoutesOnHeaders(t *testing.T) {
 	f := startFleet(t)
 	proc := startProcServer(t, router{decide: func(h *corev3.HeaderMap, _ []byte) *extprocsvc.HeaderMutation {
 		user, _ := headerValue(h, "x-user")
-		return setHeaders(TargetHeader, user)
+		return setHeaders(envoy.TargetHeader, user)
 	}, clear: true}.script)
-	g := startGateway(t, StyleClusterHeader, edits("request_body_mode: BUFFERED", "request_body_mode: NONE",
+	g := startGateway(t, envoy.StyleClusterHeader, edits("request_body_mode: BUFFERED", "request_body_mode: NONE",
 		"response_body_mode: STREAMED", "response_body_mode: NONE"), f.endpoints(proc.addr))
 	resp, got := post(t, g.URL(), `{"user":"ignored"}`, "X-User", "w3")
 	if resp.StatusCode != 200 || got.Worker != "w3" || got.Body != `{"user":"ignored"}` {

@@ -1,7 +1,8 @@
-package envoy
+package envoytest
 
 import (
 	"context"
+	"github.com/kvroute/kvroute/envoy"
 	"net/http"
 	"strings"
 	"testing"
@@ -13,21 +14,21 @@ import (
 // Where a bootstrap and the Gateway disagree, loading fails instead of the
 // Gateway behaving unlike Envoy.
 func TestLoadGatewayRejectsWhatItDoesNotImplement(t *testing.T) {
-	eps := map[string][]string{ExtProcClusterName: {"127.0.0.1:9"}}
+	eps := map[string][]string{envoy.ExtProcClusterName: {"127.0.0.1:9"}}
 	cases := []struct {
 		name, style, old, new, want string
 	}{
-		{"streamed request body", StyleClusterHeader, "request_body_mode: BUFFERED", "request_body_mode: STREAMED", "request_body_mode STREAMED"},
-		{"buffered response body", StyleClusterHeader, "response_body_mode: STREAMED", "response_body_mode: BUFFERED", "response_body_mode BUFFERED"},
-		{"request header skip", StyleClusterHeader, "request_header_mode: SEND", "request_header_mode: SKIP", "request_header_mode SKIP"},
-		{"buffered body sent early", StyleClusterHeader, "failure_mode_allow: true", "failure_mode_allow: true\n              send_body_without_waiting_for_header_response: true", "send_body_without_waiting"},
-		{"retry policy", StyleClusterHeader, "cluster: kvroute_fallback\n", "cluster: kvroute_fallback\n                  retry_policy: {num_retries: 2}\n", "retry_policy"},
-		{"regex header match", StyleClusterHeader, "present_match: true", "safe_regex_match: {regex: \".+\"}", "safe_regex_match"},
-		{"unknown attribute", StyleClusterHeader, "failure_mode_allow: true", "failure_mode_allow: true\n              request_attributes: [xds.route_name]", "xds.route_name"},
-		{"observability mode", StyleOriginalDst, "failure_mode_allow: false", "failure_mode_allow: false\n              observability_mode: true", "observability_mode"},
-		{"cluster field", StyleOriginalDst, "lb_policy: CLUSTER_PROVIDED", "lb_policy: CLUSTER_PROVIDED\n    upstream_connection_options: {tcp_keepalive: {}}", "upstream_connection_options"},
-		{"metadata forwarding", StyleOriginalDst, "untyped: [envoy.lb.subset_hint]", "untyped: [envoy.lb.subset_hint, custom]", "\"custom\" is not supported"},
-		{"typed metadata forwarding", StyleOriginalDst, "forwarding_namespaces: {untyped:", "forwarding_namespaces: {typed: [x], untyped:", "typed"},
+		{"streamed request body", envoy.StyleClusterHeader, "request_body_mode: BUFFERED", "request_body_mode: STREAMED", "request_body_mode STREAMED"},
+		{"buffered response body", envoy.StyleClusterHeader, "response_body_mode: STREAMED", "response_body_mode: BUFFERED", "response_body_mode BUFFERED"},
+		{"request header skip", envoy.StyleClusterHeader, "request_header_mode: SEND", "request_header_mode: SKIP", "request_header_mode SKIP"},
+		{"buffered body sent early", envoy.StyleClusterHeader, "failure_mode_allow: true", "failure_mode_allow: true\n              send_body_without_waiting_for_header_response: true", "send_body_without_waiting"},
+		{"retry policy", envoy.StyleClusterHeader, "cluster: kvroute_fallback\n", "cluster: kvroute_fallback\n                  retry_policy: {num_retries: 2}\n", "retry_policy"},
+		{"regex header match", envoy.StyleClusterHeader, "present_match: true", "safe_regex_match: {regex: \".+\"}", "safe_regex_match"},
+		{"unknown attribute", envoy.StyleClusterHeader, "failure_mode_allow: true", "failure_mode_allow: true\n              request_attributes: [xds.route_name]", "xds.route_name"},
+		{"observability mode", envoy.StyleOriginalDst, "failure_mode_allow: false", "failure_mode_allow: false\n              observability_mode: true", "observability_mode"},
+		{"cluster field", envoy.StyleOriginalDst, "lb_policy: CLUSTER_PROVIDED", "lb_policy: CLUSTER_PROVIDED\n    upstream_connection_options: {tcp_keepalive: {}}", "upstream_connection_options"},
+		{"metadata forwarding", envoy.StyleOriginalDst, "untyped: [envoy.lb.subset_hint]", "untyped: [envoy.lb.subset_hint, custom]", "\"custom\" is not supported"},
+		{"typed metadata forwarding", envoy.StyleOriginalDst, "forwarding_namespaces: {untyped:", "forwarding_namespaces: {typed: [x], untyped:", "typed"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -39,19 +40,19 @@ func TestLoadGatewayRejectsWhatItDoesNotImplement(t *testing.T) {
 		})
 	}
 	t.Run("endpoints for an unknown cluster", func(t *testing.T) {
-		_, err := LoadGateway([]byte(readShipped(t, StyleClusterHeader)), GatewayOptions{Endpoints: map[string][]string{"w9": {"127.0.0.1:1"}}})
+		_, err := LoadGateway([]byte(readShipped(t, envoy.StyleClusterHeader)), GatewayOptions{Endpoints: map[string][]string{"w9": {"127.0.0.1:1"}}})
 		if err == nil || !strings.Contains(err.Error(), "w9") {
 			t.Fatalf("err = %v", err)
 		}
 	})
 	t.Run("endpoints for the ORIGINAL_DST cluster", func(t *testing.T) {
-		_, err := LoadGateway([]byte(readShipped(t, StyleOriginalDst)), GatewayOptions{Endpoints: map[string][]string{OriginalDstClusterName: {"127.0.0.1:1"}}})
+		_, err := LoadGateway([]byte(readShipped(t, envoy.StyleOriginalDst)), GatewayOptions{Endpoints: map[string][]string{envoy.OriginalDstClusterName: {"127.0.0.1:1"}}})
 		if err == nil || !strings.Contains(err.Error(), "ORIGINAL_DST") {
 			t.Fatalf("err = %v", err)
 		}
 	})
 	t.Run("invalid bootstrap", func(t *testing.T) {
-		src := breakVariant(t, readShipped(t, StyleOriginalDst), "request_trailer_mode: SEND", "request_trailer_mode: SKIP")
+		src := breakVariant(t, readShipped(t, envoy.StyleOriginalDst), "request_trailer_mode: SEND", "request_trailer_mode: SKIP")
 		if _, err := LoadGateway([]byte(src), GatewayOptions{}); err == nil {
 			t.Fatal("a bootstrap Envoy would refuse was loaded")
 		}
@@ -61,10 +62,10 @@ func TestLoadGatewayRejectsWhatItDoesNotImplement(t *testing.T) {
 func TestRequestAttributesKeyedUnderFilterName(t *testing.T) {
 	f := startFleet(t)
 	proc := startProcServer(t, router{decide: pickFromBody, clear: true}.script)
-	g := startGateway(t, StyleClusterHeader, edits("failure_mode_allow: true",
+	g := startGateway(t, envoy.StyleClusterHeader, edits("failure_mode_allow: true",
 		"failure_mode_allow: true\n              request_attributes: [request.path, request.method, source.port]"), f.endpoints(proc.addr))
 	post(t, g.URL(), `{"user":"w0"}`)
-	attrs := proc.lastSession(t).received[0].GetAttributes()[extProcFilterName].GetFields()
+	attrs := proc.lastSession(t).received[0].GetAttributes()[envoy.ExtProcFilterName].GetFields()
 	if attrs["request.path"].GetStringValue() != "/v1/chat/completions" || attrs["request.method"].GetStringValue() != "POST" ||
 		attrs["source.port"].GetNumberValue() == 0 {
 		t.Fatalf("attributes %v", attrs)
@@ -72,15 +73,15 @@ func TestRequestAttributesKeyedUnderFilterName(t *testing.T) {
 }
 
 func TestStartGatewayForEveryStyle(t *testing.T) {
-	for _, style := range Styles {
+	for _, style := range envoy.Styles {
 		t.Run(style, func(t *testing.T) {
 			f := startFleet(t)
-			var workers []Worker
-			for _, w := range ExampleWorkers {
-				workers = append(workers, Worker{Cluster: w.Cluster, Address: hostOf(f.workers[w.Cluster])})
+			var workers []envoy.Worker
+			for _, w := range envoy.ExampleWorkers {
+				workers = append(workers, envoy.Worker{Cluster: w.Cluster, Address: hostOf(f.workers[w.Cluster])})
 			}
 			proc := startProcServer(t, router{decide: func(_ *corev3.HeaderMap, _ []byte) *extprocsvc.HeaderMutation {
-				return setHeaders(TargetHeader, "w2", DestinationHeader, workers[2].Address)
+				return setHeaders(envoy.TargetHeader, "w2", envoy.DestinationHeader, workers[2].Address)
 			}, clear: true}.script)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
@@ -100,11 +101,11 @@ func TestStartGatewayForEveryStyle(t *testing.T) {
 func TestSubsetHintForwardedInMetadataContext(t *testing.T) {
 	worker := startWorker(t, "w-dst")
 	proc := startProcServer(t, router{decide: func(*corev3.HeaderMap, []byte) *extprocsvc.HeaderMutation {
-		return setHeaders(DestinationHeader, hostOf(worker))
+		return setHeaders(envoy.DestinationHeader, hostOf(worker))
 	}}.script)
-	g, err := LoadGateway([]byte(readShipped(t, StyleOriginalDst)), GatewayOptions{
+	g, err := LoadGateway([]byte(readShipped(t, envoy.StyleOriginalDst)), GatewayOptions{
 		ListenAddress: "127.0.0.1:0",
-		Endpoints:     map[string][]string{ExtProcClusterName: {proc.addr}},
+		Endpoints:     map[string][]string{envoy.ExtProcClusterName: {proc.addr}},
 		SubsetHint: func(r *http.Request) []string {
 			if r.Header.Get("X-No-Hint") != "" {
 				return nil

@@ -1,7 +1,8 @@
-package envoy
+package envoytest
 
 import (
 	"errors"
+	"github.com/kvroute/kvroute/envoy"
 	"io"
 	"net/http"
 	"strconv"
@@ -233,5 +234,5 @@ func (x *exchange) responseAttributes(code int) map[string]*structpb.Struct {
 			fields[a] = structpb.NewNumberValue(float64(code))
 		}
 	}
-	return map[string]*structpb.Struct{extProcFilterName: {Fields: fields}}
+	return map[string]*structpb.Struct{envoy.ExtProcFilterName: {Fields: fields}}
 }

@@ -1,7 +1,8 @@
-package envoy
+package envoytest
 
 import (
 	"fmt"
+	"github.com/kvroute/kvroute/envoy"
 	"net"
 	"regexp"
 	"slices"
@@ -70,7 +71,7 @@ func buildGatewayConfig(b *bootstrapv3.Bootstrap, opts GatewayOptions) (*gateway
 	if err := onlyFields(b.GetStaticResources(), "static_resources", "listeners", "clusters"); err != nil {
 		return nil, err
 	}
-	views, err := listenerViews(b)
+	views, err := envoy.ListenerViews(b)
 	if err != nil {
 		return nil, fmt.Errorf("envoy gateway: %w", err)
 	}
@@ -79,33 +80,33 @@ func buildGatewayConfig(b *bootstrapv3.Bootstrap, opts GatewayOptions) (*gateway
 	}
 	v := views[0]
 	cfg := &gatewayConfig{bufferLimit: 1 << 20, clusters: map[string]*upstreamCluster{}}
-	if err := onlyFields(v.listener, "listener", "name", "address", "filter_chains", "per_connection_buffer_limit_bytes"); err != nil {
+	if err := onlyFields(v.Listener, "listener", "name", "address", "filter_chains", "per_connection_buffer_limit_bytes"); err != nil {
 		return nil, err
 	}
-	if err := onlyFields(v.listener.GetFilterChains()[0], "filter chain", "filters"); err != nil {
+	if err := onlyFields(v.Listener.GetFilterChains()[0], "filter chain", "filters"); err != nil {
 		return nil, err
 	}
-	if l := v.listener.GetPerConnectionBufferLimitBytes(); l != nil {
+	if l := v.Listener.GetPerConnectionBufferLimitBytes(); l != nil {
 		cfg.bufferLimit = int64(l.GetValue())
 	}
 	cfg.listenAddr = opts.ListenAddress
 	if cfg.listenAddr == "" {
-		sa := v.listener.GetAddress().GetSocketAddress()
+		sa := v.Listener.GetAddress().GetSocketAddress()
 		cfg.listenAddr = net.JoinHostPort(sa.GetAddress(), strconv.Itoa(int(sa.GetPortValue())))
 	}
 	// Accepted and not enforced: the timeouts are long and the Gateway is
 	// not a production proxy.
-	if err := onlyFields(v.hcm, "http_connection_manager", "stat_prefix", "codec_type", "request_timeout",
+	if err := onlyFields(v.HCM, "http_connection_manager", "stat_prefix", "codec_type", "request_timeout",
 		"stream_idle_timeout", "route_config", "http_filters"); err != nil {
 		return nil, err
 	}
-	if len(v.filters) != 2 || v.filters[0].extProc == nil || !v.filters[1].router {
-		return nil, fmt.Errorf("envoy gateway: http filters must be exactly [%s, %s]", extProcFilterName, routerFilterName)
+	if len(v.Filters) != 2 || v.Filters[0].ExtProc == nil || !v.Filters[1].Router {
+		return nil, fmt.Errorf("envoy gateway: http filters must be exactly [%s, %s]", envoy.ExtProcFilterName, envoy.RouterFilterName)
 	}
-	if cfg.routes, err = buildRoutes(v.hcm.GetRouteConfig()); err != nil {
+	if cfg.routes, err = buildRoutes(v.HCM.GetRouteConfig()); err != nil {
 		return nil, err
 	}
-	if cfg.proc, err = buildProc(v.filters[0].extProc); err != nil {
+	if cfg.proc, err = buildProc(v.Filters[0].ExtProc); err != nil {
 		return nil, err
 	}
 	hasCDS := b.GetDynamicResources().GetCdsConfig() != nil
@@ -152,7 +153,7 @@ func buildProc(ep *extprocv3.ExternalProcessor) (procConfig, error) {
 		return procConfig{}, err
 	}
 	pc := procConfig{
-		cluster:          envoyGrpcCluster(ep.GetGrpcService()),
+		cluster:          ep.GetGrpcService().GetEnvoyGrpc().GetClusterName(),
 		failureModeAllow: ep.GetFailureModeAllow(),
 		messageTimeout:   200 * time.Millisecond, // Envoy's default
 		routeCache:       ep.GetRouteCacheAction(),
@@ -281,7 +282,7 @@ func buildCluster(c *clusterv3.Cluster) (*upstreamCluster, error) {
 		"health_checks", "circuit_breakers", "dns_lookup_family"); err != nil {
 		return nil, err
 	}
-	uc := &upstreamCluster{name: c.GetName(), h2: speaksHTTP2(c), connectTimeout: 5 * time.Second}
+	uc := &upstreamCluster{name: c.GetName(), h2: envoy.SpeaksHTTP2(c), connectTimeout: 5 * time.Second}
 	if t := c.GetConnectTimeout(); t != nil {
 		uc.connectTimeout = t.AsDuration()
 	}

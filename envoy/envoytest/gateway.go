@@ -1,9 +1,10 @@
-package envoy
+package envoytest
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/kvroute/kvroute/envoy"
 	"log/slog"
 	"net"
 	"net/http"
@@ -59,7 +60,7 @@ type Gateway struct {
 
 // LoadGateway validates a bootstrap (see Validate) and builds a Gateway for it.
 func LoadGateway(data []byte, opts GatewayOptions) (*Gateway, error) {
-	b, err := Validate(data)
+	b, err := envoy.Validate(data)
 	if err != nil {
 		return nil, err
 	}
@@ -98,13 +99,13 @@ func NewGateway(b *bootstrapv3.Bootstrap, opts GatewayOptions) (*Gateway, error)
 // kvroute address, and serves it on a free loopback port until ctx ends or
 // Close is called. It is the one-call setup for the all-in-one demo. For the
 // xds style the workers become the clusters kvroute's ADS server would send.
-func StartGateway(ctx context.Context, style string, workers []Worker, extProcAddr string) (*Gateway, error) {
-	data, err := Generate(style, workers, Options{ExtProcAddress: extProcAddr})
+func StartGateway(ctx context.Context, style string, workers []envoy.Worker, extProcAddr string) (*Gateway, error) {
+	data, err := envoy.Generate(style, workers, envoy.Options{ExtProcAddress: extProcAddr})
 	if err != nil {
 		return nil, err
 	}
 	opts := GatewayOptions{ListenAddress: "127.0.0.1:0"}
-	if style == StyleXDS {
+	if style == envoy.StyleXDS {
 		opts.Endpoints = make(map[string][]string, len(workers))
 		for _, w := range workers {
 			opts.Endpoints[w.Cluster] = []string{w.Address}

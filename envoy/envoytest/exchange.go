@@ -1,10 +1,11 @@
-package envoy
+package envoytest
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"github.com/kvroute/kvroute/envoy"
 	"net"
 	"net/http"
 	"strconv"
@@ -306,7 +307,7 @@ func (x *exchange) requestAttributes() map[string]*structpb.Struct {
 			}
 		}
 	}
-	return map[string]*structpb.Struct{extProcFilterName: {Fields: fields}}
+	return map[string]*structpb.Struct{envoy.ExtProcFilterName: {Fields: fields}}
 }
 
 // Names of the Gateway API Inference Extension's subset hint.

@@ -1,10 +1,11 @@
-package envoy
+package envoytest
 
 import (
 	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/kvroute/kvroute/envoy"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -67,14 +68,14 @@ func readEvents(t *testing.T, url string, next chan<- struct{}) []string {
 
 func TestSSEStreamsChunkByChunk(t *testing.T) {
 	const n = 4
-	for _, style := range []string{StyleClusterHeader, StyleOriginalDst} {
+	for _, style := range []string{envoy.StyleClusterHeader, envoy.StyleOriginalDst} {
 		t.Run(style, func(t *testing.T) {
 			sse, next := startSSEWorker(t, n)
 			proc := startProcServer(t, router{decide: func(*corev3.HeaderMap, []byte) *extprocsvc.HeaderMutation {
-				return setHeaders(TargetHeader, "w0", DestinationHeader, hostOf(sse))
+				return setHeaders(envoy.TargetHeader, "w0", envoy.DestinationHeader, hostOf(sse))
 			}, clear: true}.script)
-			eps := map[string][]string{ExtProcClusterName: {proc.addr}}
-			if style == StyleClusterHeader {
+			eps := map[string][]string{envoy.ExtProcClusterName: {proc.addr}}
+			if style == envoy.StyleClusterHeader {
 				eps = startFleet(t).endpoints(proc.addr)
 				eps["w0"] = []string{hostOf(sse)}
 			}
@@ -101,9 +102,9 @@ func TestSSEStreamsChunkByChunk(t *testing.T) {
 func TestClientGoneCancelsProcessorStream(t *testing.T) {
 	sse, _ := startSSEWorker(t, 2)
 	proc := startProcServer(t, router{decide: func(*corev3.HeaderMap, []byte) *extprocsvc.HeaderMutation {
-		return setHeaders(DestinationHeader, hostOf(sse))
+		return setHeaders(envoy.DestinationHeader, hostOf(sse))
 	}}.script)
-	g := startGateway(t, StyleOriginalDst, nil, map[string][]string{ExtProcClusterName: {proc.addr}})
+	g := startGateway(t, envoy.StyleOriginalDst, nil, map[string][]string{envoy.ExtProcClusterName: {proc.addr}})
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, g.URL()+"/v1/completions", strings.NewReader(`{}`))
 	resp, err := http.DefaultClient.Do(req)
@@ -125,7 +126,7 @@ func TestClientGoneCancelsProcessorStream(t *testing.T) {
 func TestH2CClient(t *testing.T) {
 	f := startFleet(t)
 	proc := startProcServer(t, router{decide: pickFromBody, clear: true}.script)
-	g := startGateway(t, StyleClusterHeader, nil, f.endpoints(proc.addr))
+	g := startGateway(t, envoy.StyleClusterHeader, nil, f.endpoints(proc.addr))
 	p := new(http.Protocols)
 	p.SetUnencryptedHTTP2(true)
 	client := &http.Client{Transport: &http.Transport{Protocols: p}}

@@ -1,6 +1,7 @@
-package envoy
+package envoytest
 
 import (
+	"github.com/kvroute/kvroute/envoy"
 	"net"
 	"net/http"
 	"strings"
@@ -48,7 +49,7 @@ func TestMessageTimeoutObeysFailureModeAllow(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := startFleet(t)
 			proc := startProcServer(t, stall)
-			g := startGateway(t, StyleClusterHeader, edits("message_timeout: 60s", "message_timeout: 0.2s",
+			g := startGateway(t, envoy.StyleClusterHeader, edits("message_timeout: 60s", "message_timeout: 0.2s",
 				"failure_mode_allow: true", "failure_mode_allow: "+tc.allow), f.endpoints(proc.addr))
 			resp, got := post(t, g.URL(), `{"user":"w1"}`)
 			if resp.StatusCode != tc.wantStatus || got.Worker != tc.wantWorker {
@@ -69,13 +70,13 @@ func TestSpuriousMessageClosesStreamAndContinues(t *testing.T) {
 		}
 		// A response_headers answer to request_headers is out of order.
 		if err := s.send(&extprocsvc.ProcessingResponse{Response: &extprocsvc.ProcessingResponse_ResponseHeaders{
-			ResponseHeaders: &extprocsvc.HeadersResponse{Response: common(setHeaders(TargetHeader, "w1"), true)}}}); err != nil {
+			ResponseHeaders: &extprocsvc.HeadersResponse{Response: common(setHeaders(envoy.TargetHeader, "w1"), true)}}}); err != nil {
 			return err
 		}
 		<-s.stream.Context().Done()
 		return nil
 	})
-	g := startGateway(t, StyleClusterHeader, edits("failure_mode_allow: true", "failure_mode_allow: false"), f.endpoints(proc.addr))
+	g := startGateway(t, envoy.StyleClusterHeader, edits("failure_mode_allow: true", "failure_mode_allow: false"), f.endpoints(proc.addr))
 	resp, got := post(t, g.URL(), `{}`)
 	if resp.StatusCode != 200 || got.Worker != "fallback" {
 		t.Fatalf("status %d worker %q: a spurious message must stop processing, not fail or apply", resp.StatusCode, got.Worker)
@@ -105,10 +106,10 @@ func TestProcessorFailures(t *testing.T) {
 		script     func(*procSession) error // nil: nothing listens
 		wantStatus int
 	}{
-		{"unreachable, fail open", StyleClusterHeader, nil, 200},
-		{"unreachable, fail closed", StyleOriginalDst, nil, 500},
-		{"gRPC error, fail open", StyleClusterHeader, grpcError, 200},
-		{"gRPC error, fail closed", StyleOriginalDst, grpcError, 500},
+		{"unreachable, fail open", envoy.StyleClusterHeader, nil, 200},
+		{"unreachable, fail closed", envoy.StyleOriginalDst, nil, 500},
+		{"gRPC error, fail open", envoy.StyleClusterHeader, grpcError, 200},
+		{"gRPC error, fail closed", envoy.StyleOriginalDst, grpcError, 500},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -117,8 +118,8 @@ func TestProcessorFailures(t *testing.T) {
 			if tc.script != nil {
 				addr = startProcServer(t, tc.script).addr
 			}
-			eps := map[string][]string{ExtProcClusterName: {addr}}
-			if tc.style == StyleClusterHeader {
+			eps := map[string][]string{envoy.ExtProcClusterName: {addr}}
+			if tc.style == envoy.StyleClusterHeader {
 				eps = f.endpoints(addr)
 			}
 			g := startGateway(t, tc.style, nil, eps)
@@ -138,10 +139,10 @@ func TestRouterFailuresPassThroughResponsePath(t *testing.T) {
 		wantStatus int
 		wantBody   string
 	}{
-		{"unknown cluster", StyleClusterHeader, []string{TargetHeader, "w9"}, 503, ""},
-		{"destination list is not one ip:port", StyleOriginalDst, []string{DestinationHeader, "127.0.0.1:1,127.0.0.1:2"}, 503, "no healthy upstream"},
-		{"destination host name", StyleOriginalDst, []string{DestinationHeader, "localhost:80"}, 503, "no healthy upstream"},
-		{"worker down", StyleClusterHeader, []string{TargetHeader, "w0"}, 503, "upstream connect error"},
+		{"unknown cluster", envoy.StyleClusterHeader, []string{envoy.TargetHeader, "w9"}, 503, ""},
+		{"destination list is not one ip:port", envoy.StyleOriginalDst, []string{envoy.DestinationHeader, "127.0.0.1:1,127.0.0.1:2"}, 503, "no healthy upstream"},
+		{"destination host name", envoy.StyleOriginalDst, []string{envoy.DestinationHeader, "localhost:80"}, 503, "no healthy upstream"},
+		{"worker down", envoy.StyleClusterHeader, []string{envoy.TargetHeader, "w0"}, 503, "upstream connect error"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -150,8 +151,8 @@ func TestRouterFailuresPassThroughResponsePath(t *testing.T) {
 			proc := startProcServer(t, router{decide: func(*corev3.HeaderMap, []byte) *extprocsvc.HeaderMutation {
 				return setHeaders(tc.headers...)
 			}, clear: true}.script)
-			eps := map[string][]string{ExtProcClusterName: {proc.addr}}
-			if tc.style == StyleClusterHeader {
+			eps := map[string][]string{envoy.ExtProcClusterName: {proc.addr}}
+			if tc.style == envoy.StyleClusterHeader {
 				eps = f.endpoints(proc.addr)
 			}
 			g := startGateway(t, tc.style, nil, eps)
@@ -176,7 +177,7 @@ func TestRouterFailuresPassThroughResponsePath(t *testing.T) {
 func TestBufferedBodyOverLimitIs413(t *testing.T) {
 	f := startFleet(t)
 	proc := startProcServer(t, router{decide: pickFromBody, clear: true}.script)
-	g := startGateway(t, StyleClusterHeader, edits("per_connection_buffer_limit_bytes: 33554432", "per_connection_buffer_limit_bytes: 1024"),
+	g := startGateway(t, envoy.StyleClusterHeader, edits("per_connection_buffer_limit_bytes: 33554432", "per_connection_buffer_limit_bytes: 1024"),
 		f.endpoints(proc.addr))
 	resp, _ := post(t, g.URL(), strings.Repeat("x", 2048))
 	if resp.StatusCode != http.StatusRequestEntityTooLarge {
