@@ -66,17 +66,7 @@ func (p *Pool) add(key, worker string, promptTokens, matchedBlocks, prefill int,
 	}
 	a := &active{key: key, w: w, hashes: slices.Clone(hashes), promptTokens: max(promptTokens, 0),
 		prefillTokens: prefill, lastSeen: now}
-	for _, h := range a.hashes {
-		w.blockRefs[h]++
-	}
-	a.private = a.privateBlocks()
-	w.private += a.private
-	w.requests++
-	w.adds++
-	if a.prefillTokens > 0 {
-		w.prefillTokens += a.prefillTokens
-		w.prefillRequests++
-	}
+	p.chargeLocked(a)
 	p.reqs[key] = a
 	if !local {
 		return SyncEvent{}, nil
@@ -192,6 +182,23 @@ func (p *Pool) releaseLocked(a *active) {
 	}
 }
 
+// chargeLocked puts a's load on its worker a.w: block references, private
+// blocks, the request and prefill counts. releaseLocked undoes it.
+func (p *Pool) chargeLocked(a *active) {
+	w := a.w
+	for _, h := range a.hashes {
+		w.blockRefs[h]++
+	}
+	a.private = a.privateBlocks()
+	w.private += a.private
+	w.requests++
+	w.adds++
+	if a.prefillTokens > 0 {
+		w.prefillTokens += a.prefillTokens
+		w.prefillRequests++
+	}
+}
+
 // Move transfers a request's load to another worker, for when the proxy
 // reports it served the request elsewhere (a Gateway API fallback
 // endpoint). Unknown request IDs are ignored; an unknown worker is an error.
@@ -221,17 +228,7 @@ func (p *Pool) move(key, worker string) (bool, error) {
 	}
 	p.releaseLocked(a)
 	a.w, a.lastSeen = w, now
-	for _, h := range a.hashes {
-		w.blockRefs[h]++
-	}
-	a.private = a.privateBlocks()
-	w.private += a.private
-	w.requests++
-	w.adds++
-	if a.prefillTokens > 0 {
-		w.prefillTokens += a.prefillTokens
-		w.prefillRequests++
-	}
+	p.chargeLocked(a)
 	return true, nil
 }
 
