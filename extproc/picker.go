@@ -56,6 +56,8 @@ type PickerMetrics interface {
 
 type nopPickerMetrics struct{}
 
+var _ PickerMetrics = nopPickerMetrics{}
+
 func (nopPickerMetrics) Decided(string, string, string, string) {}
 func (nopPickerMetrics) Phase(string, time.Duration)            {}
 func (nopPickerMetrics) Overlap(float64, int)                   {}
@@ -107,6 +109,8 @@ type Picker struct {
 	completions completionEncoder
 	inflight    inflight
 }
+
+var _ Decider = (*Picker)(nil)
 
 // NewPicker returns a Picker.
 func NewPicker(cfg PickerConfig) (*Picker, error) {

@@ -25,6 +25,8 @@ type ticket struct {
 	freed   bool
 }
 
+var _ Ticket = (*ticket)(nil)
+
 func (t *ticket) PrefillDone() {
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -64,6 +64,12 @@ type Event interface {
 	isEvent()
 }
 
+var (
+	_ Event = BlockStored{}
+	_ Event = BlockRemoved{}
+	_ Event = AllBlocksCleared{}
+)
+
 // Medium names used by vLLM. A nil medium means the device (GPU) tier.
 const (
 	MediumGPU = "GPU"

@@ -71,6 +71,8 @@ type Metrics interface {
 // NopMetrics discards everything.
 type NopMetrics struct{}
 
+var _ Metrics = NopMetrics{}
+
 // Batch does nothing.
 func (NopMetrics) Batch(string, BatchOutcome) {}
 

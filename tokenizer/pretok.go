@@ -19,6 +19,14 @@ type preStep interface {
 	apply(st *encodeState, p piece, dst []piece) []piece
 }
 
+var (
+	_ preStep = (*splitStep)(nil)
+	_ preStep = (*charSplitStep)(nil)
+	_ preStep = (*byteLevelStep)(nil)
+	_ preStep = (*metaspaceStep)(nil)
+	_ preStep = whitespaceStep{}
+)
+
 // preChain is the flattened pre-tokenizer sequence of a tokenizer.
 type preChain struct {
 	steps []preStep

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/scoring"
 )
 
@@ -15,6 +16,9 @@ type core struct {
 	cancel context.CancelFunc
 	done   []<-chan struct{}
 }
+
+// The approximate index learns from the pool's decisions.
+var _ scoring.PrefixRecorder = (*kvindex.Approx)(nil)
 
 // newCore builds the scoring router for mode, fills its pool with the
 // known fleet and starts load reports, replica sync and the sweeper.

@@ -17,6 +17,8 @@ type fleet struct {
 	records map[string]discovery.Record
 }
 
+var _ discovery.Sink = (*fleet)(nil)
+
 func (f *fleet) spec(rec discovery.Record) scoring.WorkerSpec {
 	bs := rec.BlockSize
 	if f.r.cfg.BlockSize > 0 {

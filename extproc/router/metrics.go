@@ -6,6 +6,7 @@ import (
 
 	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/kvindex"
+	"github.com/kvroute/kvroute/scoring"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc/codes"
@@ -39,6 +40,13 @@ type Metrics struct {
 	immediate     *prometheus.CounterVec
 	badRecords    *prometheus.CounterVec
 }
+
+var (
+	_ extproc.Metrics       = (*Metrics)(nil)
+	_ extproc.PickerMetrics = (*Metrics)(nil)
+	_ scoring.Metrics       = (*Metrics)(nil)
+	_ kvindex.Metrics       = (*Metrics)(nil)
+)
 
 var latencyBuckets = []float64{5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 0.1, 1, 10}
 
