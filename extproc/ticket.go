@@ -71,7 +71,7 @@ func (t *ticket) Free(o Outcome) {
 
 // moveTo re-adds the request to pool in the state it reached. The old pool
 // is left as it is: it is retired with its core, and freeing the request
-// there would tell replica peers (scoring.Sync) that it ended.
+// there would tell replica peers (bus.Sync) that it ended.
 func (t *ticket) moveTo(pool *scoring.Pool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -20,11 +20,11 @@
 //     Route waits while every eligible worker is saturated with prefill work,
 //     orders waiters by policy (fcfs, wspt, lcfs) and sheds past the queue's
 //     limits with a *ShedError;
-//   - the NATS edges: LoadReports feeds worker load reports into the Pool and
-//     Sync shares lifecycle events between router replicas.
+//   - the data the NATS edges carry: LoadReport and SyncEvent. The adapters
+//     that move them (LoadReports, Sync) live in internal/bus.
 //
-// Everything but the two NATS adapters is pure logic: no I/O, an injectable
-// clock and random source, so every behaviour is a table-driven test.
+// Everything here is pure logic: no I/O, an injectable clock and random
+// source, so every behaviour is a table-driven test.
 //
 // Overlap is plain data: the caller (the ext_proc layer) asks the KV index
 // for each candidate's matched leading blocks and cached-block total and

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/kvroute/kvroute/internal/bus"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/scoring"
 )
@@ -45,14 +46,14 @@ func (r *Router) newCore(mode string) (*core, error) {
 	sweep := make(chan struct{})
 	go func() { defer close(sweep); sr.Run(ctx) }()
 	c.done = append(c.done, sweep)
-	lr := scoring.NewLoadReports(r.nc, r.cfg.Namespace, sr.Pool())
+	lr := bus.NewLoadReports(r.nc, r.cfg.Namespace, sr.Pool())
 	if err := lr.Start(ctx); err != nil {
 		c.stop()
 		return nil, fmt.Errorf("load reports: %w", err)
 	}
 	c.done = append(c.done, lr.Done())
 	if r.cfg.ReplicaSync {
-		s := scoring.NewSync(r.nc, r.cfg.Namespace, r.cfg.RouterID, sr.Pool())
+		s := bus.NewSync(r.nc, r.cfg.Namespace, r.cfg.RouterID, sr.Pool())
 		if err := s.Start(ctx); err != nil {
 			c.stop()
 			return nil, fmt.Errorf("replica sync: %w", err)

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/extproc"
+	"github.com/kvroute/kvroute/internal/bus"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,7 +14,7 @@ import (
 )
 
 // Metrics is the router's Prometheus instrumentation (prefix kvroute_). It
-// implements extproc.Metrics, extproc.PickerMetrics, kvindex.Metrics and
+// implements extproc.Metrics, extproc.PickerMetrics, bus.EventMetrics and
 // scoring.Metrics.
 type Metrics struct {
 	requests      *prometheus.CounterVec
@@ -45,7 +46,7 @@ var (
 	_ extproc.Metrics       = (*Metrics)(nil)
 	_ extproc.PickerMetrics = (*Metrics)(nil)
 	_ scoring.Metrics       = (*Metrics)(nil)
-	_ kvindex.Metrics       = (*Metrics)(nil)
+	_ bus.EventMetrics      = (*Metrics)(nil)
 )
 
 var latencyBuckets = []float64{5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 0.1, 1, 10}
@@ -144,12 +145,12 @@ func (m *Metrics) LoadReportRejected()         { m.loadRejected.Inc() }
 func (m *Metrics) SyncRejected()               { m.syncRejected.Inc() }
 func (m *Metrics) SyncDropped()                { m.syncDropped.Inc() }
 
-// kvindex.Metrics
+// bus.EventMetrics
 
-func (m *Metrics) Batch(worker string, o kvindex.BatchOutcome) {
+func (m *Metrics) Batch(worker string, o bus.BatchOutcome) {
 	m.batches.WithLabelValues(string(o)).Inc()
 }
-func (m *Metrics) Sequence(worker string, ev kvindex.SeqEvent) {
+func (m *Metrics) Sequence(worker string, ev bus.SeqEvent) {
 	m.sequence.WithLabelValues(worker, string(ev)).Inc()
 }
 func (m *Metrics) Applied(worker string, s kvindex.ApplyStats) {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvroute/kvroute/envoy"
 	"github.com/kvroute/kvroute/extproc"
+	"github.com/kvroute/kvroute/internal/bus"
 	"github.com/kvroute/kvroute/internal/discovery"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/tokenizer"
@@ -127,7 +128,7 @@ func Start(ctx context.Context, cfg Config) (_ *Router, err error) {
 		return nil, err
 	}
 	if cfg.KVEvents {
-		cons := kvindex.NewConsumer(r.nc, kvindex.ConsumerConfig{Namespace: cfg.Namespace, Index: r.index, Metrics: r.metrics, Logger: r.log})
+		cons := bus.NewEventConsumer(r.nc, bus.EventConsumerConfig{Namespace: cfg.Namespace, Index: r.index, Metrics: r.metrics, Logger: r.log})
 		if err = cons.Start(r.ctx); err != nil {
 			return nil, fmt.Errorf("kv events: %w", err)
 		}

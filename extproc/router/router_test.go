@@ -17,6 +17,7 @@ import (
 	extprocmode "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/kvroute/kvroute/extproc"
+	"github.com/kvroute/kvroute/internal/bus"
 	"github.com/kvroute/kvroute/internal/discovery"
 	"github.com/kvroute/kvroute/internal/testenv"
 	"github.com/kvroute/kvroute/kvindex"
@@ -202,7 +203,7 @@ func TestRouterEventsOverNATSChangeTheNextDecision(t *testing.T) {
 		hs[i] = kvindex.HashInt(int64(i + 1))
 	}
 	batch := kvindex.EventBatch{TS: 1, Events: []kvindex.Event{kvindex.BlockStored{BlockHashes: hs, TokenIDs: tokens[:blocks*16], BlockSize: 16}}}
-	if err := kvindex.Publish(nc, r.cfg.Namespace, target, 0, batch); err != nil {
+	if err := bus.PublishEvents(nc, r.cfg.Namespace, target, 0, batch); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "index holds the blocks", func() bool { return r.Index().Stats().Entries >= blocks })

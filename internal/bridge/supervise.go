@@ -6,6 +6,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/kvroute/kvroute/internal/bus"
 	"github.com/kvroute/kvroute/internal/discovery"
 	"github.com/kvroute/kvroute/scoring"
 )
@@ -278,7 +279,7 @@ func (b *Bridge) publishLoad(m EngineMetrics, blockSize int) {
 		if err != nil {
 			continue // a struct of ints always marshals
 		}
-		if err := b.cfg.NATS.Publish(scoring.LoadSubject(b.cfg.Namespace, id), data); err != nil {
+		if err := b.cfg.NATS.Publish(bus.LoadSubject(b.cfg.Namespace, id), data); err != nil {
 			b.stats.PublishErrors.Add(1)
 			if !errors.Is(err, context.Canceled) {
 				b.log.Debug("load report publish failed", "worker", id, "err", err)

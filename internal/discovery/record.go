@@ -11,7 +11,7 @@ import (
 	"strings"
 )
 
-// Record is one worker's registration, stored as JSON at Key(ns, ID).
+// Record is one worker's registration, stored as JSON at bus.WorkerKey(ns, ID).
 type Record struct {
 	// ID names the worker uniquely in the namespace. Data-parallel ranks of one
 	// engine register separately as "<id>-dp<rank>".
@@ -39,16 +39,6 @@ type Record struct {
 	LoRAAdapters []string `json:"lora_adapters,omitempty"`
 	// DPRank is the engine's data-parallel rank.
 	DPRank int `json:"dp_rank,omitempty"`
-}
-
-// Prefix returns the etcd key prefix under which a namespace's workers live.
-func Prefix(namespace string) string {
-	return "/kvroute/" + namespace + "/workers/"
-}
-
-// Key returns the etcd key of one worker's record.
-func Key(namespace, id string) string {
-	return Prefix(namespace) + id
 }
 
 // ClusterName returns the Envoy cluster this worker is reached through.

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kvroute/kvroute/internal/bus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -69,7 +70,7 @@ type Registration struct {
 	closed        bool
 }
 
-// Register writes rec at Key(namespace, rec.ID) under a new lease and keeps
+// Register writes rec at bus.WorkerKey(namespace, rec.ID) under a new lease and keeps
 // it there until ctx ends, Close or Abandon is called. The first write
 // happens before Register returns, so an unreachable etcd is an error here;
 // later outages are retried in the background.
@@ -89,7 +90,7 @@ func Register(ctx context.Context, cli *clientv3.Client, namespace string, rec R
 	}
 	r := &Registration{
 		cli:  cli,
-		key:  Key(namespace, rec.ID),
+		key:  bus.WorkerKey(namespace, rec.ID),
 		val:  string(val),
 		opts: opts.withDefaults(),
 		done: make(chan struct{}),

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
+	"github.com/kvroute/kvroute/internal/bus"
 	"github.com/kvroute/kvroute/internal/testenv"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 func testRecord(id string) Record {
@@ -66,7 +66,7 @@ func TestRegisterWritesTheRecordUnderALeaseAndCloseDeletesIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec, lease, ok := getRecord(t, cli, Key("ns", "w0"))
+	rec, lease, ok := getRecord(t, cli, bus.WorkerKey("ns", "w0"))
 	if !ok || rec.ID != "w0" || rec.Address != "127.0.0.1:8000" {
 		t.Fatalf("record %+v present=%v", rec, ok)
 	}
@@ -83,7 +83,7 @@ func TestRegisterWritesTheRecordUnderALeaseAndCloseDeletesIt(t *testing.T) {
 	if err := reg.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, ok := getRecord(t, cli, Key("ns", "w0")); ok {
+	if _, _, ok := getRecord(t, cli, bus.WorkerKey("ns", "w0")); ok {
 		t.Fatal("record still present after Close")
 	}
 	if err := reg.Close(); err != nil {
@@ -100,7 +100,7 @@ func TestRegisterKeepsALeaseAliveBeyondItsTTL(t *testing.T) {
 	defer reg.Close()
 	first := reg.Lease()
 	time.Sleep(2500 * time.Millisecond)
-	if _, lease, ok := getRecord(t, cli, Key("ns", "w1")); !ok || lease != first {
+	if _, lease, ok := getRecord(t, cli, bus.WorkerKey("ns", "w1")); !ok || lease != first {
 		t.Fatalf("after 2.5 TTLs: present=%v lease=%d, want the original lease %d", ok, lease, first)
 	}
 	if n := reg.Registrations(); n != 1 {
@@ -122,7 +122,7 @@ func TestRegisterRecoversFromALostLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "re-registration", 10*time.Second, func() bool {
-		_, lease, ok := getRecord(t, cli, Key("ns", "w2"))
+		_, lease, ok := getRecord(t, cli, bus.WorkerKey("ns", "w2"))
 		return ok && lease != old && lease == reg.Lease()
 	})
 	if n := reg.Registrations(); n < 2 {
@@ -137,11 +137,11 @@ func TestAbandonLetsTheLeaseExpire(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg.Abandon()
-	if _, _, ok := getRecord(t, cli, Key("ns", "w3")); !ok {
+	if _, _, ok := getRecord(t, cli, bus.WorkerKey("ns", "w3")); !ok {
 		t.Fatal("Abandon deleted the record at once; it should wait for the lease")
 	}
 	waitFor(t, "lease expiry", 10*time.Second, func() bool {
-		_, _, ok := getRecord(t, cli, Key("ns", "w3"))
+		_, _, ok := getRecord(t, cli, bus.WorkerKey("ns", "w3"))
 		return !ok
 	})
 }
@@ -162,7 +162,7 @@ func TestRegisterStopsWithItsContext(t *testing.T) {
 	if err := reg.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, ok := getRecord(t, cli, Key("ns", "w4")); ok {
+	if _, _, ok := getRecord(t, cli, bus.WorkerKey("ns", "w4")); ok {
 		t.Fatal("record present after Close")
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvroute/kvroute/internal/bus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -57,7 +58,7 @@ func NewWatcher(cli *clientv3.Client, namespace string, sink Sink, opts WatchOpt
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Watcher{cli: cli, prefix: Prefix(namespace), sink: sink, opts: opts, known: map[string]Record{}, synced: make(chan struct{})}
+	return &Watcher{cli: cli, prefix: bus.WorkersPrefix(namespace), sink: sink, opts: opts, known: map[string]Record{}, synced: make(chan struct{})}
 }
 
 // Synced is closed once the first Get has been applied to the Sink.

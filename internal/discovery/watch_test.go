@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvroute/kvroute/internal/bus"
 	"github.com/kvroute/kvroute/internal/testenv"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -85,7 +86,7 @@ func TestWatcherFollowsEtcd(t *testing.T) {
 	}
 	defer pre.Close()
 	// A worker of another namespace must stay invisible.
-	putJSON(t, cli, Key("other", "x"), record("x", 16))
+	putJSON(t, cli, bus.WorkerKey("other", "x"), record("x", 16))
 
 	sink := newFleetSink()
 	var badMu sync.Mutex
@@ -110,21 +111,21 @@ func TestWatcherFollowsEtcd(t *testing.T) {
 	}
 
 	t.Run("add", func(t *testing.T) {
-		putJSON(t, cli, Key("ns", "w1"), record("w1", 16))
+		putJSON(t, cli, bus.WorkerKey("ns", "w1"), record("w1", 16))
 		eventually(t, "w1 added", func() bool { _, ok := sink.get("w1"); return ok })
 	})
 	t.Run("update", func(t *testing.T) {
-		putJSON(t, cli, Key("ns", "w1"), record("w1", 32))
+		putJSON(t, cli, bus.WorkerKey("ns", "w1"), record("w1", 32))
 		eventually(t, "w1 updated", func() bool { r, _ := sink.get("w1"); return r.BlockSize == 32 })
 	})
 	t.Run("bad value is counted and ignored", func(t *testing.T) {
 		before := w.BadValues()
-		if _, err := cli.Put(ctx, Key("ns", "w1"), "{not json"); err != nil {
+		if _, err := cli.Put(ctx, bus.WorkerKey("ns", "w1"), "{not json"); err != nil {
 			t.Fatal(err)
 		}
-		putJSON(t, cli, Key("ns", "w2"), record("other-id", 16)) // id does not match its key
-		putJSON(t, cli, Key("ns", "w3"), Record{ID: "w3"})       // fails validation
-		putJSON(t, cli, Key("ns", "w4"), record("w4", 16))       // a good one after the bad ones
+		putJSON(t, cli, bus.WorkerKey("ns", "w2"), record("other-id", 16)) // id does not match its key
+		putJSON(t, cli, bus.WorkerKey("ns", "w3"), Record{ID: "w3"})       // fails validation
+		putJSON(t, cli, bus.WorkerKey("ns", "w4"), record("w4", 16))       // a good one after the bad ones
 		eventually(t, "w4 added", func() bool { _, ok := sink.get("w4"); return ok })
 		if got := w.BadValues() - before; got != 3 {
 			t.Errorf("bad values counted %d, want 3", got)
@@ -144,7 +145,7 @@ func TestWatcherFollowsEtcd(t *testing.T) {
 		badMu.Unlock()
 	})
 	t.Run("delete removes", func(t *testing.T) {
-		if _, err := cli.Delete(ctx, Key("ns", "w4")); err != nil {
+		if _, err := cli.Delete(ctx, bus.WorkerKey("ns", "w4")); err != nil {
 			t.Fatal(err)
 		}
 		eventually(t, "w4 removed", func() bool { _, ok := sink.get("w4"); return !ok })
@@ -187,12 +188,12 @@ func TestWatcherResyncRemovesVanishedWorkers(t *testing.T) {
 	sink := newFleetSink()
 	w := NewWatcher(cli, "ns", sink, WatchOptions{Logger: quietLogger()})
 	for i := range 3 {
-		putJSON(t, cli, Key("ns", fmt.Sprintf("w%d", i)), record(fmt.Sprintf("w%d", i), 16))
+		putJSON(t, cli, bus.WorkerKey("ns", fmt.Sprintf("w%d", i)), record(fmt.Sprintf("w%d", i), 16))
 	}
 	if _, err := w.resync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cli.Delete(context.Background(), Key("ns", "w1")); err != nil {
+	if _, err := cli.Delete(context.Background(), bus.WorkerKey("ns", "w1")); err != nil {
 		t.Fatal(err)
 	}
 	// A resync (as after a compacted watch) must notice w1 is gone.

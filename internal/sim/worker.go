@@ -12,13 +12,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	clientv3 "go.etcd.io/etcd/client/v3"
-
+	"github.com/kvroute/kvroute/internal/bus"
 	"github.com/kvroute/kvroute/internal/discovery"
 	"github.com/kvroute/kvroute/internal/vllmzmq"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/scoring"
+	"github.com/nats-io/nats.go"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // DefaultLoadInterval is how often a worker publishes its load report.
@@ -159,7 +159,7 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 			return nil, fmt.Errorf("start worker %s: zmq publisher: %w", cfg.ID, err)
 		}
 	}
-	w.events = newEventPublisher(cfg.NATS, kvindex.EventsSubject(cfg.Namespace, cfg.ID), w.zmq,
+	w.events = newEventPublisher(cfg.NATS, bus.EventsSubject(cfg.Namespace, cfg.ID), w.zmq,
 		cfg.DPRank, cfg.EventBatchMax, cfg.EventFlushInterval, log)
 
 	w.ln, err = net.Listen("tcp", cfg.ListenAddr)
@@ -229,7 +229,7 @@ func (w *Worker) flushEvents() {
 
 // reportLoad publishes load reports until the worker stops.
 func (w *Worker) reportLoad() {
-	subject := scoring.LoadSubject(w.cfg.Namespace, w.cfg.ID)
+	subject := bus.LoadSubject(w.cfg.Namespace, w.cfg.ID)
 	t := time.NewTicker(w.cfg.LoadInterval)
 	defer t.Stop()
 	for {

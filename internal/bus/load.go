@@ -1,4 +1,4 @@
-package scoring
+package bus
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/kvroute/kvroute/scoring"
 	"github.com/nats-io/nats.go"
 )
 
@@ -19,8 +20,8 @@ type LoadReports struct {
 	conn    *nats.Conn
 	ns      string
 	prefix  string
-	pool    *Pool
-	metrics Metrics
+	pool    *scoring.Pool
+	metrics scoring.Metrics
 	log     *slog.Logger
 
 	done     chan struct{}
@@ -29,10 +30,10 @@ type LoadReports struct {
 }
 
 // NewLoadReports prepares the adapter for pool on nc under namespace.
-func NewLoadReports(nc *nats.Conn, namespace string, pool *Pool) *LoadReports {
+func NewLoadReports(nc *nats.Conn, namespace string, pool *scoring.Pool) *LoadReports {
 	return &LoadReports{
 		conn: nc, ns: namespace, prefix: strings.TrimSuffix(LoadSubjectWildcard(namespace), ">"),
-		pool: pool, metrics: pool.opts.Metrics,
+		pool: pool, metrics: pool.Metrics(),
 		log:  slog.Default().With("component", "scoring.load_reports"),
 		done: make(chan struct{}),
 	}

@@ -1,4 +1,4 @@
-package kvindex
+package bus
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/internal/testenv"
+	"github.com/kvroute/kvroute/kvindex"
 	"github.com/nats-io/nats.go"
 )
 
@@ -15,7 +16,7 @@ type countingMetrics struct {
 	mu      sync.Mutex
 	batches map[BatchOutcome]int
 	seq     map[SeqEvent]int
-	applied ApplyStats
+	applied kvindex.ApplyStats
 }
 
 func newCountingMetrics() *countingMetrics {
@@ -28,7 +29,7 @@ func (m *countingMetrics) Batch(_ string, o BatchOutcome) {
 	m.batches[o]++
 }
 
-func (m *countingMetrics) Applied(_ string, s ApplyStats) {
+func (m *countingMetrics) Applied(_ string, s kvindex.ApplyStats) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.applied.Add(s)
@@ -65,21 +66,21 @@ func TestConsumerAppliesBatchesFromNATSAndTracksSequences(t *testing.T) {
 	}
 	defer nc.Close()
 
-	ix := New(Config{})
+	ix := kvindex.New(kvindex.Config{})
 	ix.AddWorker("w0", testModel, testBS)
 	ix.AddWorker("w1", testModel, testBS)
 	metrics := newCountingMetrics()
 	ctx, cancel := context.WithCancel(context.Background())
-	c := NewConsumer(nc, ConsumerConfig{Namespace: "prod", Index: ix, Metrics: metrics})
+	c := NewEventConsumer(nc, EventConsumerConfig{Namespace: "prod", Index: ix, Metrics: metrics})
 	if err := c.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	prompt := promptHashes(1, 6)
-	match := func(w string) MatchResult { return ix.Match(prompt, []string{w}, nil)[0] }
+	match := func(w string) kvindex.MatchResult { return ix.Match(prompt, []string{w}, nil)[0] }
 
-	pub := func(w string, seq uint64, evs ...Event) {
+	pub := func(w string, seq uint64, evs ...kvindex.Event) {
 		t.Helper()
-		if err := Publish(nc, "prod", w, seq, EventBatch{TS: 1, Events: evs}); err != nil {
+		if err := PublishEvents(nc, "prod", w, seq, kvindex.EventBatch{TS: 1, Events: evs}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -91,7 +92,7 @@ func TestConsumerAppliesBatchesFromNATSAndTracksSequences(t *testing.T) {
 	eventually(t, "w1 to hold 1 block", func() bool { return match("w1").Blocks == 1 })
 
 	// Another namespace is not ours.
-	if err := Publish(nc, "staging", "w0", 2, EventBatch{Events: []Event{AllBlocksCleared{}}}); err != nil {
+	if err := PublishEvents(nc, "staging", "w0", 2, kvindex.EventBatch{Events: []kvindex.Event{kvindex.AllBlocksCleared{}}}); err != nil {
 		t.Fatal(err)
 	}
 	// A gap: 2 is lost, 3 arrives.
@@ -113,7 +114,7 @@ func TestConsumerAppliesBatchesFromNATSAndTracksSequences(t *testing.T) {
 	// Unknown workers are counted.
 	pub("stranger", 0, storeEv(1, 0, 2))
 	// AllBlocksCleared resyncs.
-	pub("w0", 5, AllBlocksCleared{}, storeEv(1, 0, 5))
+	pub("w0", 5, kvindex.AllBlocksCleared{}, storeEv(1, 0, 5))
 	eventually(t, "w0 to resync", func() bool { return !ix.NeedsResync("w0") && match("w0").Blocks == 5 })
 
 	st := c.Stats()
@@ -159,7 +160,7 @@ func TestConsumerStartFailsWithoutIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	if err := NewConsumer(nc, ConsumerConfig{Namespace: "x"}).Start(context.Background()); err == nil {
+	if err := NewEventConsumer(nc, EventConsumerConfig{Namespace: "x"}).Start(context.Background()); err == nil {
 		t.Fatal("want an error")
 	}
 }

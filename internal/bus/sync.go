@@ -1,4 +1,4 @@
-package scoring
+package bus
 
 import (
 	"context"
@@ -8,12 +8,9 @@ import (
 	"log/slog"
 	"sync/atomic"
 
+	"github.com/kvroute/kvroute/scoring"
 	"github.com/nats-io/nats.go"
 )
-
-// SyncSubject returns the NATS subject router replicas share lifecycle
-// events on.
-func SyncSubject(namespace string) string { return "kvroute." + namespace + ".router.sync" }
 
 // syncBuffer bounds local events waiting to be published; past it events
 // are dropped (and counted) rather than slowing the request path.
@@ -27,11 +24,11 @@ type Sync struct {
 	conn     *nats.Conn
 	subject  string
 	routerID string
-	pool     *Pool
-	metrics  Metrics
+	pool     *scoring.Pool
+	metrics  scoring.Metrics
 	log      *slog.Logger
 
-	out      chan SyncEvent
+	out      chan scoring.SyncEvent
 	done     chan struct{}
 	rejected atomic.Int64
 	applied  atomic.Int64
@@ -39,11 +36,11 @@ type Sync struct {
 
 // NewSync prepares replica sync for pool on nc under namespace. routerID
 // must be unique among the replicas (a pod name, or a random ID).
-func NewSync(nc *nats.Conn, namespace, routerID string, pool *Pool) *Sync {
+func NewSync(nc *nats.Conn, namespace, routerID string, pool *scoring.Pool) *Sync {
 	return &Sync{
 		conn: nc, subject: SyncSubject(namespace), routerID: routerID, pool: pool,
-		metrics: pool.opts.Metrics, log: slog.Default().With("component", "scoring.sync", "router", routerID),
-		out: make(chan SyncEvent, syncBuffer), done: make(chan struct{}),
+		metrics: pool.Metrics(), log: slog.Default().With("component", "scoring.sync", "router", routerID),
+		out: make(chan scoring.SyncEvent, syncBuffer), done: make(chan struct{}),
 	}
 }
 
@@ -58,7 +55,7 @@ func (s *Sync) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("replica sync: subscribe %s: %w", s.subject, err)
 	}
-	if err := s.publish(SyncEvent{Op: OpReset}); err != nil {
+	if err := s.publish(scoring.SyncEvent{Op: scoring.OpReset}); err != nil {
 		_ = sub.Unsubscribe()
 		return err
 	}
@@ -66,7 +63,7 @@ func (s *Sync) Start(ctx context.Context) error {
 		_ = sub.Unsubscribe()
 		return fmt.Errorf("replica sync: flush: %w", err)
 	}
-	s.pool.setSink(s.enqueue)
+	s.pool.SetSink(s.enqueue)
 	go s.run(ctx, sub)
 	return nil
 }
@@ -83,7 +80,7 @@ func (s *Sync) Applied() int64 { return s.applied.Load() }
 func (s *Sync) run(ctx context.Context, sub *nats.Subscription) {
 	defer close(s.done)
 	defer func() {
-		s.pool.setSink(nil)
+		s.pool.SetSink(nil)
 		if err := sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 			s.log.Warn("unsubscribe", "err", err)
 		}
@@ -101,7 +98,7 @@ func (s *Sync) run(ctx context.Context, sub *nats.Subscription) {
 }
 
 // enqueue is the pool's sink: it never blocks the request path.
-func (s *Sync) enqueue(ev SyncEvent) {
+func (s *Sync) enqueue(ev scoring.SyncEvent) {
 	select {
 	case s.out <- ev:
 	default:
@@ -109,7 +106,7 @@ func (s *Sync) enqueue(ev SyncEvent) {
 	}
 }
 
-func (s *Sync) publish(ev SyncEvent) error {
+func (s *Sync) publish(ev scoring.SyncEvent) error {
 	ev.Router = s.routerID
 	data, err := json.Marshal(ev)
 	if err != nil {

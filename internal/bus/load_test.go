@@ -1,4 +1,4 @@
-package scoring
+package bus
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/internal/testenv"
+	"github.com/kvroute/kvroute/scoring"
 )
 
 func TestLoadReportsFeedThePool(t *testing.T) {
@@ -43,7 +44,7 @@ func TestLoadReportsFeedThePool(t *testing.T) {
 		t.Errorf("w0 took a bad report: %+v", l)
 	}
 	// The cost sees the report while fresh and ignores it once stale.
-	req := &Request{ID: "r", PromptTokens: 64}
+	req := &scoring.Request{ID: "r", PromptTokens: 64}
 	if d, _ := r.Pick(req, cands(0, 0), nil); d.Worker != "w0" {
 		t.Errorf("picked %s, want w0 (w1 reports 600 used blocks)", d.Worker)
 	}
@@ -75,7 +76,7 @@ func FuzzParseLoadReport(f *testing.F) {
 		if r.Waiting < 0 || r.Running < 0 || r.KVUsedBlocks < 0 || r.KVTotalBlocks < 0 {
 			t.Fatalf("accepted negative counts: %+v", r)
 		}
-		p := NewPool(DefaultOptions())
+		p := scoring.NewPool(scoring.DefaultOptions())
 		if err := p.Upsert(spec("w0")); err != nil {
 			t.Fatal(err)
 		}

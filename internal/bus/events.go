@@ -1,26 +1,17 @@
-package kvindex
+package bus
 
 import (
 	"fmt"
 	"strconv"
 
+	"github.com/kvroute/kvroute/kvindex"
 	"github.com/nats-io/nats.go"
 )
 
-// SeqHeader is the NATS header carrying the publisher's batch sequence
-// number (decimal, starting at 0 for a fresh stream).
-const SeqHeader = "Kvroute-Seq"
-
-// EventsSubject is the subject a worker publishes its KV events on.
-func EventsSubject(ns, worker string) string { return "kvroute." + ns + ".events." + worker }
-
-// EventsWildcard matches every worker's events subject in namespace ns.
-func EventsWildcard(ns string) string { return "kvroute." + ns + ".events.>" }
-
-// Publish encodes b and publishes it on worker's events subject with seq in
+// PublishEvents encodes b and publishes it on worker's events subject with seq in
 // SeqHeader.
-func Publish(nc *nats.Conn, ns, worker string, seq uint64, b EventBatch) error {
-	data, err := EncodeBatch(b)
+func PublishEvents(nc *nats.Conn, ns, worker string, seq uint64, b kvindex.EventBatch) error {
+	data, err := kvindex.EncodeBatch(b)
 	if err != nil {
 		return fmt.Errorf("publish KV events for %s: %w", worker, err)
 	}
@@ -33,10 +24,10 @@ func Publish(nc *nats.Conn, ns, worker string, seq uint64, b EventBatch) error {
 	return nil
 }
 
-// BatchOutcome says what the consumer did with one NATS message.
+// BatchOutcome says what the event consumer did with one NATS message.
 type BatchOutcome string
 
-// Batch outcomes reported to Metrics.
+// Batch outcomes reported to EventMetrics.
 const (
 	BatchApplied       BatchOutcome = "applied"
 	BatchDecodeError   BatchOutcome = "decode_error"
@@ -48,7 +39,7 @@ const (
 // SeqEvent is a notable change in a worker's sequence numbers.
 type SeqEvent string
 
-// Sequence events reported to Metrics.
+// Sequence events reported to EventMetrics.
 const (
 	SeqGap     SeqEvent = "gap"     // numbers skipped: batches were lost
 	SeqRestart SeqEvent = "restart" // numbers went back, but not to 0
@@ -57,27 +48,27 @@ const (
 	SeqJoin    SeqEvent = "join"    // first batch seen from a worker did not have sequence 0
 )
 
-// Metrics receives the consumer's counters; the binary wires it to
+// EventMetrics receives the event consumer's counters; the binary wires it to
 // Prometheus. Implementations must be safe for concurrent use.
-type Metrics interface {
+type EventMetrics interface {
 	// Batch counts one message by outcome.
 	Batch(worker string, outcome BatchOutcome)
 	// Applied reports what Apply did with one batch.
-	Applied(worker string, s ApplyStats)
+	Applied(worker string, s kvindex.ApplyStats)
 	// Sequence counts a gap, restart, fresh start or missing header.
 	Sequence(worker string, ev SeqEvent)
 }
 
-// NopMetrics discards everything.
-type NopMetrics struct{}
+// NopEventMetrics discards everything.
+type NopEventMetrics struct{}
 
-var _ Metrics = NopMetrics{}
+var _ EventMetrics = NopEventMetrics{}
 
 // Batch does nothing.
-func (NopMetrics) Batch(string, BatchOutcome) {}
+func (NopEventMetrics) Batch(string, BatchOutcome) {}
 
 // Applied does nothing.
-func (NopMetrics) Applied(string, ApplyStats) {}
+func (NopEventMetrics) Applied(string, kvindex.ApplyStats) {}
 
 // Sequence does nothing.
-func (NopMetrics) Sequence(string, SeqEvent) {}
+func (NopEventMetrics) Sequence(string, SeqEvent) {}

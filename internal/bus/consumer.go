@@ -1,4 +1,4 @@
-package kvindex
+package bus
 
 import (
 	"context"
@@ -10,19 +10,20 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvroute/kvroute/kvindex"
 	"github.com/nats-io/nats.go"
 )
 
-// ConsumerConfig configures a Consumer.
-type ConsumerConfig struct {
+// EventConsumerConfig configures a EventConsumer.
+type EventConsumerConfig struct {
 	Namespace string
-	Index     *Index
-	Metrics   Metrics      // default NopMetrics
+	Index     *kvindex.Index
+	Metrics   EventMetrics // default NopEventMetrics
 	Logger    *slog.Logger // default slog.Default()
 	Buffer    int          // messages queued between NATS and the index; default 4096
 }
 
-// Consumer applies KV event batches from NATS to an Index. One goroutine
+// EventConsumer applies KV event batches from NATS to an Index. One goroutine
 // applies every message in arrival order, so each worker's batches apply in
 // the order the worker published them.
 //
@@ -38,9 +39,9 @@ type ConsumerConfig struct {
 //
 // A stale worker resyncs on AllBlocksCleared or a fresh start. If the
 // buffer overflows, NATS drops messages; the next batch shows a gap.
-type Consumer struct {
+type EventConsumer struct {
 	nc      *nats.Conn
-	cfg     ConsumerConfig
+	cfg     EventConsumerConfig
 	prefix  string
 	done    chan struct{}
 	seqs    map[string]uint64 // last sequence per worker; owned by the loop
@@ -53,8 +54,8 @@ type consumerCounters struct {
 	gaps, restarts, fresh                                     atomic.Uint64
 }
 
-// ConsumerStats are the consumer's running totals.
-type ConsumerStats struct {
+// EventConsumerStats are the consumer's running totals.
+type EventConsumerStats struct {
 	Batches       uint64 // messages received
 	Applied       uint64 // batches applied to the index
 	DecodeErrors  uint64 // messages that were not a valid batch
@@ -69,10 +70,10 @@ type ConsumerStats struct {
 // subscription.
 const flushTimeout = 5 * time.Second
 
-// NewConsumer returns a consumer; Start subscribes.
-func NewConsumer(nc *nats.Conn, cfg ConsumerConfig) *Consumer {
+// NewEventConsumer returns a consumer; Start subscribes.
+func NewEventConsumer(nc *nats.Conn, cfg EventConsumerConfig) *EventConsumer {
 	if cfg.Metrics == nil {
-		cfg.Metrics = NopMetrics{}
+		cfg.Metrics = NopEventMetrics{}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -80,7 +81,7 @@ func NewConsumer(nc *nats.Conn, cfg ConsumerConfig) *Consumer {
 	if cfg.Buffer <= 0 {
 		cfg.Buffer = 4096
 	}
-	return &Consumer{
+	return &EventConsumer{
 		nc: nc, cfg: cfg,
 		prefix: strings.TrimSuffix(EventsWildcard(cfg.Namespace), ">"),
 		done:   make(chan struct{}),
@@ -92,7 +93,7 @@ func NewConsumer(nc *nats.Conn, cfg ConsumerConfig) *Consumer {
 // ctx ends; the subscription is live on the server when Start returns.
 // Done is closed when the consumer has stopped. Start runs once; a
 // second call returns an error.
-func (c *Consumer) Start(ctx context.Context) error {
+func (c *EventConsumer) Start(ctx context.Context) error {
 	if c.cfg.Index == nil {
 		return errors.New("kvindex consumer: no index")
 	}
@@ -126,19 +127,19 @@ func (c *Consumer) Start(ctx context.Context) error {
 }
 
 // Done is closed once the consumer has stopped after its context ended.
-func (c *Consumer) Done() <-chan struct{} { return c.done }
+func (c *EventConsumer) Done() <-chan struct{} { return c.done }
 
 // Stats returns the running totals.
-func (c *Consumer) Stats() ConsumerStats {
+func (c *EventConsumer) Stats() EventConsumerStats {
 	s := &c.stats
-	return ConsumerStats{
+	return EventConsumerStats{
 		Batches: s.batches.Load(), Applied: s.applied.Load(), DecodeErrors: s.decodeErrors.Load(),
 		UnknownWorker: s.unknownWorker.Load(), Duplicates: s.duplicates.Load(),
 		Gaps: s.gaps.Load(), Restarts: s.restarts.Load(), Fresh: s.fresh.Load(),
 	}
 }
 
-func (c *Consumer) handle(m *nats.Msg) {
+func (c *EventConsumer) handle(m *nats.Msg) {
 	c.stats.batches.Add(1)
 	worker, ok := strings.CutPrefix(m.Subject, c.prefix)
 	if !ok || worker == "" {
@@ -156,7 +157,7 @@ func (c *Consumer) handle(m *nats.Msg) {
 		c.cfg.Metrics.Batch(worker, BatchDuplicate)
 		return
 	}
-	b, err := DecodeBatch(m.Data)
+	b, err := kvindex.DecodeBatch(m.Data)
 	if err != nil {
 		c.stats.decodeErrors.Add(1)
 		c.cfg.Metrics.Batch(worker, BatchDecodeError)
@@ -180,7 +181,7 @@ func (c *Consumer) handle(m *nats.Msg) {
 
 // sequence checks worker's sequence header and reports whether the batch
 // is a duplicate to skip.
-func (c *Consumer) sequence(worker, header string) (skip bool) {
+func (c *EventConsumer) sequence(worker, header string) (skip bool) {
 	seq, err := strconv.ParseUint(header, 10, 64)
 	if err != nil {
 		c.cfg.Metrics.Sequence(worker, SeqMissing)

@@ -1,4 +1,4 @@
-package scoring
+package bus
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/internal/testenv"
+	"github.com/kvroute/kvroute/scoring"
 	"github.com/nats-io/nats.go"
 )
 
@@ -22,7 +23,7 @@ func connect(t *testing.T, url string) *nats.Conn {
 
 // startSync runs replica sync for r until the test ends and checks the
 // publisher goroutine stops.
-func startSync(t *testing.T, nc *nats.Conn, id string, r *Router) *Sync {
+func startSync(t *testing.T, nc *nats.Conn, id string, r *scoring.Router) *Sync {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	s := NewSync(nc, "test", id, r.Pool())
@@ -37,7 +38,7 @@ func startSync(t *testing.T, nc *nats.Conn, id string, r *Router) *Sync {
 }
 
 // view is the part of a pool's load replicas must agree on.
-func view(p *Pool) string {
+func view(p *scoring.Pool) string {
 	var out string
 	for _, l := range p.Snapshot() {
 		out += fmt.Sprintf("%s blocks=%d reqs=%d prefill=%d prefill_reqs=%d; ", l.ID, l.ActiveBlocks, l.ActiveRequests, l.PrefillTokens, l.PrefillRequests)
@@ -45,7 +46,7 @@ func view(p *Pool) string {
 	return out
 }
 
-func converge(t *testing.T, a, b *Pool, what string) {
+func converge(t *testing.T, a, b *scoring.Pool, what string) {
 	t.Helper()
 	waitFor(t, func() bool { return view(a) == view(b) }, what+": views converge\n a: "+view(a)+"\n b: "+view(b))
 }
@@ -64,7 +65,7 @@ func TestReplicaSyncConverges(t *testing.T) {
 		if i%3 == 0 {
 			r = r2
 		}
-		req := &Request{ID: fmt.Sprint("req", i), Model: "m", PromptTokens: 300 + 10*i, Hashes: hashes(3, 8, 10+i%5, i)}
+		req := &scoring.Request{ID: fmt.Sprint("req", i), Model: "m", PromptTokens: 300 + 10*i, Hashes: hashes(3, 8, 10+i%5, i)}
 		if _, err := r.Route(t.Context(), req, cands(8, 0, 4, 0), nil); err != nil {
 			t.Fatal(err)
 		}
@@ -119,7 +120,7 @@ func TestRestartedReplicaResetsItsOldLoad(t *testing.T) {
 	if err := s.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := old.Route(t.Context(), &Request{ID: "x", Model: "m", PromptTokens: 64}, cands(0, 0), nil); err != nil {
+	if _, err := old.Route(t.Context(), &scoring.Request{ID: "x", Model: "m", PromptTokens: 64}, cands(0, 0), nil); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { return view(r1.Pool()) == view(old.Pool()) }, "peer load seen")
@@ -178,7 +179,7 @@ func FuzzParseSyncEvent(f *testing.F) {
 			return
 		}
 		// Whatever decodes must apply to a pool without panicking.
-		p := NewPool(DefaultOptions())
+		p := scoring.NewPool(scoring.DefaultOptions())
 		if err := p.Upsert(spec("w0")); err != nil {
 			t.Fatal(err)
 		}
@@ -198,7 +199,7 @@ func TestSweptRequestsAreFreedOnPeers(t *testing.T) {
 	r2 := newTestRouter(t, testOptions(newFakeClock(), 2), 2)
 	startSync(t, connect(t, srv.URL), "router-1", r1)
 	startSync(t, connect(t, srv.URL), "router-2", r2)
-	if _, err := r1.Route(t.Context(), &Request{ID: "lost", Model: "m", PromptTokens: 64}, cands(0, 0), nil); err != nil {
+	if _, err := r1.Route(t.Context(), &scoring.Request{ID: "lost", Model: "m", PromptTokens: 64}, cands(0, 0), nil); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool {
