@@ -86,7 +86,7 @@ func (r *Router) SetMode(mode string) error {
 	if err != nil {
 		return fmt.Errorf("set mode %q: %w", mode, err)
 	}
-	old := r.fleet.install(c)
+	old := r.fleet.install(c, r.core.Swap)
 	r.picker.SetRouter(c.router)
 	if old != nil {
 		old.stop()

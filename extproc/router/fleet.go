@@ -2,53 +2,61 @@ package router
 
 import (
 	"fmt"
+	"log/slog"
 	"sort"
 	"sync"
 
 	"github.com/kvroute/kvroute/internal/discovery"
+	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/scoring"
 )
 
-// fleet is the discovery Sink: it keeps the records and mirrors them into
-// the KV index, the approximate index and the current scoring pool.
+// fleetListener is one part of the router that mirrors the fleet: the
+// scoring pool, the KV index, the approximate index, the xDS pusher. The
+// fleet calls it under its lock, so calls arrive in discovery order.
+type fleetListener interface {
+	Upsert(w scoring.WorkerSpec)
+	Remove(id string)
+}
+
+// fleet is the discovery Sink: it keeps the records and fans each change
+// out to its listeners, in order.
 type fleet struct {
-	r       *Router
+	blockSize int // overrides the records' block size when > 0
+	log       *slog.Logger
+	listeners []fleetListener
+
 	mu      sync.Mutex
-	records map[string]discovery.Record
+	records map[string]scoring.WorkerSpec
 }
 
 var _ discovery.Sink = (*fleet)(nil)
 
-func (f *fleet) spec(rec discovery.Record) scoring.WorkerSpec {
-	bs := rec.BlockSize
-	if f.r.cfg.BlockSize > 0 {
-		bs = f.r.cfg.BlockSize
+// spec is the record as the router's parts see it: the cluster name filled
+// in and the block size overridden when the router is configured with one.
+func (f *fleet) spec(rec scoring.WorkerSpec) scoring.WorkerSpec {
+	spec := rec
+	spec.Cluster = rec.ClusterName()
+	if f.blockSize > 0 {
+		spec.BlockSize = f.blockSize
 	}
-	return scoring.WorkerSpec{
-		ID: rec.ID, Model: rec.Model, LoRAAdapters: rec.LoRAAdapters, Address: rec.Address,
-		Cluster: rec.ClusterName(), BlockSize: bs, KVTotalBlocks: rec.KVTotalBlocks,
-		MaxNumBatchedTokens: rec.MaxNumBatchedTokens, MaxNumSeqs: rec.MaxNumSeqs, Weight: rec.Weight,
-	}
+	return spec
 }
 
 // Upsert implements discovery.Sink.
-func (f *fleet) Upsert(rec discovery.Record) {
+func (f *fleet) Upsert(rec scoring.WorkerSpec) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	old, known := f.records[rec.ID]
 	f.records[rec.ID] = rec
 	spec := f.spec(rec)
-	if c := f.r.core.Load(); c != nil {
-		if err := c.router.Pool().Upsert(spec); err != nil {
-			f.r.log.Warn("worker not added to the pool", "worker", rec.ID, "err", err)
-		}
+	for _, l := range f.listeners {
+		l.Upsert(spec)
 	}
-	f.r.index.AddWorker(rec.ID, rec.Model, spec.BlockSize)
-	f.r.notifyXDS()
 	if !known {
-		f.r.log.Info("worker added", "worker", rec.ID, "model", rec.Model, "address", rec.Address, "cluster", rec.ClusterName())
+		f.log.Info("worker added", "worker", rec.ID, "model", rec.Model, "address", rec.Address, "cluster", rec.ClusterName())
 	} else if fmt.Sprint(old) != fmt.Sprint(rec) {
-		f.r.log.Info("worker updated", "worker", rec.ID)
+		f.log.Info("worker updated", "worker", rec.ID)
 	}
 }
 
@@ -57,14 +65,56 @@ func (f *fleet) Remove(id string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.records, id)
-	if c := f.r.core.Load(); c != nil {
+	for _, l := range f.listeners {
+		l.Remove(id)
+	}
+	f.log.Info("worker removed", "worker", id)
+}
+
+// poolListener mirrors the fleet into the current core's scoring pool.
+type poolListener struct{ r *Router }
+
+func (l poolListener) Upsert(spec scoring.WorkerSpec) {
+	if c := l.r.core.Load(); c != nil {
+		if err := c.router.Pool().Upsert(spec); err != nil {
+			l.r.log.Warn("worker not added to the pool", "worker", spec.ID, "err", err)
+		}
+	}
+}
+
+func (l poolListener) Remove(id string) {
+	if c := l.r.core.Load(); c != nil {
 		c.router.Pool().Remove(id)
 	}
-	f.r.index.RemoveWorker(id)
-	f.r.approx.RemoveWorker(id)
-	f.r.notifyXDS()
-	f.r.log.Info("worker removed", "worker", id)
 }
+
+// indexListener mirrors the fleet into the KV index.
+type indexListener struct{ ix *kvindex.Index }
+
+func (l indexListener) Upsert(spec scoring.WorkerSpec) {
+	l.ix.AddWorker(spec.ID, spec.Model, spec.BlockSize)
+}
+func (l indexListener) Remove(id string) { l.ix.RemoveWorker(id) }
+
+// approxListener drops a removed worker from the approximate index, which
+// learns the others from routing decisions.
+type approxListener struct{ a *kvindex.Approx }
+
+func (approxListener) Upsert(scoring.WorkerSpec) {}
+func (l approxListener) Remove(id string)        { l.a.RemoveWorker(id) }
+
+// xdsListener tells the xDS pusher the worker set changed.
+type xdsListener struct{ r *Router }
+
+func (l xdsListener) Upsert(scoring.WorkerSpec) { l.r.notifyXDS() }
+func (l xdsListener) Remove(string)             { l.r.notifyXDS() }
+
+var (
+	_ fleetListener = poolListener{}
+	_ fleetListener = indexListener{}
+	_ fleetListener = approxListener{}
+	_ fleetListener = xdsListener{}
+)
 
 func (f *fleet) len() int {
 	f.mu.Lock()
@@ -73,10 +123,10 @@ func (f *fleet) len() int {
 }
 
 // snapshot returns the records sorted by id.
-func (f *fleet) snapshot() []discovery.Record {
+func (f *fleet) snapshot() []scoring.WorkerSpec {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := make([]discovery.Record, 0, len(f.records))
+	out := make([]scoring.WorkerSpec, 0, len(f.records))
 	for _, r := range f.records {
 		out = append(out, r)
 	}
@@ -86,11 +136,11 @@ func (f *fleet) snapshot() []discovery.Record {
 
 // install fills c's pool with the fleet and makes c current, atomically
 // with respect to discovery, and returns the previous core.
-func (f *fleet) install(c *core) *core {
+func (f *fleet) install(c *core, swap func(*core) *core) *core {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, rec := range f.records {
 		_ = c.router.Pool().Upsert(f.spec(rec))
 	}
-	return f.r.core.Swap(c)
+	return swap(c)
 }

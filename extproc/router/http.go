@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/kvroute/kvroute/extproc"
-	"github.com/kvroute/kvroute/internal/discovery"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -48,7 +47,7 @@ func (r *Router) handleReady(w http.ResponseWriter, _ *http.Request) {
 
 // workerView is one worker on /debug/workers.
 type workerView struct {
-	Record discovery.Record     `json:"record"`
+	Record scoring.WorkerSpec   `json:"record"`
 	Load   *scoring.Load        `json:"load,omitempty"`
 	Index  *kvindex.WorkerStats `json:"index,omitempty"`
 }

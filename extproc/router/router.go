@@ -18,6 +18,7 @@ import (
 	"github.com/kvroute/kvroute/internal/bus"
 	"github.com/kvroute/kvroute/internal/discovery"
 	"github.com/kvroute/kvroute/kvindex"
+	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/tokenizer"
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -108,7 +109,8 @@ func Start(ctx context.Context, cfg Config) (_ *Router, err error) {
 	r.index = kvindex.New(kvindex.Config{})
 	r.approx = kvindex.NewApprox(kvindex.ApproxConfig{})
 	r.metrics = newMetrics(cfg.Registry, r)
-	r.fleet = &fleet{r: r, records: map[string]discovery.Record{}}
+	r.fleet = &fleet{blockSize: cfg.BlockSize, log: r.log, records: map[string]scoring.WorkerSpec{},
+		listeners: []fleetListener{poolListener{r}, indexListener{r.index}, approxListener{r.approx}, xdsListener{r}}}
 
 	if err = r.connectNATS(); err != nil {
 		return nil, err
@@ -117,7 +119,7 @@ func Start(ctx context.Context, cfg Config) (_ *Router, err error) {
 	if err != nil {
 		return nil, err
 	}
-	r.fleet.install(c)
+	r.fleet.install(c, r.core.Swap)
 
 	r.picker, err = extproc.NewPicker(extproc.PickerConfig{
 		Router: c.router, Index: r.index, Approx: r.approx, Tokenizers: r.toks,

@@ -21,6 +21,7 @@ import (
 	"github.com/kvroute/kvroute/internal/discovery"
 	"github.com/kvroute/kvroute/internal/testenv"
 	"github.com/kvroute/kvroute/kvindex"
+	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/tokenizer"
 	"github.com/nats-io/nats.go"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -318,7 +319,7 @@ func TestRouterFollowsEtcdRegistrations(t *testing.T) {
 	}
 	defer cli.Close()
 	reg, err := discovery.Register(context.Background(), cli, cfg.Namespace,
-		discovery.Record{ID: "w9", Model: model, Address: "10.0.0.9:8000", BlockSize: 16, KVTotalBlocks: 100}, discovery.RegisterOptions{TTL: time.Second, Logger: quiet()})
+		scoring.WorkerSpec{ID: "w9", Model: model, Address: "10.0.0.9:8000", BlockSize: 16, KVTotalBlocks: 100}, discovery.RegisterOptions{TTL: time.Second, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/kvroute/kvroute/envoy"
 	"github.com/kvroute/kvroute/internal/discovery"
 	"github.com/kvroute/kvroute/internal/testenv"
+	"github.com/kvroute/kvroute/scoring"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -91,7 +92,7 @@ func TestXDSServesEtcdRegisteredWorkersAsClusters(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	rec := discovery.Record{ID: "w7", Cluster: "vllm-7", Model: model, Address: "10.0.0.7:8000", BlockSize: 16, KVTotalBlocks: 100}
+	rec := scoring.WorkerSpec{ID: "w7", Cluster: "vllm-7", Model: model, Address: "10.0.0.7:8000", BlockSize: 16, KVTotalBlocks: 100}
 	reg, err := discovery.Register(context.Background(), cli, cfg.Namespace, rec, discovery.RegisterOptions{TTL: time.Second, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
@@ -110,7 +111,7 @@ func TestXDSServesEtcdRegisteredWorkersAsClusters(t *testing.T) {
 func TestXDSWorkersOneClusterPerName(t *testing.T) {
 	var warned []string
 	warn := func(msg string, _ ...any) { warned = append(warned, msg) }
-	recs := []discovery.Record{
+	recs := []scoring.WorkerSpec{
 		{ID: "a-dp0", Cluster: "a", Address: "10.0.0.1:8000"},
 		{ID: "a-dp1", Cluster: "a", Address: "10.0.0.1:8000"},
 		{ID: "b", Address: "10.0.0.2:8000"},

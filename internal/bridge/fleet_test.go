@@ -34,7 +34,7 @@ func TestBridgeFleet(t *testing.T) {
 		_, stop := runBridge(t, bridgeConfig(in, ns, eng, es))
 
 		key := bus.WorkerKey(ns, "w0")
-		var rec discovery.Record
+		var rec scoring.WorkerSpec
 		waitFor(t, "the etcd record", 10*time.Second, func() bool {
 			resp, err := in.cli.Get(context.Background(), key)
 			if err != nil || len(resp.Kvs) == 0 {
@@ -49,7 +49,7 @@ func TestBridgeFleet(t *testing.T) {
 			}
 			return true
 		})
-		want := discovery.Record{ID: "w0", Model: testModel, Address: "10.0.0.5:8000", BlockSize: 16,
+		want := scoring.WorkerSpec{ID: "w0", Model: testModel, Address: "10.0.0.5:8000", BlockSize: 16,
 			KVTotalBlocks: 1000, LoRAAdapters: []string{"sql-lora"}}
 		if got, _ := json.Marshal(rec); string(got) != string(mustJSON(t, want)) {
 			t.Errorf("record = %s, want %s", got, mustJSON(t, want))

@@ -9,7 +9,7 @@
 //   - replica sync: SyncSubject, ParseSyncEvent and Sync, which shares a
 //     pool's lifecycle events (scoring.SyncEvent) between router replicas;
 //   - worker registration in etcd: WorkersPrefix and WorkerKey (the value is
-//     discovery.Record as JSON).
+//     scoring.WorkerSpec as JSON).
 //
 // kvindex and scoring stay free of NATS and etcd: they hold the data and
 // the logic, this package holds the edges.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/internal/bus"
+	"github.com/kvroute/kvroute/scoring"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -50,7 +51,7 @@ func (o RegisterOptions) withDefaults() RegisterOptions {
 	return o
 }
 
-// Registration keeps one worker Record in etcd under a lease: it keeps the
+// Registration keeps one worker scoring.WorkerSpec in etcd under a lease: it keeps the
 // lease alive, writes the record again under a fresh lease whenever the
 // lease is lost (expired during an etcd outage, revoked, or the keepalive
 // stream broke), and deletes it on Close.
@@ -74,14 +75,14 @@ type Registration struct {
 // it there until ctx ends, Close or Abandon is called. The first write
 // happens before Register returns, so an unreachable etcd is an error here;
 // later outages are retried in the background.
-func Register(ctx context.Context, cli *clientv3.Client, namespace string, rec Record, opts RegisterOptions) (*Registration, error) {
+func Register(ctx context.Context, cli *clientv3.Client, namespace string, rec scoring.WorkerSpec, opts RegisterOptions) (*Registration, error) {
 	if cli == nil {
 		return nil, errors.New("register worker: nil etcd client")
 	}
 	if namespace == "" {
 		return nil, errors.New("register worker: empty namespace")
 	}
-	if err := rec.Validate(); err != nil {
+	if err := ValidateRecord(rec); err != nil {
 		return nil, fmt.Errorf("register worker: %w", err)
 	}
 	val, err := json.Marshal(rec)

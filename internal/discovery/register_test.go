@@ -9,11 +9,12 @@ import (
 
 	"github.com/kvroute/kvroute/internal/bus"
 	"github.com/kvroute/kvroute/internal/testenv"
+	"github.com/kvroute/kvroute/scoring"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-func testRecord(id string) Record {
-	return Record{ID: id, Model: "m", Address: "127.0.0.1:8000", BlockSize: 16, KVTotalBlocks: 100}
+func testRecord(id string) scoring.WorkerSpec {
+	return scoring.WorkerSpec{ID: id, Model: "m", Address: "127.0.0.1:8000", BlockSize: 16, KVTotalBlocks: 100}
 }
 
 func etcdClient(t *testing.T) *clientv3.Client {
@@ -32,14 +33,14 @@ func quietOpts(ttl time.Duration) RegisterOptions {
 }
 
 // getRecord reads the key and its lease; ok is false when absent.
-func getRecord(t *testing.T, cli *clientv3.Client, key string) (Record, clientv3.LeaseID, bool) {
+func getRecord(t *testing.T, cli *clientv3.Client, key string) (scoring.WorkerSpec, clientv3.LeaseID, bool) {
 	t.Helper()
 	resp, err := cli.Get(context.Background(), key)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(resp.Kvs) == 0 {
-		return Record{}, 0, false
+		return scoring.WorkerSpec{}, 0, false
 	}
 	rec, err := ParseRecord(resp.Kvs[0].Value)
 	if err != nil {
@@ -172,9 +173,9 @@ func TestRegisterRejectsBadInput(t *testing.T) {
 	tests := []struct {
 		name string
 		ns   string
-		rec  Record
+		rec  scoring.WorkerSpec
 	}{
-		{"invalid record", "ns", Record{ID: "bad/id", Model: "m", Address: "x:1", BlockSize: 16}},
+		{"invalid record", "ns", scoring.WorkerSpec{ID: "bad/id", Model: "m", Address: "x:1", BlockSize: 16}},
 		{"empty namespace", "", testRecord("w5")},
 	}
 	for _, tt := range tests {

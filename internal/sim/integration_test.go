@@ -245,13 +245,13 @@ func TestLoadReportsAndEtcdLifecycle(t *testing.T) {
 		t.Fatalf("report %+v", rep)
 	}
 
-	get := func(id string) (discovery.Record, bool) {
+	get := func(id string) (scoring.WorkerSpec, bool) {
 		resp, err := env.etcd.Get(context.Background(), bus.WorkerKey("it", id))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(resp.Kvs) == 0 {
-			return discovery.Record{}, false
+			return scoring.WorkerSpec{}, false
 		}
 		rec, err := discovery.ParseRecord(resp.Kvs[0].Value)
 		if err != nil {

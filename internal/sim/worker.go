@@ -82,7 +82,7 @@ type WorkerConfig struct {
 // Worker is one running simulated vLLM worker.
 type Worker struct {
 	cfg     WorkerConfig
-	rec     discovery.Record
+	rec     scoring.WorkerSpec
 	log     *slog.Logger
 	run     *runner
 	metrics *workerMetrics
@@ -172,13 +172,13 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 	if addr == "" {
 		addr = w.ln.Addr().String()
 	}
-	w.rec = discovery.Record{
+	w.rec = scoring.WorkerSpec{
 		ID: cfg.ID, Model: cfg.Model, Address: addr, Cluster: cfg.Cluster,
 		BlockSize: w.cfg.Engine.BlockSize, KVTotalBlocks: w.cfg.Engine.NumGPUBlocks,
 		MaxNumBatchedTokens: w.cfg.Engine.MaxNumBatchedTokens, MaxNumSeqs: w.cfg.Engine.MaxNumSeqs,
 		DPRank: cfg.DPRank,
 	}
-	if err := w.rec.Validate(); err != nil {
+	if err := discovery.ValidateRecord(w.rec); err != nil {
 		w.ln.Close()
 		w.shutdownZMQ()
 		w.cancel()
@@ -262,7 +262,7 @@ func (w *Worker) Addr() string { return w.ln.Addr().String() }
 func (w *Worker) URL() string { return "http://" + w.Addr() }
 
 // Record returns the worker's discovery record.
-func (w *Worker) Record() discovery.Record { return w.rec }
+func (w *Worker) Record() scoring.WorkerSpec { return w.rec }
 
 // Config returns the worker's configuration with defaults filled in.
 func (w *Worker) Config() WorkerConfig { return w.cfg }
