@@ -11,15 +11,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-
 	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/extproc/router"
 	"github.com/kvroute/kvroute/internal/bridge"
 	"github.com/kvroute/kvroute/internal/sim"
 	"github.com/kvroute/kvroute/internal/testenv"
+	"github.com/kvroute/kvroute/picker"
+	"github.com/nats-io/nats.go"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 const (
@@ -115,7 +115,7 @@ func TestEndToEndKvsimZMQThroughBridgeToRouter(t *testing.T) {
 	t.Logf("fleet seen after %v", time.Since(t0))
 	body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":%q}],"max_tokens":4}`,
 		e2eModel, strings.Repeat("A long shared system prompt that is worth caching. ", 40))
-	explain := func() *extproc.Explanation {
+	explain := func() *picker.Explanation {
 		t.Helper()
 		x, err := r.Picker().Explain(&extproc.Request{
 			Method: "POST", Path: "/v1/chat/completions", Body: []byte(body), HasBody: true,
@@ -145,7 +145,7 @@ func TestEndToEndKvsimZMQThroughBridgeToRouter(t *testing.T) {
 	}
 
 	t.Logf("request done after %v", time.Since(t0))
-	var x *extproc.Explanation
+	var x *picker.Explanation
 	waitUntil(t, "the router to route the prompt to the worker holding it", func() bool {
 		x = explain()
 		return x.Chosen == target && x.CachedTokens >= 16*20

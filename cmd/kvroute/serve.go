@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/extproc/router"
+	"github.com/kvroute/kvroute/picker"
 	"github.com/kvroute/kvroute/scoring"
 )
 
@@ -116,7 +117,7 @@ func (s *serveFlags) config(stderr io.Writer) (router.Config, error) {
 		return c, fmt.Errorf("--target-value %q: want cluster or address", s.targetValue)
 	}
 	var err error
-	if c.OnBadBody, err = extproc.ParseBadBodyPolicy(s.onBadBody); err != nil {
+	if c.OnBadBody, err = picker.ParseBadBodyPolicy(s.onBadBody); err != nil {
 		return c, err
 	}
 	switch strings.ToUpper(s.defaultBodyMode) {

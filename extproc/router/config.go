@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/extproc"
+	"github.com/kvroute/kvroute/picker"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -86,7 +87,7 @@ type Config struct {
 	// would otherwise silently lose them.
 	Fallbacks int
 	// OnBadBody decides between 400 and routing by load.
-	OnBadBody extproc.BadBodyPolicy
+	OnBadBody picker.BadBodyPolicy
 	// ModelHeader carries the model in body mode NONE (optional).
 	ModelHeader string
 	// TLS serves ext_proc over TLS (mTLS when it verifies clients).

@@ -7,6 +7,7 @@ import (
 	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/internal/bus"
 	"github.com/kvroute/kvroute/kvindex"
+	"github.com/kvroute/kvroute/picker"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -14,7 +15,7 @@ import (
 )
 
 // Metrics is the router's Prometheus instrumentation (prefix kvroute_). It
-// implements extproc.Metrics, extproc.PickerMetrics, bus.EventMetrics and
+// implements extproc.Metrics, picker.Metrics, bus.EventMetrics and
 // scoring.Metrics.
 type Metrics struct {
 	requests      *prometheus.CounterVec
@@ -43,10 +44,10 @@ type Metrics struct {
 }
 
 var (
-	_ extproc.Metrics       = (*Metrics)(nil)
-	_ extproc.PickerMetrics = (*Metrics)(nil)
-	_ scoring.Metrics       = (*Metrics)(nil)
-	_ bus.EventMetrics      = (*Metrics)(nil)
+	_ extproc.Metrics  = (*Metrics)(nil)
+	_ picker.Metrics   = (*Metrics)(nil)
+	_ scoring.Metrics  = (*Metrics)(nil)
+	_ bus.EventMetrics = (*Metrics)(nil)
 )
 
 var latencyBuckets = []float64{5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 0.1, 1, 10}
@@ -119,7 +120,7 @@ func (m *Metrics) StreamEnded(code codes.Code) {
 }
 func (m *Metrics) Rejected(status int) { m.immediate.WithLabelValues(strconv.Itoa(status)).Inc() }
 
-// extproc.PickerMetrics
+// picker.Metrics
 
 func (m *Metrics) Decided(model, worker, mode, outcome string) {
 	m.requests.WithLabelValues(model, worker, mode, outcome).Inc()

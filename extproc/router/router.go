@@ -18,6 +18,7 @@ import (
 	"github.com/kvroute/kvroute/internal/bus"
 	"github.com/kvroute/kvroute/internal/discovery"
 	"github.com/kvroute/kvroute/kvindex"
+	"github.com/kvroute/kvroute/picker"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/tokenizer"
 	natsserver "github.com/nats-io/nats-server/v2/server"
@@ -31,7 +32,7 @@ type Router struct {
 	cfg     Config
 	log     *slog.Logger
 	metrics *Metrics
-	picker  *extproc.Picker
+	picker  *picker.Picker
 	server  *extproc.Server
 	index   *kvindex.Index
 	approx  *kvindex.Approx
@@ -99,11 +100,11 @@ func Start(ctx context.Context, cfg Config) (_ *Router, err error) {
 		}
 	}()
 
-	if r.toks, err = extproc.NewTokenizerRegistry(cfg.Tokenizers, cfg.ChatTemplates, tokenizer.ChatOptions{}); err != nil {
+	if r.toks, err = picker.NewTokenizerRegistry(cfg.Tokenizers, cfg.ChatTemplates, tokenizer.ChatOptions{}); err != nil {
 		return nil, err
 	}
 	// Readiness promises loaded tokenizers; a bad folder stops the start.
-	if err = extproc.Preload(r.toks); err != nil {
+	if err = picker.Preload(r.toks); err != nil {
 		return nil, err
 	}
 	r.index = kvindex.New(kvindex.Config{})
@@ -121,7 +122,7 @@ func Start(ctx context.Context, cfg Config) (_ *Router, err error) {
 	}
 	r.fleet.install(c, r.core.Swap)
 
-	r.picker, err = extproc.NewPicker(extproc.PickerConfig{
+	r.picker, err = picker.New(picker.Config{
 		Router: c.router, Index: r.index, Approx: r.approx, Tokenizers: r.toks,
 		BlockSize: cfg.BlockSize, Fallbacks: cfg.Fallbacks, OnBadBody: cfg.OnBadBody,
 		ModelHeader: cfg.ModelHeader, Metrics: r.metrics, Logger: r.log,
@@ -377,7 +378,7 @@ func (r *Router) HTTPAddr() string {
 func (r *Router) NATSURL() string { return r.nc.ConnectedUrl() }
 
 // Picker exposes the decision path (Explain, the scoring router).
-func (r *Router) Picker() *extproc.Picker { return r.picker }
+func (r *Router) Picker() *picker.Picker { return r.picker }
 
 // Index exposes the KV-event index.
 func (r *Router) Index() *kvindex.Index { return r.index }

@@ -21,6 +21,7 @@ import (
 	"github.com/kvroute/kvroute/internal/discovery"
 	"github.com/kvroute/kvroute/internal/testenv"
 	"github.com/kvroute/kvroute/kvindex"
+	"github.com/kvroute/kvroute/picker"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/tokenizer"
 	"github.com/nats-io/nats.go"
@@ -221,7 +222,7 @@ func TestRouterEventsOverNATSChangeTheNextDecision(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer resp.Body.Close()
-		var exp extproc.Explanation
+		var exp picker.Explanation
 		if err := json.NewDecoder(resp.Body).Decode(&exp); err != nil {
 			t.Fatal(err)
 		}

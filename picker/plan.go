@@ -1,4 +1,4 @@
-package extproc
+package picker
 
 import (
 	"errors"
@@ -7,6 +7,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/tokenizer"
@@ -72,7 +73,7 @@ func explainsInOrder(exp *scoring.Explanation, cands []scoring.Candidate) bool {
 
 // plan parses, tokenizes, finds the candidates and their overlap. The
 // error is an *HTTPError for the client.
-func (p *Picker) plan(r *scoring.Router, req *Request, metrics PickerMetrics) (*plan, error) {
+func (p *Picker) plan(r *scoring.Router, req *extproc.Request, metrics Metrics) (*plan, error) {
 	pl := &plan{api: apiOf(req.Path)}
 	start := time.Now()
 	var oa openAIRequest
@@ -89,7 +90,7 @@ func (p *Picker) plan(r *scoring.Router, req *Request, metrics PickerMetrics) (*
 		oa, err = parseOpenAI(pl.api, req.Body)
 		if err != nil {
 			if p.cfg.OnBadBody == BadBodyReject && pl.api != APIOther {
-				return pl, ErrBadBody("request body is not a valid JSON object", err)
+				return pl, extproc.ErrBadBody("request body is not a valid JSON object", err)
 			}
 			pl.byLoad = "not_json"
 		}
@@ -129,7 +130,7 @@ func (p *Picker) plan(r *scoring.Router, req *Request, metrics PickerMetrics) (*
 // candidates lists the workers that serve the model and pass the subset
 // hint, with their addresses, base models and block sizes (one Spec read
 // per kept candidate; the overlap pass reuses them).
-func (p *Picker) candidates(r *scoring.Router, req *Request, pl *plan) error {
+func (p *Picker) candidates(r *scoring.Router, req *extproc.Request, pl *plan) error {
 	pool := r.Pool()
 	var keep func(id, address string) bool
 	if req.HasSubset {
@@ -175,11 +176,11 @@ func (p *Picker) candidates(r *scoring.Router, req *Request, pl *plan) error {
 	if len(pl.cands) == 0 {
 		switch {
 		case req.HasSubset:
-			return ErrNoWorker(fmt.Sprintf("no worker serving model %q is in the data plane's endpoint subset", pl.sreq.Model))
+			return extproc.ErrNoWorker(fmt.Sprintf("no worker serving model %q is in the data plane's endpoint subset", pl.sreq.Model))
 		case pl.sreq.Model == "":
-			return ErrNoWorker("no worker is registered")
+			return extproc.ErrNoWorker("no worker is registered")
 		}
-		return ErrNoWorker(fmt.Sprintf("no worker serves model %q", pl.sreq.Model))
+		return extproc.ErrNoWorker(fmt.Sprintf("no worker serves model %q", pl.sreq.Model))
 	}
 	return nil
 }

@@ -1,10 +1,11 @@
-package extproc
+package picker
 
 import (
 	"context"
 	"testing"
 	"time"
 
+	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/scoring"
 )
 
@@ -67,15 +68,15 @@ func TestRouterSwapCarriesInFlightLoad(t *testing.T) {
 	if l := loadOf(t, third, worker); l.ActiveRequests != 1 {
 		t.Fatalf("second swap: %d requests on %s, want 1", l.ActiveRequests, worker)
 	}
-	d.Ticket.Free(OutcomeOK)
+	d.Ticket.Free(extproc.OutcomeOK)
 	if l := loadOf(t, third, worker); l.ActiveRequests != 0 || l.ActiveBlocks != 0 {
 		t.Errorf("Free after the swap left %d requests, %d blocks on the current pool", l.ActiveRequests, l.ActiveBlocks)
 	}
 	if n := rg.picker.inflight.len(); n != 0 {
 		t.Errorf("%d requests still in flight after Free", n)
 	}
-	d.Ticket.Free(OutcomeOK) // idempotent
-	if got := rg.metrics.finished[OutcomeOK]; got != 1 {
+	d.Ticket.Free(extproc.OutcomeOK) // idempotent
+	if got := rg.metrics.finished[extproc.OutcomeOK]; got != 1 {
 		t.Errorf("Finished counted %d times, want 1", got)
 	}
 }
@@ -103,7 +104,7 @@ func TestRouterSwapKeepsPrefillState(t *testing.T) {
 	if prefill != 0 {
 		t.Errorf("PrefillDone after the swap did not reach the new pool (%d in prefill)", prefill)
 	}
-	d.Ticket.Free(OutcomeReset)
+	d.Ticket.Free(extproc.OutcomeReset)
 }
 
 func TestRouterSwapsDuringTrafficLeaveNoLoadBehind(t *testing.T) {
@@ -131,7 +132,7 @@ func TestRouterSwapsDuringTrafficLeaveNoLoadBehind(t *testing.T) {
 				}
 				d.Ticket.PrefillDone()
 				d.Ticket.Progress(1)
-				d.Ticket.Free(OutcomeOK)
+				d.Ticket.Free(extproc.OutcomeOK)
 			}
 			errs <- nil
 		}()
@@ -156,8 +157,8 @@ func TestRouterSwapsDuringTrafficLeaveNoLoadBehind(t *testing.T) {
 
 func TestRouterSwapMovesQueuedRequestsToTheNewRouter(t *testing.T) {
 	tune := func(o *scoring.Options) { o.QueueThreshold, o.QueueMaxWait = 0.0001, time.Minute }
-	rg := newRig(t, func(o *scoring.Options, _ *PickerConfig) { tune(o) })
-	var first []Decision
+	rg := newRig(t, func(o *scoring.Options, _ *Config) { tune(o) })
+	var first []extproc.Decision
 	for i := range 3 { // one request in prefill on every worker saturates them
 		d, err := rg.picker.Decide(context.Background(), chatReq(longChat(20+i)))
 		if err != nil {
@@ -166,7 +167,7 @@ func TestRouterSwapMovesQueuedRequestsToTheNewRouter(t *testing.T) {
 		first = append(first, d)
 	}
 	type result struct {
-		d   Decision
+		d   extproc.Decision
 		err error
 	}
 	waiting := make(chan result, 1)
@@ -204,11 +205,11 @@ func TestRouterSwapMovesQueuedRequestsToTheNewRouter(t *testing.T) {
 		if res.err != nil {
 			t.Fatalf("queued request failed after the swap: %v", res.err)
 		}
-		res.d.Ticket.Free(OutcomeOK)
+		res.d.Ticket.Free(extproc.OutcomeOK)
 	case <-time.After(10 * time.Second):
 		t.Fatal("queued request still waiting after capacity freed on the new router")
 	}
 	for _, d := range first {
-		d.Ticket.Free(OutcomeOK)
+		d.Ticket.Free(extproc.OutcomeOK)
 	}
 }

@@ -1,4 +1,4 @@
-package extproc
+package picker
 
 import (
 	"context"
@@ -11,18 +11,19 @@ import (
 	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/kvroute/kvroute/extproc"
 	"google.golang.org/grpc"
 )
 
 // timedDecider measures the in-router decision overhead (parse, tokenize,
 // hash, match, pick) of every request.
 type timedDecider struct {
-	inner Decider
+	inner extproc.Decider
 	mu    sync.Mutex
 	durs  []time.Duration
 }
 
-func (d *timedDecider) Decide(ctx context.Context, r *Request) (Decision, error) {
+func (d *timedDecider) Decide(ctx context.Context, r *extproc.Request) (extproc.Decision, error) {
 	start := time.Now()
 	dec, err := d.inner.Decide(ctx, r)
 	el := time.Since(start)
@@ -31,7 +32,7 @@ func (d *timedDecider) Decide(ctx context.Context, r *Request) (Decision, error)
 	d.mu.Unlock()
 	if dec.Ticket != nil {
 		// The benchmark has no response path; free at once so load stays flat.
-		dec.Ticket.Free(OutcomeOK)
+		dec.Ticket.Free(extproc.OutcomeOK)
 		dec.Ticket = nil
 	}
 	return dec, err
@@ -59,7 +60,7 @@ func benchBody(kind string, i int) (path string, body []byte) {
 		return "/v1/chat/completions", fmt.Appendf(nil, `{"model":%q,"messages":[{"role":"system","content":%q},{"role":"user","content":"Question %d: which worker?"}],"stream":true}`, testModel, sys, i)
 	case "completion_100k":
 		doc := strings.Repeat("Routing overhead must stay small next to prefill. ", 10000)
-		return "/v1/completions", fmt.Appendf(nil, `{"model":%q,"prompt":%q,"max_tokens":16}`, testModel, fmt.Sprintf("%s Request %d.", doc, i))
+		return "/v1/completions", fmt.Appendf(nil, `{"model":%q,"prompt":%q,"max_tokens":16}`, testModel, fmt.Sprintf("%s extproc.Request %d.", doc, i))
 	}
 	panic(kind)
 }
@@ -71,7 +72,7 @@ func roundTrip(b *testing.B, client pb.ExternalProcessorClient, path string, bod
 	if err != nil {
 		b.Fatal(err)
 	}
-	h := headerMsg(ModeFullDuplex, ModeNone, false, hdr{":method", "POST"}, hdr{":path", path})
+	h := headerMsg(extproc.ModeFullDuplex, extproc.ModeNone, false, hdr{":method", "POST"}, hdr{":path", path})
 	if err := st.Send(h); err != nil {
 		b.Fatal(err)
 	}
@@ -89,8 +90,8 @@ func roundTrip(b *testing.B, client pb.ExternalProcessorClient, path string, bod
 	if err != nil {
 		b.Fatal(err)
 	}
-	if _, ok := routeOf(r); !ok {
-		b.Fatalf("no route: %v", kind(r))
+	if !routed(r) {
+		b.Fatalf("no route: %v", r)
 	}
 	for { // the echoed body chunks
 		r, err = st.Recv()
@@ -107,7 +108,7 @@ func roundTrip(b *testing.B, client pb.ExternalProcessorClient, path string, bod
 func benchRouter(b *testing.B, workload string) {
 	rg := newRig(b, nil)
 	td := &timedDecider{inner: rg.picker}
-	_, cc := startServer(b, ServerConfig{Decider: td, Logger: discardLogger()})
+	_, cc := startServer(b, extproc.ServerConfig{Decider: td, Logger: discardLogger()})
 	client := pb.NewExternalProcessorClient(cc)
 	// Warm the tokenizer's prefix cache with the shared prefix, as steady
 	// traffic would.
@@ -168,7 +169,7 @@ func BenchmarkDecideChat8k(b *testing.B) {
 	if _, err := rg.picker.Decide(context.Background(), chatReq(string(warm))); err != nil {
 		b.Fatal(err)
 	}
-	reqs := make([]*Request, 64)
+	reqs := make([]*extproc.Request, 64)
 	for i := range reqs {
 		_, body := benchBody("chat_8k", i)
 		reqs[i] = chatReq(string(body))
@@ -183,7 +184,7 @@ func BenchmarkDecideChat8k(b *testing.B) {
 			b.Fatal(err)
 		}
 		durs = append(durs, time.Since(start))
-		d.Ticket.Free(OutcomeOK)
+		d.Ticket.Free(extproc.OutcomeOK)
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(percentile(durs, 0.50).Microseconds()), "p50-µs")

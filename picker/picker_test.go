@@ -1,4 +1,4 @@
-package extproc
+package picker
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/tokenizer"
@@ -50,17 +51,17 @@ func qwenChat(t testing.TB) *tokenizer.Chat {
 	return c
 }
 
-// countingMetrics is a PickerMetrics that remembers what it saw.
+// countingMetrics is a Metrics that remembers what it saw.
 type countingMetrics struct {
 	mu       sync.Mutex
 	outcomes map[string]int
 	byLoad   map[string]int
-	finished map[Outcome]int
+	finished map[extproc.Outcome]int
 	phases   map[string]int
 }
 
 func newCountingMetrics() *countingMetrics {
-	return &countingMetrics{outcomes: map[string]int{}, byLoad: map[string]int{}, finished: map[Outcome]int{}, phases: map[string]int{}}
+	return &countingMetrics{outcomes: map[string]int{}, byLoad: map[string]int{}, finished: map[extproc.Outcome]int{}, phases: map[string]int{}}
 }
 
 func (m *countingMetrics) Decided(model, worker, mode, outcome string) {
@@ -75,7 +76,7 @@ func (m *countingMetrics) ByLoad(model, reason string) {
 	m.byLoad[reason]++
 	m.mu.Unlock()
 }
-func (m *countingMetrics) Finished(o Outcome) { m.mu.Lock(); m.finished[o]++; m.mu.Unlock() }
+func (m *countingMetrics) Finished(o extproc.Outcome) { m.mu.Lock(); m.finished[o]++; m.mu.Unlock() }
 
 type testRig struct {
 	picker  *Picker
@@ -86,10 +87,10 @@ type testRig struct {
 
 // newRig builds a Picker over three workers of testModel (block size 16)
 // and one of "other-model", with a real index, router and tokenizer.
-func newRig(t testing.TB, mutate func(*scoring.Options, *PickerConfig)) *testRig {
+func newRig(t testing.TB, mutate func(*scoring.Options, *Config)) *testRig {
 	t.Helper()
 	opts := scoring.DefaultOptions()
-	cfg := PickerConfig{Fallbacks: 2, Tokenizers: qwenRegistry(t)}
+	cfg := Config{Fallbacks: 2, Tokenizers: qwenRegistry(t)}
 	if mutate != nil {
 		mutate(&opts, &cfg)
 	}
@@ -111,7 +112,7 @@ func newRig(t testing.TB, mutate func(*scoring.Options, *PickerConfig)) *testRig
 	}
 	m := newCountingMetrics()
 	cfg.Router, cfg.Index, cfg.Metrics = r, ix, m
-	p, err := NewPicker(cfg)
+	p, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,8 +134,8 @@ func (rg *testRig) store(t testing.TB, worker string, tokens []uint32, blocks in
 	}
 }
 
-func chatReq(body string) *Request {
-	return &Request{Method: "POST", Path: "/v1/chat/completions", Body: []byte(body), HasBody: true, Headers: map[string]string{}}
+func chatReq(body string) *extproc.Request {
+	return &extproc.Request{Method: "POST", Path: "/v1/chat/completions", Body: []byte(body), HasBody: true, Headers: map[string]string{}}
 }
 
 func longChat(words int) string {
@@ -174,11 +175,11 @@ func TestPickerRoutesToTheWorkerHoldingThePrefix(t *testing.T) {
 	}
 	d.Ticket.PrefillDone()
 	d.Ticket.Progress(3)
-	d.Ticket.Free(OutcomeOK)
+	d.Ticket.Free(extproc.OutcomeOK)
 	if l, _ := rg.router.Pool().Load("w2"); l.ActiveRequests != 0 || l.PrefillTokens != 0 {
 		t.Errorf("load after Free: %+v", l)
 	}
-	if rg.metrics.outcomes["routed"] != 1 || rg.metrics.finished[OutcomeOK] != 1 || rg.metrics.phases["tokenize"] != 1 {
+	if rg.metrics.outcomes["routed"] != 1 || rg.metrics.finished[extproc.OutcomeOK] != 1 || rg.metrics.phases["tokenize"] != 1 {
 		t.Errorf("metrics %+v", rg.metrics)
 	}
 }
@@ -191,7 +192,7 @@ func TestPickerDecisions(t *testing.T) {
 	idPrompt := "[" + strings.Join(ids, ",") + "]"
 	tests := []struct {
 		name     string
-		req      *Request
+		req      *extproc.Request
 		badBody  BadBodyPolicy
 		status   int    // 0: routed
 		byLoad   string // expected ByLoad reason, "" for none
@@ -204,18 +205,18 @@ func TestPickerDecisions(t *testing.T) {
 		{name: "unknown model is 503", req: chatReq(`{"model":"nope","messages":[]}`), status: 503},
 		{name: "invalid JSON is 400", req: chatReq(`{"model":`), status: 400},
 		{name: "invalid JSON routed by load when configured", req: chatReq(`{"model":`), badBody: BadBodyRouteByLoad, byLoad: "not_json", prompt: 0},
-		{name: "completion token ids need no tokenizer", req: &Request{Path: "/v1/completions", HasBody: true, Body: []byte(`{"model":"other-model","prompt":` + idPrompt + `}`)}, prompt: 64},
-		{name: "completion list routes by its first element", req: &Request{Path: "/v1/completions?x=1", HasBody: true, Body: []byte(`{"model":"other-model","prompt":[` + idPrompt + `,[1,2]]}`)}, prompt: 64},
-		{name: "completion text is tokenized with special tokens", req: &Request{Path: "/v1/completions", HasBody: true, Body: []byte(`{"model":"` + testModel + `","prompt":"hello world"}`)}, prompt: -1},
-		{name: "other paths route by load", req: &Request{Path: "/v1/embeddings", HasBody: true, Body: []byte(`{"model":"` + testModel + `","input":"x"}`)}, byLoad: "other_path", prompt: 0},
-		{name: "no body routes by load over every worker", req: &Request{Path: "/v1/models", Method: "GET"}, byLoad: "no_body", prompt: 0},
-		{name: "subset hint restricts", req: &Request{Path: "/v1/chat/completions", HasBody: true, Body: []byte(longChat(3)), HasSubset: true, Subset: []string{"10.0.0.2:8000"}}, inSubset: "10.0.0.2:8000", prompt: -1},
-		{name: "subset hint with no eligible worker is 503", req: &Request{Path: "/v1/chat/completions", HasBody: true, Body: []byte(longChat(3)), HasSubset: true, Subset: []string{"10.9.9.9:1"}}, status: 503},
-		{name: "truncated body routes by load", req: &Request{Path: "/v1/chat/completions", HasBody: true, Truncated: true, Body: []byte(`{"model":"`)}, byLoad: "truncated", prompt: 0},
+		{name: "completion token ids need no tokenizer", req: &extproc.Request{Path: "/v1/completions", HasBody: true, Body: []byte(`{"model":"other-model","prompt":` + idPrompt + `}`)}, prompt: 64},
+		{name: "completion list routes by its first element", req: &extproc.Request{Path: "/v1/completions?x=1", HasBody: true, Body: []byte(`{"model":"other-model","prompt":[` + idPrompt + `,[1,2]]}`)}, prompt: 64},
+		{name: "completion text is tokenized with special tokens", req: &extproc.Request{Path: "/v1/completions", HasBody: true, Body: []byte(`{"model":"` + testModel + `","prompt":"hello world"}`)}, prompt: -1},
+		{name: "other paths route by load", req: &extproc.Request{Path: "/v1/embeddings", HasBody: true, Body: []byte(`{"model":"` + testModel + `","input":"x"}`)}, byLoad: "other_path", prompt: 0},
+		{name: "no body routes by load over every worker", req: &extproc.Request{Path: "/v1/models", Method: "GET"}, byLoad: "no_body", prompt: 0},
+		{name: "subset hint restricts", req: &extproc.Request{Path: "/v1/chat/completions", HasBody: true, Body: []byte(longChat(3)), HasSubset: true, Subset: []string{"10.0.0.2:8000"}}, inSubset: "10.0.0.2:8000", prompt: -1},
+		{name: "subset hint with no eligible worker is 503", req: &extproc.Request{Path: "/v1/chat/completions", HasBody: true, Body: []byte(longChat(3)), HasSubset: true, Subset: []string{"10.9.9.9:1"}}, status: 503},
+		{name: "truncated body routes by load", req: &extproc.Request{Path: "/v1/chat/completions", HasBody: true, Truncated: true, Body: []byte(`{"model":"`)}, byLoad: "truncated", prompt: 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rg := newRig(t, func(_ *scoring.Options, c *PickerConfig) { c.OnBadBody = tt.badBody })
+			rg := newRig(t, func(_ *scoring.Options, c *Config) { c.OnBadBody = tt.badBody })
 			if tt.req.Headers == nil {
 				tt.req.Headers = map[string]string{}
 			}
@@ -230,7 +231,7 @@ func TestPickerDecisions(t *testing.T) {
 			}
 			d, err := rg.picker.Decide(context.Background(), tt.req)
 			if tt.status != 0 {
-				var he *HTTPError
+				var he *extproc.HTTPError
 				if !errors.As(err, &he) || he.Status != tt.status {
 					t.Fatalf("err = %v, want HTTP %d", err, tt.status)
 				}
@@ -256,7 +257,7 @@ func TestPickerDecisions(t *testing.T) {
 }
 
 func TestPickerShedsWhenTheQueueIsFull(t *testing.T) {
-	rg := newRig(t, func(o *scoring.Options, _ *PickerConfig) {
+	rg := newRig(t, func(o *scoring.Options, _ *Config) {
 		o.QueueThreshold = 0.001
 		o.QueueMaxWait = 5 * time.Millisecond
 	})
@@ -272,14 +273,14 @@ func TestPickerShedsWhenTheQueueIsFull(t *testing.T) {
 		}
 	}
 	_, err = rg.picker.Decide(context.Background(), chatReq(body))
-	var he *HTTPError
+	var he *extproc.HTTPError
 	if !errors.As(err, &he) || he.Status != 429 {
 		t.Fatalf("err = %v, want 429", err)
 	}
 	if rg.metrics.outcomes["shed"] != 1 {
 		t.Errorf("outcomes %v", rg.metrics.outcomes)
 	}
-	first.Ticket.Free(OutcomeReset)
+	first.Ticket.Free(extproc.OutcomeReset)
 }
 
 func TestPickerExplainHasNoSideEffects(t *testing.T) {
@@ -318,11 +319,11 @@ func TestPickerServedReportMovesLoad(t *testing.T) {
 			t.Errorf("%s (%s) has %d active, want %d", l.ID, l.Address, l.ActiveRequests, want)
 		}
 	}
-	d.Ticket.Free(OutcomeOK)
+	d.Ticket.Free(extproc.OutcomeOK)
 }
 
 func TestPickerCancelledInQueueHoldsNoLoad(t *testing.T) {
-	rg := newRig(t, func(o *scoring.Options, _ *PickerConfig) { o.QueueThreshold = 0.001; o.QueueMaxWait = time.Minute })
+	rg := newRig(t, func(o *scoring.Options, _ *Config) { o.QueueThreshold = 0.001; o.QueueMaxWait = time.Minute })
 	body := longChat(400)
 	for range 3 {
 		if _, err := rg.picker.Decide(context.Background(), chatReq(body)); err != nil {

@@ -1,6 +1,7 @@
-package extproc
+package picker
 
 import (
+	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/scoring"
 )
 
@@ -25,9 +26,9 @@ type Explanation struct {
 // Explain decides for req as Decide would, without queueing, without adding
 // load and without counting metrics, and returns every candidate's terms.
 // (A stateful mode such as round_robin still advances its counter.)
-func (p *Picker) Explain(req *Request) (*Explanation, error) {
+func (p *Picker) Explain(req *extproc.Request) (*Explanation, error) {
 	r := p.Router()
-	pl, err := p.plan(r, req, nopPickerMetrics{})
+	pl, err := p.plan(r, req, nopMetrics{})
 	if err != nil {
 		return nil, err
 	}

@@ -1,10 +1,11 @@
-package extproc
+package picker
 
 import (
 	"context"
 	"sync"
 	"sync/atomic"
 
+	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/scoring"
 )
 
@@ -13,7 +14,7 @@ import (
 // stream's own lifecycle calls.
 type ticket struct {
 	set     *inflight
-	metrics PickerMetrics
+	metrics Metrics
 
 	mu      sync.Mutex
 	pool    *scoring.Pool
@@ -25,7 +26,7 @@ type ticket struct {
 	freed   bool
 }
 
-var _ Ticket = (*ticket)(nil)
+var _ extproc.Ticket = (*ticket)(nil)
 
 func (t *ticket) PrefillDone() {
 	t.mu.Lock()
@@ -56,7 +57,7 @@ func (t *ticket) Served(address string) {
 	}
 }
 
-func (t *ticket) Free(o Outcome) {
+func (t *ticket) Free(o extproc.Outcome) {
 	t.mu.Lock()
 	if t.freed {
 		t.mu.Unlock()
@@ -102,7 +103,7 @@ type inflight struct {
 
 // admit registers the request r routed as decision d. If the router was
 // swapped while r decided, the ticket moves to the new pool at once.
-func (f *inflight) admit(cur *atomic.Pointer[generation], r *scoring.Router, req scoring.Request, d scoring.Decision, m PickerMetrics) *ticket {
+func (f *inflight) admit(cur *atomic.Pointer[generation], r *scoring.Router, req scoring.Request, d scoring.Decision, m Metrics) *ticket {
 	t := &ticket{set: f, metrics: m, pool: r.Pool(), req: req, worker: d.Worker, matched: d.MatchedBlocks}
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -1,4 +1,4 @@
-package extproc
+package picker
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/tokenizer"
@@ -35,9 +36,9 @@ func ParseBadBodyPolicy(s string) (BadBodyPolicy, error) {
 	return 0, fmt.Errorf("on-bad-body %q: want reject or route-by-load", s)
 }
 
-// PickerMetrics receives the decision-path counters. Implementations must
+// Metrics receives the decision-path counters. Implementations must
 // be safe for concurrent use.
-type PickerMetrics interface {
+type Metrics interface {
 	// Decided counts one decision by outcome: "routed", "no_worker",
 	// "shed", "bad_body", "cancelled" or "error".
 	Decided(model, worker, mode, outcome string)
@@ -51,21 +52,21 @@ type PickerMetrics interface {
 	// "no_prompt", "template_error", "tokenizer_error".
 	ByLoad(model, reason string)
 	// Finished counts a routed request's end by outcome.
-	Finished(outcome Outcome)
+	Finished(outcome extproc.Outcome)
 }
 
-type nopPickerMetrics struct{}
+type nopMetrics struct{}
 
-var _ PickerMetrics = nopPickerMetrics{}
+var _ Metrics = nopMetrics{}
 
-func (nopPickerMetrics) Decided(string, string, string, string) {}
-func (nopPickerMetrics) Phase(string, time.Duration)            {}
-func (nopPickerMetrics) Overlap(float64, int)                   {}
-func (nopPickerMetrics) ByLoad(string, string)                  {}
-func (nopPickerMetrics) Finished(Outcome)                       {}
+func (nopMetrics) Decided(string, string, string, string) {}
+func (nopMetrics) Phase(string, time.Duration)            {}
+func (nopMetrics) Overlap(float64, int)                   {}
+func (nopMetrics) ByLoad(string, string)                  {}
+func (nopMetrics) Finished(extproc.Outcome)               {}
 
-// PickerConfig configures a Picker.
-type PickerConfig struct {
+// Config configures a Picker.
+type Config struct {
 	// Router holds the pool and the mode. Required; SetRouter swaps it.
 	Router *scoring.Router
 	// Index is the KV-event index for modes that want OverlapEvents.
@@ -88,7 +89,7 @@ type PickerConfig struct {
 	// body is not available (body mode NONE); empty means none.
 	ModelHeader string
 	// Metrics may be nil.
-	Metrics PickerMetrics
+	Metrics Metrics
 	// Logger may be nil (slog.Default()). The decision line goes out at
 	// debug level; prompts are never logged.
 	Logger *slog.Logger
@@ -99,9 +100,9 @@ type PickerConfig struct {
 // which candidate holds how many, and lets the scoring router pick (and
 // queue, or shed).
 type Picker struct {
-	cfg     PickerConfig
+	cfg     Config
 	gen     atomic.Pointer[generation]
-	metrics PickerMetrics
+	metrics Metrics
 	log     *slog.Logger
 	seq     atomic.Uint64
 	idBase  string
@@ -110,16 +111,16 @@ type Picker struct {
 	inflight    inflight
 }
 
-var _ Decider = (*Picker)(nil)
+var _ extproc.Decider = (*Picker)(nil)
 
-// NewPicker returns a Picker.
-func NewPicker(cfg PickerConfig) (*Picker, error) {
+// New returns a Picker.
+func New(cfg Config) (*Picker, error) {
 	if cfg.Router == nil {
-		return nil, errors.New("extproc: PickerConfig.Router is required")
+		return nil, errors.New("extproc: Config.Router is required")
 	}
 	p := &Picker{cfg: cfg, metrics: cfg.Metrics, log: cfg.Logger}
 	if p.metrics == nil {
-		p.metrics = nopPickerMetrics{}
+		p.metrics = nopMetrics{}
 	}
 	if p.log == nil {
 		p.log = slog.Default()
@@ -139,7 +140,7 @@ func (p *Picker) Router() *scoring.Router { return p.gen.Load().router }
 func (p *Picker) SetRouter(r *scoring.Router) { p.inflight.switchTo(&p.gen, r) }
 
 // Decide implements Decider.
-func (p *Picker) Decide(ctx context.Context, req *Request) (Decision, error) {
+func (p *Picker) Decide(ctx context.Context, req *extproc.Request) (extproc.Decision, error) {
 	for {
 		g := p.gen.Load()
 		dec, err := p.decide(ctx, g, req)
@@ -153,12 +154,12 @@ func (p *Picker) Decide(ctx context.Context, req *Request) (Decision, error) {
 	}
 }
 
-func (p *Picker) decide(ctx context.Context, g *generation, req *Request) (Decision, error) {
+func (p *Picker) decide(ctx context.Context, g *generation, req *extproc.Request) (extproc.Decision, error) {
 	r := g.router
 	pl, err := p.plan(r, req, p.metrics)
 	if err != nil {
 		p.metrics.Decided(pl.sreq.Model, "", r.Mode().Name(), outcomeOf(err))
-		return Decision{}, err
+		return extproc.Decision{}, err
 	}
 	pl.sreq.ID = p.idBase + strconv.FormatUint(p.seq.Add(1), 36)
 	var exp *scoring.Explanation
@@ -174,11 +175,11 @@ func (p *Picker) decide(ctx context.Context, g *generation, req *Request) (Decis
 	p.metrics.Phase("pick", time.Since(start))
 	if err != nil {
 		if ctx.Err() == nil && g.retired.Err() != nil {
-			return Decision{}, err // decided again on the new router
+			return extproc.Decision{}, err // decided again on the new router
 		}
 		err = p.routeError(pl.sreq.Model, err)
 		p.metrics.Decided(pl.sreq.Model, "", r.Mode().Name(), outcomeOf(err))
-		return Decision{}, err
+		return extproc.Decision{}, err
 	}
 	cached := d.MatchedBlocks * pl.blockSizeOf(d.Index)
 	if pl.sreq.PromptTokens > 0 {
@@ -192,7 +193,7 @@ func (p *Picker) decide(ctx context.Context, g *generation, req *Request) (Decis
 		p.log.Debug("decision", "request", pl.sreq.ID, "model", pl.sreq.Model, "worker", d.Worker,
 			"prompt_tokens", pl.sreq.PromptTokens, "cached_tokens", cached, "by_load", pl.byLoad)
 	}
-	return Decision{
+	return extproc.Decision{
 		Cluster:      d.Cluster,
 		Address:      d.Address,
 		Fallbacks:    pl.fallbacks(exp, d, p.cfg.Fallbacks),
@@ -208,11 +209,11 @@ func (p *Picker) routeError(model string, err error) error {
 	var shed *scoring.ShedError
 	switch {
 	case errors.As(err, &shed):
-		e := ErrShed(fmt.Sprintf("the router's admission queue is full for model %q (%s)", model, shed.Reason))
+		e := extproc.ErrShed(fmt.Sprintf("the router's admission queue is full for model %q (%s)", model, shed.Reason))
 		e.Err = err
 		return e
 	case errors.Is(err, scoring.ErrNoWorkers):
-		e := ErrNoWorker(fmt.Sprintf("no worker can serve model %q", model))
+		e := extproc.ErrNoWorker(fmt.Sprintf("no worker can serve model %q", model))
 		e.Err = err
 		return e
 	}
@@ -220,7 +221,7 @@ func (p *Picker) routeError(model string, err error) error {
 }
 
 func outcomeOf(err error) string {
-	var he *HTTPError
+	var he *extproc.HTTPError
 	switch {
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 		return "cancelled"
