@@ -27,7 +27,7 @@ type Explanation struct {
 // load and without counting metrics, and returns every candidate's terms.
 // (A stateful mode such as round_robin still advances its counter.)
 func (p *Picker) Explain(req *extproc.Request) (*Explanation, error) {
-	r := p.Router()
+	r := p.Scheduler()
 	pl, err := p.plan(r, req, nopMetrics{})
 	if err != nil {
 		return nil, err

@@ -67,8 +67,8 @@ func (nopMetrics) Finished(extproc.Outcome)               {}
 
 // Config configures a Picker.
 type Config struct {
-	// Router holds the pool and the mode. Required; SetRouter swaps it.
-	Router *scoring.Router
+	// Scheduler holds the pool and the mode. Required; SetRouter swaps it.
+	Scheduler *scoring.Scheduler
 	// Index is the KV-event index for modes that want OverlapEvents.
 	Index *kvindex.Index
 	// Approx is the approximate index for modes that want OverlapApprox.
@@ -115,8 +115,8 @@ var _ extproc.Decider = (*Picker)(nil)
 
 // New returns a Picker.
 func New(cfg Config) (*Picker, error) {
-	if cfg.Router == nil {
-		return nil, errors.New("extproc: Config.Router is required")
+	if cfg.Scheduler == nil {
+		return nil, errors.New("extproc: Config.Scheduler is required")
 	}
 	p := &Picker{cfg: cfg, metrics: cfg.Metrics, log: cfg.Logger}
 	if p.metrics == nil {
@@ -126,18 +126,18 @@ func New(cfg Config) (*Picker, error) {
 		p.log = slog.Default()
 	}
 	p.idBase = strconv.FormatInt(time.Now().UnixNano(), 36) + "-"
-	p.gen.Store(newGeneration(cfg.Router))
+	p.gen.Store(newGeneration(cfg.Scheduler))
 	return p, nil
 }
 
-// Router returns the scoring router in use.
-func (p *Picker) Router() *scoring.Router { return p.gen.Load().router }
+// Scheduler returns the scoring scheduler in use.
+func (p *Picker) Scheduler() *scoring.Scheduler { return p.gen.Load().router }
 
 // SetRouter swaps the scoring router (a runtime mode switch). Requests in
 // flight move to the new router's pool with the state they reached
 // (worker, prefill done, output so far), so the new mode starts with the
 // fleet's real load; r's pool must already hold the fleet's workers.
-func (p *Picker) SetRouter(r *scoring.Router) { p.inflight.switchTo(&p.gen, r) }
+func (p *Picker) SetRouter(r *scoring.Scheduler) { p.inflight.switchTo(&p.gen, r) }
 
 // Decide implements Decider.
 func (p *Picker) Decide(ctx context.Context, req *extproc.Request) (extproc.Decision, error) {

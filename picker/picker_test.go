@@ -80,7 +80,7 @@ func (m *countingMetrics) Finished(o extproc.Outcome) { m.mu.Lock(); m.finished[
 
 type testRig struct {
 	picker  *Picker
-	router  *scoring.Router
+	router  *scoring.Scheduler
 	index   *kvindex.Index
 	metrics *countingMetrics
 }
@@ -94,7 +94,7 @@ func newRig(t testing.TB, mutate func(*scoring.Options, *Config)) *testRig {
 	if mutate != nil {
 		mutate(&opts, &cfg)
 	}
-	r, err := scoring.NewRouter(opts)
+	r, err := scoring.NewScheduler(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func newRig(t testing.TB, mutate func(*scoring.Options, *Config)) *testRig {
 		t.Fatal(err)
 	}
 	m := newCountingMetrics()
-	cfg.Router, cfg.Index, cfg.Metrics = r, ix, m
+	cfg.Scheduler, cfg.Index, cfg.Metrics = r, ix, m
 	p, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -73,7 +73,7 @@ func explainsInOrder(exp *scoring.Explanation, cands []scoring.Candidate) bool {
 
 // plan parses, tokenizes, finds the candidates and their overlap. The
 // error is an *HTTPError for the client.
-func (p *Picker) plan(r *scoring.Router, req *extproc.Request, metrics Metrics) (*plan, error) {
+func (p *Picker) plan(r *scoring.Scheduler, req *extproc.Request, metrics Metrics) (*plan, error) {
 	pl := &plan{api: apiOf(req.Path)}
 	start := time.Now()
 	var oa openAIRequest
@@ -130,7 +130,7 @@ func (p *Picker) plan(r *scoring.Router, req *extproc.Request, metrics Metrics) 
 // candidates lists the workers that serve the model and pass the subset
 // hint, with their addresses, base models and block sizes (one Spec read
 // per kept candidate; the overlap pass reuses them).
-func (p *Picker) candidates(r *scoring.Router, req *extproc.Request, pl *plan) error {
+func (p *Picker) candidates(r *scoring.Scheduler, req *extproc.Request, pl *plan) error {
 	pool := r.Pool()
 	var keep func(id, address string) bool
 	if req.HasSubset {
@@ -188,7 +188,7 @@ func (p *Picker) candidates(r *scoring.Router, req *extproc.Request, pl *plan) e
 // tokenize returns the prompt's token ids as the model server will see
 // them, or nil (routing by load) with pl.byLoad saying why. Encoded ids go
 // into *buf (grown there), so they are only valid until buf is released.
-func (p *Picker) tokenize(r *scoring.Router, pl *plan, oa *openAIRequest, buf *[]uint32) []uint32 {
+func (p *Picker) tokenize(r *scoring.Scheduler, pl *plan, oa *openAIRequest, buf *[]uint32) []uint32 {
 	if pl.byLoad != "" {
 		return nil
 	}
@@ -239,7 +239,7 @@ func (p *Picker) tokenize(r *scoring.Router, pl *plan, oa *openAIRequest, buf *[
 
 // overlap hashes the prompt per (base model, block size) group of
 // candidates and fills in their matched and cached blocks.
-func (p *Picker) overlap(r *scoring.Router, pl *plan, salt string, tokens []uint32) {
+func (p *Picker) overlap(r *scoring.Scheduler, pl *plan, salt string, tokens []uint32) {
 	if len(tokens) == 0 {
 		return
 	}

@@ -103,7 +103,7 @@ type inflight struct {
 
 // admit registers the request r routed as decision d. If the router was
 // swapped while r decided, the ticket moves to the new pool at once.
-func (f *inflight) admit(cur *atomic.Pointer[generation], r *scoring.Router, req scoring.Request, d scoring.Decision, m Metrics) *ticket {
+func (f *inflight) admit(cur *atomic.Pointer[generation], r *scoring.Scheduler, req scoring.Request, d scoring.Decision, m Metrics) *ticket {
 	t := &ticket{set: f, metrics: m, pool: r.Pool(), req: req, worker: d.Worker, matched: d.MatchedBlocks}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -127,7 +127,7 @@ func (f *inflight) forget(t *ticket) {
 // retires the previous generation (ending its queue waits). Holding mu
 // across the store and the moves keeps admit from registering a ticket on
 // the old pool after the move.
-func (f *inflight) switchTo(cur *atomic.Pointer[generation], r *scoring.Router) {
+func (f *inflight) switchTo(cur *atomic.Pointer[generation], r *scoring.Scheduler) {
 	f.mu.Lock()
 	old := cur.Swap(newGeneration(r))
 	for t := range f.tickets {
@@ -140,12 +140,12 @@ func (f *inflight) switchTo(cur *atomic.Pointer[generation], r *scoring.Router) 
 // generation is one scoring router as the current one; retired ends when
 // it is swapped out.
 type generation struct {
-	router  *scoring.Router
+	router  *scoring.Scheduler
 	retired context.Context
 	retire  context.CancelFunc
 }
 
-func newGeneration(r *scoring.Router) *generation {
+func newGeneration(r *scoring.Scheduler) *generation {
 	g := &generation{router: r}
 	g.retired, g.retire = context.WithCancel(context.Background())
 	return g

@@ -10,11 +10,11 @@ import (
 )
 
 // copyFleet builds a router in mode with the same workers as from.
-func copyFleet(t *testing.T, from *scoring.Router, mode string) *scoring.Router {
+func copyFleet(t *testing.T, from *scoring.Scheduler, mode string) *scoring.Scheduler {
 	t.Helper()
 	opts := scoring.DefaultOptions()
 	opts.Mode = mode
-	r, err := scoring.NewRouter(opts)
+	r, err := scoring.NewScheduler(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +27,7 @@ func copyFleet(t *testing.T, from *scoring.Router, mode string) *scoring.Router 
 	return r
 }
 
-func loadOf(t *testing.T, r *scoring.Router, worker string) scoring.Load {
+func loadOf(t *testing.T, r *scoring.Scheduler, worker string) scoring.Load {
 	t.Helper()
 	l, ok := r.Pool().Load(worker)
 	if !ok {
@@ -52,7 +52,7 @@ func TestRouterSwapCarriesInFlightLoad(t *testing.T) {
 
 	next := copyFleet(t, rg.router, "round_robin")
 	rg.picker.SetRouter(next)
-	if got := rg.picker.Router(); got != next {
+	if got := rg.picker.Scheduler(); got != next {
 		t.Fatal("SetRouter did not make the new router current")
 	}
 	l := loadOf(t, next, worker)
@@ -110,7 +110,7 @@ func TestRouterSwapKeepsPrefillState(t *testing.T) {
 func TestRouterSwapsDuringTrafficLeaveNoLoadBehind(t *testing.T) {
 	rg := newRig(t, nil)
 	// Each swap brings a fresh router, as a mode switch does.
-	routers := make([]*scoring.Router, 20)
+	routers := make([]*scoring.Scheduler, 20)
 	for i := range routers {
 		routers[i] = copyFleet(t, rg.router, []string{"kv", "round_robin"}[i%2])
 	}
@@ -145,7 +145,7 @@ func TestRouterSwapsDuringTrafficLeaveNoLoadBehind(t *testing.T) {
 	<-done
 	// Retired pools are dropped with their core; the current one must be
 	// empty.
-	for _, l := range rg.picker.Router().Pool().Snapshot() {
+	for _, l := range rg.picker.Scheduler().Pool().Snapshot() {
 		if l.ActiveRequests != 0 {
 			t.Errorf("%s keeps %d requests after every response ended", l.ID, l.ActiveRequests)
 		}
@@ -181,7 +181,7 @@ func TestRouterSwapMovesQueuedRequestsToTheNewRouter(t *testing.T) {
 
 	opts := scoring.DefaultOptions()
 	tune(&opts)
-	next, err := scoring.NewRouter(opts)
+	next, err := scoring.NewScheduler(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

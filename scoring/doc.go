@@ -16,7 +16,7 @@
 //     least_loaded, power_of_two and weighted;
 //   - the Explanation of a decision, which renders the seeds' log line and
 //     marshals to JSON for the explain endpoint;
-//   - the Router, which ties a Pool, a Mode and the admission queue together:
+//   - the Scheduler, which ties a Pool, a Mode and the admission queue together:
 //     Route waits while every eligible worker is saturated with prefill work,
 //     orders waiters by policy (fcfs, wspt, lcfs) and sheds past the queue's
 //     limits with a *ShedError;
@@ -29,7 +29,7 @@
 // Overlap is plain data: the caller (the ext_proc layer) asks the KV index
 // for each candidate's matched leading blocks and cached-block total and
 // passes them in as Candidates. Scoring never imports kvindex on that path.
-// For the kv_without_events mode the Router records each routing decision
+// For the kv_without_events mode the Scheduler records each routing decision
 // on a PrefixRecorder (the approximate index satisfies it) so later
 // requests see the predicted cache.
 package scoring

@@ -242,7 +242,7 @@ func (p *Pool) Active(id string) bool {
 
 // Sweep force-frees requests with no lifecycle call for longer than
 // Options.MaxRequestAge, so nothing leaks when a stream vanishes, and
-// returns how many it freed. Router.Run calls it periodically.
+// returns how many it freed. Scheduler.Run calls it periodically.
 func (p *Pool) Sweep() int {
 	cutoff := p.opts.Now().Add(-p.opts.MaxRequestAge)
 	var local []string

@@ -12,11 +12,11 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/extproc"
-	"github.com/kvroute/kvroute/extproc/router"
 	"github.com/kvroute/kvroute/internal/bridge"
 	"github.com/kvroute/kvroute/internal/sim"
 	"github.com/kvroute/kvroute/internal/testenv"
 	"github.com/kvroute/kvroute/picker"
+	"github.com/kvroute/kvroute/server"
 	"github.com/nats-io/nats.go"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -58,7 +58,7 @@ func TestEndToEndKvsimZMQThroughBridgeToRouter(t *testing.T) {
 	}
 	defer cli.Close()
 
-	rcfg := router.DefaultConfig()
+	rcfg := server.DefaultConfig()
 	rcfg.GRPCAddr, rcfg.HTTPAddr = "127.0.0.1:0", "-"
 	rcfg.NATSURL = natsSrv.URL
 	rcfg.EtcdEndpoints = etcd.Endpoints
@@ -66,7 +66,7 @@ func TestEndToEndKvsimZMQThroughBridgeToRouter(t *testing.T) {
 	rcfg.KVEvents = true
 	rcfg.Logger = discard()
 	rcfg.ShutdownGrace = time.Second
-	r, err := router.Start(ctx, rcfg)
+	r, err := server.Start(ctx, rcfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,8 +12,8 @@ import (
 
 	"github.com/kvroute/kvroute/envoy"
 	"github.com/kvroute/kvroute/envoy/envoytest"
-	"github.com/kvroute/kvroute/extproc/router"
 	"github.com/kvroute/kvroute/internal/sim"
+	"github.com/kvroute/kvroute/server"
 )
 
 // EnvConfig describes an all-in-one kvroute system.
@@ -63,7 +63,7 @@ type Env struct {
 	// DropNextBatches).
 	Fleet *sim.Fleet
 	// Router is the kvroute instance (Index, Picker, SetMode).
-	Router *router.Router
+	Router *server.Server
 	// Gateway is the Envoy stand-in clients talk to.
 	Gateway *envoytest.Gateway
 	cancel  context.CancelFunc
@@ -135,7 +135,7 @@ func StartEnv(ctx context.Context, cfg EnvConfig) (_ *Env, err error) {
 	}); err != nil {
 		return nil, fmt.Errorf("start workers: %w", err)
 	}
-	rcfg := router.DefaultConfig()
+	rcfg := server.DefaultConfig()
 	rcfg.GRPCAddr, rcfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
 	rcfg.NATSURL, rcfg.EtcdEndpoints = e.NATSURL, e.EtcdEndpoints
 	rcfg.KVEvents = !cfg.NoEvents
@@ -148,7 +148,7 @@ func StartEnv(ctx context.Context, cfg EnvConfig) (_ *Env, err error) {
 	if cfg.TokenizerDir != "" {
 		rcfg.Tokenizers = []string{cfg.Model + "=" + cfg.TokenizerDir}
 	}
-	if e.Router, err = router.Start(ctx, rcfg); err != nil {
+	if e.Router, err = server.Start(ctx, rcfg); err != nil {
 		return nil, fmt.Errorf("start kvroute: %w", err)
 	}
 	if err := e.WaitWorkers(ctx, cfg.Workers, 30*time.Second); err != nil {

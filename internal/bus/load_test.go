@@ -14,7 +14,7 @@ func TestLoadReportsFeedThePool(t *testing.T) {
 	clock := newFakeClock()
 	o := testOptions(clock, 1)
 	o.StaleReportAge = 2 * time.Second
-	r := newTestRouter(t, o, 2)
+	r := newTestScheduler(t, o, 2)
 	ctx, cancel := context.WithCancel(context.Background())
 	a := NewLoadReports(connect(t, srv.URL), "test", r.Pool())
 	if err := a.Start(ctx); err != nil {

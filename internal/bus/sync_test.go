@@ -23,7 +23,7 @@ func connect(t *testing.T, url string) *nats.Conn {
 
 // startSync runs replica sync for r until the test ends and checks the
 // publisher goroutine stops.
-func startSync(t *testing.T, nc *nats.Conn, id string, r *scoring.Router) *Sync {
+func startSync(t *testing.T, nc *nats.Conn, id string, r *scoring.Scheduler) *Sync {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	s := NewSync(nc, "test", id, r.Pool())
@@ -54,8 +54,8 @@ func converge(t *testing.T, a, b *scoring.Pool, what string) {
 // Behaviour 7: replica sync converges.
 func TestReplicaSyncConverges(t *testing.T) {
 	srv := testenv.StartNATS(t)
-	r1 := newTestRouter(t, testOptions(newFakeClock(), 1), 4)
-	r2 := newTestRouter(t, testOptions(newFakeClock(), 2), 4)
+	r1 := newTestScheduler(t, testOptions(newFakeClock(), 1), 4)
+	r2 := newTestScheduler(t, testOptions(newFakeClock(), 2), 4)
 	s1 := startSync(t, connect(t, srv.URL), "router-1", r1)
 	s2 := startSync(t, connect(t, srv.URL), "router-2", r2)
 
@@ -111,11 +111,11 @@ func TestReplicaSyncConverges(t *testing.T) {
 
 func TestRestartedReplicaResetsItsOldLoad(t *testing.T) {
 	srv := testenv.StartNATS(t)
-	r1 := newTestRouter(t, testOptions(newFakeClock(), 1), 2)
+	r1 := newTestScheduler(t, testOptions(newFakeClock(), 1), 2)
 	startSync(t, connect(t, srv.URL), "router-1", r1)
 
 	ctx, cancel := context.WithCancel(context.Background())
-	old := newTestRouter(t, testOptions(newFakeClock(), 2), 2)
+	old := newTestScheduler(t, testOptions(newFakeClock(), 2), 2)
 	s := NewSync(connect(t, srv.URL), "test", "router-2", old.Pool())
 	if err := s.Start(ctx); err != nil {
 		t.Fatal(err)
@@ -127,7 +127,7 @@ func TestRestartedReplicaResetsItsOldLoad(t *testing.T) {
 	cancel() // the replica dies without freeing x
 	<-s.Done()
 
-	fresh := newTestRouter(t, testOptions(newFakeClock(), 3), 2)
+	fresh := newTestScheduler(t, testOptions(newFakeClock(), 3), 2)
 	startSync(t, connect(t, srv.URL), "router-2", fresh)
 	converge(t, r1.Pool(), fresh.Pool(), "after restart")
 	for _, l := range r1.Pool().Snapshot() {
@@ -139,7 +139,7 @@ func TestRestartedReplicaResetsItsOldLoad(t *testing.T) {
 
 func TestSyncRejectsBadMessages(t *testing.T) {
 	srv := testenv.StartNATS(t)
-	r1 := newTestRouter(t, testOptions(newFakeClock(), 1), 1)
+	r1 := newTestScheduler(t, testOptions(newFakeClock(), 1), 1)
 	s := startSync(t, connect(t, srv.URL), "router-1", r1)
 	pub := connect(t, srv.URL)
 	for _, msg := range []string{
@@ -195,8 +195,8 @@ func FuzzParseSyncEvent(f *testing.F) {
 func TestSweptRequestsAreFreedOnPeers(t *testing.T) {
 	srv := testenv.StartNATS(t)
 	clock := newFakeClock()
-	r1 := newTestRouter(t, testOptions(clock, 1), 2)
-	r2 := newTestRouter(t, testOptions(newFakeClock(), 2), 2)
+	r1 := newTestScheduler(t, testOptions(clock, 1), 2)
+	r2 := newTestScheduler(t, testOptions(newFakeClock(), 2), 2)
 	startSync(t, connect(t, srv.URL), "router-1", r1)
 	startSync(t, connect(t, srv.URL), "router-2", r2)
 	if _, err := r1.Route(t.Context(), &scoring.Request{ID: "lost", Model: "m", PromptTokens: 64}, cands(0, 0), nil); err != nil {

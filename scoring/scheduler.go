@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Router ties a Pool, a Mode and the admission queue together. It is safe
+// Scheduler ties a Pool, a Mode and the admission queue together. It is safe
 // for concurrent use.
 //
 // Per request the caller (the ext_proc layer) builds the candidates with
@@ -16,16 +16,16 @@ import (
 // admission queue if every candidate is saturated, picks a worker and Adds
 // the request to the pool. As the response streams the caller reports
 // Pool().PrefillDone, Pool().Progress and finally Pool().Free.
-type Router struct {
+type Scheduler struct {
 	pool  *Pool
 	mode  Mode
 	opts  Options
 	queue *admission // nil when queueing is disabled
 }
 
-// NewRouter builds a router with an empty pool. Register workers with
+// NewScheduler builds a router with an empty pool. Register workers with
 // Pool().Upsert.
-func NewRouter(opts Options) (*Router, error) {
+func NewScheduler(opts Options) (*Scheduler, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
@@ -34,7 +34,7 @@ func NewRouter(opts Options) (*Router, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Router{pool: NewPool(opts), mode: mode, opts: opts}
+	r := &Scheduler{pool: NewPool(opts), mode: mode, opts: opts}
 	if opts.QueueThreshold > 0 {
 		policy, _ := ParsePolicy(opts.QueuePolicy) // validated above
 		r.queue = newAdmission(r, policy)
@@ -44,27 +44,27 @@ func NewRouter(opts Options) (*Router, error) {
 }
 
 // Pool returns the router's worker pool.
-func (r *Router) Pool() *Pool { return r.pool }
+func (r *Scheduler) Pool() *Pool { return r.pool }
 
 // Mode returns the router mode.
-func (r *Router) Mode() Mode { return r.mode }
+func (r *Scheduler) Mode() Mode { return r.mode }
 
 // Options returns the router's options with defaults filled in.
-func (r *Router) Options() Options { return r.opts }
+func (r *Scheduler) Options() Options { return r.opts }
 
 var loadScratch = sync.Pool{New: func() any { s := make([]Load, 0, 64); return &s }}
 
 // Pick chooses a worker for req among cands without changing any state.
 // Candidates the pool does not know are skipped; if none is left Pick
 // returns ErrNoWorkers. exp, when not nil, receives every worker's terms.
-func (r *Router) Pick(req *Request, cands []Candidate, exp *Explanation) (Decision, error) {
+func (r *Scheduler) Pick(req *Request, cands []Candidate, exp *Explanation) (Decision, error) {
 	d, _, err := r.decide(req, cands, exp, 0)
 	return d, err
 }
 
 // decide picks unless threshold > 0 and every candidate is saturated, in
 // which case it reports saturated and picks nothing.
-func (r *Router) decide(req *Request, cands []Candidate, exp *Explanation, threshold float64) (d Decision, saturated bool, err error) {
+func (r *Scheduler) decide(req *Request, cands []Candidate, exp *Explanation, threshold float64) (d Decision, saturated bool, err error) {
 	sp := loadScratch.Get().(*[]Load)
 	loads := r.pool.appendLoads((*sp)[:0], cands)
 	defer func() {
@@ -98,7 +98,7 @@ func allSaturated(loads []Load, threshold float64) bool {
 }
 
 // commit adds a picked request to the pool and tells the recorder.
-func (r *Router) commit(req *Request, d Decision) error {
+func (r *Scheduler) commit(req *Request, d Decision) error {
 	if err := r.pool.Add(req, d.Worker, d.MatchedBlocks); err != nil {
 		return fmt.Errorf("route %q: %w", req.ID, err)
 	}
@@ -118,7 +118,7 @@ func (r *Router) commit(req *Request, d Decision) error {
 // known. On success the caller owns the lifecycle: PrefillDone, Progress
 // and Free on Pool(). req and cands must not change until Route returns;
 // a queued request is picked with the overlap it arrived with.
-func (r *Router) Route(ctx context.Context, req *Request, cands []Candidate, exp *Explanation) (Decision, error) {
+func (r *Scheduler) Route(ctx context.Context, req *Request, cands []Candidate, exp *Explanation) (Decision, error) {
 	if r.queue == nil {
 		d, err := r.Pick(req, cands, exp)
 		if err != nil {
@@ -130,7 +130,7 @@ func (r *Router) Route(ctx context.Context, req *Request, cands []Candidate, exp
 }
 
 // QueueLen returns the number of requests waiting for admission.
-func (r *Router) QueueLen() int {
+func (r *Scheduler) QueueLen() int {
 	if r.queue == nil {
 		return 0
 	}
@@ -139,7 +139,7 @@ func (r *Router) QueueLen() int {
 
 // Run force-frees requests past Options.MaxRequestAge every second (or
 // every half maximum age, if that is shorter) until ctx ends.
-func (r *Router) Run(ctx context.Context) {
+func (r *Scheduler) Run(ctx context.Context) {
 	tick := time.NewTicker(min(time.Second, r.opts.MaxRequestAge/2))
 	defer tick.Stop()
 	for {

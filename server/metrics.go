@@ -1,4 +1,4 @@
-package router
+package server
 
 import (
 	"strconv"
@@ -52,7 +52,7 @@ var (
 
 var latencyBuckets = []float64{5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 0.1, 1, 10}
 
-func newMetrics(reg *prometheus.Registry, r *Router) *Metrics {
+func newMetrics(reg *prometheus.Registry, r *Server) *Metrics {
 	f := func(c prometheus.Collector) { reg.MustRegister(c) }
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_requests_total",
@@ -176,7 +176,7 @@ func (m *Metrics) Applied(worker string, s kvindex.ApplyStats) {
 
 // stateCollector reports gauges read from the index and the pool at
 // scrape time.
-type stateCollector struct{ r *Router }
+type stateCollector struct{ r *Server }
 
 var (
 	descEntries  = prometheus.NewDesc("kvroute_index_entries", "(block, worker) pairs in the KV index (device tier).", nil, nil)

@@ -1,4 +1,4 @@
-package router
+package server
 
 import (
 	"encoding/json"
@@ -14,7 +14,7 @@ import (
 )
 
 // httpHandler serves the operator endpoints.
-func (r *Router) httpHandler() http.Handler {
+func (r *Server) httpHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(r.cfg.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -37,7 +37,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = enc.Encode(v)
 }
 
-func (r *Router) handleReady(w http.ResponseWriter, _ *http.Request) {
+func (r *Server) handleReady(w http.ResponseWriter, _ *http.Request) {
 	if reason := r.NotReadyReason(); reason != "" {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "reason": reason})
 		return
@@ -52,7 +52,7 @@ type workerView struct {
 	Index  *kvindex.WorkerStats `json:"index,omitempty"`
 }
 
-func (r *Router) handleWorkers(w http.ResponseWriter, _ *http.Request) {
+func (r *Server) handleWorkers(w http.ResponseWriter, _ *http.Request) {
 	st := r.index.Stats()
 	byID := map[string]*kvindex.WorkerStats{}
 	for i := range st.PerWorker {
@@ -75,7 +75,7 @@ func (r *Router) handleWorkers(w http.ResponseWriter, _ *http.Request) {
 
 // handleExplain decides for a posted OpenAI body without side effects.
 // ?path= names the API path (default /v1/chat/completions).
-func (r *Router) handleExplain(w http.ResponseWriter, req *http.Request) {
+func (r *Server) handleExplain(w http.ResponseWriter, req *http.Request) {
 	limit := r.cfg.Stream.MaxBodyBytes
 	if limit <= 0 {
 		limit = 16 << 20
@@ -110,7 +110,7 @@ func (r *Router) handleExplain(w http.ResponseWriter, req *http.Request) {
 
 // handleMode reports (GET) or switches (POST {"mode": "..."} or ?mode=)
 // the router mode.
-func (r *Router) handleMode(w http.ResponseWriter, req *http.Request) {
+func (r *Server) handleMode(w http.ResponseWriter, req *http.Request) {
 	if req.Method == http.MethodPost {
 		mode := req.URL.Query().Get("mode")
 		if mode == "" {

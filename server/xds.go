@@ -1,4 +1,4 @@
-package router
+package server
 
 import (
 	"fmt"
@@ -13,7 +13,7 @@ import (
 // bootstrap style: one cluster per worker, picked by x-target-worker).
 // Membership changes reach it through xdsChanged; one goroutine turns them
 // into snapshots, so a burst of etcd events costs one push.
-func (r *Router) startXDS() error {
+func (r *Server) startXDS() error {
 	lis, err := net.Listen("tcp", r.cfg.XDSAddr)
 	if err != nil {
 		return fmt.Errorf("xds listen: %w", err)
@@ -28,7 +28,7 @@ func (r *Router) startXDS() error {
 }
 
 // notifyXDS marks the worker set changed; it never blocks.
-func (r *Router) notifyXDS() {
+func (r *Server) notifyXDS() {
 	if r.xdsChanged == nil {
 		return
 	}
@@ -39,7 +39,7 @@ func (r *Router) notifyXDS() {
 }
 
 // pushXDS hands each changed worker set to the ADS server until shutdown.
-func (r *Router) pushXDS() {
+func (r *Server) pushXDS() {
 	var last []envoy.Worker
 	for {
 		select {
@@ -82,7 +82,7 @@ func xdsWorkers(recs []scoring.WorkerSpec, warn func(string, ...any)) []envoy.Wo
 }
 
 // XDSAddr is the bound ADS address, or "" when xDS is off.
-func (r *Router) XDSAddr() string {
+func (r *Server) XDSAddr() string {
 	if r.xdsLis == nil {
 		return ""
 	}

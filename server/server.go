@@ -1,4 +1,4 @@
-package router
+package server
 
 import (
 	"context"
@@ -27,8 +27,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Router is a running kvroute instance.
-type Router struct {
+// Server is a running kvroute instance.
+type Server struct {
 	cfg     Config
 	log     *slog.Logger
 	metrics *Metrics
@@ -75,7 +75,7 @@ func Run(ctx context.Context, cfg Config) error {
 // Start brings a router up: tokenizers loaded, NATS connected (or
 // embedded), the first discovery pass applied, listeners bound. It returns
 // once the router serves; it shuts down when ctx ends (see Wait).
-func Start(ctx context.Context, cfg Config) (_ *Router, err error) {
+func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -92,7 +92,7 @@ func Start(ctx context.Context, cfg Config) (_ *Router, err error) {
 	if cfg.ShutdownGrace <= 0 {
 		cfg.ShutdownGrace = 15 * time.Second
 	}
-	r := &Router{cfg: cfg, log: cfg.Logger, done: make(chan struct{})}
+	r := &Server{cfg: cfg, log: cfg.Logger, done: make(chan struct{})}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {
@@ -123,7 +123,7 @@ func Start(ctx context.Context, cfg Config) (_ *Router, err error) {
 	r.fleet.install(c, r.core.Swap)
 
 	r.picker, err = picker.New(picker.Config{
-		Router: c.router, Index: r.index, Approx: r.approx, Tokenizers: r.toks,
+		Scheduler: c.router, Index: r.index, Approx: r.approx, Tokenizers: r.toks,
 		BlockSize: cfg.BlockSize, Fallbacks: cfg.Fallbacks, OnBadBody: cfg.OnBadBody,
 		ModelHeader: cfg.ModelHeader, Metrics: r.metrics, Logger: r.log,
 	})
@@ -173,7 +173,7 @@ func Start(ctx context.Context, cfg Config) (_ *Router, err error) {
 }
 
 // goRun runs fn until it returns; an error ends the router.
-func (r *Router) goRun(fn func() error) {
+func (r *Server) goRun(fn func() error) {
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
@@ -183,13 +183,13 @@ func (r *Router) goRun(fn func() error) {
 	}()
 }
 
-func (r *Router) fail(err error) {
+func (r *Server) fail(err error) {
 	r.errOnce.Do(func() { r.err = err })
 	r.log.Error("router component failed; shutting down", "err", err)
 	r.cancel()
 }
 
-func (r *Router) connectNATS() error {
+func (r *Server) connectNATS() error {
 	url := r.cfg.NATSURL
 	if url == "" {
 		host, portStr, err := net.SplitHostPort(r.cfg.EmbeddedNATSAddr)
@@ -228,7 +228,7 @@ func (r *Router) connectNATS() error {
 	return nil
 }
 
-func (r *Router) startDiscovery() error {
+func (r *Server) startDiscovery() error {
 	if r.cfg.WorkersFile != "" {
 		fw, err := discovery.NewFileWatcher(r.cfg.WorkersFile, r.fleet, discovery.FileOptions{
 			Interval: r.cfg.WorkersFileInterval, Logger: r.log,
@@ -264,7 +264,7 @@ func (r *Router) startDiscovery() error {
 }
 
 // watchReadiness keeps the health status in step with Ready.
-func (r *Router) watchReadiness() {
+func (r *Server) watchReadiness() {
 	t := time.NewTicker(200 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -282,12 +282,12 @@ func (r *Router) watchReadiness() {
 
 // Ready reports readiness: tokenizers loaded (Start did), at least one
 // worker, and the event bus connected.
-func (r *Router) Ready() bool {
+func (r *Server) Ready() bool {
 	return !r.draining.Load() && r.ctx.Err() == nil && r.fleet.len() > 0 && r.nc.IsConnected()
 }
 
 // NotReadyReason says why Ready is false ("" when it is true).
-func (r *Router) NotReadyReason() string {
+func (r *Server) NotReadyReason() string {
 	switch {
 	case r.draining.Load() || r.ctx.Err() != nil:
 		return "shutting down"
@@ -299,7 +299,7 @@ func (r *Router) NotReadyReason() string {
 	return ""
 }
 
-func (r *Router) shutdownOn(ctx context.Context) {
+func (r *Server) shutdownOn(ctx context.Context) {
 	select {
 	case <-ctx.Done():
 	case <-r.ctx.Done():
@@ -328,7 +328,7 @@ func (r *Router) shutdownOn(ctx context.Context) {
 }
 
 // teardown stops background work and closes connections.
-func (r *Router) teardown() {
+func (r *Server) teardown() {
 	r.cancel()
 	if c := r.core.Load(); c != nil {
 		c.stop()
@@ -352,22 +352,22 @@ func (r *Router) teardown() {
 
 // Wait blocks until the router has shut down and returns the error that
 // ended it, if any.
-func (r *Router) Wait() error {
+func (r *Server) Wait() error {
 	<-r.done
 	return r.err
 }
 
 // Shutdown ends the router as ctx cancellation would and waits for it.
-func (r *Router) Shutdown() error {
+func (r *Server) Shutdown() error {
 	r.cancel()
 	return r.Wait()
 }
 
 // GRPCAddr is the bound ext_proc address.
-func (r *Router) GRPCAddr() string { return r.grpcLis.Addr().String() }
+func (r *Server) GRPCAddr() string { return r.grpcLis.Addr().String() }
 
 // HTTPAddr is the bound HTTP address, or "" when disabled.
-func (r *Router) HTTPAddr() string {
+func (r *Server) HTTPAddr() string {
 	if r.httpLis == nil {
 		return ""
 	}
@@ -375,13 +375,13 @@ func (r *Router) HTTPAddr() string {
 }
 
 // NATSURL is the NATS server in use (the embedded one's when embedded).
-func (r *Router) NATSURL() string { return r.nc.ConnectedUrl() }
+func (r *Server) NATSURL() string { return r.nc.ConnectedUrl() }
 
 // Picker exposes the decision path (Explain, the scoring router).
-func (r *Router) Picker() *picker.Picker { return r.picker }
+func (r *Server) Picker() *picker.Picker { return r.picker }
 
 // Index exposes the KV-event index.
-func (r *Router) Index() *kvindex.Index { return r.index }
+func (r *Server) Index() *kvindex.Index { return r.index }
 
 // Mode returns the current router mode's name.
-func (r *Router) Mode() string { return r.core.Load().router.Mode().Name() }
+func (r *Server) Mode() string { return r.core.Load().router.Mode().Name() }

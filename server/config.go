@@ -1,11 +1,11 @@
-// Package router runs a whole kvroute instance in-process: the ext_proc
+// Package server runs a whole kvroute instance in-process: the ext_proc
 // gRPC server, the Picker with its KV index, tokenizers and scoring router,
 // worker discovery (etcd or a static file), the NATS consumers (KV events,
 // load reports, replica sync) with an embedded NATS server when none is
 // given, and the HTTP side (/metrics, /healthz, /readyz, /debug/*,
 // /admin/mode). cmd/kvroute is a thin flag layer over Run; tests and
 // kvbench start routers with Start.
-package router
+package server
 
 import (
 	"crypto/tls"

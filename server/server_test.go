@@ -1,4 +1,4 @@
-package router
+package server
 
 import (
 	"context"
@@ -33,7 +33,7 @@ import (
 
 const model = "Qwen/Qwen3-8B"
 
-var qwenDir = "../../tokenizer/testdata/qwen3"
+var qwenDir = "../tokenizer/testdata/qwen3"
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
@@ -61,7 +61,7 @@ func testConfig(t *testing.T) Config {
 	return cfg
 }
 
-func start(t *testing.T, cfg Config) *Router {
+func start(t *testing.T, cfg Config) *Server {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	r, err := Start(ctx, cfg)
@@ -89,7 +89,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func dial(t *testing.T, r *Router) *grpc.ClientConn {
+func dial(t *testing.T, r *Server) *grpc.ClientConn {
 	t.Helper()
 	cc, err := grpc.NewClient(r.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -162,7 +162,7 @@ func promptTokens(t *testing.T, body string) []uint32 {
 
 // startReady starts a router over a static file of n workers and waits
 // until it is ready.
-func startReady(t *testing.T, n int) (*Router, *grpc.ClientConn) {
+func startReady(t *testing.T, n int) (*Server, *grpc.ClientConn) {
 	t.Helper()
 	cfg := testConfig(t)
 	cfg.WorkersFile = workersFile(t, n)
@@ -278,9 +278,9 @@ func TestRouterEventsOverNATSChangeTheNextDecision(t *testing.T) {
 	})
 }
 
-func activeRequests(r *Router) int {
+func activeRequests(r *Server) int {
 	n := 0
-	for _, l := range r.Picker().Router().Pool().Snapshot() {
+	for _, l := range r.Picker().Scheduler().Pool().Snapshot() {
 		n += l.ActiveRequests
 	}
 	return n
@@ -378,7 +378,7 @@ func TestRouterResponsePathDrivesTheLoad(t *testing.T) {
 	send(&pb.ProcessingRequest{Request: &pb.ProcessingRequest_RequestBody{RequestBody: &pb.HttpBody{Body: []byte(chatBody(200)), EndOfStream: true}}})
 	recv() // the route
 	load := func() (active, prefill int) {
-		for _, l := range r.Picker().Router().Pool().Snapshot() {
+		for _, l := range r.Picker().Scheduler().Pool().Snapshot() {
 			active += l.ActiveRequests
 			prefill += l.PrefillTokens
 		}

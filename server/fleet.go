@@ -1,4 +1,4 @@
-package router
+package server
 
 import (
 	"fmt"
@@ -72,7 +72,7 @@ func (f *fleet) Remove(id string) {
 }
 
 // poolListener mirrors the fleet into the current core's scoring pool.
-type poolListener struct{ r *Router }
+type poolListener struct{ r *Server }
 
 func (l poolListener) Upsert(spec scoring.WorkerSpec) {
 	if c := l.r.core.Load(); c != nil {
@@ -104,7 +104,7 @@ func (approxListener) Upsert(scoring.WorkerSpec) {}
 func (l approxListener) Remove(id string)        { l.a.RemoveWorker(id) }
 
 // xdsListener tells the xDS pusher the worker set changed.
-type xdsListener struct{ r *Router }
+type xdsListener struct{ r *Server }
 
 func (l xdsListener) Upsert(scoring.WorkerSpec) { l.r.notifyXDS() }
 func (l xdsListener) Remove(string)             { l.r.notifyXDS() }

@@ -1,4 +1,4 @@
-package router
+package server
 
 import (
 	"context"
@@ -82,7 +82,7 @@ func TestShippedOriginalDstBootstrapReachesTheChosenWorker(t *testing.T) {
 			cfg.WorkersFile, cfg.Fallbacks, cfg.HTTPAddr = wf, tt.fallbacks, "-"
 			r := start(t, cfg)
 			eventually(t, "ready", r.Ready)
-			gw, err := envoytest.LoadGatewayFile("../../envoy/original-dst.yaml", envoytest.GatewayOptions{
+			gw, err := envoytest.LoadGatewayFile("../envoy/original-dst.yaml", envoytest.GatewayOptions{
 				ListenAddress: "127.0.0.1:0",
 				Endpoints:     map[string][]string{"kvroute": {r.GRPCAddr()}},
 				Logger:        quiet(),

@@ -1,4 +1,4 @@
-package router
+package server
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 // runtime mode switch builds a new core and retires the old one; requests
 // admitted by the old core finish their lifecycle on its pool.
 type core struct {
-	router *scoring.Router
+	router *scoring.Scheduler
 	cancel context.CancelFunc
 	done   []<-chan struct{}
 }
@@ -23,7 +23,7 @@ var _ scoring.PrefixRecorder = (*kvindex.Approx)(nil)
 
 // newCore builds the scoring router for mode, fills its pool with the
 // known fleet and starts load reports, replica sync and the sweeper.
-func (r *Router) newCore(mode string) (*core, error) {
+func (r *Server) newCore(mode string) (*core, error) {
 	opts := r.cfg.Scoring
 	opts.Mode = mode
 	if !r.cfg.KVEvents && (mode == scoring.ModeKV || mode == "") {
@@ -37,7 +37,7 @@ func (r *Router) newCore(mode string) (*core, error) {
 	if probe.Overlap() == scoring.OverlapApprox {
 		opts.Recorder = r.approx
 	}
-	sr, err := scoring.NewRouter(opts)
+	sr, err := scoring.NewScheduler(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -71,7 +71,7 @@ func (c *core) stop() {
 }
 
 // SetMode switches the router mode at runtime (for A/B runs). scoring has
-// no mode setter and a Router cannot adopt an existing Pool, so a switch
+// no mode setter and a Server cannot adopt an existing Pool, so a switch
 // builds a new core whose pool gets the current fleet; the Picker then
 // moves every request in flight onto it (worker, prefill state, output so
 // far; with replica sync they are announced again after the new core's
@@ -79,7 +79,7 @@ func (c *core) stop() {
 // new router. Not carried over: the workers' load reports, refilled by the
 // next report (every ~250 ms), and peer replicas' requests admitted before
 // the switch, which this replica no longer counts (new ones are counted).
-func (r *Router) SetMode(mode string) error {
+func (r *Server) SetMode(mode string) error {
 	r.coreMu.Lock()
 	defer r.coreMu.Unlock()
 	c, err := r.newCore(mode)
