@@ -5,7 +5,7 @@
 // and tokenizes the prompt exactly as the model server will (tokenizer),
 // hashes the full blocks (kvindex.HashBlocks), asks the KV index or the
 // approximate index how many leading blocks each candidate holds, and hands
-// the candidates to the scoring router, which picks (or queues, or sheds).
+// the candidates to the scoring Scheduler, which picks (or queues, or sheds).
 // The Decision carries the chosen worker, fallbacks ordered by cost, and a
 // Ticket through which the ext_proc stream reports prefill done, decode
 // progress, the endpoint Envoy really used, and the end of the request.

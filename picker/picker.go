@@ -67,7 +67,7 @@ func (nopMetrics) Finished(extproc.Outcome)               {}
 
 // Config configures a Picker.
 type Config struct {
-	// Scheduler holds the pool and the mode. Required; SetRouter swaps it.
+	// Scheduler holds the pool and the mode. Required.
 	Scheduler *scoring.Scheduler
 	// Index is the KV-event index for modes that want OverlapEvents.
 	Index *kvindex.Index
@@ -97,18 +97,17 @@ type Config struct {
 
 // Picker is the real Decider: it parses the OpenAI body, tokenizes the
 // prompt as the model server will, hashes its blocks, asks the KV index
-// which candidate holds how many, and lets the scoring router pick (and
+// which candidate holds how many, and lets the scoring Scheduler pick (and
 // queue, or shed).
 type Picker struct {
 	cfg     Config
-	gen     atomic.Pointer[generation]
+	sched   *scoring.Scheduler
 	metrics Metrics
 	log     *slog.Logger
 	seq     atomic.Uint64
 	idBase  string
 
 	completions completionEncoder
-	inflight    inflight
 }
 
 var _ extproc.Decider = (*Picker)(nil)
@@ -118,7 +117,7 @@ func New(cfg Config) (*Picker, error) {
 	if cfg.Scheduler == nil {
 		return nil, errors.New("extproc: Config.Scheduler is required")
 	}
-	p := &Picker{cfg: cfg, metrics: cfg.Metrics, log: cfg.Logger}
+	p := &Picker{cfg: cfg, sched: cfg.Scheduler, metrics: cfg.Metrics, log: cfg.Logger}
 	if p.metrics == nil {
 		p.metrics = nopMetrics{}
 	}
@@ -126,36 +125,15 @@ func New(cfg Config) (*Picker, error) {
 		p.log = slog.Default()
 	}
 	p.idBase = strconv.FormatInt(time.Now().UnixNano(), 36) + "-"
-	p.gen.Store(newGeneration(cfg.Scheduler))
 	return p, nil
 }
 
-// Scheduler returns the scoring scheduler in use.
-func (p *Picker) Scheduler() *scoring.Scheduler { return p.gen.Load().router }
-
-// SetRouter swaps the scoring router (a runtime mode switch). Requests in
-// flight move to the new router's pool with the state they reached
-// (worker, prefill done, output so far), so the new mode starts with the
-// fleet's real load; r's pool must already hold the fleet's workers.
-func (p *Picker) SetRouter(r *scoring.Scheduler) { p.inflight.switchTo(&p.gen, r) }
+// Scheduler returns the scoring scheduler the Picker decides with.
+func (p *Picker) Scheduler() *scoring.Scheduler { return p.sched }
 
 // Decide implements Decider.
 func (p *Picker) Decide(ctx context.Context, req *extproc.Request) (extproc.Decision, error) {
-	for {
-		g := p.gen.Load()
-		dec, err := p.decide(ctx, g, req)
-		// A request waiting in the admission queue of a router that was
-		// swapped out would wait for frees that now go to the new pool:
-		// the swap cancels its wait and it is decided again by the new one.
-		if err != nil && ctx.Err() == nil && g.retired.Err() != nil {
-			continue
-		}
-		return dec, err
-	}
-}
-
-func (p *Picker) decide(ctx context.Context, g *generation, req *extproc.Request) (extproc.Decision, error) {
-	r := g.router
+	r := p.sched
 	pl, err := p.plan(r, req, p.metrics)
 	if err != nil {
 		p.metrics.Decided(pl.sreq.Model, "", r.Mode().Name(), outcomeOf(err))
@@ -167,16 +145,9 @@ func (p *Picker) decide(ctx context.Context, g *generation, req *extproc.Request
 		exp = &scoring.Explanation{}
 	}
 	start := time.Now()
-	rctx, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(g.retired, cancel)
-	d, err := r.Route(rctx, &pl.sreq, pl.cands, exp)
-	stop()
-	cancel()
+	d, err := r.Route(ctx, &pl.sreq, pl.cands, exp)
 	p.metrics.Phase("pick", time.Since(start))
 	if err != nil {
-		if ctx.Err() == nil && g.retired.Err() != nil {
-			return extproc.Decision{}, err // decided again on the new router
-		}
 		err = p.routeError(pl.sreq.Model, err)
 		p.metrics.Decided(pl.sreq.Model, "", r.Mode().Name(), outcomeOf(err))
 		return extproc.Decision{}, err
@@ -200,7 +171,7 @@ func (p *Picker) decide(ctx context.Context, g *generation, req *extproc.Request
 		Model:        pl.sreq.Model,
 		Mode:         r.Mode().Name(),
 		CachedTokens: cached,
-		Ticket:       p.inflight.admit(&p.gen, r, pl.sreq, d, p.metrics),
+		Ticket:       newTicket(r.Pool(), pl.sreq.ID, d.Worker, p.metrics),
 	}, nil
 }
 

@@ -80,13 +80,13 @@ func (m *countingMetrics) Finished(o extproc.Outcome) { m.mu.Lock(); m.finished[
 
 type testRig struct {
 	picker  *Picker
-	router  *scoring.Scheduler
+	sched   *scoring.Scheduler
 	index   *kvindex.Index
 	metrics *countingMetrics
 }
 
 // newRig builds a Picker over three workers of testModel (block size 16)
-// and one of "other-model", with a real index, router and tokenizer.
+// and one of "other-model", with a real index, scheduler and tokenizer.
 func newRig(t testing.TB, mutate func(*scoring.Options, *Config)) *testRig {
 	t.Helper()
 	opts := scoring.DefaultOptions()
@@ -116,7 +116,7 @@ func newRig(t testing.TB, mutate func(*scoring.Options, *Config)) *testRig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &testRig{picker: p, router: r, index: ix, metrics: m}
+	return &testRig{picker: p, sched: r, index: ix, metrics: m}
 }
 
 // store tells the index that worker holds the first blocks of tokens.
@@ -169,14 +169,14 @@ func TestPickerRoutesToTheWorkerHoldingThePrefix(t *testing.T) {
 	if len(d.Fallbacks) != 2 || d.Fallbacks[0] == d.Address {
 		t.Errorf("fallbacks %v", d.Fallbacks)
 	}
-	l, _ := rg.router.Pool().Load("w2")
+	l, _ := rg.sched.Pool().Load("w2")
 	if l.ActiveRequests != 1 || l.ActiveBlocks == 0 {
 		t.Errorf("load after routing: %+v", l)
 	}
 	d.Ticket.PrefillDone()
 	d.Ticket.Progress(3)
 	d.Ticket.Free(extproc.OutcomeOK)
-	if l, _ := rg.router.Pool().Load("w2"); l.ActiveRequests != 0 || l.PrefillTokens != 0 {
+	if l, _ := rg.sched.Pool().Load("w2"); l.ActiveRequests != 0 || l.PrefillTokens != 0 {
 		t.Errorf("load after Free: %+v", l)
 	}
 	if rg.metrics.outcomes["routed"] != 1 || rg.metrics.finished[extproc.OutcomeOK] != 1 || rg.metrics.phases["tokenize"] != 1 {
@@ -292,7 +292,7 @@ func TestPickerExplainHasNoSideEffects(t *testing.T) {
 	if len(exp.Decision.Workers) != 3 || len(exp.Lines) != 3 || !strings.Contains(exp.Lines[0], "logit=") {
 		t.Errorf("explanation %+v", exp)
 	}
-	for _, l := range rg.router.Pool().Snapshot() {
+	for _, l := range rg.sched.Pool().Snapshot() {
 		if l.ActiveRequests != 0 {
 			t.Errorf("Explain added load to %s", l.ID)
 		}
@@ -310,7 +310,7 @@ func TestPickerServedReportMovesLoad(t *testing.T) {
 	}
 	other := d.Fallbacks[0]
 	d.Ticket.Served(other)
-	for _, l := range rg.router.Pool().Snapshot() {
+	for _, l := range rg.sched.Pool().Snapshot() {
 		want := 0
 		if l.Address == other {
 			want = 1
@@ -337,7 +337,7 @@ func TestPickerCancelledInQueueHoldsNoLoad(t *testing.T) {
 		t.Fatalf("err = %v, want the context's error", err)
 	}
 	total := 0
-	for _, l := range rg.router.Pool().Snapshot() {
+	for _, l := range rg.sched.Pool().Snapshot() {
 		total += l.ActiveRequests
 	}
 	if total != 3 {

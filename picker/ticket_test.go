@@ -9,24 +9,6 @@ import (
 	"github.com/kvroute/kvroute/scoring"
 )
 
-// copyFleet builds a router in mode with the same workers as from.
-func copyFleet(t *testing.T, from *scoring.Scheduler, mode string) *scoring.Scheduler {
-	t.Helper()
-	opts := scoring.DefaultOptions()
-	opts.Mode = mode
-	r, err := scoring.NewScheduler(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range from.Pool().Snapshot() {
-		spec, _ := from.Pool().Spec(l.ID)
-		if err := r.Pool().Upsert(spec); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return r
-}
-
 func loadOf(t *testing.T, r *scoring.Scheduler, worker string) scoring.Load {
 	t.Helper()
 	l, ok := r.Pool().Load(worker)
@@ -36,44 +18,48 @@ func loadOf(t *testing.T, r *scoring.Scheduler, worker string) scoring.Load {
 	return l
 }
 
-func TestRouterSwapCarriesInFlightLoad(t *testing.T) {
+func setMode(t *testing.T, r *scoring.Scheduler, mode string) {
+	t.Helper()
+	if err := r.SetMode(mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A mode switch keeps the pool: a request in flight stays counted, and its
+// ticket keeps reporting to the same pool.
+func TestModeSwitchKeepsInFlightLoad(t *testing.T) {
 	rg := newRig(t, nil)
 	d, err := rg.picker.Decide(context.Background(), chatReq(longChat(50)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	worker := ""
-	for _, l := range rg.router.Pool().Snapshot() {
+	for _, l := range rg.sched.Pool().Snapshot() {
 		if l.Address == d.Address {
 			worker = l.ID
 		}
 	}
 	d.Ticket.Progress(3)
 
-	next := copyFleet(t, rg.router, "round_robin")
-	rg.picker.SetRouter(next)
-	if got := rg.picker.Scheduler(); got != next {
-		t.Fatal("SetRouter did not make the new router current")
+	setMode(t, rg.sched, "round_robin")
+	if got := rg.picker.Scheduler().Mode().Name(); got != scoring.ModeRoundRobin {
+		t.Fatalf("mode %q after the switch, want round_robin", got)
 	}
-	l := loadOf(t, next, worker)
+	l := loadOf(t, rg.sched, worker)
 	if l.ActiveRequests != 1 || l.ActiveBlocks == 0 {
-		t.Fatalf("after the swap %s holds %d requests, %d blocks; want the routed one", worker, l.ActiveRequests, l.ActiveBlocks)
+		t.Fatalf("after the switch %s holds %d requests, %d blocks; want the routed one", worker, l.ActiveRequests, l.ActiveBlocks)
 	}
 	if l.PrefillRequests != 0 {
-		t.Errorf("progress was reported, yet the new pool counts %d requests in prefill", l.PrefillRequests)
+		t.Errorf("progress was reported, yet the pool counts %d requests in prefill", l.PrefillRequests)
 	}
 
-	third := copyFleet(t, rg.router, "random")
-	rg.picker.SetRouter(third)
-	if l := loadOf(t, third, worker); l.ActiveRequests != 1 {
-		t.Fatalf("second swap: %d requests on %s, want 1", l.ActiveRequests, worker)
+	setMode(t, rg.sched, "random")
+	if l := loadOf(t, rg.sched, worker); l.ActiveRequests != 1 {
+		t.Fatalf("second switch: %d requests on %s, want 1", l.ActiveRequests, worker)
 	}
 	d.Ticket.Free(extproc.OutcomeOK)
-	if l := loadOf(t, third, worker); l.ActiveRequests != 0 || l.ActiveBlocks != 0 {
-		t.Errorf("Free after the swap left %d requests, %d blocks on the current pool", l.ActiveRequests, l.ActiveBlocks)
-	}
-	if n := rg.picker.inflight.len(); n != 0 {
-		t.Errorf("%d requests still in flight after Free", n)
+	if l := loadOf(t, rg.sched, worker); l.ActiveRequests != 0 || l.ActiveBlocks != 0 {
+		t.Errorf("Free after the switch left %d requests, %d blocks", l.ActiveRequests, l.ActiveBlocks)
 	}
 	d.Ticket.Free(extproc.OutcomeOK) // idempotent
 	if got := rg.metrics.finished[extproc.OutcomeOK]; got != 1 {
@@ -81,44 +67,40 @@ func TestRouterSwapCarriesInFlightLoad(t *testing.T) {
 	}
 }
 
-func TestRouterSwapKeepsPrefillState(t *testing.T) {
+func TestModeSwitchKeepsPrefillState(t *testing.T) {
 	rg := newRig(t, nil)
 	d, err := rg.picker.Decide(context.Background(), chatReq(longChat(50)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	next := copyFleet(t, rg.router, "kv")
-	rg.picker.SetRouter(next)
+	setMode(t, rg.sched, "round_robin")
 	var prefill int
-	for _, l := range next.Pool().Snapshot() {
+	for _, l := range rg.sched.Pool().Snapshot() {
 		prefill += l.PrefillRequests
 	}
 	if prefill != 1 {
-		t.Fatalf("a request still in prefill moved as %d prefill requests, want 1", prefill)
+		t.Fatalf("a request still in prefill counts as %d prefill requests, want 1", prefill)
 	}
 	d.Ticket.PrefillDone()
 	prefill = 0
-	for _, l := range next.Pool().Snapshot() {
+	for _, l := range rg.sched.Pool().Snapshot() {
 		prefill += l.PrefillRequests
 	}
 	if prefill != 0 {
-		t.Errorf("PrefillDone after the swap did not reach the new pool (%d in prefill)", prefill)
+		t.Errorf("PrefillDone after the switch did not reach the pool (%d in prefill)", prefill)
 	}
 	d.Ticket.Free(extproc.OutcomeReset)
 }
 
-func TestRouterSwapsDuringTrafficLeaveNoLoadBehind(t *testing.T) {
+func TestModeSwitchesDuringTrafficLeaveNoLoadBehind(t *testing.T) {
 	rg := newRig(t, nil)
-	// Each swap brings a fresh router, as a mode switch does.
-	routers := make([]*scoring.Scheduler, 20)
-	for i := range routers {
-		routers[i] = copyFleet(t, rg.router, []string{"kv", "round_robin"}[i%2])
-	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		for _, r := range routers {
-			rg.picker.SetRouter(r)
+		for i := range 20 {
+			if err := rg.sched.SetMode([]string{"kv", "round_robin"}[i%2]); err != nil {
+				t.Error(err)
+			}
 		}
 	}()
 	errs := make(chan error, 4)
@@ -143,21 +125,17 @@ func TestRouterSwapsDuringTrafficLeaveNoLoadBehind(t *testing.T) {
 		}
 	}
 	<-done
-	// Retired pools are dropped with their core; the current one must be
-	// empty.
 	for _, l := range rg.picker.Scheduler().Pool().Snapshot() {
 		if l.ActiveRequests != 0 {
 			t.Errorf("%s keeps %d requests after every response ended", l.ID, l.ActiveRequests)
 		}
 	}
-	if n := rg.picker.inflight.len(); n != 0 {
-		t.Errorf("%d requests in flight", n)
-	}
 }
 
-func TestRouterSwapMovesQueuedRequestsToTheNewRouter(t *testing.T) {
-	tune := func(o *scoring.Options) { o.QueueThreshold, o.QueueMaxWait = 0.0001, time.Minute }
-	rg := newRig(t, func(o *scoring.Options, _ *Config) { tune(o) })
+// A request waiting in the admission queue stays there across a switch and
+// is admitted, by the new mode, once capacity frees.
+func TestModeSwitchKeepsQueuedRequests(t *testing.T) {
+	rg := newRig(t, func(o *scoring.Options, _ *Config) { o.QueueThreshold, o.QueueMaxWait = 0.0001, time.Minute })
 	var first []extproc.Decision
 	for i := range 3 { // one request in prefill on every worker saturates them
 		d, err := rg.picker.Decide(context.Background(), chatReq(longChat(20+i)))
@@ -175,39 +153,22 @@ func TestRouterSwapMovesQueuedRequestsToTheNewRouter(t *testing.T) {
 		d, err := rg.picker.Decide(context.Background(), chatReq(longChat(40)))
 		waiting <- result{d, err}
 	}()
-	for rg.router.QueueLen() != 1 {
+	for rg.sched.QueueLen() != 1 {
 		time.Sleep(time.Millisecond)
 	}
-
-	opts := scoring.DefaultOptions()
-	tune(&opts)
-	next, err := scoring.NewScheduler(opts)
-	if err != nil {
-		t.Fatal(err)
+	setMode(t, rg.sched, "least_loaded")
+	if n := rg.sched.QueueLen(); n != 1 {
+		t.Fatalf("%d requests queued after the switch, want 1", n)
 	}
-	for _, l := range rg.router.Pool().Snapshot() {
-		spec, _ := rg.router.Pool().Spec(l.ID)
-		if err := next.Pool().Upsert(spec); err != nil {
-			t.Fatal(err)
-		}
-	}
-	rg.picker.SetRouter(next)
-	deadline := time.Now().Add(10 * time.Second)
-	for next.QueueLen() != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("the queued request did not move to the new router's queue")
-		}
-		time.Sleep(time.Millisecond)
-	}
-	first[0].Ticket.PrefillDone() // capacity on the new pool admits it
+	first[0].Ticket.PrefillDone() // capacity admits it
 	select {
 	case res := <-waiting:
 		if res.err != nil {
-			t.Fatalf("queued request failed after the swap: %v", res.err)
+			t.Fatalf("queued request failed after the switch: %v", res.err)
 		}
 		res.d.Ticket.Free(extproc.OutcomeOK)
 	case <-time.After(10 * time.Second):
-		t.Fatal("queued request still waiting after capacity freed on the new router")
+		t.Fatal("queued request still waiting after capacity freed")
 	}
 	for _, d := range first {
 		d.Ticket.Free(extproc.OutcomeOK)

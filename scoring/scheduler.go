@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -18,9 +19,15 @@ import (
 // Pool().PrefillDone, Pool().Progress and finally Pool().Free.
 type Scheduler struct {
 	pool  *Pool
-	mode  Mode
+	mode  atomic.Pointer[currentMode] // swapped whole by SetMode
 	opts  Options
 	queue *admission // nil when queueing is disabled
+}
+
+// currentMode is the mode in use and the name it was asked for.
+type currentMode struct {
+	Mode
+	name string
 }
 
 // NewScheduler builds a router with an empty pool. Register workers with
@@ -34,7 +41,8 @@ func NewScheduler(opts Options) (*Scheduler, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Scheduler{pool: NewPool(opts), mode: mode, opts: opts}
+	r := &Scheduler{pool: NewPool(opts), opts: opts}
+	r.mode.Store(&currentMode{Mode: mode, name: opts.Mode})
 	if opts.QueueThreshold > 0 {
 		policy, _ := ParsePolicy(opts.QueuePolicy) // validated above
 		r.queue = newAdmission(r, policy)
@@ -46,11 +54,32 @@ func NewScheduler(opts Options) (*Scheduler, error) {
 // Pool returns the router's worker pool.
 func (r *Scheduler) Pool() *Pool { return r.pool }
 
-// Mode returns the router mode.
-func (r *Scheduler) Mode() Mode { return r.mode }
+// Mode returns the mode in use.
+func (r *Scheduler) Mode() Mode { return r.mode.Load().Mode }
 
-// Options returns the router's options with defaults filled in.
-func (r *Scheduler) Options() Options { return r.opts }
+// SetMode switches the mode in place (for A/B runs and /admin/mode): the
+// next pick uses a mode built from name and the scheduler's options. The
+// pool, its live load and the admission queue stay as they are; requests
+// already waiting are picked by the new mode with the overlap they arrived
+// with. On error the mode in use is kept.
+func (r *Scheduler) SetMode(name string) error {
+	opts := r.opts
+	opts.Mode = name
+	mode, err := NewMode(name, opts)
+	if err != nil {
+		return fmt.Errorf("set mode %q: %w", name, err)
+	}
+	r.mode.Store(&currentMode{Mode: mode, name: name})
+	return nil
+}
+
+// Options returns the scheduler's options with defaults filled in; Mode is
+// the mode in use.
+func (r *Scheduler) Options() Options {
+	o := r.opts
+	o.Mode = r.mode.Load().name
+	return o
+}
 
 var loadScratch = sync.Pool{New: func() any { s := make([]Load, 0, 64); return &s }}
 
@@ -77,7 +106,7 @@ func (r *Scheduler) decide(req *Request, cands []Candidate, exp *Explanation, th
 	if threshold > 0 && allSaturated(loads, threshold) {
 		return Decision{}, true, nil
 	}
-	l := &loads[r.mode.Pick(req, loads, exp)]
+	l := &loads[r.Mode().Pick(req, loads, exp)]
 	return Decision{Worker: l.ID, Cluster: l.Cluster, Address: l.Address, Index: l.index, MatchedBlocks: l.MatchedBlocks}, false, nil
 }
 
@@ -105,7 +134,7 @@ func (r *Scheduler) commit(req *Request, d Decision) error {
 	if r.opts.Recorder != nil && len(req.Hashes) > 0 {
 		r.opts.Recorder.Record(d.Worker, req.Hashes)
 	}
-	r.opts.Metrics.Routed(r.mode.Name(), d.Worker)
+	r.opts.Metrics.Routed(r.Mode().Name(), d.Worker)
 	return nil
 }
 

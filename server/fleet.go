@@ -71,22 +71,19 @@ func (f *fleet) Remove(id string) {
 	f.log.Info("worker removed", "worker", id)
 }
 
-// poolListener mirrors the fleet into the current core's scoring pool.
-type poolListener struct{ r *Server }
+// poolListener mirrors the fleet into the scheduler's pool.
+type poolListener struct {
+	pool *scoring.Pool
+	log  *slog.Logger
+}
 
 func (l poolListener) Upsert(spec scoring.WorkerSpec) {
-	if c := l.r.core.Load(); c != nil {
-		if err := c.router.Pool().Upsert(spec); err != nil {
-			l.r.log.Warn("worker not added to the pool", "worker", spec.ID, "err", err)
-		}
+	if err := l.pool.Upsert(spec); err != nil {
+		l.log.Warn("worker not added to the pool", "worker", spec.ID, "err", err)
 	}
 }
 
-func (l poolListener) Remove(id string) {
-	if c := l.r.core.Load(); c != nil {
-		c.router.Pool().Remove(id)
-	}
-}
+func (l poolListener) Remove(id string) { l.pool.Remove(id) }
 
 // indexListener mirrors the fleet into the KV index.
 type indexListener struct{ ix *kvindex.Index }
@@ -132,15 +129,4 @@ func (f *fleet) snapshot() []scoring.WorkerSpec {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
-}
-
-// install fills c's pool with the fleet and makes c current, atomically
-// with respect to discovery, and returns the previous core.
-func (f *fleet) install(c *core, swap func(*core) *core) *core {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, rec := range f.records {
-		_ = c.router.Pool().Upsert(f.spec(rec))
-	}
-	return swap(c)
 }

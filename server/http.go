@@ -58,7 +58,7 @@ func (r *Server) handleWorkers(w http.ResponseWriter, _ *http.Request) {
 	for i := range st.PerWorker {
 		byID[st.PerWorker[i].ID] = &st.PerWorker[i]
 	}
-	pool := r.core.Load().router.Pool()
+	pool := r.sched.Load().Pool()
 	var out []workerView
 	for _, rec := range r.fleet.snapshot() {
 		v := workerView{Record: rec, Index: byID[rec.ID]}

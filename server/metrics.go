@@ -214,17 +214,17 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	n := r.fleet.len()
 	ch <- prometheus.MustNewConstMetric(descWorkers, prometheus.GaugeValue, float64(n-stale), "ready")
 	ch <- prometheus.MustNewConstMetric(descWorkers, prometheus.GaugeValue, float64(stale), "stale")
-	cr := r.core.Load()
-	if cr == nil {
+	sched := r.sched.Load()
+	if sched == nil {
 		return
 	}
-	for _, l := range cr.router.Pool().Snapshot() {
+	for _, l := range sched.Pool().Snapshot() {
 		ch <- prometheus.MustNewConstMetric(descActive, prometheus.GaugeValue, float64(l.ActiveRequests), l.ID)
 		ch <- prometheus.MustNewConstMetric(descActBlk, prometheus.GaugeValue, float64(l.ActiveBlocks), l.ID)
 		ch <- prometheus.MustNewConstMetric(descPrefill, prometheus.GaugeValue, float64(l.PrefillTokens), l.ID)
 	}
-	ch <- prometheus.MustNewConstMetric(descQueue, prometheus.GaugeValue, float64(cr.router.QueueLen()))
-	ch <- prometheus.MustNewConstMetric(descMode, prometheus.GaugeValue, 1, cr.router.Mode().Name())
+	ch <- prometheus.MustNewConstMetric(descQueue, prometheus.GaugeValue, float64(sched.QueueLen()))
+	ch <- prometheus.MustNewConstMetric(descMode, prometheus.GaugeValue, 1, sched.Mode().Name())
 	ready := 0.0
 	if r.Ready() {
 		ready = 1

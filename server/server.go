@@ -54,8 +54,8 @@ type Server struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	coreMu sync.Mutex // serialises mode switches
-	core   atomic.Pointer[core]
+	sched     atomic.Pointer[scoring.Scheduler] // set once in Start; atomic for early metric scrapes
+	schedDone []<-chan struct{}                 // the scheduler's background work
 
 	draining atomic.Bool
 	done     chan struct{}
@@ -110,20 +110,23 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	r.index = kvindex.New(kvindex.Config{})
 	r.approx = kvindex.NewApprox(kvindex.ApproxConfig{})
 	r.metrics = newMetrics(cfg.Registry, r)
+	sched, err := r.newScheduler()
+	if err != nil {
+		return nil, err
+	}
+	r.sched.Store(sched)
 	r.fleet = &fleet{blockSize: cfg.BlockSize, log: r.log, records: map[string]scoring.WorkerSpec{},
-		listeners: []fleetListener{poolListener{r}, indexListener{r.index}, approxListener{r.approx}, xdsListener{r}}}
+		listeners: []fleetListener{poolListener{sched.Pool(), r.log}, indexListener{r.index}, approxListener{r.approx}, xdsListener{r}}}
 
 	if err = r.connectNATS(); err != nil {
 		return nil, err
 	}
-	c, err := r.newCore(cfg.Scoring.Mode)
-	if err != nil {
+	if err = r.startScheduler(sched); err != nil {
 		return nil, err
 	}
-	r.fleet.install(c, r.core.Swap)
 
 	r.picker, err = picker.New(picker.Config{
-		Scheduler: c.router, Index: r.index, Approx: r.approx, Tokenizers: r.toks,
+		Scheduler: sched, Index: r.index, Approx: r.approx, Tokenizers: r.toks,
 		BlockSize: cfg.BlockSize, Fallbacks: cfg.Fallbacks, OnBadBody: cfg.OnBadBody,
 		ModelHeader: cfg.ModelHeader, Metrics: r.metrics, Logger: r.log,
 	})
@@ -168,7 +171,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	r.goRun(func() error { r.watchReadiness(); return nil })
 	go r.shutdownOn(ctx)
 	r.log.Info("kvroute serving", "grpc", r.GRPCAddr(), "http", r.HTTPAddr(), "nats", r.NATSURL(),
-		"mode", c.router.Mode().Name(), "namespace", cfg.Namespace, "tokenizers", r.toks.Models())
+		"mode", sched.Mode().Name(), "namespace", cfg.Namespace, "tokenizers", r.toks.Models())
 	return r, nil
 }
 
@@ -330,9 +333,7 @@ func (r *Server) shutdownOn(ctx context.Context) {
 // teardown stops background work and closes connections.
 func (r *Server) teardown() {
 	r.cancel()
-	if c := r.core.Load(); c != nil {
-		c.stop()
-	}
+	r.stopScheduler()
 	if r.etcd != nil {
 		_ = r.etcd.Close()
 	}
@@ -384,4 +385,4 @@ func (r *Server) Picker() *picker.Picker { return r.picker }
 func (r *Server) Index() *kvindex.Index { return r.index }
 
 // Mode returns the current router mode's name.
-func (r *Server) Mode() string { return r.core.Load().router.Mode().Name() }
+func (r *Server) Mode() string { return r.sched.Load().Mode().Name() }
