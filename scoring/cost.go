@@ -7,7 +7,7 @@ import "math"
 // both "kv" and "kv_without_events"; they differ only in where the
 // caller's overlap comes from.
 //
-// The default cost (DESIGN 3.5):
+// The default cost (docs/architecture.md §3.7):
 //
 //	logit = overlap_weight × prefill_blocks + decode_blocks
 //	prefill_blocks = uncached prompt tokens ÷ block size

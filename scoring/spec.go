@@ -125,7 +125,7 @@ type Request struct {
 	// is 0 and the request is routed on load alone.
 	PromptTokens int
 	// Hashes are the router block hashes of the prompt's full blocks (see
-	// DESIGN 3.3). Shared prefixes share hashes, which is how active blocks
+	// docs/architecture.md §3.5). Shared prefixes share hashes, which is how active blocks
 	// are counted once per unique block. May be nil.
 	Hashes []uint64
 	// ExpectedOutputTokens is the caller's estimate of the output length

@@ -15,7 +15,7 @@ import (
 )
 
 // DefaultLeaseTTL is the lease a registration holds when RegisterOptions
-// leaves TTL zero (DESIGN 3.1).
+// leaves TTL zero (docs/architecture.md §3.1).
 const DefaultLeaseTTL = 10 * time.Second
 
 // RegisterOptions tune Register. The zero value works.
