@@ -74,7 +74,7 @@ type Config struct {
 	// Approx is the approximate index for modes that want OverlapApprox.
 	Approx *kvindex.Approx
 	// Tokenizers maps served model and LoRA adapter names to tokenizers
-	// (NewTokenizerRegistry builds it from the flags); nil routes
+	// (NewTokenizerRegistry builds it from a typed map); nil routes
 	// everything by load.
 	Tokenizers *tokenizer.Registry
 	// BlockSize, when positive, overrides every worker's block size for

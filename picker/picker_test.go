@@ -31,7 +31,7 @@ var (
 func qwenRegistry(t testing.TB) *tokenizer.Registry {
 	t.Helper()
 	qwenOnce.Do(func() {
-		if qwenReg, qwenErr = NewTokenizerRegistry([]string{testModel + "=" + qwenDir}, nil, tokenizer.ChatOptions{}); qwenErr == nil {
+		if qwenReg, qwenErr = NewTokenizerRegistry(map[string]tokenizer.ModelSource{testModel: {Dir: qwenDir}}, tokenizer.ChatOptions{}); qwenErr == nil {
 			qwenErr = Preload(qwenReg)
 		}
 	})

@@ -3,41 +3,22 @@ package picker
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
-	"strings"
 	"sync"
 
 	"github.com/kvroute/kvroute/tokenizer"
 )
 
-// NewTokenizerRegistry builds the registry the --tokenizer and
-// --chat-template flags describe: specs are "MODEL=DIR" (DIR holds
-// tokenizer.json and tokenizer_config.json), templates are "MODEL=FILE"
-// (a chat template that replaces DIR's own, as vLLM's --chat-template).
-// A template for a model without a tokenizer is an error. Nothing is loaded
+// NewTokenizerRegistry builds a registry with one entry per model: its
+// tokenizer folder and optional chat template override. Nothing is loaded
 // yet; call Preload to fail fast on bad folders.
-func NewTokenizerRegistry(specs, templates []string, opts tokenizer.ChatOptions) (*tokenizer.Registry, error) {
-	tmpl := make(map[string]string, len(templates))
-	for _, t := range templates {
-		model, file, ok := strings.Cut(t, "=")
-		if !ok || model == "" || file == "" {
-			return nil, fmt.Errorf("chat template %q: want MODEL=FILE", t)
-		}
-		tmpl[model] = file
-	}
+func NewTokenizerRegistry(models map[string]tokenizer.ModelSource, opts tokenizer.ChatOptions) (*tokenizer.Registry, error) {
 	reg := tokenizer.NewRegistry(opts)
-	for _, spec := range specs {
-		model, dir, ok := strings.Cut(spec, "=")
-		if !ok || model == "" || dir == "" {
-			return nil, fmt.Errorf("tokenizer %q: want MODEL=DIR (a bare folder is `kvroute tokenize`'s form)", spec)
-		}
-		if err := reg.Add(model, tokenizer.ModelSource{Dir: dir, ChatTemplate: tmpl[model]}); err != nil {
+	for _, model := range slices.Sorted(maps.Keys(models)) {
+		if err := reg.Add(model, models[model]); err != nil {
 			return nil, fmt.Errorf("tokenizer for %s: %w", model, err)
 		}
-		delete(tmpl, model)
-	}
-	for model := range tmpl {
-		return nil, fmt.Errorf("chat template for %q: no --tokenizer names that model", model)
 	}
 	return reg, nil
 }

@@ -9,50 +9,12 @@ import (
 	"github.com/kvroute/kvroute/tokenizer"
 )
 
-func TestNewTokenizerRegistryReadsTheFlags(t *testing.T) {
-	tmpl := filepath.Join(t.TempDir(), "plain.jinja")
-	if err := os.WriteFile(tmpl, []byte("{% for m in messages %}<{{ m.role }}>{{ m.content }}\n{% endfor %}"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	tests := []struct {
-		name      string
-		specs     []string
-		templates []string
-		wantErr   string
-	}{
-		{name: "model and folder", specs: []string{"m=" + qwenDir}},
-		{name: "two names share one folder", specs: []string{"a=" + qwenDir, "b=" + qwenDir}},
-		{name: "template override", specs: []string{"m=" + qwenDir}, templates: []string{"m=" + tmpl}},
-		{name: "bare folder is tokenize's form", specs: []string{qwenDir}, wantErr: "MODEL=DIR"},
-		{name: "empty model", specs: []string{"=" + qwenDir}, wantErr: "MODEL=DIR"},
-		{name: "template without a tokenizer", specs: []string{"m=" + qwenDir}, templates: []string{"x=" + tmpl}, wantErr: `"x"`},
-		{name: "template without a file", specs: []string{"m=" + qwenDir}, templates: []string{"m"}, wantErr: "MODEL=FILE"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			reg, err := NewTokenizerRegistry(tt.specs, tt.templates, tokenizer.ChatOptions{})
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("err = %v, want one mentioning %s", err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := len(reg.Models()); got != len(tt.specs) {
-				t.Fatalf("%d models registered, want %d", got, len(tt.specs))
-			}
-		})
-	}
-}
-
 func TestChatTemplateOverrideChangesThePrompt(t *testing.T) {
 	tmpl := filepath.Join(t.TempDir(), "plain.jinja")
 	if err := os.WriteFile(tmpl, []byte("{% for m in messages %}<{{ m.role }}>{{ m.content }}\n{% endfor %}"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	reg, err := NewTokenizerRegistry([]string{"own=" + qwenDir, "plain=" + qwenDir}, []string{"plain=" + tmpl}, tokenizer.ChatOptions{})
+	reg, err := NewTokenizerRegistry(map[string]tokenizer.ModelSource{"own": {Dir: qwenDir}, "plain": {Dir: qwenDir, ChatTemplate: tmpl}}, tokenizer.ChatOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +44,7 @@ func TestChatTemplateOverrideChangesThePrompt(t *testing.T) {
 }
 
 func TestLookupChat(t *testing.T) {
-	reg, err := NewTokenizerRegistry([]string{"base=" + qwenDir, "broken=/nonexistent"}, nil, tokenizer.ChatOptions{})
+	reg, err := NewTokenizerRegistry(map[string]tokenizer.ModelSource{"base": {Dir: qwenDir}, "broken": {Dir: "/nonexistent"}}, tokenizer.ChatOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,12 +12,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/picker"
 	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/tokenizer"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -57,12 +57,11 @@ type Config struct {
 	// empty answers every Envoy.
 	XDSNodeID string
 
-	// Tokenizers are "MODEL=DIR" specs (--tokenizer); every one is loaded
-	// at Start, and a model without one is routed by load.
-	Tokenizers []string
-	// ChatTemplates are "MODEL=FILE" specs (--chat-template): a template
-	// that replaces MODEL's tokenizer's own, as vLLM's --chat-template.
-	ChatTemplates []string
+	// Tokenizers maps a served model (or adapter) name to its tokenizer
+	// folder and, optionally, a chat template that replaces the folder's
+	// own, as vLLM's --chat-template. Every one is loaded at Start; a
+	// model without one is routed by load.
+	Tokenizers map[string]tokenizer.ModelSource
 	// Scoring configures modes, cost and the admission queue.
 	Scoring scoring.Options
 	// KVEvents consumes KV events; false makes "kv" use the approximate
@@ -145,16 +144,6 @@ func (c *Config) Validate() error {
 	}
 	if c.Fallbacks < 0 {
 		errs = append(errs, fmt.Errorf("fallbacks %d must not be negative", c.Fallbacks))
-	}
-	for _, spec := range c.Tokenizers {
-		if m, d, ok := strings.Cut(spec, "="); !ok || m == "" || d == "" {
-			errs = append(errs, fmt.Errorf("tokenizer %q: want MODEL=DIR (a bare folder is `kvroute tokenize`'s form)", spec))
-		}
-	}
-	for _, spec := range c.ChatTemplates {
-		if m, f, ok := strings.Cut(spec, "="); !ok || m == "" || f == "" {
-			errs = append(errs, fmt.Errorf("chat template %q: want MODEL=FILE", spec))
-		}
 	}
 	if c.BlockSize < 0 {
 		errs = append(errs, fmt.Errorf("block size %d must not be negative", c.BlockSize))

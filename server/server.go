@@ -100,7 +100,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		}
 	}()
 
-	if r.toks, err = picker.NewTokenizerRegistry(cfg.Tokenizers, cfg.ChatTemplates, tokenizer.ChatOptions{}); err != nil {
+	if r.toks, err = picker.NewTokenizerRegistry(cfg.Tokenizers, tokenizer.ChatOptions{}); err != nil {
 		return nil, err
 	}
 	// Readiness promises loaded tokenizers; a bad folder stops the start.

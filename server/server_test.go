@@ -55,7 +55,7 @@ func workersFile(t *testing.T, n int) string {
 func testConfig(t *testing.T) Config {
 	cfg := DefaultConfig()
 	cfg.GRPCAddr, cfg.HTTPAddr, cfg.EmbeddedNATSAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
-	cfg.Tokenizers = []string{model + "=" + qwenDir}
+	cfg.Tokenizers = map[string]tokenizer.ModelSource{model: {Dir: qwenDir}}
 	cfg.Logger = quiet()
 	cfg.ShutdownGrace = time.Second
 	return cfg
@@ -341,7 +341,7 @@ func TestRouterRejectsBadConfig(t *testing.T) {
 		t.Errorf("no discovery accepted: %v", err)
 	}
 	cfg.WorkersFile = workersFile(t, 1)
-	cfg.Tokenizers = []string{"m=/nonexistent"}
+	cfg.Tokenizers = map[string]tokenizer.ModelSource{"m": {Dir: "/nonexistent"}}
 	if _, err := Start(context.Background(), cfg); err == nil {
 		t.Error("missing tokenizer dir accepted")
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/kvroute/kvroute/internal/testenv"
 	"github.com/kvroute/kvroute/picker"
 	"github.com/kvroute/kvroute/server"
+	"github.com/kvroute/kvroute/tokenizer"
 	"github.com/nats-io/nats.go"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -62,7 +63,7 @@ func TestEndToEndKvsimZMQThroughBridgeToRouter(t *testing.T) {
 	rcfg.GRPCAddr, rcfg.HTTPAddr = "127.0.0.1:0", "-"
 	rcfg.NATSURL = natsSrv.URL
 	rcfg.EtcdEndpoints = etcd.Endpoints
-	rcfg.Tokenizers = []string{e2eModel + "=" + qwenDir}
+	rcfg.Tokenizers = map[string]tokenizer.ModelSource{e2eModel: {Dir: qwenDir}}
 	rcfg.KVEvents = true
 	rcfg.Logger = discard()
 	rcfg.ShutdownGrace = time.Second

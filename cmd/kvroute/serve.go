@@ -100,8 +100,10 @@ func newServeFlags(w io.Writer) (*flag.FlagSet, *serveFlags) {
 // config turns parsed flags into a server.Config.
 func (s *serveFlags) config(stderr io.Writer) (server.Config, error) {
 	c := s.cfg
-	c.Tokenizers = s.tokenizers
-	c.ChatTemplates = s.chatTemplates
+	var err error
+	if c.Tokenizers, err = parseTokenizers(s.tokenizers, s.chatTemplates); err != nil {
+		return c, err
+	}
 	if s.etcdEndpoints != "" {
 		c.EtcdEndpoints = strings.Split(s.etcdEndpoints, ",")
 	}
@@ -116,7 +118,6 @@ func (s *serveFlags) config(stderr io.Writer) (server.Config, error) {
 	default:
 		return c, fmt.Errorf("--target-value %q: want cluster or address", s.targetValue)
 	}
-	var err error
 	if c.OnBadBody, err = picker.ParseBadBodyPolicy(s.onBadBody); err != nil {
 		return c, err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/kvroute/kvroute/envoy/envoytest"
 	"github.com/kvroute/kvroute/internal/sim"
 	"github.com/kvroute/kvroute/server"
+	"github.com/kvroute/kvroute/tokenizer"
 )
 
 // EnvConfig describes an all-in-one kvroute system.
@@ -146,7 +147,7 @@ func StartEnv(ctx context.Context, cfg EnvConfig) (_ *Env, err error) {
 	rcfg.ShutdownGrace = 2 * time.Second
 	rcfg.Logger = cfg.Logger.With("component", "kvroute")
 	if cfg.TokenizerDir != "" {
-		rcfg.Tokenizers = []string{cfg.Model + "=" + cfg.TokenizerDir}
+		rcfg.Tokenizers = map[string]tokenizer.ModelSource{cfg.Model: {Dir: cfg.TokenizerDir}}
 	}
 	if e.Router, err = server.Start(ctx, rcfg); err != nil {
 		return nil, fmt.Errorf("start kvroute: %w", err)
