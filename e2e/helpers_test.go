@@ -18,10 +18,10 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/envoy"
-	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/internal/bench"
 	"github.com/kvroute/kvroute/internal/sim"
 	"github.com/kvroute/kvroute/internal/testenv"
+	"github.com/kvroute/kvroute/picker"
 )
 
 const (
@@ -145,14 +145,14 @@ func (s *system) direct(t *testing.T, worker string, body []byte) {
 }
 
 // explain asks the router's /debug/explain what it would do with body.
-func (s *system) explain(t *testing.T, body []byte) extproc.Explanation {
+func (s *system) explain(t *testing.T, body []byte) picker.Explanation {
 	t.Helper()
 	resp, err := http.Post(s.RouterURL()+"/debug/explain?path="+bench.PathChat, "application/json", bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var x extproc.Explanation
+	var x picker.Explanation
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(resp.Body)
 		t.Fatalf("/debug/explain: %s: %s", resp.Status, msg)

@@ -1,7 +1,6 @@
 package envoy_test
 
 import (
-	"context"
 	"fmt"
 	"log"
 
@@ -24,19 +23,4 @@ func ExampleGenerate() {
 	}
 	fmt.Println(len(b.GetStaticResources().GetClusters()), "clusters")
 	// Output: 4 clusters
-}
-
-// Run the Envoy stand-in in front of kvroute and its workers, as the
-// all-in-one demo does.
-func ExampleStartGateway() {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	workers := []envoy.Worker{{Cluster: "w0", Address: "127.0.0.1:8100"}}
-	g, err := envoy.StartGateway(ctx, envoy.StyleClusterHeader, workers, "127.0.0.1:9002")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer g.Close()
-	fmt.Println(g.URL() != "")
-	// Output: true
 }

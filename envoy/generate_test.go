@@ -77,8 +77,8 @@ func TestGenerateOutputValidatesForEveryStyle(t *testing.T) {
 					t.Fatalf("fallback cluster has %d endpoints, want 3", n)
 				}
 			}
-			views, _ := listenerViews(b)
-			if got := views[0].extProc().GetMessageTimeout().AsDuration(); got != 1500*time.Millisecond {
+			views, _ := ListenerViews(b)
+			if got := views[0].ExtProcConfig().GetMessageTimeout().AsDuration(); got != 1500*time.Millisecond {
 				t.Fatalf("message_timeout %v", got)
 			}
 		})

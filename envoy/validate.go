@@ -64,7 +64,7 @@ func ValidateBootstrap(b *bootstrapv3.Bootstrap) error {
 	if err != nil {
 		return fmt.Errorf("envoy: %w", err)
 	}
-	views, err := listenerViews(b)
+	views, err := ListenerViews(b)
 	if err != nil {
 		return fmt.Errorf("envoy: %w", err)
 	}
@@ -142,7 +142,7 @@ func (c *checker) checkGrpcCluster(role, name string, wantHealthCheck bool) {
 		c.failf("%s: cluster %q does not exist among the static clusters", role, name)
 		return
 	}
-	if !speaksHTTP2(cl) {
+	if !SpeaksHTTP2(cl) {
 		c.failf("%s: cluster %q must speak HTTP/2 (explicit_http_config.http2_protocol_options)", role, name)
 	}
 	if wantHealthCheck && !slices.ContainsFunc(cl.GetHealthChecks(), func(h *corev3.HealthCheck) bool { return h.GetGrpcHealthCheck() != nil }) {
@@ -171,21 +171,21 @@ func (c *checker) checkADS(b *bootstrapv3.Bootstrap) {
 	}
 }
 
-func (c *checker) checkListener(v listenerView) {
-	where := fmt.Sprintf("listener %q", v.listener.GetName())
-	ep := v.extProc()
+func (c *checker) checkListener(v ListenerView) {
+	where := fmt.Sprintf("listener %q", v.Listener.GetName())
+	ep := v.ExtProcConfig()
 	if ep == nil {
-		c.failf("%s: has no %s filter", where, extProcFilterName)
+		c.failf("%s: has no %s filter", where, ExtProcFilterName)
 	} else {
 		c.checkExtProc(where, ep)
 	}
-	if n := len(v.filters); n == 0 || !v.filters[n-1].router {
-		c.failf("%s: the last http filter must be %s", where, routerFilterName)
+	if n := len(v.Filters); n == 0 || !v.Filters[n-1].Router {
+		c.failf("%s: the last http filter must be %s", where, RouterFilterName)
 	}
-	if t := v.hcm.GetStreamIdleTimeout(); t == nil || !longEnough(t.AsDuration()) {
+	if t := v.HCM.GetStreamIdleTimeout(); t == nil || !longEnough(t.AsDuration()) {
 		c.failf("%s: stream_idle_timeout must be set to 0 or at least %v for long generations", where, minLongTimeout)
 	}
-	rc := v.hcm.GetRouteConfig()
+	rc := v.HCM.GetRouteConfig()
 	if rc == nil {
 		c.failf("%s: needs a static route_config", where)
 		return

@@ -15,42 +15,45 @@ import (
 
 // Filter names as the bootstraps spell them.
 const (
-	hcmFilterName     = "envoy.filters.network.http_connection_manager"
-	extProcFilterName = "envoy.filters.http.ext_proc"
-	routerFilterName  = "envoy.filters.http.router"
-	httpOptionsKey    = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+	hcmFilterName = "envoy.filters.network.http_connection_manager"
+	// ExtProcFilterName is the ext_proc HTTP filter; Envoy keys the
+	// attributes it sends to the processor under this name.
+	ExtProcFilterName = "envoy.filters.http.ext_proc"
+	// RouterFilterName is the terminal router HTTP filter.
+	RouterFilterName = "envoy.filters.http.router"
+	httpOptionsKey   = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 )
 
-// httpFilter is one entry of an HCM filter chain with its config unpacked.
-type httpFilter struct {
-	name    string
-	extProc *extprocv3.ExternalProcessor // set for the ext_proc filter
-	router  bool                         // the terminal router filter
+// HTTPFilter is one entry of an HCM filter chain with its config unpacked.
+type HTTPFilter struct {
+	Name    string
+	ExtProc *extprocv3.ExternalProcessor // set for the ext_proc filter
+	Router  bool                         // the terminal router filter
 }
 
-// listenerView is a listener with the parts kvroute cares about unpacked
+// ListenerView is a listener with the parts kvroute cares about unpacked
 // from their Any wrappers.
-type listenerView struct {
-	listener *listenerv3.Listener
-	hcm      *hcmv3.HttpConnectionManager
-	filters  []httpFilter
+type ListenerView struct {
+	Listener *listenerv3.Listener
+	HCM      *hcmv3.HttpConnectionManager
+	Filters  []HTTPFilter
 }
 
-// extProc returns the listener's ext_proc filter config, or nil.
-func (v listenerView) extProc() *extprocv3.ExternalProcessor {
-	for _, f := range v.filters {
-		if f.extProc != nil {
-			return f.extProc
+// ExtProcConfig returns the listener's ext_proc filter config, or nil.
+func (v ListenerView) ExtProcConfig() *extprocv3.ExternalProcessor {
+	for _, f := range v.Filters {
+		if f.ExtProc != nil {
+			return f.ExtProc
 		}
 	}
 	return nil
 }
 
-// listenerViews unpacks the HTTP connection manager and its HTTP filters of
+// ListenerViews unpacks the HTTP connection manager and its HTTP filters of
 // every static listener. A listener without an HCM is an error: every
 // bootstrap kvroute ships is an HTTP proxy.
-func listenerViews(b *bootstrapv3.Bootstrap) ([]listenerView, error) {
-	var out []listenerView
+func ListenerViews(b *bootstrapv3.Bootstrap) ([]ListenerView, error) {
+	var out []ListenerView
 	for i, l := range b.GetStaticResources().GetListeners() {
 		where := fmt.Sprintf("listener %q", l.GetName())
 		if len(l.GetFilterChains()) != 1 || len(l.GetFilterChains()[0].GetFilters()) != 1 {
@@ -61,33 +64,33 @@ func listenerViews(b *bootstrapv3.Bootstrap) ([]listenerView, error) {
 		if nf.GetTypedConfig() == nil || nf.GetTypedConfig().UnmarshalTo(&hcm) != nil {
 			return nil, fmt.Errorf("%s: network filter %q is not an %s", where, nf.GetName(), hcmFilterName)
 		}
-		v := listenerView{listener: b.GetStaticResources().GetListeners()[i], hcm: &hcm}
+		v := ListenerView{Listener: b.GetStaticResources().GetListeners()[i], HCM: &hcm}
 		for _, hf := range hcm.GetHttpFilters() {
-			f := httpFilter{name: hf.GetName()}
+			f := HTTPFilter{Name: hf.GetName()}
 			tc := hf.GetTypedConfig()
 			if tc == nil {
 				return nil, fmt.Errorf("%s: http filter %q has no typed_config", where, hf.GetName())
 			}
 			switch {
 			case tc.MessageIs(&extprocv3.ExternalProcessor{}):
-				f.extProc = &extprocv3.ExternalProcessor{}
-				if err := tc.UnmarshalTo(f.extProc); err != nil {
+				f.ExtProc = &extprocv3.ExternalProcessor{}
+				if err := tc.UnmarshalTo(f.ExtProc); err != nil {
 					return nil, fmt.Errorf("%s: http filter %q: %w", where, hf.GetName(), err)
 				}
 			case tc.MessageIs(&routerv3.Router{}):
-				f.router = true
+				f.Router = true
 			}
-			v.filters = append(v.filters, f)
+			v.Filters = append(v.Filters, f)
 		}
 		out = append(out, v)
 	}
 	return out, nil
 }
 
-// speaksHTTP2 reports whether Envoy talks HTTP/2 to the cluster's endpoints,
+// SpeaksHTTP2 reports whether Envoy talks HTTP/2 to the cluster's endpoints,
 // either through the upstream HttpProtocolOptions extension or the older
 // cluster field.
-func speaksHTTP2(c *clusterv3.Cluster) bool {
+func SpeaksHTTP2(c *clusterv3.Cluster) bool {
 	if c.GetHttp2ProtocolOptions() != nil { //nolint:staticcheck // deprecated but still honoured by Envoy
 		return true
 	}

@@ -3,7 +3,7 @@ package extproc
 import "log/slog"
 
 // Header and metadata names of the Envoy and Gateway API contracts
-// (DESIGN 3.4, the Gateway API Inference Extension's endpoint picker protocol).
+// (docs/architecture.md §3.6, the Gateway API Inference Extension's endpoint picker protocol).
 const (
 	// DefaultTargetHeader carries the chosen worker's cluster name.
 	DefaultTargetHeader = "x-target-worker"

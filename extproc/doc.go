@@ -10,4 +10,7 @@
 // path it tells the decision's Ticket when prefill is done, how far decoding
 // got, and when the request's load can be freed. Server puts Streams behind
 // gRPC with health checking, keepalive enforcement and TLS.
+//
+// The decision itself (parse, tokenize, match, pick) is not here: package
+// picker implements Decider. extproc imports no other kvroute package.
 package extproc

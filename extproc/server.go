@@ -39,6 +39,8 @@ type Metrics interface {
 
 type nopMetrics struct{}
 
+var _ Metrics = nopMetrics{}
+
 func (nopMetrics) StreamStarted()         {}
 func (nopMetrics) StreamEnded(codes.Code) {}
 func (nopMetrics) Rejected(int)           {}
@@ -72,6 +74,8 @@ type Server struct {
 	log     *slog.Logger
 	ready   atomic.Bool
 }
+
+var _ pb.ExternalProcessorServer = (*Server)(nil)
 
 // NewServer builds the gRPC server. It starts NOT_SERVING; call SetReady
 // when the router can route.

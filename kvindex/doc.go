@@ -3,8 +3,9 @@
 // It owns the router's block hashing (Seed, HashBlocks: one function for
 // requests and for events), decodes and encodes vLLM KV event batches
 // byte for byte (DecodeBatch, EncodeBatch), keeps a concurrent prefix index
-// fed by those events (Index), offers an approximate index for fleets that
-// publish no events (Approx), and consumes the events from NATS (Consumer).
+// fed by those events (Index) and offers an approximate index for fleets that
+// publish no events (Approx). The NATS consumer that feeds the Index lives in
+// internal/bus.
 //
 // The router never matches on engine hashes: every stored block is re-hashed
 // from its token ids, and each worker keeps a map from its engine hashes to

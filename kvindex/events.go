@@ -11,7 +11,8 @@ import (
 type Format uint8
 
 const (
-	// FormatArray is the layout of vLLM up to 0.23 and DESIGN 3.2's contract:
+	// FormatArray is the layout of vLLM up to 0.23 and the contract of
+	// docs/architecture.md §3.2:
 	// the batch is [ts, events, data_parallel_rank] and each event is a
 	// tagged array ["BlockStored", block_hashes, ...] (msgspec array_like).
 	FormatArray Format = iota
@@ -63,6 +64,12 @@ type Event interface {
 	Tag() string
 	isEvent()
 }
+
+var (
+	_ Event = BlockStored{}
+	_ Event = BlockRemoved{}
+	_ Event = AllBlocksCleared{}
+)
 
 // Medium names used by vLLM. A nil medium means the device (GPU) tier.
 const (

@@ -14,7 +14,7 @@ const seedDomain = "kvroute/block-hash/v1"
 const maxStackBlock = 128
 
 // Seed returns h0, the root of every block-hash chain for one model, LoRA
-// adapter and cache salt (DESIGN 3.3). Empty loraName means the base model;
+// adapter and cache salt (docs/architecture.md §3.5). Empty loraName means the base model;
 // empty cacheSalt means no salt. Each part is length-prefixed so that no two
 // different triples share an encoding.
 func Seed(model, loraName, cacheSalt string) uint64 {

@@ -48,6 +48,13 @@ type workerSource interface {
 	appendAll(out []MatchResult) []MatchResult
 }
 
+var (
+	_ Matcher      = (*Index)(nil)
+	_ Matcher      = (*Approx)(nil)
+	_ workerSource = (*Index)(nil)
+	_ workerSource = (*Approx)(nil)
+)
+
 // matchWords is the Match shared by Index and Approx. words[w] holds the
 // sets of dense worker indices 64w..64w+63; nslots bounds the indices.
 // The caller holds the read lock that guards src and words.

@@ -19,83 +19,9 @@ func skipValue(data []byte, p, depth int) (int, error) {
 	if p >= len(data) {
 		return 0, errTruncated
 	}
-	c := data[p]
-	p++
-	var n, elems int // n: payload bytes; elems: nested values
-	switch {
-	case c <= msgpcode.PosFixedNumHigh || c >= msgpcode.NegFixedNumLow:
-	case msgpcode.IsFixedMap(c):
-		elems = 2 * int(c&msgpcode.FixedMapMask)
-	case msgpcode.IsFixedArray(c):
-		elems = int(c & msgpcode.FixedArrayMask)
-	case msgpcode.IsFixedString(c):
-		n = int(c & msgpcode.FixedStrMask)
-	case c == msgpcode.Nil || c == msgpcode.False || c == msgpcode.True:
-	case c == msgpcode.Uint8 || c == msgpcode.Int8:
-		n = 1
-	case c == msgpcode.Uint16 || c == msgpcode.Int16:
-		n = 2
-	case c == msgpcode.Uint32 || c == msgpcode.Int32 || c == msgpcode.Float:
-		n = 4
-	case c == msgpcode.Uint64 || c == msgpcode.Int64 || c == msgpcode.Double:
-		n = 8
-	case c == msgpcode.FixExt1:
-		n = 2
-	case c == msgpcode.FixExt2:
-		n = 3
-	case c == msgpcode.FixExt4:
-		n = 5
-	case c == msgpcode.FixExt8:
-		n = 9
-	case c == msgpcode.FixExt16:
-		n = 17
-	case c == msgpcode.Str8 || c == msgpcode.Bin8 || c == msgpcode.Ext8:
-		l, q, err := readLen(data, p, 1)
-		if err != nil {
-			return 0, err
-		}
-		p, n = q, l
-		if c == msgpcode.Ext8 {
-			n++
-		}
-	case c == msgpcode.Str16 || c == msgpcode.Bin16 || c == msgpcode.Ext16:
-		l, q, err := readLen(data, p, 2)
-		if err != nil {
-			return 0, err
-		}
-		p, n = q, l
-		if c == msgpcode.Ext16 {
-			n++
-		}
-	case c == msgpcode.Str32 || c == msgpcode.Bin32 || c == msgpcode.Ext32:
-		l, q, err := readLen(data, p, 4)
-		if err != nil {
-			return 0, err
-		}
-		p, n = q, l
-		if c == msgpcode.Ext32 {
-			n++
-		}
-	case c == msgpcode.Array16 || c == msgpcode.Map16:
-		l, q, err := readLen(data, p, 2)
-		if err != nil {
-			return 0, err
-		}
-		p, elems = q, l
-		if c == msgpcode.Map16 {
-			elems *= 2
-		}
-	case c == msgpcode.Array32 || c == msgpcode.Map32:
-		l, q, err := readLen(data, p, 4)
-		if err != nil {
-			return 0, err
-		}
-		p, elems = q, l
-		if c == msgpcode.Map32 {
-			elems *= 2
-		}
-	default:
-		return 0, fmt.Errorf("invalid msgpack code 0x%02x", c)
+	p, n, elems, err := valueHeader(data, p)
+	if err != nil {
+		return 0, err
 	}
 	if n > len(data)-p {
 		return 0, errTruncated
@@ -105,12 +31,122 @@ func skipValue(data []byte, p, depth int) (int, error) {
 		return 0, errTruncated
 	}
 	for i := 0; i < elems; i++ {
-		var err error
 		if p, err = skipValue(data, p, depth+1); err != nil {
 			return 0, err
 		}
 	}
 	return p, nil
+}
+
+// valueHeader reads the code of the value at data[p] (p < len(data)) and
+// any length that follows it. It returns the offset past them, the payload
+// bytes that come next (n) and the number of nested values (elems).
+func valueHeader(data []byte, p int) (next, n, elems int, err error) {
+	c := data[p]
+	p++
+	if n, ok := fixedPayload(c); ok {
+		return p, n, 0, nil
+	}
+	if elems, ok := fixedContainer(c); ok {
+		return p, 0, elems, nil
+	}
+	if size, extra, ok := blobLength(c); ok {
+		l, q, err := readLen(data, p, size)
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		return q, l + extra, 0, nil
+	}
+	if size, per, ok := containerLength(c); ok {
+		l, q, err := readLen(data, p, size)
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		return q, 0, l * per, nil
+	}
+	return 0, 0, 0, fmt.Errorf("invalid msgpack code 0x%02x", c)
+}
+
+// fixedPayload reports the payload size of the values whose code alone
+// fixes it: fixints, nil and booleans, sized numbers, fixstr and fixext.
+func fixedPayload(c byte) (n int, ok bool) {
+	switch {
+	case c <= msgpcode.PosFixedNumHigh || c >= msgpcode.NegFixedNumLow:
+		return 0, true
+	case msgpcode.IsFixedString(c):
+		return int(c & msgpcode.FixedStrMask), true
+	}
+	switch c {
+	case msgpcode.Nil, msgpcode.False, msgpcode.True:
+		return 0, true
+	case msgpcode.Uint8, msgpcode.Int8:
+		return 1, true
+	case msgpcode.Uint16, msgpcode.Int16:
+		return 2, true
+	case msgpcode.Uint32, msgpcode.Int32, msgpcode.Float:
+		return 4, true
+	case msgpcode.Uint64, msgpcode.Int64, msgpcode.Double:
+		return 8, true
+	case msgpcode.FixExt1:
+		return 2, true // type byte + data
+	case msgpcode.FixExt2:
+		return 3, true
+	case msgpcode.FixExt4:
+		return 5, true
+	case msgpcode.FixExt8:
+		return 9, true
+	case msgpcode.FixExt16:
+		return 17, true
+	}
+	return 0, false
+}
+
+// fixedContainer reports the nested values of a fixmap or fixarray.
+func fixedContainer(c byte) (elems int, ok bool) {
+	switch {
+	case msgpcode.IsFixedMap(c):
+		return 2 * int(c&msgpcode.FixedMapMask), true
+	case msgpcode.IsFixedArray(c):
+		return int(c & msgpcode.FixedArrayMask), true
+	}
+	return 0, false
+}
+
+// blobLength reports, for str, bin and ext codes with a length field, the
+// size of that field and the bytes the payload holds beyond the length (the
+// ext type byte).
+func blobLength(c byte) (size, extra int, ok bool) {
+	switch c {
+	case msgpcode.Str8, msgpcode.Bin8:
+		return 1, 0, true
+	case msgpcode.Str16, msgpcode.Bin16:
+		return 2, 0, true
+	case msgpcode.Str32, msgpcode.Bin32:
+		return 4, 0, true
+	case msgpcode.Ext8:
+		return 1, 1, true
+	case msgpcode.Ext16:
+		return 2, 1, true
+	case msgpcode.Ext32:
+		return 4, 1, true
+	}
+	return 0, 0, false
+}
+
+// containerLength reports, for array and map codes with a length field, the
+// size of that field and the nested values per counted element (2 for maps).
+func containerLength(c byte) (size, per int, ok bool) {
+	switch c {
+	case msgpcode.Array16:
+		return 2, 1, true
+	case msgpcode.Map16:
+		return 2, 2, true
+	case msgpcode.Array32:
+		return 4, 1, true
+	case msgpcode.Map32:
+		return 4, 2, true
+	}
+	return 0, 0, false
 }
 
 func readLen(data []byte, p, size int) (int, int, error) {

@@ -7,12 +7,12 @@ import (
 
 // benchRouter returns a router over n workers, each carrying some load,
 // and candidates where a quarter of the workers hold part of the prompt.
-func benchRouter(b *testing.B, n int, change func(*Options)) (*Router, []Candidate) {
+func benchRouter(b *testing.B, n int, change func(*Options)) (*Scheduler, []Candidate) {
 	b.Helper()
 	o := testOptions(newFakeClock(), 1)
 	o.Now = nil // the real clock, as in production
 	change(&o)
-	r := newTestRouter(b, o, n)
+	r := newTestScheduler(b, o, n)
 	cs := r.Pool().AppendCandidates(nil, "m")
 	for i := range cs {
 		req := &Request{ID: fmt.Sprint("bg", i), PromptTokens: 512 + 16*(i%7), Hashes: hashes(uint64(i), 32, i%5, i)}

@@ -7,7 +7,7 @@ import "math"
 // both "kv" and "kv_without_events"; they differ only in where the
 // caller's overlap comes from.
 //
-// The default cost, in KV blocks (Dynamo's current form):
+// The default cost, in KV blocks (Dynamo's current form; docs/architecture.md §3.7):
 //
 //	logit   = scale × max(prefill − credit, 0) + decode
 //	prefill = (backlog + prompt tokens) ÷ block size

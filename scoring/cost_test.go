@@ -32,7 +32,7 @@ func TestLongestOverlapWinsUnderEqualLoad(t *testing.T) {
 			t.Run(tt.name+"/"+model, func(t *testing.T) {
 				o := testOptions(newFakeClock(), 1)
 				o.CostModel = model
-				r := newTestRouter(t, o, len(tt.matched))
+				r := newTestScheduler(t, o, len(tt.matched))
 				// Equal load everywhere.
 				for i := range tt.matched {
 					req := &Request{ID: fmt.Sprint("bg", i), PromptTokens: 320, Hashes: hashes(uint64(i+50), 20, 0, 0)}
@@ -72,7 +72,7 @@ func TestLeastLoadedWinsUnderEqualOverlap(t *testing.T) {
 			t.Run(tt.name+"/"+model, func(t *testing.T) {
 				o := testOptions(newFakeClock(), 1)
 				o.CostModel = model
-				r := newTestRouter(t, o, len(tt.load))
+				r := newTestScheduler(t, o, len(tt.load))
 				for i, n := range tt.load {
 					if n == 0 {
 						continue
@@ -322,7 +322,7 @@ func runFlood(t *testing.T, weight float64, lifetime int) (map[string]int, []str
 	if weight == 0 { // the latency cost model instead
 		o.CostModel = CostLatency
 	}
-	r := newTestRouter(t, o, floodWorkers)
+	r := newTestScheduler(t, o, floodWorkers)
 	// A miniature index: which workers hold the system prompt.
 	cached := map[string]bool{"w0": true}
 	counts := map[string]int{}

@@ -16,20 +16,20 @@
 //     least_loaded, power_of_two and weighted;
 //   - the Explanation of a decision, which renders the seeds' log line and
 //     marshals to JSON for the explain endpoint;
-//   - the Router, which ties a Pool, a Mode and the admission queue together:
+//   - the Scheduler, which ties a Pool, a Mode and the admission queue together:
 //     Route waits while every eligible worker is saturated with prefill work,
 //     orders waiters by policy (fcfs, wspt, lcfs) and sheds past the queue's
 //     limits with a *ShedError;
-//   - the NATS edges: LoadReports feeds worker load reports into the Pool and
-//     Sync shares lifecycle events between router replicas.
+//   - the data the NATS edges carry: LoadReport and SyncEvent. The adapters
+//     that move them (LoadReports, Sync) live in internal/bus.
 //
-// Everything but the two NATS adapters is pure logic: no I/O, an injectable
-// clock and random source, so every behaviour is a table-driven test.
+// Everything here is pure logic: no I/O, an injectable clock and random
+// source, so every behaviour is a table-driven test.
 //
 // Overlap is plain data: the caller (the ext_proc layer) asks the KV index
 // for each candidate's matched leading blocks and cached-block total and
 // passes them in as Candidates. Scoring never imports kvindex on that path.
-// For the kv_without_events mode the Router records each routing decision
+// For the kv_without_events mode the Scheduler records each routing decision
 // on a PrefixRecorder (the approximate index satisfies it) so later
 // requests see the predicted cache.
 package scoring

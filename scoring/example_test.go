@@ -13,7 +13,7 @@ import (
 func Example() {
 	opts := scoring.DefaultOptions()
 	opts.Rand = rand.New(rand.NewPCG(1, 2)) // reproducible ties
-	router, err := scoring.NewRouter(opts)
+	router, err := scoring.NewScheduler(opts)
 	if err != nil {
 		panic(err)
 	}

@@ -7,7 +7,7 @@ import (
 
 // Explanation records why a decision went the way it did: every
 // candidate's terms. String renders the seeds' log lines; it marshals to
-// JSON for the explain endpoint. Pass one to Router.Pick or Router.Route
+// JSON for the explain endpoint. Pass one to Scheduler.Pick or Scheduler.Route
 // only when it will be used: filling it costs allocations the fast path
 // avoids. An Explanation may be reused; each pick overwrites it.
 type Explanation struct {

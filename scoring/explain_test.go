@@ -33,7 +33,7 @@ func explainFleet(t *testing.T, change func(*Options)) *Explanation {
 	t.Helper()
 	o := testOptions(newFakeClock(), 1)
 	change(&o)
-	r := newTestRouter(t, o, 3)
+	r := newTestScheduler(t, o, 3)
 	// w1 carries 25 blocks of someone else's request, half prefilled.
 	bg := &Request{ID: "bg", PromptTokens: 400, Hashes: hashes(9, 25, 0, 0)}
 	if err := r.Pool().Add(bg, "w1", 0); err != nil {
@@ -104,7 +104,7 @@ func TestExplanationMarshalsToJSON(t *testing.T) {
 func TestExplanationIsReusable(t *testing.T) {
 	exp := explainFleet(t, func(*Options) {})
 	first := exp.String()
-	r := newTestRouter(t, testOptions(newFakeClock(), 1), 2)
+	r := newTestScheduler(t, testOptions(newFakeClock(), 1), 2)
 	if _, err := r.Pick(&Request{ID: "other", PromptTokens: 32}, cands(0, 1), exp); err != nil {
 		t.Fatal(err)
 	}

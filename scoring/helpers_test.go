@@ -42,12 +42,12 @@ func spec(id string) WorkerSpec {
 		KVTotalBlocks: 1000, MaxNumBatchedTokens: 1024, MaxNumSeqs: 64}
 }
 
-// newTestRouter returns a router with n workers w0..w{n-1} of spec().
-func newTestRouter(t testing.TB, o Options, n int) *Router {
+// newTestScheduler returns a router with n workers w0..w{n-1} of spec().
+func newTestScheduler(t testing.TB, o Options, n int) *Scheduler {
 	t.Helper()
-	r, err := NewRouter(o)
+	r, err := NewScheduler(o)
 	if err != nil {
-		t.Fatalf("NewRouter: %v", err)
+		t.Fatalf("NewScheduler: %v", err)
 	}
 	for i := range n {
 		if err := r.Pool().Upsert(spec(fmt.Sprintf("w%d", i))); err != nil {

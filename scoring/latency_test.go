@@ -98,7 +98,7 @@ func TestSessionStickiness(t *testing.T) {
 				clock := newFakeClock()
 				o := testOptions(clock, 1)
 				knobs(&o)
-				r := newTestRouter(t, o, 2)
+				r := newTestScheduler(t, o, 2)
 				for i := range tt.busyReqs {
 					req := &Request{ID: fmt.Sprint("busy", i), PromptTokens: 1024, Hashes: hashes(9, 0, 64, i)}
 					if err := r.Pool().Add(req, "w0", 0); err != nil {
@@ -124,7 +124,7 @@ func TestPrefillBacklogDrainsAtTheLearnedRate(t *testing.T) {
 	o := testOptions(clock, 1)
 	o.PrefillRate = 1000 // tokens per second
 	o.NoLearnRates = true
-	r := newTestRouter(t, o, 1)
+	r := newTestScheduler(t, o, 1)
 	p := r.Pool()
 	add := func(id string, tokens int) {
 		t.Helper()
@@ -155,7 +155,7 @@ func TestPrefillBacklogDrainsAtTheLearnedRate(t *testing.T) {
 	}
 
 	o.NoPrefillDecay = true
-	r2 := newTestRouter(t, o, 1)
+	r2 := newTestScheduler(t, o, 1)
 	if err := r2.Pool().Add(&Request{ID: "a", PromptTokens: 2000}, "w0", 0); err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +171,7 @@ func TestRatesAreLearnedFromFirstTokens(t *testing.T) {
 	const trueRate, trueOverhead = 45000.0, 0.030
 	clock := newFakeClock()
 	o := testOptions(clock, 1)
-	r := newTestRouter(t, o, 1)
+	r := newTestScheduler(t, o, 1)
 	p := r.Pool()
 	for i := range 400 {
 		tokens := 500 + (i*7919)%12000
@@ -216,7 +216,7 @@ func TestSubmitQueuesWithoutBlocking(t *testing.T) {
 	o := testOptions(clock, 1)
 	o.QueueThreshold = 1
 	o.QueueMaxWait = time.Second
-	r := newTestRouter(t, o, 1)
+	r := newTestScheduler(t, o, 1)
 	type outcome struct {
 		d   Decision
 		err error

@@ -75,18 +75,7 @@ func (p *Pool) add(key, worker string, promptTokens, matchedBlocks, prefill int,
 	if local {
 		a.fitX = w.backlog + float64(prefill)
 	}
-	w.backlog += float64(prefill)
-	for _, h := range a.hashes {
-		w.blockRefs[h]++
-	}
-	a.private = a.privateBlocks()
-	w.private += a.private
-	w.requests++
-	w.adds++
-	if a.prefillTokens > 0 {
-		w.prefillTokens += a.prefillTokens
-		w.prefillRequests++
-	}
+	p.chargeLocked(a)
 	p.reqs[key] = a
 	if !local {
 		return SyncEvent{}, nil
@@ -213,6 +202,24 @@ func (p *Pool) releaseLocked(a *active) {
 	}
 }
 
+// chargeLocked puts a's load on its worker a.w: block references, private
+// blocks, the request and prefill counts. releaseLocked undoes it.
+func (p *Pool) chargeLocked(a *active) {
+	w := a.w
+	for _, h := range a.hashes {
+		w.blockRefs[h]++
+	}
+	a.private = a.privateBlocks()
+	w.private += a.private
+	w.requests++
+	w.adds++
+	if a.prefillTokens > 0 {
+		w.prefillTokens += a.prefillTokens
+		w.prefillRequests++
+		w.backlog += float64(a.prefillTokens) // settled to now by the caller
+	}
+}
+
 // Move transfers a request's load to another worker, for when the proxy
 // reports it served the request elsewhere (a Gateway API fallback
 // endpoint). Unknown request IDs are ignored; an unknown worker is an error.
@@ -242,21 +249,8 @@ func (p *Pool) move(key, worker string) (bool, error) {
 	}
 	p.releaseLocked(a)
 	a.w, a.lastSeen, a.fitX = w, now, -1
-	if a.prefillTokens > 0 {
-		p.settleBacklogLocked(w, now)
-		w.backlog += float64(a.prefillTokens)
-	}
-	for _, h := range a.hashes {
-		w.blockRefs[h]++
-	}
-	a.private = a.privateBlocks()
-	w.private += a.private
-	w.requests++
-	w.adds++
-	if a.prefillTokens > 0 {
-		w.prefillTokens += a.prefillTokens
-		w.prefillRequests++
-	}
+	p.settleBacklogLocked(w, now)
+	p.chargeLocked(a)
 	return true, nil
 }
 
@@ -270,7 +264,7 @@ func (p *Pool) Active(id string) bool {
 
 // Sweep force-frees requests with no lifecycle call for longer than
 // Options.MaxRequestAge, so nothing leaks when a stream vanishes, and
-// returns how many it freed. Router.Run calls it periodically.
+// returns how many it freed. Scheduler.Run calls it periodically.
 func (p *Pool) Sweep() int {
 	cutoff := p.opts.Now().Add(-p.opts.MaxRequestAge)
 	var local []string

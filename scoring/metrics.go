@@ -31,6 +31,8 @@ type Metrics interface {
 // NopMetrics discards every counter. Embed it to implement part of Metrics.
 type NopMetrics struct{}
 
+var _ Metrics = NopMetrics{}
+
 // Routed implements Metrics.
 func (NopMetrics) Routed(string, string) {}
 

@@ -43,6 +43,15 @@ type Mode interface {
 	Pick(req *Request, loads []Load, exp *Explanation) int
 }
 
+var (
+	_ Mode = (*KV)(nil)
+	_ Mode = (*Weighted)(nil)
+	_ Mode = (*LeastLoaded)(nil)
+	_ Mode = (*RoundRobin)(nil)
+	_ Mode = (*Random)(nil)
+	_ Mode = (*PowerOfTwo)(nil)
+)
+
 // Mode names for --router-mode.
 const (
 	ModeKV              = "kv"

@@ -158,7 +158,7 @@ func TestRandomCoversEveryCandidate(t *testing.T) {
 }
 
 func TestRouterSkipsUnknownCandidates(t *testing.T) {
-	r := newTestRouter(t, testOptions(newFakeClock(), 1), 2)
+	r := newTestScheduler(t, testOptions(newFakeClock(), 1), 2)
 	cs := []Candidate{{Worker: "ghost", MatchedBlocks: 100}, {Worker: "w1", MatchedBlocks: 1}}
 	d, err := r.Pick(&Request{ID: "r", PromptTokens: 64}, cs, nil)
 	if err != nil {
@@ -184,7 +184,7 @@ func TestRouteRecordsDecisionsForTheApproximateIndex(t *testing.T) {
 	o := testOptions(newFakeClock(), 1)
 	o.Mode = ModeKVWithoutEvents
 	o.Recorder = rec
-	r := newTestRouter(t, o, 3)
+	r := newTestScheduler(t, o, 3)
 	req := &Request{ID: "r", PromptTokens: 64, Hashes: []uint64{4, 5, 6, 7}}
 	d, err := r.Route(t.Context(), req, cands(0, 0, 3), nil)
 	if err != nil {

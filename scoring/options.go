@@ -25,7 +25,7 @@ const (
 // CostModels lists the valid --cost-model names.
 func CostModels() []string { return []string{CostDefault, CostWeighted, CostLatency} }
 
-// Options configures a Pool and a Router. Start from DefaultOptions: the
+// Options configures a Pool and a Scheduler. Start from DefaultOptions: the
 // zero Options is not the defaults (an overlap weight of 0 is a legitimate
 // choice that means "ignore the cache"). Zero durations, an empty Mode,
 // CostModel or QueuePolicy, and nil Now, Rand and Metrics do fall back to
@@ -107,7 +107,7 @@ type Options struct {
 	Rand Rand
 	// Metrics receives counters; default none.
 	Metrics Metrics
-	// Recorder, when set, learns every routing decision the Router makes
+	// Recorder, when set, learns every routing decision the Scheduler makes
 	// (the approximate index of the kv_without_events mode). Default none.
 	Recorder PrefixRecorder
 }

@@ -147,14 +147,14 @@ func (h *waiterHeap) Pop() any {
 	return w
 }
 
-// admission is the Router's queue: one heap per model, drained in policy
+// admission is the Scheduler's queue: one heap per model, drained in policy
 // order whenever capacity may have changed. Dispatch happens under mu, so
 // each admitted waiter's Add is visible before the next is examined. The
 // head of a model's line blocks those behind it even when they were
 // restricted to a different subset of workers: a simplification that only
 // matters when subset hints split one model's fleet.
 type admission struct {
-	r      *Router
+	r      *Scheduler
 	policy Policy
 	start  time.Time
 
@@ -164,7 +164,7 @@ type admission struct {
 	seq    uint64
 }
 
-func newAdmission(r *Router, p Policy) *admission {
+func newAdmission(r *Scheduler, p Policy) *admission {
 	return &admission{r: r, policy: p, start: r.opts.Now(), models: make(map[string]*waiterHeap)}
 }
 

@@ -11,12 +11,12 @@ import (
 // queueRouter returns a router over one worker w0 that is saturated once
 // more than 100 prefill tokens are in flight, with a 200-token request
 // "blocker" already saturating it.
-func queueRouter(t *testing.T, clock *fakeClock, change func(*Options)) *Router {
+func queueRouter(t *testing.T, clock *fakeClock, change func(*Options)) *Scheduler {
 	t.Helper()
 	o := testOptions(clock, 1)
 	o.QueueThreshold = 1
 	change(&o)
-	r, err := NewRouter(o)
+	r, err := NewScheduler(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +39,7 @@ type routed struct {
 
 // enqueue starts Route for req in a goroutine and waits until it is in
 // the queue.
-func enqueue(t *testing.T, ctx context.Context, r *Router, req *Request, out chan<- routed) {
+func enqueue(t *testing.T, ctx context.Context, r *Scheduler, req *Request, out chan<- routed) {
 	t.Helper()
 	before := r.QueueLen()
 	go func() {
@@ -176,17 +176,17 @@ func TestCancelledWaiterLeavesAtOnce(t *testing.T) {
 func TestWaitersAreReexamined(t *testing.T) {
 	tests := []struct {
 		name    string
-		release func(t *testing.T, r *Router)
+		release func(t *testing.T, r *Scheduler)
 	}{
-		{"on free", func(t *testing.T, r *Router) { r.Pool().Free("blocker") }},
-		{"on prefill done", func(t *testing.T, r *Router) { r.Pool().PrefillDone("blocker") }},
-		{"on first progress", func(t *testing.T, r *Router) { r.Pool().Progress("blocker", 1) }},
-		{"on an idle load report", func(t *testing.T, r *Router) {
+		{"on free", func(t *testing.T, r *Scheduler) { r.Pool().Free("blocker") }},
+		{"on prefill done", func(t *testing.T, r *Scheduler) { r.Pool().PrefillDone("blocker") }},
+		{"on first progress", func(t *testing.T, r *Scheduler) { r.Pool().Progress("blocker", 1) }},
+		{"on an idle load report", func(t *testing.T, r *Scheduler) {
 			if err := r.Pool().SetLoadReport("w0", LoadReport{}); err != nil {
 				t.Fatal(err)
 			}
 		}},
-		{"on a new worker", func(t *testing.T, r *Router) {
+		{"on a new worker", func(t *testing.T, r *Scheduler) {
 			if err := r.Pool().Upsert(spec("w1")); err != nil {
 				t.Fatal(err)
 			}

@@ -22,6 +22,8 @@ type lockedRand struct {
 	r  Rand
 }
 
+var _ Rand = (*lockedRand)(nil)
+
 func (l *lockedRand) Float64() float64 {
 	l.mu.Lock()
 	v := l.r.Float64()

@@ -15,7 +15,7 @@ func TestRunSweepsUntilCancelled(t *testing.T) {
 	clock := newFakeClock()
 	o := testOptions(clock, 1)
 	o.MaxRequestAge = 20 * time.Millisecond
-	r := newTestRouter(t, o, 1)
+	r := newTestScheduler(t, o, 1)
 	if _, err := r.Route(t.Context(), &Request{ID: "lost", Model: "m", PromptTokens: 64}, cands(0), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func TestConcurrentLifecycleLeavesNoLoad(t *testing.T) {
 	o.QueueMaxWait = 10 * time.Second
 	var queued atomic.Int64
 	o.Metrics = &countingMetrics{queued: &queued}
-	r, err := NewRouter(o)
+	r, err := NewScheduler(o)
 	if err != nil {
 		t.Fatal(err)
 	}

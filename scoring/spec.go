@@ -12,33 +12,42 @@ var ErrNoWorkers = errors.New("scoring: no worker can serve the request")
 // pool does not hold.
 var ErrUnknownWorker = errors.New("scoring: unknown worker")
 
-// WorkerSpec is what the router knows about a worker from its registration
-// (an etcd record or the static workers file). It holds static facts only;
-// the live load lives in the Pool.
+// WorkerSpec is what the router knows about a worker from its registration.
+// It holds static facts only; the live load lives in the Pool.
+//
+// It is also the registration itself: the JSON form below is the value
+// workers store in etcd under bus.WorkerKey and list in the static workers
+// file (package discovery reads both and checks them with ValidateRecord).
 type WorkerSpec struct {
-	// ID names the worker uniquely in the namespace.
-	ID string
-	// Model is the served base model name.
-	Model string
-	// LoRAAdapters lists adapter names the worker serves besides Model.
-	LoRAAdapters []string
-	// Address is the worker's "ip:port".
-	Address string
-	// Cluster is the Envoy cluster name; empty means ID.
-	Cluster string
+	// ID names the worker uniquely in the namespace. Data-parallel ranks of
+	// one engine register separately as "<id>-dp<rank>".
+	ID string `json:"id"`
+	// Model is the served base model name requests carry in their "model"
+	// field.
+	Model string `json:"model"`
+	// Address is "ip:port" of the worker's OpenAI-compatible server; it is
+	// what the Gateway API header and ORIGINAL_DST routing use.
+	Address string `json:"address"`
+	// Cluster is the Envoy cluster name written into x-target-worker;
+	// empty means ID.
+	Cluster string `json:"cluster,omitempty"`
 	// BlockSize is the engine's KV block size in tokens (at least 1).
-	BlockSize int
+	BlockSize int `json:"block_size"`
 	// KVTotalBlocks is the engine's KV capacity in blocks; 0 means unknown.
-	KVTotalBlocks int
+	KVTotalBlocks int `json:"kv_total_blocks"`
 	// MaxNumBatchedTokens bounds the tokens the engine schedules per step;
 	// 0 means unknown, and such a worker never counts as saturated for the
 	// admission queue.
-	MaxNumBatchedTokens int
+	MaxNumBatchedTokens int `json:"max_num_batched_tokens,omitempty"`
 	// MaxNumSeqs bounds the sequences the engine runs at once; 0 is unknown.
-	MaxNumSeqs int
+	MaxNumSeqs int `json:"max_num_seqs,omitempty"`
 	// Weight is the worker's relative capacity for the weighted mode;
 	// 0 means 1.
-	Weight float64
+	Weight float64 `json:"weight,omitempty"`
+	// LoRAAdapters lists adapter names the worker serves besides Model.
+	LoRAAdapters []string `json:"lora_adapters,omitempty"`
+	// DPRank is the engine's data-parallel rank. Scoring does not use it.
+	DPRank int `json:"dp_rank,omitempty"`
 }
 
 // Validate reports the first problem that makes the spec unusable.
@@ -74,6 +83,20 @@ func (s WorkerSpec) EffectiveWeight() float64 {
 	return s.Weight
 }
 
+// Serves reports whether the worker serves model, as its base model or as a
+// LoRA adapter.
+func (s WorkerSpec) Serves(model string) bool {
+	if s.Model == model {
+		return true
+	}
+	for _, a := range s.LoRAAdapters {
+		if a == model {
+			return true
+		}
+	}
+	return false
+}
+
 // Candidate is one worker eligible for a request, with what the KV index
 // knows about it. Callers build the list with Pool.AppendCandidates, drop
 // workers outside any subset restriction, and fill in the overlap.
@@ -106,7 +129,7 @@ type Request struct {
 	// is 0 and the request is routed on load alone.
 	PromptTokens int
 	// Hashes are the router block hashes of the prompt's full blocks (see
-	// DESIGN 3.3). Shared prefixes share hashes, which is how active blocks
+	// docs/architecture.md §3.5). Shared prefixes share hashes, which is how active blocks
 	// are counted once per unique block. May be nil.
 	Hashes []uint64
 	// ExpectedOutputTokens is the caller's estimate of the output length

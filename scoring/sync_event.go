@@ -1,7 +1,6 @@
 package scoring
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -24,8 +23,8 @@ const (
 // prompt at block size 16 has 65 536 blocks).
 const maxSyncHashes = 1 << 17
 
-// SyncEvent is one lifecycle event shared between router replicas on
-// SyncSubject, as JSON.
+// SyncEvent is one lifecycle event shared between router replicas; its
+// subject and codec (JSON) are in internal/bus.
 type SyncEvent struct {
 	// Router is the sending replica's ID.
 	Router string `json:"router"`
@@ -44,19 +43,9 @@ type SyncEvent struct {
 	Hashes []uint64 `json:"hashes,omitempty"`
 }
 
-// ParseSyncEvent decodes and validates a replica sync message.
-func ParseSyncEvent(data []byte) (SyncEvent, error) {
-	var ev SyncEvent
-	if err := json.Unmarshal(data, &ev); err != nil {
-		return SyncEvent{}, fmt.Errorf("sync event: %w", err)
-	}
-	if err := ev.validate(); err != nil {
-		return SyncEvent{}, fmt.Errorf("sync event: %w", err)
-	}
-	return ev, nil
-}
-
-func (ev SyncEvent) validate() error {
+// Validate reports whether the event is well formed: a known op with the
+// fields it needs, no negative counts, a bounded hash list.
+func (ev SyncEvent) Validate() error {
 	if ev.Router == "" {
 		return errors.New("router is empty")
 	}
@@ -93,7 +82,7 @@ func peerKey(router, id string) string { return router + "\x00" + id }
 // in-flight load counts like local load. It never re-publishes. Events for
 // workers this replica does not know are ignored with an error.
 func (p *Pool) Apply(ev SyncEvent) error {
-	if err := ev.validate(); err != nil {
+	if err := ev.Validate(); err != nil {
 		return fmt.Errorf("apply sync event: %w", err)
 	}
 	key := peerKey(ev.Router, ev.ID)
@@ -156,10 +145,15 @@ func (p *Pool) emit(ev SyncEvent) {
 	}
 }
 
-func (p *Pool) setSink(f func(SyncEvent)) {
+// SetSink hands the pool's local lifecycle events to f (the replica sync
+// publisher), or to nobody when f is nil. f must not block.
+func (p *Pool) SetSink(f func(SyncEvent)) {
 	if f == nil {
 		p.sink.Store(nil)
 		return
 	}
 	p.sink.Store(&f)
 }
+
+// Metrics returns the pool's metrics, for the adapters that feed it.
+func (p *Pool) Metrics() Metrics { return p.opts.Metrics }

@@ -15,6 +15,16 @@ type decoder interface {
 	decode(tokens []string) []string
 }
 
+var (
+	_ decoder = byteLevelDecoder{}
+	_ decoder = metaspaceDecoder{}
+	_ decoder = byteFallbackDecoder{}
+	_ decoder = fuseDecoder{}
+	_ decoder = stripDecoder{}
+	_ decoder = replaceDecoder{}
+	_ decoder = decoderSequence{}
+)
+
 // byteLevelDecoder maps byte-level runes back to bytes; tokens outside the
 // alphabet (added tokens) keep their own bytes. Invalid UTF-8 becomes U+FFFD.
 type byteLevelDecoder struct{}

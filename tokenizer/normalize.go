@@ -15,6 +15,15 @@ type normalizer interface {
 	normalize(s string) string
 }
 
+var (
+	_ normalizer = unicodeNorm{}
+	_ normalizer = lowercase{}
+	_ normalizer = strip{}
+	_ normalizer = prepend{}
+	_ normalizer = replace{}
+	_ normalizer = normSequence{}
+)
+
 type unicodeNorm struct{ form norm.Form }
 
 func (n unicodeNorm) normalize(s string) string { return n.form.String(s) }

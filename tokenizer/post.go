@@ -12,6 +12,11 @@ type postProcessor interface {
 	process(ids []uint32) []uint32
 }
 
+var (
+	_ postProcessor = (*template)(nil)
+	_ postProcessor = postSequence{}
+)
+
 // template is TemplateProcessing's "single" template, resolved to ids: a
 // nil entry stands for the sequence itself.
 type template struct {

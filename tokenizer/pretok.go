@@ -19,6 +19,14 @@ type preStep interface {
 	apply(st *encodeState, p piece, dst []piece) []piece
 }
 
+var (
+	_ preStep = (*splitStep)(nil)
+	_ preStep = (*charSplitStep)(nil)
+	_ preStep = (*byteLevelStep)(nil)
+	_ preStep = (*metaspaceStep)(nil)
+	_ preStep = whitespaceStep{}
+)
+
 // preChain is the flattened pre-tokenizer sequence of a tokenizer.
 type preChain struct {
 	steps []preStep
@@ -127,28 +135,35 @@ type splitStep struct {
 func (sp *splitStep) apply(st *encodeState, p piece, dst []piece) []piece {
 	if !sp.invert && sp.behavior == isolated && sp.m.scan != nil {
 		// Fast path: every match and every gap becomes a piece.
-		s, scan := p.text, sp.m.scan
-		gap := 0
-		for i := 0; i < len(s); {
-			e := scan(s, i)
-			if e <= i {
-				_, n := utf8.DecodeRuneInString(s[i:])
-				i += n
-				continue
-			}
-			if gap < i {
-				dst = append(dst, piece{text: s[gap:i], first: p.first && gap == 0})
-			}
-			dst = append(dst, piece{text: s[i:e], first: p.first && i == 0})
-			i, gap = e, e
-		}
-		if gap < len(s) {
-			dst = append(dst, piece{text: s[gap:], first: p.first && gap == 0})
-		}
-		return dst
+		return isolate(p.text, p.first, sp.m.scan, dst)
 	}
 	st.locs = sp.m.findAll(p.text, st.locs[:0])
 	return splitSpans(p.text, st.locs, sp.invert, sp.behavior, p.first, dst)
+}
+
+// isolate appends every match of scan in s and every gap between matches
+// as pieces (Split with behavior Isolated). scan returns the end of the
+// match at i, or a value <= i for none; a position without a match moves on
+// by one rune. first marks the piece that starts s when s starts the input.
+func isolate(s string, first bool, scan scanFunc, dst []piece) []piece {
+	gap := 0
+	for i := 0; i < len(s); {
+		e := scan(s, i)
+		if e <= i {
+			_, n := utf8.DecodeRuneInString(s[i:])
+			i += n
+			continue
+		}
+		if gap < i {
+			dst = append(dst, piece{text: s[gap:i], first: first && gap == 0})
+		}
+		dst = append(dst, piece{text: s[i:e], first: first && i == 0})
+		i, gap = e, e
+	}
+	if gap < len(s) {
+		dst = append(dst, piece{text: s[gap:], first: first && gap == 0})
+	}
+	return dst
 }
 
 // charSplitStep splits on single characters chosen by a predicate (Digits,
@@ -184,23 +199,7 @@ func (bl *byteLevelStep) apply(st *encodeState, p piece, dst []piece) []piece {
 	}
 	start := len(dst)
 	if bl.useRegex {
-		gap := 0
-		for i := 0; i < len(s); {
-			e := scanGPT2(s, i)
-			if e <= i {
-				_, n := utf8.DecodeRuneInString(s[i:])
-				i += n
-				continue
-			}
-			if gap < i {
-				dst = append(dst, piece{text: s[gap:i], first: p.first && gap == 0})
-			}
-			dst = append(dst, piece{text: s[i:e], first: p.first && i == 0})
-			i, gap = e, e
-		}
-		if gap < len(s) {
-			dst = append(dst, piece{text: s[gap:], first: p.first && gap == 0})
-		}
+		dst = isolate(s, p.first, scanGPT2, dst)
 	} else if s != "" {
 		dst = append(dst, piece{text: s, first: p.first})
 	}

@@ -150,7 +150,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	setup := map[string]any{
 		"workers": d.workers, "block_size": d.blockSize, "kv_blocks_per_worker": d.kvBlocks,
 		"max_num_seqs": d.maxSeqs, "max_num_batched_tokens": d.maxBatch, "worker_speedup": d.wl.speedup, "load": d.wl.load,
-		"gateway": "envoy.Gateway with cluster-header bootstrap", "timing": "Dynamo mocker polynomial",
+		"gateway": "envoytest.Gateway with cluster-header bootstrap", "timing": "Dynamo mocker polynomial",
 	}
 	rep := bench.NewReport(wl, ideal, haveIdeal, setup)
 	if d.wl.speedup != 1 {

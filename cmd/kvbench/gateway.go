@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/kvroute/kvroute/envoy"
+	"github.com/kvroute/kvroute/envoy/envoytest"
 )
 
 // endpointList collects repeated --endpoint CLUSTER=HOST:PORT[,HOST:PORT] flags.
@@ -56,7 +57,7 @@ Flags:
 	if err != nil {
 		return err
 	}
-	g, err := envoy.LoadGatewayFile(*bootstrap, envoy.GatewayOptions{ListenAddress: *listen, Endpoints: eps, Logger: log})
+	g, err := envoytest.LoadGatewayFile(*bootstrap, envoytest.GatewayOptions{ListenAddress: *listen, Endpoints: eps, Logger: log})
 	if err != nil {
 		return err
 	}

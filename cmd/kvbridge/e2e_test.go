@@ -11,15 +11,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-
 	"github.com/kvroute/kvroute/extproc"
-	"github.com/kvroute/kvroute/extproc/router"
 	"github.com/kvroute/kvroute/internal/bridge"
 	"github.com/kvroute/kvroute/internal/sim"
 	"github.com/kvroute/kvroute/internal/testenv"
+	"github.com/kvroute/kvroute/picker"
+	"github.com/kvroute/kvroute/server"
+	"github.com/kvroute/kvroute/tokenizer"
+	"github.com/nats-io/nats.go"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 const (
@@ -58,15 +59,15 @@ func TestEndToEndKvsimZMQThroughBridgeToRouter(t *testing.T) {
 	}
 	defer cli.Close()
 
-	rcfg := router.DefaultConfig()
+	rcfg := server.DefaultConfig()
 	rcfg.GRPCAddr, rcfg.HTTPAddr = "127.0.0.1:0", "-"
 	rcfg.NATSURL = natsSrv.URL
 	rcfg.EtcdEndpoints = etcd.Endpoints
-	rcfg.Tokenizers = []string{e2eModel + "=" + qwenDir}
+	rcfg.Tokenizers = map[string]tokenizer.ModelSource{e2eModel: {Dir: qwenDir}}
 	rcfg.KVEvents = true
 	rcfg.Logger = discard()
 	rcfg.ShutdownGrace = time.Second
-	r, err := router.Start(ctx, rcfg)
+	r, err := server.Start(ctx, rcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +116,7 @@ func TestEndToEndKvsimZMQThroughBridgeToRouter(t *testing.T) {
 	t.Logf("fleet seen after %v", time.Since(t0))
 	body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":%q}],"max_tokens":4}`,
 		e2eModel, strings.Repeat("A long shared system prompt that is worth caching. ", 40))
-	explain := func() *extproc.Explanation {
+	explain := func() *picker.Explanation {
 		t.Helper()
 		x, err := r.Picker().Explain(&extproc.Request{
 			Method: "POST", Path: "/v1/chat/completions", Body: []byte(body), HasBody: true,
@@ -145,7 +146,7 @@ func TestEndToEndKvsimZMQThroughBridgeToRouter(t *testing.T) {
 	}
 
 	t.Logf("request done after %v", time.Since(t0))
-	var x *extproc.Explanation
+	var x *picker.Explanation
 	waitUntil(t, "the router to route the prompt to the worker holding it", func() bool {
 		x = explain()
 		return x.Chosen == target && x.CachedTokens >= 16*20

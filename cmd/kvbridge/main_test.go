@@ -14,15 +14,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-
+	"github.com/kvroute/kvroute/internal/bus"
 	"github.com/kvroute/kvroute/internal/discovery"
 	"github.com/kvroute/kvroute/internal/testenv"
 	"github.com/kvroute/kvroute/internal/vllmzmq"
-	"github.com/kvroute/kvroute/kvindex"
-	"github.com/kvroute/kvroute/scoring"
+	"github.com/nats-io/nats.go"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 func freeAddr(t *testing.T) string {
@@ -147,11 +145,11 @@ func TestRunForwardsRegistersAndDeregistersOnShutdown(t *testing.T) {
 	}
 	defer nc.Close()
 	events := make(chan *nats.Msg, 256)
-	if _, err := nc.ChanSubscribe(kvindex.EventsSubject("demo", "vllm-0"), events); err != nil {
+	if _, err := nc.ChanSubscribe(bus.EventsSubject("demo", "vllm-0"), events); err != nil {
 		t.Fatal(err)
 	}
 	loads := make(chan *nats.Msg, 256)
-	if _, err := nc.ChanSubscribe(scoring.LoadSubject("demo", "vllm-0"), loads); err != nil {
+	if _, err := nc.ChanSubscribe(bus.LoadSubject("demo", "vllm-0"), loads); err != nil {
 		t.Fatal(err)
 	}
 	if err := nc.Flush(); err != nil {
@@ -183,7 +181,7 @@ func TestRunForwardsRegistersAndDeregistersOnShutdown(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, nil, env(vars), host("unused"), io.Discard) }()
 
-	key := discovery.Key("demo", "vllm-0")
+	key := bus.WorkerKey("demo", "vllm-0")
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		resp, err := cli.Get(context.Background(), key)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvroute/kvroute/envoy"
 	"github.com/kvroute/kvroute/internal/discovery"
+	"github.com/kvroute/kvroute/scoring"
 )
 
 const envoyConfigUsage = `Usage: kvroute envoy-config --style cluster-header|original-dst|xds [flags]
@@ -89,7 +90,7 @@ func runEnvoyConfig(ctx context.Context, args []string, stdout, stderr io.Writer
 // envoyWorkers maps worker records onto the clusters Envoy needs, one per
 // cluster name. Records may share a cluster (data-parallel ranks behind one
 // API server) only if they share its address too.
-func envoyWorkers(recs []discovery.Record) ([]envoy.Worker, error) {
+func envoyWorkers(recs []scoring.WorkerSpec) ([]envoy.Worker, error) {
 	addr := map[string]string{}
 	var out []envoy.Worker
 	for _, r := range recs {

@@ -14,14 +14,15 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/extproc"
-	"github.com/kvroute/kvroute/extproc/router"
 	"github.com/kvroute/kvroute/internal/costflag"
+	"github.com/kvroute/kvroute/picker"
 	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/server"
 )
 
-// serveFlags are `kvroute serve`'s settings beyond router.Config.
+// serveFlags are `kvroute serve`'s settings beyond server.Config.
 type serveFlags struct {
-	cfg                       router.Config
+	cfg                       server.Config
 	tokenizers                stringList
 	chatTemplates             stringList
 	etcdEndpoints             string
@@ -36,7 +37,7 @@ type serveFlags struct {
 }
 
 func newServeFlags(w io.Writer) (*flag.FlagSet, *serveFlags) {
-	s := &serveFlags{cfg: router.DefaultConfig()}
+	s := &serveFlags{cfg: server.DefaultConfig()}
 	c, o := &s.cfg, &s.cfg.Scoring
 	fs := flag.NewFlagSet("kvroute serve", flag.ContinueOnError)
 	fs.SetOutput(w)
@@ -88,14 +89,16 @@ func newServeFlags(w io.Writer) (*flag.FlagSet, *serveFlags) {
 	return fs, s
 }
 
-// config turns parsed flags into a router.Config.
-func (s *serveFlags) config(stderr io.Writer) (router.Config, error) {
+// config turns parsed flags into a server.Config.
+func (s *serveFlags) config(stderr io.Writer) (server.Config, error) {
 	if err := s.cost.Finish(stderr); err != nil {
 		return s.cfg, err
 	}
 	c := s.cfg
-	c.Tokenizers = s.tokenizers
-	c.ChatTemplates = s.chatTemplates
+	var err error
+	if c.Tokenizers, err = parseTokenizers(s.tokenizers, s.chatTemplates); err != nil {
+		return c, err
+	}
 	if s.etcdEndpoints != "" {
 		c.EtcdEndpoints = strings.Split(s.etcdEndpoints, ",")
 	}
@@ -110,8 +113,7 @@ func (s *serveFlags) config(stderr io.Writer) (router.Config, error) {
 	default:
 		return c, fmt.Errorf("--target-value %q: want cluster or address", s.targetValue)
 	}
-	var err error
-	if c.OnBadBody, err = extproc.ParseBadBodyPolicy(s.onBadBody); err != nil {
+	if c.OnBadBody, err = picker.ParseBadBodyPolicy(s.onBadBody); err != nil {
 		return c, err
 	}
 	switch strings.ToUpper(s.defaultBodyMode) {
@@ -167,20 +169,20 @@ func etcdTLS(cert, key, ca string) (*tls.Config, error) {
 	return cfg, nil
 }
 
-// parseServe parses args and the environment into a router.Config.
-func parseServe(args []string, out io.Writer, lookupEnv func(string) (string, bool)) (router.Config, error) {
+// parseServe parses args and the environment into a server.Config.
+func parseServe(args []string, out io.Writer, lookupEnv func(string) (string, bool)) (server.Config, error) {
 	fs, s := newServeFlags(out)
 	if err := fs.Parse(args); err != nil {
-		return router.Config{}, err
+		return server.Config{}, err
 	}
 	if fs.NArg() > 0 {
-		return router.Config{}, fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
+		return server.Config{}, fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
 	}
 	if err := legacyEnv(fs, lookupEnv, out); err != nil {
-		return router.Config{}, err
+		return server.Config{}, err
 	}
 	if err := applyEnv(fs, lookupEnv); err != nil {
-		return router.Config{}, err
+		return server.Config{}, err
 	}
 	return s.config(out)
 }
@@ -193,5 +195,5 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, lookupEnv fu
 		}
 		return err
 	}
-	return router.Run(ctx, cfg)
+	return server.Run(ctx, cfg)
 }

@@ -78,22 +78,22 @@ func TestParseServeFlagsAndEnvironment(t *testing.T) {
 				if cfg.Scoring.Mode != "round_robin" || len(cfg.Tokenizers) != 2 || cfg.KVEvents || cfg.Scoring.PrefillLoadScale != 2.5 || cfg.Scoring.OverlapCredit != 1 {
 					t.Errorf("cfg = %+v", cfg)
 				}
-				if len(cfg.ChatTemplates) != 1 || cfg.ChatTemplates[0] != "a=/t.jinja" {
-					t.Errorf("chat templates %q", cfg.ChatTemplates)
+				if cfg.Tokenizers["a"].ChatTemplate != "/t.jinja" {
+					t.Errorf("chat template of a: %q", cfg.Tokenizers["a"].ChatTemplate)
 				}
 				if cfg.Stream.DefaultRequestMode != extproc.ModeBuffered || cfg.Fallbacks != 2 || cfg.GRPCAddr != ":9002" {
 					t.Errorf("defaults lost: %+v", cfg)
 				}
 			case "tokenize's single-folder variables are not serve's":
-				if len(cfg.Tokenizers) != 0 || len(cfg.ChatTemplates) != 0 {
-					t.Errorf("serve took tokenize's variables: %q %q", cfg.Tokenizers, cfg.ChatTemplates)
+				if len(cfg.Tokenizers) != 0 {
+					t.Errorf("serve took tokenize's variables: %v", cfg.Tokenizers)
 				}
 				if !strings.Contains(out.String(), "ignoring KVROUTE_TOKENIZER") || !strings.Contains(out.String(), "ignoring KVROUTE_CHAT_TEMPLATE") {
 					t.Errorf("no note about the ignored variables:\n%s", out.String())
 				}
 			case "an old MODEL=DIR value of KVROUTE_TOKENIZER is still read":
-				if len(cfg.Tokenizers) != 1 || cfg.Tokenizers[0] != "Qwen/Qwen3-8B=/tokenizers/Qwen3-8B" {
-					t.Errorf("tokenizers %q", cfg.Tokenizers)
+				if len(cfg.Tokenizers) != 1 || cfg.Tokenizers["Qwen/Qwen3-8B"].Dir != "/tokenizers/Qwen3-8B" {
+					t.Errorf("tokenizers %v", cfg.Tokenizers)
 				}
 			case "xds address from the environment":
 				if cfg.XDSAddr != "127.0.0.1:18000" || cfg.XDSNodeID != "edge-1" {

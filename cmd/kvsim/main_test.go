@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/internal/discovery"
+	"github.com/kvroute/kvroute/scoring"
 )
 
 func TestFlagsComeFromEnvironmentAndCommandLine(t *testing.T) {
@@ -79,7 +80,7 @@ func TestRunServesUntilCancelled(t *testing.T) {
 		done <- run(ctx, []string{"--workers", "2", "--base-port", "0", "--speedup", "1000",
 			"--num-gpu-blocks", "64", "--block-size", "16", "--workers-file", path, "--log-level", "error"})
 	}()
-	var recs []discovery.Record
+	var recs []scoring.WorkerSpec
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if data, err := os.ReadFile(path); err == nil {

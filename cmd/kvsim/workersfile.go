@@ -6,16 +6,16 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/kvroute/kvroute/internal/discovery"
+	"github.com/kvroute/kvroute/scoring"
 )
 
 // writeWorkersFile writes the fleet's records as a static workers file
 // ({"workers": [...]}, JSON, which the router's YAML reader accepts), so a
 // router without etcd can find the workers. The file is replaced
 // atomically.
-func writeWorkersFile(path string, recs []discovery.Record) error {
+func writeWorkersFile(path string, recs []scoring.WorkerSpec) error {
 	data, err := json.MarshalIndent(struct {
-		Workers []discovery.Record `json:"workers"`
+		Workers []scoring.WorkerSpec `json:"workers"`
 	}{recs}, "", "  ")
 	if err != nil {
 		return fmt.Errorf("workers file: %w", err)

@@ -8,5 +8,5 @@
 //
 // Env starts the whole system in one process for the demo and the end-to-end
 // tests: embedded NATS and etcd, simulated workers (internal/sim), a kvroute
-// router (extproc/router) and the Envoy stand-in (envoy.Gateway).
+// router (package server) and the Envoy stand-in (envoytest.Gateway).
 package bench

@@ -11,8 +11,10 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/envoy"
-	"github.com/kvroute/kvroute/extproc/router"
+	"github.com/kvroute/kvroute/envoy/envoytest"
 	"github.com/kvroute/kvroute/internal/sim"
+	"github.com/kvroute/kvroute/server"
+	"github.com/kvroute/kvroute/tokenizer"
 )
 
 // EnvConfig describes an all-in-one kvroute system.
@@ -62,9 +64,9 @@ type Env struct {
 	// DropNextBatches).
 	Fleet *sim.Fleet
 	// Router is the kvroute instance (Index, Picker, SetMode).
-	Router *router.Router
+	Router *server.Server
 	// Gateway is the Envoy stand-in clients talk to.
-	Gateway *envoy.Gateway
+	Gateway *envoytest.Gateway
 	cancel  context.CancelFunc
 	// NATSURL and EtcdEndpoints are the servers in use.
 	NATSURL       string
@@ -134,7 +136,7 @@ func StartEnv(ctx context.Context, cfg EnvConfig) (_ *Env, err error) {
 	}); err != nil {
 		return nil, fmt.Errorf("start workers: %w", err)
 	}
-	rcfg := router.DefaultConfig()
+	rcfg := server.DefaultConfig()
 	rcfg.GRPCAddr, rcfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
 	rcfg.NATSURL, rcfg.EtcdEndpoints = e.NATSURL, e.EtcdEndpoints
 	rcfg.KVEvents = !cfg.NoEvents
@@ -145,9 +147,9 @@ func StartEnv(ctx context.Context, cfg EnvConfig) (_ *Env, err error) {
 	rcfg.ShutdownGrace = 2 * time.Second
 	rcfg.Logger = cfg.Logger.With("component", "kvroute")
 	if cfg.TokenizerDir != "" {
-		rcfg.Tokenizers = []string{cfg.Model + "=" + cfg.TokenizerDir}
+		rcfg.Tokenizers = map[string]tokenizer.ModelSource{cfg.Model: {Dir: cfg.TokenizerDir}}
 	}
-	if e.Router, err = router.Start(ctx, rcfg); err != nil {
+	if e.Router, err = server.Start(ctx, rcfg); err != nil {
 		return nil, fmt.Errorf("start kvroute: %w", err)
 	}
 	if err := e.WaitWorkers(ctx, cfg.Workers, 30*time.Second); err != nil {
@@ -159,7 +161,7 @@ func StartEnv(ctx context.Context, cfg EnvConfig) (_ *Env, err error) {
 	return e, nil
 }
 
-func (e *Env) startGateway(ctx context.Context) (*envoy.Gateway, error) {
+func (e *Env) startGateway(ctx context.Context) (*envoytest.Gateway, error) {
 	var workers []envoy.Worker
 	for _, w := range e.Fleet.Workers() {
 		rec := w.Record()
@@ -170,13 +172,13 @@ func (e *Env) startGateway(ctx context.Context) (*envoy.Gateway, error) {
 		workers = append(workers, envoy.Worker{Cluster: cluster, Address: w.Addr()})
 	}
 	if e.cfg.Bootstrap == nil {
-		return envoy.StartGateway(ctx, e.cfg.Style, workers, e.Router.GRPCAddr())
+		return envoytest.StartGateway(ctx, e.cfg.Style, workers, e.Router.GRPCAddr())
 	}
 	eps := map[string][]string{envoy.ExtProcClusterName: {e.Router.GRPCAddr()}}
 	for _, w := range workers {
 		eps[w.Cluster] = []string{w.Address}
 	}
-	g, err := envoy.LoadGateway(e.cfg.Bootstrap, envoy.GatewayOptions{ListenAddress: "127.0.0.1:0", Endpoints: eps})
+	g, err := envoytest.LoadGateway(e.cfg.Bootstrap, envoytest.GatewayOptions{ListenAddress: "127.0.0.1:0", Endpoints: eps})
 	if err != nil {
 		return nil, err
 	}

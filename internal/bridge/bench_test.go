@@ -7,10 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
+	"github.com/kvroute/kvroute/internal/bus"
 	"github.com/kvroute/kvroute/internal/testenv"
-	"github.com/kvroute/kvroute/kvindex"
+	"github.com/nats-io/nats.go"
 )
 
 // BenchmarkForwardZMQToNATS measures batches per second through the whole
@@ -25,7 +24,7 @@ func BenchmarkForwardZMQToNATS(b *testing.B) {
 	}
 	defer nc.Close()
 	var got atomic.Int64
-	sub, err := nc.Subscribe(kvindex.EventsWildcard("bench"), func(*nats.Msg) { got.Add(1) })
+	sub, err := nc.Subscribe(bus.EventsWildcard("bench"), func(*nats.Msg) { got.Add(1) })
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -19,11 +19,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/kvroute/kvroute/internal/discovery"
 	"github.com/kvroute/kvroute/internal/vllmzmq"
+	"github.com/kvroute/kvroute/scoring"
+	"github.com/nats-io/nats.go"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Defaults for Config.
@@ -170,7 +170,7 @@ type Bridge struct {
 	mu         sync.Mutex
 	streams    []*stream
 	registered []*discovery.Registration
-	records    []discovery.Record
+	records    []scoring.WorkerSpec
 }
 
 // New validates cfg and returns a bridge.
@@ -204,10 +204,10 @@ func (b *Bridge) WorkerID(rank int) (string, bool) {
 
 // Records returns the records currently registered (empty while the engine
 // is not ready or unhealthy).
-func (b *Bridge) Records() []discovery.Record {
+func (b *Bridge) Records() []scoring.WorkerSpec {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return append([]discovery.Record(nil), b.records...)
+	return append([]scoring.WorkerSpec(nil), b.records...)
 }
 
 // Resync makes every stream publish AllBlocksCleared and republish what the

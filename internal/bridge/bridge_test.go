@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
+	"github.com/kvroute/kvroute/internal/bus"
 	"github.com/kvroute/kvroute/internal/testenv"
 	"github.com/kvroute/kvroute/kvindex"
+	"github.com/nats-io/nats.go"
 )
 
 const testModel = "Qwen/Qwen3-8B" // what testdata/vllm_models.json serves
@@ -32,9 +32,9 @@ func seqs(t *testing.T, msgs []*nats.Msg) []uint64 {
 	t.Helper()
 	var out []uint64
 	for _, m := range msgs {
-		s, err := strconv.ParseUint(m.Header.Get(kvindex.SeqHeader), 10, 64)
+		s, err := strconv.ParseUint(m.Header.Get(bus.SeqHeader), 10, 64)
 		if err != nil {
-			t.Fatalf("message on %s has no valid %s header: %v", m.Subject, kvindex.SeqHeader, err)
+			t.Fatalf("message on %s has no valid %s header: %v", m.Subject, bus.SeqHeader, err)
 		}
 		out = append(out, s)
 	}
@@ -45,7 +45,7 @@ func assertGapFree(t *testing.T, msgs []*nats.Msg) {
 	t.Helper()
 	for i, s := range seqs(t, msgs) {
 		if s != uint64(i) {
-			t.Fatalf("message %d carries %s %d; the bridge's stream must be gap-free from 0", i, kvindex.SeqHeader, s)
+			t.Fatalf("message %d carries %s %d; the bridge's stream must be gap-free from 0", i, bus.SeqHeader, s)
 		}
 	}
 }
@@ -60,7 +60,7 @@ func TestBridgeEvents(t *testing.T) {
 		ix.AddWorker("w0", testModel, 16)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		cons := kvindex.NewConsumer(in.nc, kvindex.ConsumerConfig{Namespace: ns, Index: ix, Logger: quiet()})
+		cons := bus.NewEventConsumer(in.nc, bus.EventConsumerConfig{Namespace: ns, Index: ix, Logger: quiet()})
 		if err := cons.Start(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -197,7 +197,7 @@ func TestBridgeEvents(t *testing.T) {
 			ix.AddWorker("w0", testModel, 16)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			if err := kvindex.NewConsumer(in.nc, kvindex.ConsumerConfig{Namespace: ns, Index: ix, Logger: quiet()}).Start(ctx); err != nil {
+			if err := bus.NewEventConsumer(in.nc, bus.EventConsumerConfig{Namespace: ns, Index: ix, Logger: quiet()}).Start(ctx); err != nil {
 				t.Fatal(err)
 			}
 			tap := tapEvents(t, in.nc, ns)

@@ -11,10 +11,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
+	"github.com/kvroute/kvroute/internal/bus"
 	"github.com/kvroute/kvroute/internal/vllmzmq"
 	"github.com/kvroute/kvroute/kvindex"
+	"github.com/nats-io/nats.go"
 )
 
 // Stats counts what the bridge did with the engine's KV events. All fields
@@ -58,7 +58,7 @@ func (s *Stats) Snapshot() StatsSnapshot {
 }
 
 // natsEvents republishes batches on NATS with a per-worker sequence in
-// kvindex.SeqHeader. The sequence is the bridge's own, not the engine's: the
+// bus.SeqHeader. The sequence is the bridge's own, not the engine's: the
 // bridge inserts synthetic batches and outlives engine restarts, and the
 // router must see one gap-free stream per worker. It starts at 0 when the
 // bridge starts, which the router reads as a fresh stream.
@@ -78,8 +78,8 @@ func (p *natsEvents) publish(worker string, payload []byte) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	seq := p.next[worker]
-	msg := nats.NewMsg(kvindex.EventsSubject(p.ns, worker))
-	msg.Header.Set(kvindex.SeqHeader, strconv.FormatUint(seq, 10))
+	msg := nats.NewMsg(bus.EventsSubject(p.ns, worker))
+	msg.Header.Set(bus.SeqHeader, strconv.FormatUint(seq, 10))
 	msg.Data = payload
 	// The number is spent even on failure, so the router sees a gap rather
 	// than a silently missing batch.

@@ -7,13 +7,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"go.etcd.io/etcd/api/v3/mvccpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
-
+	"github.com/kvroute/kvroute/internal/bus"
 	"github.com/kvroute/kvroute/internal/discovery"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/scoring"
+	"github.com/nats-io/nats.go"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // TestBridgeFleet covers membership and load: registration, leases, health,
@@ -26,15 +26,15 @@ func TestBridgeFleet(t *testing.T) {
 		eng := newFakeEngine(t, "vllm_metrics.txt")
 		es := newEngineSide(t, 1, 0)
 		loads := make(chan *nats.Msg, 64)
-		sub, err := in.nc.ChanSubscribe(scoring.LoadSubject(ns, "w0"), loads)
+		sub, err := in.nc.ChanSubscribe(bus.LoadSubject(ns, "w0"), loads)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer sub.Unsubscribe()
 		_, stop := runBridge(t, bridgeConfig(in, ns, eng, es))
 
-		key := discovery.Key(ns, "w0")
-		var rec discovery.Record
+		key := bus.WorkerKey(ns, "w0")
+		var rec scoring.WorkerSpec
 		waitFor(t, "the etcd record", 10*time.Second, func() bool {
 			resp, err := in.cli.Get(context.Background(), key)
 			if err != nil || len(resp.Kvs) == 0 {
@@ -49,7 +49,7 @@ func TestBridgeFleet(t *testing.T) {
 			}
 			return true
 		})
-		want := discovery.Record{ID: "w0", Model: testModel, Address: "10.0.0.5:8000", BlockSize: 16,
+		want := scoring.WorkerSpec{ID: "w0", Model: testModel, Address: "10.0.0.5:8000", BlockSize: 16,
 			KVTotalBlocks: 1000, LoRAAdapters: []string{"sql-lora"}}
 		if got, _ := json.Marshal(rec); string(got) != string(mustJSON(t, want)) {
 			t.Errorf("record = %s, want %s", got, mustJSON(t, want))
@@ -57,7 +57,7 @@ func TestBridgeFleet(t *testing.T) {
 
 		select {
 		case m := <-loads:
-			r, err := scoring.ParseLoadReport(m.Data)
+			r, err := bus.ParseLoadReport(m.Data)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -86,7 +86,7 @@ func TestBridgeFleet(t *testing.T) {
 		eng := newFakeEngine(t, "vllm_metrics.txt")
 		es := newEngineSide(t, 1, 0)
 		runBridge(t, bridgeConfig(in, ns, eng, es))
-		key := discovery.Key(ns, "w0")
+		key := bus.WorkerKey(ns, "w0")
 		present := func() bool {
 			resp, err := in.cli.Get(context.Background(), key)
 			return err == nil && len(resp.Kvs) == 1
@@ -103,7 +103,7 @@ func TestBridgeFleet(t *testing.T) {
 		eng := newFakeEngine(t, "vllm_metrics.txt")
 		es := newEngineSide(t, 1, 0)
 		runBridge(t, bridgeConfig(in, ns, eng, es))
-		key := discovery.Key(ns, "w0")
+		key := bus.WorkerKey(ns, "w0")
 		lease := func() clientv3.LeaseID {
 			resp, err := in.cli.Get(context.Background(), key)
 			if err != nil || len(resp.Kvs) == 0 {
@@ -130,7 +130,7 @@ func TestBridgeFleet(t *testing.T) {
 		cfg := bridgeConfig(in, ns, eng, es)
 		cfg.Etcd = in.etcdClient(t) // the bridge's own connection, to cut
 		runBridge(t, cfg)
-		key := discovery.Key(ns, "w0")
+		key := bus.WorkerKey(ns, "w0")
 		waitFor(t, "registration", 10*time.Second, func() bool {
 			resp, err := in.cli.Get(context.Background(), key)
 			return err == nil && len(resp.Kvs) == 1
@@ -164,7 +164,7 @@ func TestBridgeFleet(t *testing.T) {
 		cfg := bridgeConfig(in, ns, eng, es)
 		cfg.DPSize = 2
 		loads := make(chan *nats.Msg, 64)
-		sub, err := in.nc.ChanSubscribe(scoring.LoadSubjectWildcard(ns), loads)
+		sub, err := in.nc.ChanSubscribe(bus.LoadSubjectWildcard(ns), loads)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -182,7 +182,7 @@ func TestBridgeFleet(t *testing.T) {
 			}
 		}
 		for r, want := range map[int]int{0: 2000, 1: 2000} {
-			key := discovery.Key(ns, "w0-dp"+strconv.Itoa(r))
+			key := bus.WorkerKey(ns, "w0-dp"+strconv.Itoa(r))
 			waitFor(t, key, 10*time.Second, func() bool {
 				resp, err := in.cli.Get(context.Background(), key)
 				if err != nil || len(resp.Kvs) == 0 {
@@ -199,7 +199,7 @@ func TestBridgeFleet(t *testing.T) {
 		waitFor(t, "load reports for both ranks", 5*time.Second, func() bool {
 			select {
 			case m := <-loads:
-				r, err := scoring.ParseLoadReport(m.Data)
+				r, err := bus.ParseLoadReport(m.Data)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -16,13 +16,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-
+	"github.com/kvroute/kvroute/internal/bus"
 	"github.com/kvroute/kvroute/internal/testenv"
 	"github.com/kvroute/kvroute/internal/vllmzmq"
 	"github.com/kvroute/kvroute/kvindex"
+	"github.com/nats-io/nats.go"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 func TestMain(m *testing.M) {
@@ -215,7 +215,7 @@ type natsTap struct {
 func tapEvents(t *testing.T, nc *nats.Conn, ns string) *natsTap {
 	t.Helper()
 	tap := &natsTap{sig: make(chan struct{}, 1)}
-	sub, err := nc.Subscribe(kvindex.EventsWildcard(ns), func(m *nats.Msg) {
+	sub, err := nc.Subscribe(bus.EventsWildcard(ns), func(m *nats.Msg) {
 		tap.mu.Lock()
 		tap.msgs = append(tap.msgs, m)
 		tap.mu.Unlock()

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/kvroute/kvroute/internal/bus"
 	"github.com/kvroute/kvroute/internal/discovery"
 	"github.com/kvroute/kvroute/scoring"
 )
@@ -122,8 +123,8 @@ func (b *Bridge) probe(ctx context.Context) (engineInfo, error) {
 }
 
 // records builds one registration per data-parallel rank.
-func (b *Bridge) recordsFor(info engineInfo) []discovery.Record {
-	recs := make([]discovery.Record, 0, b.cfg.DPSize)
+func (b *Bridge) recordsFor(info engineInfo) []scoring.WorkerSpec {
+	recs := make([]scoring.WorkerSpec, 0, b.cfg.DPSize)
 	for r := 0; r < b.cfg.DPSize; r++ {
 		id, _ := b.WorkerID(r)
 		total := b.cfg.KVTotalBlocks
@@ -132,7 +133,7 @@ func (b *Bridge) recordsFor(info engineInfo) []discovery.Record {
 				_, total = rm.KVBlocks(info.blockSize)
 			}
 		}
-		recs = append(recs, discovery.Record{
+		recs = append(recs, scoring.WorkerSpec{
 			ID:                  id,
 			Model:               info.models.Base,
 			Address:             b.cfg.Address,
@@ -161,7 +162,7 @@ func (b *Bridge) register(ctx context.Context, info engineInfo) {
 		return
 	}
 	for _, rec := range recs {
-		if err := rec.Validate(); err != nil {
+		if err := discovery.ValidateRecord(rec); err != nil {
 			b.log.Error("not registering: the engine's answers make an invalid record", "err", err)
 			continue
 		}
@@ -278,7 +279,7 @@ func (b *Bridge) publishLoad(m EngineMetrics, blockSize int) {
 		if err != nil {
 			continue // a struct of ints always marshals
 		}
-		if err := b.cfg.NATS.Publish(scoring.LoadSubject(b.cfg.Namespace, id), data); err != nil {
+		if err := b.cfg.NATS.Publish(bus.LoadSubject(b.cfg.Namespace, id), data); err != nil {
 			b.stats.PublishErrors.Add(1)
 			if !errors.Is(err, context.Canceled) {
 				b.log.Debug("load report publish failed", "worker", id, "err", err)

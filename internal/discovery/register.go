@@ -9,11 +9,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kvroute/kvroute/internal/bus"
+	"github.com/kvroute/kvroute/scoring"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // DefaultLeaseTTL is the lease a registration holds when RegisterOptions
-// leaves TTL zero (DESIGN 3.1).
+// leaves TTL zero (docs/architecture.md §3.1).
 const DefaultLeaseTTL = 10 * time.Second
 
 // RegisterOptions tune Register. The zero value works.
@@ -49,7 +51,7 @@ func (o RegisterOptions) withDefaults() RegisterOptions {
 	return o
 }
 
-// Registration keeps one worker Record in etcd under a lease: it keeps the
+// Registration keeps one worker scoring.WorkerSpec in etcd under a lease: it keeps the
 // lease alive, writes the record again under a fresh lease whenever the
 // lease is lost (expired during an etcd outage, revoked, or the keepalive
 // stream broke), and deletes it on Close.
@@ -69,18 +71,18 @@ type Registration struct {
 	closed        bool
 }
 
-// Register writes rec at Key(namespace, rec.ID) under a new lease and keeps
+// Register writes rec at bus.WorkerKey(namespace, rec.ID) under a new lease and keeps
 // it there until ctx ends, Close or Abandon is called. The first write
 // happens before Register returns, so an unreachable etcd is an error here;
 // later outages are retried in the background.
-func Register(ctx context.Context, cli *clientv3.Client, namespace string, rec Record, opts RegisterOptions) (*Registration, error) {
+func Register(ctx context.Context, cli *clientv3.Client, namespace string, rec scoring.WorkerSpec, opts RegisterOptions) (*Registration, error) {
 	if cli == nil {
 		return nil, errors.New("register worker: nil etcd client")
 	}
 	if namespace == "" {
 		return nil, errors.New("register worker: empty namespace")
 	}
-	if err := rec.Validate(); err != nil {
+	if err := ValidateRecord(rec); err != nil {
 		return nil, fmt.Errorf("register worker: %w", err)
 	}
 	val, err := json.Marshal(rec)
@@ -89,7 +91,7 @@ func Register(ctx context.Context, cli *clientv3.Client, namespace string, rec R
 	}
 	r := &Registration{
 		cli:  cli,
-		key:  Key(namespace, rec.ID),
+		key:  bus.WorkerKey(namespace, rec.ID),
 		val:  string(val),
 		opts: opts.withDefaults(),
 		done: make(chan struct{}),

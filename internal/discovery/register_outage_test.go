@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvroute/kvroute/internal/bus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -103,7 +104,7 @@ func TestRegisterComesBackAfterAnEtcdOutageLongerThanTheTTL(t *testing.T) {
 	et.start(t)
 
 	waitFor(t, "re-registration after the outage", 30*time.Second, func() bool {
-		_, lease, ok := getRecord(t, cli, Key("ns", "w9"))
+		_, lease, ok := getRecord(t, cli, bus.WorkerKey("ns", "w9"))
 		return ok && lease != old && lease == reg.Lease()
 	})
 	if n := reg.Registrations(); n < 2 {
@@ -111,7 +112,7 @@ func TestRegisterComesBackAfterAnEtcdOutageLongerThanTheTTL(t *testing.T) {
 	}
 	// The new lease is kept alive.
 	time.Sleep(2 * time.Second)
-	if _, _, ok := getRecord(t, cli, Key("ns", "w9")); !ok {
+	if _, _, ok := getRecord(t, cli, bus.WorkerKey("ns", "w9")); !ok {
 		t.Fatal("record lost after re-registration")
 	}
 }

@@ -7,13 +7,14 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
+	"github.com/kvroute/kvroute/internal/bus"
 	"github.com/kvroute/kvroute/internal/testenv"
+	"github.com/kvroute/kvroute/scoring"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-func testRecord(id string) Record {
-	return Record{ID: id, Model: "m", Address: "127.0.0.1:8000", BlockSize: 16, KVTotalBlocks: 100}
+func testRecord(id string) scoring.WorkerSpec {
+	return scoring.WorkerSpec{ID: id, Model: "m", Address: "127.0.0.1:8000", BlockSize: 16, KVTotalBlocks: 100}
 }
 
 func etcdClient(t *testing.T) *clientv3.Client {
@@ -32,14 +33,14 @@ func quietOpts(ttl time.Duration) RegisterOptions {
 }
 
 // getRecord reads the key and its lease; ok is false when absent.
-func getRecord(t *testing.T, cli *clientv3.Client, key string) (Record, clientv3.LeaseID, bool) {
+func getRecord(t *testing.T, cli *clientv3.Client, key string) (scoring.WorkerSpec, clientv3.LeaseID, bool) {
 	t.Helper()
 	resp, err := cli.Get(context.Background(), key)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(resp.Kvs) == 0 {
-		return Record{}, 0, false
+		return scoring.WorkerSpec{}, 0, false
 	}
 	rec, err := ParseRecord(resp.Kvs[0].Value)
 	if err != nil {
@@ -66,7 +67,7 @@ func TestRegisterWritesTheRecordUnderALeaseAndCloseDeletesIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec, lease, ok := getRecord(t, cli, Key("ns", "w0"))
+	rec, lease, ok := getRecord(t, cli, bus.WorkerKey("ns", "w0"))
 	if !ok || rec.ID != "w0" || rec.Address != "127.0.0.1:8000" {
 		t.Fatalf("record %+v present=%v", rec, ok)
 	}
@@ -83,7 +84,7 @@ func TestRegisterWritesTheRecordUnderALeaseAndCloseDeletesIt(t *testing.T) {
 	if err := reg.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, ok := getRecord(t, cli, Key("ns", "w0")); ok {
+	if _, _, ok := getRecord(t, cli, bus.WorkerKey("ns", "w0")); ok {
 		t.Fatal("record still present after Close")
 	}
 	if err := reg.Close(); err != nil {
@@ -100,7 +101,7 @@ func TestRegisterKeepsALeaseAliveBeyondItsTTL(t *testing.T) {
 	defer reg.Close()
 	first := reg.Lease()
 	time.Sleep(2500 * time.Millisecond)
-	if _, lease, ok := getRecord(t, cli, Key("ns", "w1")); !ok || lease != first {
+	if _, lease, ok := getRecord(t, cli, bus.WorkerKey("ns", "w1")); !ok || lease != first {
 		t.Fatalf("after 2.5 TTLs: present=%v lease=%d, want the original lease %d", ok, lease, first)
 	}
 	if n := reg.Registrations(); n != 1 {
@@ -122,7 +123,7 @@ func TestRegisterRecoversFromALostLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "re-registration", 10*time.Second, func() bool {
-		_, lease, ok := getRecord(t, cli, Key("ns", "w2"))
+		_, lease, ok := getRecord(t, cli, bus.WorkerKey("ns", "w2"))
 		return ok && lease != old && lease == reg.Lease()
 	})
 	if n := reg.Registrations(); n < 2 {
@@ -137,11 +138,11 @@ func TestAbandonLetsTheLeaseExpire(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg.Abandon()
-	if _, _, ok := getRecord(t, cli, Key("ns", "w3")); !ok {
+	if _, _, ok := getRecord(t, cli, bus.WorkerKey("ns", "w3")); !ok {
 		t.Fatal("Abandon deleted the record at once; it should wait for the lease")
 	}
 	waitFor(t, "lease expiry", 10*time.Second, func() bool {
-		_, _, ok := getRecord(t, cli, Key("ns", "w3"))
+		_, _, ok := getRecord(t, cli, bus.WorkerKey("ns", "w3"))
 		return !ok
 	})
 }
@@ -162,7 +163,7 @@ func TestRegisterStopsWithItsContext(t *testing.T) {
 	if err := reg.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, ok := getRecord(t, cli, Key("ns", "w4")); ok {
+	if _, _, ok := getRecord(t, cli, bus.WorkerKey("ns", "w4")); ok {
 		t.Fatal("record present after Close")
 	}
 }
@@ -172,9 +173,9 @@ func TestRegisterRejectsBadInput(t *testing.T) {
 	tests := []struct {
 		name string
 		ns   string
-		rec  Record
+		rec  scoring.WorkerSpec
 	}{
-		{"invalid record", "ns", Record{ID: "bad/id", Model: "m", Address: "x:1", BlockSize: 16}},
+		{"invalid record", "ns", scoring.WorkerSpec{ID: "bad/id", Model: "m", Address: "x:1", BlockSize: 16}},
 		{"empty namespace", "", testRecord("w5")},
 	}
 	for _, tt := range tests {

@@ -9,19 +9,20 @@ import (
 	"os"
 	"time"
 
+	"github.com/kvroute/kvroute/scoring"
 	"sigs.k8s.io/yaml"
 )
 
 // workersFile is the static file's layout: either a bare list of records or
 // an object with a "workers" list.
 type workersFile struct {
-	Workers []Record `json:"workers"`
+	Workers []scoring.WorkerSpec `json:"workers"`
 }
 
 // ParseWorkersFile decodes a static workers file, YAML or JSON, and
 // validates every record. Duplicate ids are an error.
-func ParseWorkersFile(data []byte) ([]Record, error) {
-	var recs []Record
+func ParseWorkersFile(data []byte) ([]scoring.WorkerSpec, error) {
+	var recs []scoring.WorkerSpec
 	js, err := yaml.YAMLToJSON(data)
 	if err != nil {
 		return nil, fmt.Errorf("workers file: %w", err)
@@ -44,7 +45,7 @@ func ParseWorkersFile(data []byte) ([]Record, error) {
 	seen := make(map[string]bool, len(recs))
 	var errs []error
 	for i, r := range recs {
-		if err := r.Validate(); err != nil {
+		if err := ValidateRecord(r); err != nil {
 			errs = append(errs, fmt.Errorf("entry %d: %w", i, err))
 			continue
 		}
@@ -60,7 +61,7 @@ func ParseWorkersFile(data []byte) ([]Record, error) {
 }
 
 // LoadWorkersFile reads and parses a static workers file.
-func LoadWorkersFile(path string) ([]Record, error) {
+func LoadWorkersFile(path string) ([]scoring.WorkerSpec, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("workers file: %w", err)
@@ -91,7 +92,7 @@ type FileWatcher struct {
 	sink  Sink
 	opts  FileOptions
 	last  []byte
-	known map[string]Record
+	known map[string]scoring.WorkerSpec
 }
 
 // NewFileWatcher loads path once and applies it to sink; a file that cannot
@@ -103,7 +104,7 @@ func NewFileWatcher(path string, sink Sink, opts FileOptions) (*FileWatcher, err
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	fw := &FileWatcher{path: path, sink: sink, opts: opts, known: map[string]Record{}}
+	fw := &FileWatcher{path: path, sink: sink, opts: opts, known: map[string]scoring.WorkerSpec{}}
 	if _, err := fw.reload(); err != nil {
 		return nil, err
 	}
@@ -147,7 +148,7 @@ func (fw *FileWatcher) reload() (bool, error) {
 		return false, fmt.Errorf("%s: %w", fw.path, err)
 	}
 	fw.last = data
-	next := make(map[string]Record, len(recs))
+	next := make(map[string]scoring.WorkerSpec, len(recs))
 	for _, r := range recs {
 		next[r.ID] = r
 		fw.sink.Upsert(r)

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvroute/kvroute/internal/bus"
+	"github.com/kvroute/kvroute/scoring"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -16,7 +18,7 @@ import (
 // one goroutine; Upsert may repeat a record that did not change.
 type Sink interface {
 	// Upsert adds a worker or replaces its record.
-	Upsert(Record)
+	Upsert(scoring.WorkerSpec)
 	// Remove drops a worker: its key was deleted or its lease lapsed.
 	Remove(id string)
 }
@@ -43,7 +45,7 @@ type Watcher struct {
 	sink   Sink
 	opts   WatchOptions
 
-	known   map[string]Record // owned by Run's goroutine
+	known   map[string]scoring.WorkerSpec // owned by Run's goroutine
 	bad     atomic.Int64
 	synced  chan struct{}
 	syncOne sync.Once
@@ -57,7 +59,7 @@ func NewWatcher(cli *clientv3.Client, namespace string, sink Sink, opts WatchOpt
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Watcher{cli: cli, prefix: Prefix(namespace), sink: sink, opts: opts, known: map[string]Record{}, synced: make(chan struct{})}
+	return &Watcher{cli: cli, prefix: bus.WorkersPrefix(namespace), sink: sink, opts: opts, known: map[string]scoring.WorkerSpec{}, synced: make(chan struct{})}
 }
 
 // Synced is closed once the first Get has been applied to the Sink.

@@ -10,20 +10,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvroute/kvroute/internal/bus"
 	"github.com/kvroute/kvroute/internal/testenv"
+	"github.com/kvroute/kvroute/scoring"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // fleet is a Sink that records the current fleet.
 type fleet struct {
 	mu      sync.Mutex
-	workers map[string]Record
+	workers map[string]scoring.WorkerSpec
 	removed []string
 }
 
-func newFleetSink() *fleet { return &fleet{workers: map[string]Record{}} }
+func newFleetSink() *fleet { return &fleet{workers: map[string]scoring.WorkerSpec{}} }
 
-func (f *fleet) Upsert(r Record) { f.mu.Lock(); f.workers[r.ID] = r; f.mu.Unlock() }
+func (f *fleet) Upsert(r scoring.WorkerSpec) { f.mu.Lock(); f.workers[r.ID] = r; f.mu.Unlock() }
 func (f *fleet) Remove(id string) {
 	f.mu.Lock()
 	delete(f.workers, id)
@@ -31,7 +33,7 @@ func (f *fleet) Remove(id string) {
 	f.mu.Unlock()
 }
 
-func (f *fleet) get(id string) (Record, bool) {
+func (f *fleet) get(id string) (scoring.WorkerSpec, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	r, ok := f.workers[id]
@@ -52,8 +54,8 @@ func eventually(t *testing.T, what string, cond func() bool) {
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-func record(id string, blockSize int) Record {
-	return Record{ID: id, Model: "m", Address: "10.0.0.1:8000", BlockSize: blockSize, KVTotalBlocks: 100}
+func record(id string, blockSize int) scoring.WorkerSpec {
+	return scoring.WorkerSpec{ID: id, Model: "m", Address: "10.0.0.1:8000", BlockSize: blockSize, KVTotalBlocks: 100}
 }
 
 func putJSON(t *testing.T, cli *clientv3.Client, key string, v any, opts ...clientv3.OpOption) {
@@ -85,7 +87,7 @@ func TestWatcherFollowsEtcd(t *testing.T) {
 	}
 	defer pre.Close()
 	// A worker of another namespace must stay invisible.
-	putJSON(t, cli, Key("other", "x"), record("x", 16))
+	putJSON(t, cli, bus.WorkerKey("other", "x"), record("x", 16))
 
 	sink := newFleetSink()
 	var badMu sync.Mutex
@@ -110,21 +112,21 @@ func TestWatcherFollowsEtcd(t *testing.T) {
 	}
 
 	t.Run("add", func(t *testing.T) {
-		putJSON(t, cli, Key("ns", "w1"), record("w1", 16))
+		putJSON(t, cli, bus.WorkerKey("ns", "w1"), record("w1", 16))
 		eventually(t, "w1 added", func() bool { _, ok := sink.get("w1"); return ok })
 	})
 	t.Run("update", func(t *testing.T) {
-		putJSON(t, cli, Key("ns", "w1"), record("w1", 32))
+		putJSON(t, cli, bus.WorkerKey("ns", "w1"), record("w1", 32))
 		eventually(t, "w1 updated", func() bool { r, _ := sink.get("w1"); return r.BlockSize == 32 })
 	})
 	t.Run("bad value is counted and ignored", func(t *testing.T) {
 		before := w.BadValues()
-		if _, err := cli.Put(ctx, Key("ns", "w1"), "{not json"); err != nil {
+		if _, err := cli.Put(ctx, bus.WorkerKey("ns", "w1"), "{not json"); err != nil {
 			t.Fatal(err)
 		}
-		putJSON(t, cli, Key("ns", "w2"), record("other-id", 16)) // id does not match its key
-		putJSON(t, cli, Key("ns", "w3"), Record{ID: "w3"})       // fails validation
-		putJSON(t, cli, Key("ns", "w4"), record("w4", 16))       // a good one after the bad ones
+		putJSON(t, cli, bus.WorkerKey("ns", "w2"), record("other-id", 16))       // id does not match its key
+		putJSON(t, cli, bus.WorkerKey("ns", "w3"), scoring.WorkerSpec{ID: "w3"}) // fails validation
+		putJSON(t, cli, bus.WorkerKey("ns", "w4"), record("w4", 16))             // a good one after the bad ones
 		eventually(t, "w4 added", func() bool { _, ok := sink.get("w4"); return ok })
 		if got := w.BadValues() - before; got != 3 {
 			t.Errorf("bad values counted %d, want 3", got)
@@ -144,7 +146,7 @@ func TestWatcherFollowsEtcd(t *testing.T) {
 		badMu.Unlock()
 	})
 	t.Run("delete removes", func(t *testing.T) {
-		if _, err := cli.Delete(ctx, Key("ns", "w4")); err != nil {
+		if _, err := cli.Delete(ctx, bus.WorkerKey("ns", "w4")); err != nil {
 			t.Fatal(err)
 		}
 		eventually(t, "w4 removed", func() bool { _, ok := sink.get("w4"); return !ok })
@@ -187,12 +189,12 @@ func TestWatcherResyncRemovesVanishedWorkers(t *testing.T) {
 	sink := newFleetSink()
 	w := NewWatcher(cli, "ns", sink, WatchOptions{Logger: quietLogger()})
 	for i := range 3 {
-		putJSON(t, cli, Key("ns", fmt.Sprintf("w%d", i)), record(fmt.Sprintf("w%d", i), 16))
+		putJSON(t, cli, bus.WorkerKey("ns", fmt.Sprintf("w%d", i)), record(fmt.Sprintf("w%d", i), 16))
 	}
 	if _, err := w.resync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cli.Delete(context.Background(), Key("ns", "w1")); err != nil {
+	if _, err := cli.Delete(context.Background(), bus.WorkerKey("ns", "w1")); err != nil {
 		t.Fatal(err)
 	}
 	// A resync (as after a compacted watch) must notice w1 is gone.

@@ -1,6 +1,6 @@
 // Package envflag lets every kvroute binary take each of its flags from an
 // environment variable, KVROUTE_<FLAG> (dashes become underscores), as
-// DESIGN 4 promises operators. The command line wins over the environment.
+// docs/architecture.md §3.8 promises operators. The command line wins over the environment.
 package envflag
 
 import (

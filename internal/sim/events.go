@@ -51,9 +51,13 @@ type EventSink interface {
 // EventSinkFunc adapts a function to EventSink.
 type EventSinkFunc func(Event)
 
+var _ EventSink = EventSinkFunc(nil)
+
 // KVEvent calls f.
 func (f EventSinkFunc) KVEvent(e Event) { f(e) }
 
 type discardSink struct{}
+
+var _ EventSink = discardSink{}
 
 func (discardSink) KVEvent(Event) {}

@@ -11,10 +11,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kvroute/kvroute/scoring"
 	"github.com/nats-io/nats.go"
 	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/kvroute/kvroute/internal/discovery"
 )
 
 // FleetConfig configures StartFleet.
@@ -151,8 +150,8 @@ func (f *Fleet) Worker(id string) *Worker { return f.byID[id] }
 
 // Records returns every worker's discovery record, e.g. for a static
 // workers file.
-func (f *Fleet) Records() []discovery.Record {
-	recs := make([]discovery.Record, len(f.workers))
+func (f *Fleet) Records() []scoring.WorkerSpec {
+	recs := make([]scoring.WorkerSpec, len(f.workers))
 	for i, w := range f.workers {
 		recs[i] = w.Record()
 	}

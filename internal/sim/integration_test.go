@@ -11,14 +11,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	clientv3 "go.etcd.io/etcd/client/v3"
-
+	"github.com/kvroute/kvroute/internal/bus"
 	"github.com/kvroute/kvroute/internal/discovery"
 	"github.com/kvroute/kvroute/internal/testenv"
 	"github.com/kvroute/kvroute/internal/vllmzmq"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/scoring"
+	"github.com/nats-io/nats.go"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 type fleetEnv struct {
@@ -39,10 +39,10 @@ func startFleetEnv(t *testing.T, workers int) *fleetEnv {
 	}
 	t.Cleanup(nc.Close)
 	env := &fleetEnv{nc: nc, events: make(chan *nats.Msg, 1024), loads: make(chan *nats.Msg, 1024)}
-	if _, err := nc.ChanSubscribe(kvindex.EventsWildcard("it"), env.events); err != nil {
+	if _, err := nc.ChanSubscribe(bus.EventsWildcard("it"), env.events); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := nc.ChanSubscribe(scoring.LoadSubjectWildcard("it"), env.loads); err != nil {
+	if _, err := nc.ChanSubscribe(bus.LoadSubjectWildcard("it"), env.loads); err != nil {
 		t.Fatal(err)
 	}
 	if err := nc.Flush(); err != nil {
@@ -81,7 +81,7 @@ func (e *fleetEnv) nextBatch(t *testing.T, worker string) (*nats.Msg, kvindex.Ev
 	for {
 		select {
 		case m := <-e.events:
-			if m.Subject != kvindex.EventsSubject("it", worker) {
+			if m.Subject != bus.EventsSubject("it", worker) {
 				continue
 			}
 			b, err := kvindex.DecodeBatch(m.Data)
@@ -97,9 +97,9 @@ func (e *fleetEnv) nextBatch(t *testing.T, worker string) (*nats.Msg, kvindex.Ev
 
 func seqOf(t *testing.T, m *nats.Msg) uint64 {
 	t.Helper()
-	s, err := strconv.ParseUint(m.Header.Get(kvindex.SeqHeader), 10, 64)
+	s, err := strconv.ParseUint(m.Header.Get(bus.SeqHeader), 10, 64)
 	if err != nil {
-		t.Fatalf("seq header %q: %v", m.Header.Get(kvindex.SeqHeader), err)
+		t.Fatalf("seq header %q: %v", m.Header.Get(bus.SeqHeader), err)
 	}
 	return s
 }
@@ -232,7 +232,7 @@ func TestLoadReportsAndEtcdLifecycle(t *testing.T) {
 	for len(seen) < 2 {
 		select {
 		case m := <-env.loads:
-			rep, err := scoring.ParseLoadReport(m.Data)
+			rep, err := bus.ParseLoadReport(m.Data)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -241,17 +241,17 @@ func TestLoadReportsAndEtcdLifecycle(t *testing.T) {
 			t.Fatalf("load reports from %d workers, want 2", len(seen))
 		}
 	}
-	if rep := seen[scoring.LoadSubject("it", "w0")]; rep.KVTotalBlocks != 64 || rep.TSMillis == 0 {
+	if rep := seen[bus.LoadSubject("it", "w0")]; rep.KVTotalBlocks != 64 || rep.TSMillis == 0 {
 		t.Fatalf("report %+v", rep)
 	}
 
-	get := func(id string) (discovery.Record, bool) {
-		resp, err := env.etcd.Get(context.Background(), discovery.Key("it", id))
+	get := func(id string) (scoring.WorkerSpec, bool) {
+		resp, err := env.etcd.Get(context.Background(), bus.WorkerKey("it", id))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(resp.Kvs) == 0 {
-			return discovery.Record{}, false
+			return scoring.WorkerSpec{}, false
 		}
 		rec, err := discovery.ParseRecord(resp.Kvs[0].Value)
 		if err != nil {

@@ -24,6 +24,8 @@ type PromptEncoder interface {
 // with token-id prompts or a router configured the same way.
 type ByteEncoder struct{}
 
+var _ PromptEncoder = ByteEncoder{}
+
 // EncodeChat encodes the messages' roles and text contents.
 func (ByteEncoder) EncodeChat(body []byte) ([]uint32, error) {
 	var req struct {

@@ -8,10 +8,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
+	"github.com/kvroute/kvroute/internal/bus"
 	"github.com/kvroute/kvroute/internal/vllmzmq"
 	"github.com/kvroute/kvroute/kvindex"
+	"github.com/nats-io/nats.go"
 )
 
 // Event batching defaults: a batch closes at this many events or this long
@@ -203,7 +203,7 @@ func (p *eventPublisher) publish(evs []kvindex.Event) {
 	}
 	for range copies {
 		msg := &nats.Msg{Subject: p.subject, Data: p.buf, Header: nats.Header{}}
-		msg.Header.Set(kvindex.SeqHeader, strconv.FormatUint(seq, 10))
+		msg.Header.Set(bus.SeqHeader, strconv.FormatUint(seq, 10))
 		if err := p.nc.PublishMsg(msg); err != nil {
 			p.failures.Add(1)
 			p.log.Warn("publish KV events to NATS", "seq", seq, "err", err)

@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
+	"github.com/kvroute/kvroute/internal/bus"
 	"github.com/kvroute/kvroute/internal/testenv"
 	"github.com/kvroute/kvroute/kvindex"
+	"github.com/nats-io/nats.go"
 )
 
 // TestRouterIndexAgreesWithTheEngine feeds kvsim's events to the router's
@@ -22,7 +22,7 @@ func TestRouterIndexAgreesWithTheEngine(t *testing.T) {
 		Engine: EngineConfig{NumGPUBlocks: 16, BlockSize: 16}, Namespace: "ra", NATS: natsConn(t, ns.URL),
 	})
 	sub := natsConn(t, ns.URL)
-	msgs, err := sub.SubscribeSync(kvindex.EventsSubject("ra", w.ID()))
+	msgs, err := sub.SubscribeSync(bus.EventsSubject("ra", w.ID()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,10 +102,10 @@ func TestRouterIndexAgreesWithTheEngine(t *testing.T) {
 }
 
 // routerView is a router-side index fed from a worker's NATS events by a
-// kvindex.Consumer, as kvroute runs it.
+// bus.EventConsumer, as kvroute runs it.
 type routerView struct {
 	ix   *kvindex.Index
-	cons *kvindex.Consumer
+	cons *bus.EventConsumer
 	seed uint64
 }
 
@@ -120,7 +120,7 @@ func newRouterView(t *testing.T, url, ns string, workers ...string) *routerView 
 	for _, w := range workers {
 		ix.AddWorker(w, "m", 16)
 	}
-	cons := kvindex.NewConsumer(nc, kvindex.ConsumerConfig{Namespace: ns, Index: ix, Logger: quietLogger()})
+	cons := bus.NewEventConsumer(nc, bus.EventConsumerConfig{Namespace: ns, Index: ix, Logger: quietLogger()})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	if err := cons.Start(ctx); err != nil {

@@ -14,6 +14,8 @@ type ChatEncoder struct {
 	Chat *tokenizer.Chat
 }
 
+var _ PromptEncoder = (*ChatEncoder)(nil)
+
 // LoadChatEncoder loads tokenizer.json and tokenizer_config.json from dir;
 // templateFile, when set, overrides the chat template (vLLM's
 // --chat-template).

@@ -12,13 +12,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	clientv3 "go.etcd.io/etcd/client/v3"
-
+	"github.com/kvroute/kvroute/internal/bus"
 	"github.com/kvroute/kvroute/internal/discovery"
 	"github.com/kvroute/kvroute/internal/vllmzmq"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/scoring"
+	"github.com/nats-io/nats.go"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // DefaultLoadInterval is how often a worker publishes its load report.
@@ -82,7 +82,7 @@ type WorkerConfig struct {
 // Worker is one running simulated vLLM worker.
 type Worker struct {
 	cfg     WorkerConfig
-	rec     discovery.Record
+	rec     scoring.WorkerSpec
 	log     *slog.Logger
 	run     *runner
 	metrics *workerMetrics
@@ -159,7 +159,7 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 			return nil, fmt.Errorf("start worker %s: zmq publisher: %w", cfg.ID, err)
 		}
 	}
-	w.events = newEventPublisher(cfg.NATS, kvindex.EventsSubject(cfg.Namespace, cfg.ID), w.zmq,
+	w.events = newEventPublisher(cfg.NATS, bus.EventsSubject(cfg.Namespace, cfg.ID), w.zmq,
 		cfg.DPRank, cfg.EventBatchMax, cfg.EventFlushInterval, log)
 
 	w.ln, err = net.Listen("tcp", cfg.ListenAddr)
@@ -172,13 +172,13 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 	if addr == "" {
 		addr = w.ln.Addr().String()
 	}
-	w.rec = discovery.Record{
+	w.rec = scoring.WorkerSpec{
 		ID: cfg.ID, Model: cfg.Model, Address: addr, Cluster: cfg.Cluster,
 		BlockSize: w.cfg.Engine.BlockSize, KVTotalBlocks: w.cfg.Engine.NumGPUBlocks,
 		MaxNumBatchedTokens: w.cfg.Engine.MaxNumBatchedTokens, MaxNumSeqs: w.cfg.Engine.MaxNumSeqs,
 		DPRank: cfg.DPRank,
 	}
-	if err := w.rec.Validate(); err != nil {
+	if err := discovery.ValidateRecord(w.rec); err != nil {
 		w.ln.Close()
 		w.shutdownZMQ()
 		w.cancel()
@@ -229,7 +229,7 @@ func (w *Worker) flushEvents() {
 
 // reportLoad publishes load reports until the worker stops.
 func (w *Worker) reportLoad() {
-	subject := scoring.LoadSubject(w.cfg.Namespace, w.cfg.ID)
+	subject := bus.LoadSubject(w.cfg.Namespace, w.cfg.ID)
 	t := time.NewTicker(w.cfg.LoadInterval)
 	defer t.Stop()
 	for {
@@ -262,7 +262,7 @@ func (w *Worker) Addr() string { return w.ln.Addr().String() }
 func (w *Worker) URL() string { return "http://" + w.Addr() }
 
 // Record returns the worker's discovery record.
-func (w *Worker) Record() discovery.Record { return w.rec }
+func (w *Worker) Record() scoring.WorkerSpec { return w.rec }
 
 // Config returns the worker's configuration with defaults filled in.
 func (w *Worker) Config() WorkerConfig { return w.cfg }

@@ -98,7 +98,7 @@ type runner struct {
 	mode    string
 	load    float64
 	clock   clock
-	router  *scoring.Router
+	router  *scoring.Scheduler
 	index   *kvindex.Index
 	approx  *kvindex.Approx
 	overlap scoring.OverlapSource
@@ -155,7 +155,7 @@ func (r *runner) setup(opts scoring.Options, seed uint64) error {
 		// Only the approximate mode reads what the recorder learns.
 		opts.Recorder = r.approx
 	}
-	router, err := scoring.NewRouter(opts)
+	router, err := scoring.NewScheduler(opts)
 	if err != nil {
 		return err
 	}

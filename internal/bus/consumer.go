@@ -1,0 +1,218 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvroute/kvroute/kvindex"
+	"github.com/nats-io/nats.go"
+)
+
+// EventConsumerConfig configures a EventConsumer.
+type EventConsumerConfig struct {
+	Namespace string
+	Index     *kvindex.Index
+	Metrics   EventMetrics // default NopEventMetrics
+	Logger    *slog.Logger // default slog.Default()
+	Buffer    int          // messages queued between NATS and the index; default 4096
+}
+
+// EventConsumer applies KV event batches from NATS to an Index. One goroutine
+// applies every message in arrival order, so each worker's batches apply in
+// the order the worker published them.
+//
+// Sequence numbers (SeqHeader) are tracked per worker:
+//   - the next number is normal;
+//   - a higher one is a gap: counted, and the worker is marked stale;
+//   - the same one again is a duplicate and is skipped;
+//   - 0 after a known stream is a fresh start: the publisher (and with it,
+//     normally, the engine) started over, so the worker is purged and its
+//     stale flag cleared — the stream is whole again from here;
+//   - any other lower number is a restart we cannot reason about: counted,
+//     and the worker is marked stale.
+//
+// A stale worker resyncs on AllBlocksCleared or a fresh start. If the
+// buffer overflows, NATS drops messages; the next batch shows a gap.
+type EventConsumer struct {
+	nc      *nats.Conn
+	cfg     EventConsumerConfig
+	prefix  string
+	done    chan struct{}
+	seqs    map[string]uint64 // last sequence per worker; owned by the loop
+	stats   consumerCounters
+	started atomic.Bool
+}
+
+type consumerCounters struct {
+	batches, applied, decodeErrors, unknownWorker, duplicates atomic.Uint64
+	gaps, restarts, fresh                                     atomic.Uint64
+}
+
+// EventConsumerStats are the consumer's running totals.
+type EventConsumerStats struct {
+	Batches       uint64 // messages received
+	Applied       uint64 // batches applied to the index
+	DecodeErrors  uint64 // messages that were not a valid batch
+	UnknownWorker uint64 // batches for workers the index does not know
+	Duplicates    uint64 // batches whose sequence number repeated
+	Gaps          uint64 // sequence gaps
+	Restarts      uint64 // sequence numbers that went back, not to 0
+	Fresh         uint64 // streams that started over at 0
+}
+
+// flushTimeout bounds how long Start waits for the server to confirm the
+// subscription.
+const flushTimeout = 5 * time.Second
+
+// NewEventConsumer returns a consumer; Start subscribes.
+func NewEventConsumer(nc *nats.Conn, cfg EventConsumerConfig) *EventConsumer {
+	if cfg.Metrics == nil {
+		cfg.Metrics = NopEventMetrics{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Buffer <= 0 {
+		cfg.Buffer = 4096
+	}
+	return &EventConsumer{
+		nc: nc, cfg: cfg,
+		prefix: strings.TrimSuffix(EventsWildcard(cfg.Namespace), ">"),
+		done:   make(chan struct{}),
+		seqs:   map[string]uint64{},
+	}
+}
+
+// Start subscribes to EventsWildcard(Namespace) and applies batches until
+// ctx ends; the subscription is live on the server when Start returns.
+// Done is closed when the consumer has stopped. Start runs once; a
+// second call returns an error.
+func (c *EventConsumer) Start(ctx context.Context) error {
+	if c.cfg.Index == nil {
+		return errors.New("kvindex consumer: no index")
+	}
+	if !c.started.CompareAndSwap(false, true) {
+		return errors.New("kvindex consumer: already started")
+	}
+	ch := make(chan *nats.Msg, c.cfg.Buffer)
+	sub, err := c.nc.ChanSubscribe(EventsWildcard(c.cfg.Namespace), ch)
+	if err != nil {
+		return fmt.Errorf("subscribe %s: %w", EventsWildcard(c.cfg.Namespace), err)
+	}
+	fctx, cancel := context.WithTimeout(ctx, flushTimeout)
+	defer cancel()
+	if err := c.nc.FlushWithContext(fctx); err != nil {
+		_ = sub.Unsubscribe()
+		return fmt.Errorf("subscribe %s: flush: %w", EventsWildcard(c.cfg.Namespace), err)
+	}
+	go func() {
+		defer close(c.done)
+		defer func() { _ = sub.Unsubscribe() }()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case m := <-ch:
+				c.handle(m)
+			}
+		}
+	}()
+	return nil
+}
+
+// Done is closed once the consumer has stopped after its context ended.
+func (c *EventConsumer) Done() <-chan struct{} { return c.done }
+
+// Stats returns the running totals.
+func (c *EventConsumer) Stats() EventConsumerStats {
+	s := &c.stats
+	return EventConsumerStats{
+		Batches: s.batches.Load(), Applied: s.applied.Load(), DecodeErrors: s.decodeErrors.Load(),
+		UnknownWorker: s.unknownWorker.Load(), Duplicates: s.duplicates.Load(),
+		Gaps: s.gaps.Load(), Restarts: s.restarts.Load(), Fresh: s.fresh.Load(),
+	}
+}
+
+func (c *EventConsumer) handle(m *nats.Msg) {
+	c.stats.batches.Add(1)
+	worker, ok := strings.CutPrefix(m.Subject, c.prefix)
+	if !ok || worker == "" {
+		c.cfg.Metrics.Batch(worker, BatchBadSubject)
+		return
+	}
+	ix := c.cfg.Index
+	if !ix.HasWorker(worker) {
+		c.stats.unknownWorker.Add(1)
+		c.cfg.Metrics.Batch(worker, BatchUnknownWorker)
+		return
+	}
+	if skip := c.sequence(worker, m.Header.Get(SeqHeader)); skip {
+		c.stats.duplicates.Add(1)
+		c.cfg.Metrics.Batch(worker, BatchDuplicate)
+		return
+	}
+	b, err := kvindex.DecodeBatch(m.Data)
+	if err != nil {
+		c.stats.decodeErrors.Add(1)
+		c.cfg.Metrics.Batch(worker, BatchDecodeError)
+		c.cfg.Logger.Warn("dropping KV event batch", "worker", worker, "bytes", len(m.Data), "err", err)
+		return
+	}
+	st := ix.Apply(worker, b)
+	if st.UnknownWorker { // removed between the check and the apply
+		c.stats.unknownWorker.Add(1)
+		c.cfg.Metrics.Batch(worker, BatchUnknownWorker)
+		return
+	}
+	c.stats.applied.Add(1)
+	c.cfg.Metrics.Batch(worker, BatchApplied)
+	c.cfg.Metrics.Applied(worker, st)
+	if st.UnknownParent > 0 || st.BlockSizeMismatch > 0 {
+		c.cfg.Logger.Debug("KV events not applied", "worker", worker,
+			"unknown_parent", st.UnknownParent, "block_size_mismatch", st.BlockSizeMismatch)
+	}
+}
+
+// sequence checks worker's sequence header and reports whether the batch
+// is a duplicate to skip.
+func (c *EventConsumer) sequence(worker, header string) (skip bool) {
+	seq, err := strconv.ParseUint(header, 10, 64)
+	if err != nil {
+		c.cfg.Metrics.Sequence(worker, SeqMissing)
+		return false
+	}
+	last, seen := c.seqs[worker]
+	c.seqs[worker] = seq
+	ix := c.cfg.Index
+	switch {
+	case !seen:
+		if seq != 0 {
+			c.cfg.Metrics.Sequence(worker, SeqJoin)
+		}
+	case seq == last+1:
+	case seq == last:
+		return true
+	case seq > last:
+		c.stats.gaps.Add(1)
+		c.cfg.Metrics.Sequence(worker, SeqGap)
+		c.cfg.Logger.Warn("KV event sequence gap", "worker", worker, "last", last, "got", seq)
+		ix.MarkStale(worker)
+	case seq == 0:
+		c.stats.fresh.Add(1)
+		c.cfg.Metrics.Sequence(worker, SeqFresh)
+		c.cfg.Logger.Info("KV event stream started over", "worker", worker, "last", last)
+		ix.Reset(worker)
+	default:
+		c.stats.restarts.Add(1)
+		c.cfg.Metrics.Sequence(worker, SeqRestart)
+		c.cfg.Logger.Warn("KV event sequence went back", "worker", worker, "last", last, "got", seq)
+		ix.MarkStale(worker)
+	}
+	return false
+}

@@ -1,0 +1,16 @@
+// Package bus is kvroute's wire contract on NATS and etcd, in one place:
+// the subjects and headers, the codecs of what travels on them, and the
+// adapters that move it between the network and the pure packages.
+//
+//   - KV events: EventsSubject, SeqHeader, PublishEvents and EventConsumer,
+//     which applies vLLM KVEventBatches (kvindex's codec) to a kvindex.Index;
+//   - load reports: LoadSubject, ParseLoadReport and LoadReports, which feeds
+//     scoring.LoadReport values into a scoring.Pool;
+//   - replica sync: SyncSubject, ParseSyncEvent and Sync, which shares a
+//     pool's lifecycle events (scoring.SyncEvent) between router replicas;
+//   - worker registration in etcd: WorkersPrefix and WorkerKey (the value is
+//     scoring.WorkerSpec as JSON).
+//
+// kvindex and scoring stay free of NATS and etcd: they hold the data and
+// the logic, this package holds the edges.
+package bus

@@ -1,0 +1,96 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+
+	"github.com/kvroute/kvroute/scoring"
+	"github.com/nats-io/nats.go"
+)
+
+// LoadReports feeds the workers' load reports from NATS into a Pool.
+// Malformed reports and reports for unknown workers are counted and
+// ignored; a report's age is measured from when it arrived, so worker
+// clock skew cannot make it look fresh or stale.
+type LoadReports struct {
+	conn    *nats.Conn
+	ns      string
+	prefix  string
+	pool    *scoring.Pool
+	metrics scoring.Metrics
+	log     *slog.Logger
+
+	done     chan struct{}
+	accepted atomic.Int64
+	rejected atomic.Int64
+}
+
+// NewLoadReports prepares the adapter for pool on nc under namespace.
+func NewLoadReports(nc *nats.Conn, namespace string, pool *scoring.Pool) *LoadReports {
+	return &LoadReports{
+		conn: nc, ns: namespace, prefix: strings.TrimSuffix(LoadSubjectWildcard(namespace), ">"),
+		pool: pool, metrics: pool.Metrics(),
+		log:  slog.Default().With("component", "scoring.load_reports"),
+		done: make(chan struct{}),
+	}
+}
+
+// Start subscribes to LoadSubjectWildcard and returns once the server has
+// the subscription. The subscription ends when ctx does; Done is closed
+// then.
+func (a *LoadReports) Start(ctx context.Context) error {
+	subject := LoadSubjectWildcard(a.ns)
+	sub, err := a.conn.Subscribe(subject, a.receive)
+	if err != nil {
+		return fmt.Errorf("load reports: subscribe %s: %w", subject, err)
+	}
+	if err := a.conn.Flush(); err != nil {
+		_ = sub.Unsubscribe()
+		return fmt.Errorf("load reports: flush: %w", err)
+	}
+	go func() {
+		defer close(a.done)
+		<-ctx.Done()
+		if err := sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+			a.log.Warn("unsubscribe", "err", err)
+		}
+	}()
+	return nil
+}
+
+// Done is closed when the adapter has stopped.
+func (a *LoadReports) Done() <-chan struct{} { return a.done }
+
+// Accepted counts reports applied to the pool.
+func (a *LoadReports) Accepted() int64 { return a.accepted.Load() }
+
+// Rejected counts reports that were malformed or named an unknown worker.
+func (a *LoadReports) Rejected() int64 { return a.rejected.Load() }
+
+func (a *LoadReports) receive(msg *nats.Msg) {
+	worker, ok := strings.CutPrefix(msg.Subject, a.prefix)
+	if !ok || worker == "" || strings.Contains(worker, ".") {
+		a.reject(msg.Subject, fmt.Errorf("subject %q does not name one worker", msg.Subject))
+		return
+	}
+	r, err := ParseLoadReport(msg.Data)
+	if err != nil {
+		a.reject(msg.Subject, err)
+		return
+	}
+	if err := a.pool.SetLoadReport(worker, r); err != nil {
+		a.reject(msg.Subject, err)
+		return
+	}
+	a.accepted.Add(1)
+}
+
+func (a *LoadReports) reject(subject string, err error) {
+	a.rejected.Add(1)
+	a.metrics.LoadReportRejected()
+	a.log.Debug("load report rejected", "subject", subject, "err", err)
+}

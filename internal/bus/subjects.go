@@ -1,0 +1,36 @@
+package bus
+
+// SeqHeader is the NATS header carrying the publisher's batch sequence
+// number (decimal, starting at 0 for a fresh stream).
+const SeqHeader = "Kvroute-Seq"
+
+// EventsSubject is the subject a worker publishes its KV events on.
+func EventsSubject(ns, worker string) string { return "kvroute." + ns + ".events." + worker }
+
+// EventsWildcard matches every worker's events subject in namespace ns.
+func EventsWildcard(ns string) string { return "kvroute." + ns + ".events.>" }
+
+// LoadSubject returns the NATS subject a worker's load reports go to.
+func LoadSubject(namespace, workerID string) string {
+	return "kvroute." + namespace + ".load." + workerID
+}
+
+// LoadSubjectWildcard returns the subject that matches every worker's reports.
+func LoadSubjectWildcard(namespace string) string {
+	return "kvroute." + namespace + ".load.>"
+}
+
+// SyncSubject returns the NATS subject router replicas share lifecycle
+// events on.
+func SyncSubject(namespace string) string { return "kvroute." + namespace + ".router.sync" }
+
+// WorkersPrefix returns the etcd key prefix under which a namespace's
+// workers live.
+func WorkersPrefix(namespace string) string {
+	return "/kvroute/" + namespace + "/workers/"
+}
+
+// WorkerKey returns the etcd key of one worker's record.
+func WorkerKey(namespace, id string) string {
+	return WorkersPrefix(namespace) + id
+}

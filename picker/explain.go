@@ -1,0 +1,51 @@
+package picker
+
+import (
+	"github.com/kvroute/kvroute/extproc"
+	"github.com/kvroute/kvroute/scoring"
+)
+
+// Explanation is a decision with its reasons, for /debug/explain.
+type Explanation struct {
+	Model        string `json:"model"`
+	API          API    `json:"api"`
+	PromptTokens int    `json:"prompt_tokens"`
+	// ByLoad says why the prompt was not used ("" when it was).
+	ByLoad       string   `json:"routed_by_load,omitempty"`
+	Chosen       string   `json:"chosen"`
+	Cluster      string   `json:"cluster"`
+	Address      string   `json:"address"`
+	Fallbacks    []string `json:"fallbacks,omitempty"`
+	CachedTokens int      `json:"cached_tokens"`
+	// Decision holds every candidate's terms.
+	Decision *scoring.Explanation `json:"decision"`
+	// Lines are the decision's log lines, one per candidate.
+	Lines []string `json:"lines"`
+}
+
+// Explain decides for req as Decide would, without queueing, without adding
+// load and without counting metrics, and returns every candidate's terms.
+// (A stateful mode such as round_robin still advances its counter.)
+func (p *Picker) Explain(req *extproc.Request) (*Explanation, error) {
+	r := p.Scheduler()
+	pl, err := p.plan(r, req, nopMetrics{})
+	if err != nil {
+		return nil, err
+	}
+	exp := &scoring.Explanation{}
+	d, err := r.Pick(&pl.sreq, pl.cands, exp)
+	if err != nil {
+		return nil, p.routeError(pl.sreq.Model, err)
+	}
+	out := &Explanation{
+		Model: pl.sreq.Model, API: pl.api, PromptTokens: pl.sreq.PromptTokens, ByLoad: pl.byLoad,
+		Chosen: d.Worker, Cluster: d.Cluster, Address: d.Address,
+		Fallbacks:    pl.fallbacks(exp, d, p.cfg.Fallbacks),
+		CachedTokens: d.MatchedBlocks * pl.blockSizeOf(d.Index),
+		Decision:     exp,
+	}
+	for i := range exp.Workers {
+		out.Lines = append(out.Lines, exp.Line(i))
+	}
+	return out, nil
+}

@@ -1,0 +1,304 @@
+package picker
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/kvroute/kvroute/extproc"
+	"github.com/kvroute/kvroute/kvindex"
+	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/tokenizer"
+)
+
+// plan is everything a decision needs before the pick: the scoring request
+// and the candidates with their overlap.
+type plan struct {
+	sreq      scoring.Request
+	api       API
+	cands     []scoring.Candidate
+	addrs     []string // aligned with cands
+	bases     []string // base model per candidate, aligned with cands
+	blockSize []int    // aligned with cands
+	byLoad    string   // why the prompt was not used; "" when it was
+	matched   bool     // the prompt was matched against a KV index
+}
+
+func (pl *plan) blockSizeOf(i int) int {
+	if i < 0 || i >= len(pl.blockSize) {
+		return 0
+	}
+	return pl.blockSize[i]
+}
+
+// fallbacks lists up to n next-best endpoints after the chosen one: by
+// logit when the mode explained itself, else in candidate order.
+func (pl *plan) fallbacks(exp *scoring.Explanation, d scoring.Decision, n int) []string {
+	if n <= 0 || len(pl.cands) < 2 {
+		return nil
+	}
+	order := make([]int, 0, len(pl.cands))
+	for i := range pl.cands {
+		if i != d.Index {
+			order = append(order, i)
+		}
+	}
+	// The explanation lists the candidates in the order they were given.
+	if exp != nil && explainsInOrder(exp, pl.cands) {
+		sort.SliceStable(order, func(a, b int) bool {
+			return exp.Workers[order[a]].Logit < exp.Workers[order[b]].Logit
+		})
+	}
+	out := make([]string, 0, min(n, len(order)))
+	for _, i := range order[:min(n, len(order))] {
+		out = append(out, pl.addrs[i])
+	}
+	return out
+}
+
+// explainsInOrder reports whether exp has one entry per candidate, in
+// candidate order.
+func explainsInOrder(exp *scoring.Explanation, cands []scoring.Candidate) bool {
+	if len(exp.Workers) != len(cands) {
+		return false
+	}
+	for i := range cands {
+		if exp.Workers[i].Worker != cands[i].Worker {
+			return false
+		}
+	}
+	return true
+}
+
+// plan parses, tokenizes, finds the candidates and their overlap. The
+// error is an *HTTPError for the client.
+func (p *Picker) plan(r *scoring.Scheduler, req *extproc.Request, metrics Metrics) (*plan, error) {
+	pl := &plan{api: apiOf(req.Path)}
+	start := time.Now()
+	var oa openAIRequest
+	switch {
+	case !req.HasBody:
+		pl.byLoad = "no_body"
+		if p.cfg.ModelHeader != "" {
+			pl.sreq.Model = req.Header(p.cfg.ModelHeader)
+		}
+	case req.Truncated:
+		pl.byLoad = "truncated"
+	default:
+		var err error
+		oa, err = parseOpenAI(pl.api, req.Body)
+		if err != nil {
+			if p.cfg.OnBadBody == BadBodyReject && pl.api != APIOther {
+				return pl, extproc.ErrBadBody("request body is not a valid JSON object", err)
+			}
+			pl.byLoad = "not_json"
+		}
+		pl.sreq.Model = oa.model
+		pl.sreq.ExpectedOutputTokens = oa.maxTokens
+		pl.sreq.Priority = oa.priority
+	}
+	if !oa.hasPriority {
+		if h := req.Header("x-kvroute-priority"); h != "" {
+			if pr, err := scoring.ParsePriority(h); err == nil {
+				pl.sreq.Priority = pr
+			}
+		}
+	}
+	metrics.Phase("parse", time.Since(start))
+
+	if err := p.candidates(r, req, pl); err != nil {
+		return pl, err
+	}
+
+	start = time.Now()
+	buf := getTokenBuffer()
+	defer putTokenBuffer(buf)
+	tokens := p.tokenize(r, pl, &oa, buf)
+	metrics.Phase("tokenize", time.Since(start))
+	if pl.byLoad != "" {
+		metrics.ByLoad(pl.sreq.Model, pl.byLoad)
+	}
+	pl.sreq.PromptTokens = len(tokens)
+
+	start = time.Now()
+	p.overlap(r, pl, oa.cacheSalt, tokens)
+	metrics.Phase("match", time.Since(start))
+	return pl, nil
+}
+
+// candidates lists the workers that serve the model and pass the subset
+// hint, with their addresses, base models and block sizes (one Spec read
+// per kept candidate; the overlap pass reuses them).
+func (p *Picker) candidates(r *scoring.Scheduler, req *extproc.Request, pl *plan) error {
+	pool := r.Pool()
+	var keep func(id, address string) bool
+	if req.HasSubset {
+		keep = func(_, address string) bool { return slices.Contains(req.Subset, address) }
+	}
+	appendFor := func(dst []scoring.Candidate, model string) []scoring.Candidate {
+		if keep != nil {
+			return pool.AppendCandidatesFunc(dst, model, keep)
+		}
+		return pool.AppendCandidates(dst, model)
+	}
+	if pl.sreq.Model != "" {
+		pl.cands = appendFor(pl.cands, pl.sreq.Model)
+	} else {
+		seen := map[string]bool{}
+		var all []scoring.Candidate
+		for _, m := range pool.Models() {
+			all = appendFor(all[:0], m)
+			for _, c := range all {
+				if !seen[c.Worker] {
+					seen[c.Worker] = true
+					pl.cands = append(pl.cands, c)
+				}
+			}
+		}
+	}
+	kept := pl.cands[:0]
+	for _, c := range pl.cands {
+		spec, ok := pool.Spec(c.Worker)
+		if !ok { // removed since the candidate list was built
+			continue
+		}
+		bs := spec.BlockSize
+		if p.cfg.BlockSize > 0 {
+			bs = p.cfg.BlockSize
+		}
+		kept = append(kept, c)
+		pl.addrs = append(pl.addrs, spec.Address)
+		pl.bases = append(pl.bases, spec.Model)
+		pl.blockSize = append(pl.blockSize, bs)
+	}
+	pl.cands = kept
+	if len(pl.cands) == 0 {
+		switch {
+		case req.HasSubset:
+			return extproc.ErrNoWorker(fmt.Sprintf("no worker serving model %q is in the data plane's endpoint subset", pl.sreq.Model))
+		case pl.sreq.Model == "":
+			return extproc.ErrNoWorker("no worker is registered")
+		}
+		return extproc.ErrNoWorker(fmt.Sprintf("no worker serves model %q", pl.sreq.Model))
+	}
+	return nil
+}
+
+// tokenize returns the prompt's token ids as the model server will see
+// them, or nil (routing by load) with pl.byLoad saying why. Encoded ids go
+// into *buf (grown there), so they are only valid until buf is released.
+func (p *Picker) tokenize(r *scoring.Scheduler, pl *plan, oa *openAIRequest, buf *[]uint32) []uint32 {
+	if pl.byLoad != "" {
+		return nil
+	}
+	switch pl.api {
+	case APIOther:
+		pl.byLoad = "other_path"
+		return nil
+	case APICompletion:
+		if oa.hasIDs {
+			return oa.promptIDs // token ids need no tokenizer
+		}
+		if !oa.hasPrompt {
+			pl.byLoad = "no_prompt"
+			return nil
+		}
+	}
+	base := ""
+	if len(pl.bases) > 0 {
+		base = pl.bases[0] // an adapter name falls back to its base model
+	}
+	chat, err := lookupChat(p.cfg.Tokenizers, pl.sreq.Model, base)
+	if err != nil {
+		pl.byLoad = "tokenizer_error"
+		p.log.Warn("tokenizer failed to load; routing by load", "model", pl.sreq.Model, "err", err)
+		return nil
+	}
+	if chat == nil {
+		pl.byLoad = "no_tokenizer"
+		return nil
+	}
+	if pl.api == APICompletion {
+		// vLLM tokenizes completion prompts with special tokens added.
+		*buf = p.completions.appendEncode((*buf)[:0], chat, oa.promptText)
+		return *buf
+	}
+	creq, err := chatRequest(oa)
+	if err == nil {
+		var ids []uint32
+		if ids, err = chat.AppendEncodeChat((*buf)[:0], creq); err == nil {
+			*buf = ids
+			return ids
+		}
+	}
+	pl.byLoad = "template_error"
+	p.log.Debug("chat prompt not rendered; routing by load", "model", pl.sreq.Model, "err", err)
+	return nil
+}
+
+// overlap hashes the prompt per (base model, block size) group of
+// candidates and fills in their matched and cached blocks.
+func (p *Picker) overlap(r *scoring.Scheduler, pl *plan, salt string, tokens []uint32) {
+	if len(tokens) == 0 {
+		return
+	}
+	var m kvindex.Matcher
+	switch r.Mode().Overlap() {
+	case scoring.OverlapEvents:
+		if p.cfg.Index != nil {
+			m = p.cfg.Index
+		}
+	case scoring.OverlapApprox:
+		if p.cfg.Approx != nil {
+			m = p.cfg.Approx
+		}
+	}
+	done := make([]bool, len(pl.cands))
+	var ids []string
+	var idx []int
+	var res []kvindex.MatchResult
+	for i := range pl.cands {
+		if done[i] {
+			continue
+		}
+		base, bs := pl.bases[i], pl.blockSize[i]
+		ids, idx = ids[:0], idx[:0]
+		for j := i; j < len(pl.cands); j++ {
+			if !done[j] && pl.bases[j] == base && pl.blockSize[j] == bs {
+				done[j] = true
+				ids = append(ids, pl.cands[j].Worker)
+				idx = append(idx, j)
+			}
+		}
+		lora := ""
+		if pl.sreq.Model != base {
+			lora = pl.sreq.Model
+		}
+		hashes := kvindex.HashBlocks(kvindex.Seed(base, lora, salt), tokens, bs, nil)
+		if pl.sreq.Hashes == nil {
+			pl.sreq.Hashes = hashes
+		}
+		if m == nil {
+			continue
+		}
+		// A prompt shorter than a block is matched too: nothing is cached.
+		pl.matched = true
+		if len(hashes) == 0 {
+			continue
+		}
+		res = m.Match(hashes, ids, res)
+		for k, j := range idx {
+			pl.cands[j].MatchedBlocks, pl.cands[j].CachedBlocks = res[k].Blocks, res[k].Cached
+			pl.cands[j].HostBlocks, pl.cands[j].DiskBlocks = res[k].HostBlocks, res[k].DiskBlocks
+		}
+	}
+}
+
+func chatRequest(oa *openAIRequest) (tokenizer.ChatRequest, error) {
+	if oa.top == nil {
+		return tokenizer.ChatRequest{}, errors.New("no request object")
+	}
+	return tokenizer.ChatRequestFromObject(oa.top)
+}

@@ -1,0 +1,68 @@
+package picker
+
+import (
+	"sync"
+
+	"github.com/kvroute/kvroute/extproc"
+	"github.com/kvroute/kvroute/scoring"
+)
+
+// ticket carries a routed request through its response: it reports the
+// stream's lifecycle calls to the scheduler's pool. mu orders them, since
+// Free may come from the stream's teardown while the response path runs.
+type ticket struct {
+	pool    *scoring.Pool
+	id      string
+	metrics Metrics
+
+	mu     sync.Mutex
+	worker string
+	out    int // output tokens so far
+	freed  bool
+}
+
+var _ extproc.Ticket = (*ticket)(nil)
+
+func newTicket(pool *scoring.Pool, id, worker string, m Metrics) *ticket {
+	return &ticket{pool: pool, id: id, worker: worker, metrics: m}
+}
+
+func (t *ticket) PrefillDone() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.freed {
+		t.pool.PrefillDone(t.id)
+	}
+}
+
+func (t *ticket) Progress(n int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.freed {
+		t.out += n
+		t.pool.Progress(t.id, t.out)
+	}
+}
+
+func (t *ticket) Served(address string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.freed {
+		return
+	}
+	if id, ok := t.pool.WorkerByAddress(address); ok && t.pool.Move(t.id, id) == nil {
+		t.worker = id
+	}
+}
+
+func (t *ticket) Free(o extproc.Outcome) {
+	t.mu.Lock()
+	if t.freed {
+		t.mu.Unlock()
+		return
+	}
+	t.freed = true
+	t.pool.Free(t.id)
+	t.mu.Unlock()
+	t.metrics.Finished(o)
+}

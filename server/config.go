@@ -1,0 +1,158 @@
+// Package server runs a whole kvroute instance in-process: the ext_proc
+// gRPC server, the Picker with its KV index, tokenizers and scoring router,
+// worker discovery (etcd or a static file), the NATS consumers (KV events,
+// load reports, replica sync) with an embedded NATS server when none is
+// given, and the HTTP side (/metrics, /healthz, /readyz, /debug/*,
+// /admin/mode). cmd/kvroute is a thin flag layer over Run; tests and
+// kvbench start routers with Start.
+package server
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/kvroute/kvroute/extproc"
+	"github.com/kvroute/kvroute/picker"
+	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/tokenizer"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Config is everything a router instance needs. Start from DefaultConfig.
+type Config struct {
+	// Namespace scopes etcd keys and NATS subjects (default "default").
+	Namespace string
+	// GRPCAddr is the ext_proc listen address (default ":9002").
+	GRPCAddr string
+	// HTTPAddr serves /metrics, /healthz, /readyz, /debug/* and /admin/*
+	// (default ":9090"); "-" disables it.
+	HTTPAddr string
+
+	// NATSURL is the NATS server to use; empty starts an embedded one on
+	// EmbeddedNATSAddr.
+	NATSURL string
+	// EmbeddedNATSAddr is where the embedded NATS server listens (default
+	// "127.0.0.1:4222"; port 0 picks a free one).
+	EmbeddedNATSAddr string
+
+	// EtcdEndpoints, when set, discover workers from etcd.
+	EtcdEndpoints []string
+	// EtcdUsername and EtcdPassword authenticate to etcd.
+	EtcdUsername, EtcdPassword string
+	// EtcdTLS is the client TLS for etcd, or nil.
+	EtcdTLS *tls.Config
+	// WorkersFile is the static YAML/JSON fleet, used when there is no etcd.
+	WorkersFile string
+	// WorkersFileInterval is how often WorkersFile is checked (default 2 s).
+	WorkersFileInterval time.Duration
+
+	// XDSAddr, when set, serves the discovered workers to Envoy over ADS
+	// there: one cluster per worker (WorkerSpec.ClusterName, its address), for
+	// the xds bootstrap style (`kvroute envoy-config --style xds`).
+	XDSAddr string
+	// XDSNodeID restricts the ADS answers to the Envoy with this node id;
+	// empty answers every Envoy.
+	XDSNodeID string
+
+	// Tokenizers maps a served model (or adapter) name to its tokenizer
+	// folder and, optionally, a chat template that replaces the folder's
+	// own, as vLLM's --chat-template. Every one is loaded at Start; a
+	// model without one is routed by load.
+	Tokenizers map[string]tokenizer.ModelSource
+	// Scoring configures modes, cost and the admission queue.
+	Scoring scoring.Options
+	// KVEvents consumes KV events; false makes "kv" use the approximate
+	// index (kv_without_events) and starts no consumer.
+	KVEvents bool
+	// BlockSize, when positive, overrides the workers' block size.
+	BlockSize int
+	// Stream shapes ext_proc answers (target header, body limit, debug
+	// headers).
+	Stream extproc.Config
+	// Fallbacks is how many next-best endpoints follow the primary in
+	// x-gateway-destination-endpoint and its envoy.lb metadata (default 2).
+	//
+	// The endpoint picker protocol allows a list there and requires header
+	// and metadata to be identical, and Gateway API data planes use the
+	// fallbacks, so the default keeps the protocol. Plain Envoy's
+	// ORIGINAL_DST cluster with use_http_header (envoy/original-dst.yaml)
+	// reads the header as one ip:port and answers a list with 503 "no
+	// healthy upstream": operators of that bootstrap set 0. We keep the
+	// two values identical instead of sending the primary alone in the
+	// header, because a data plane that reads the header for its fallbacks
+	// would otherwise silently lose them.
+	Fallbacks int
+	// OnBadBody decides between 400 and routing by load.
+	OnBadBody picker.BadBodyPolicy
+	// ModelHeader carries the model in body mode NONE (optional).
+	ModelHeader string
+	// TLS serves ext_proc over TLS (mTLS when it verifies clients).
+	TLS *tls.Config
+	// KeepaliveMinTime is the shortest client ping interval tolerated on the
+	// ext_proc server (default 1 s).
+	KeepaliveMinTime time.Duration
+	// ReplicaSync shares request lifecycles with peer replicas over NATS.
+	ReplicaSync bool
+	// RouterID names this replica for replica sync (default: hostname-pid).
+	RouterID string
+	// DrainDelay is how long the router keeps serving after readiness
+	// turns NOT_SERVING on shutdown, before it stops accepting streams.
+	DrainDelay time.Duration
+	// ShutdownGrace bounds the graceful stop of open streams (default 15 s).
+	ShutdownGrace time.Duration
+	// Registerer receives the Prometheus metrics; nil makes a private
+	// registry (served on /metrics either way).
+	Registry *prometheus.Registry
+	// Logger may be nil (slog.Default()).
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the documented defaults.
+func DefaultConfig() Config {
+	return Config{
+		Namespace:        "default",
+		GRPCAddr:         ":9002",
+		HTTPAddr:         ":9090",
+		EmbeddedNATSAddr: "127.0.0.1:4222",
+		Scoring:          scoring.DefaultOptions(),
+		KVEvents:         true,
+		Fallbacks:        2,
+		ShutdownGrace:    15 * time.Second,
+		// Envoy before 1.33 sends no protocol_config; BUFFERED is what such
+		// deployments configure.
+		Stream: extproc.Config{DefaultRequestMode: extproc.ModeBuffered},
+	}
+}
+
+// Validate reports the first setting that cannot work.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.Namespace == "" {
+		errs = append(errs, errors.New("namespace is empty"))
+	}
+	if c.GRPCAddr == "" {
+		errs = append(errs, errors.New("grpc address is empty"))
+	}
+	if len(c.EtcdEndpoints) > 0 && c.WorkersFile != "" {
+		errs = append(errs, errors.New("use either etcd endpoints or a workers file, not both"))
+	}
+	if len(c.EtcdEndpoints) == 0 && c.WorkersFile == "" {
+		errs = append(errs, errors.New("no worker discovery: give etcd endpoints or a workers file"))
+	}
+	if c.Fallbacks < 0 {
+		errs = append(errs, fmt.Errorf("fallbacks %d must not be negative", c.Fallbacks))
+	}
+	if c.BlockSize < 0 {
+		errs = append(errs, fmt.Errorf("block size %d must not be negative", c.BlockSize))
+	}
+	if err := c.Scoring.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("router config: %w", errors.Join(errs...))
+	}
+	return nil
+}

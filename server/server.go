@@ -1,0 +1,388 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvroute/kvroute/envoy"
+	"github.com/kvroute/kvroute/extproc"
+	"github.com/kvroute/kvroute/internal/bus"
+	"github.com/kvroute/kvroute/internal/discovery"
+	"github.com/kvroute/kvroute/kvindex"
+	"github.com/kvroute/kvroute/picker"
+	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/tokenizer"
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Server is a running kvroute instance.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	metrics *Metrics
+	picker  *picker.Picker
+	server  *extproc.Server
+	index   *kvindex.Index
+	approx  *kvindex.Approx
+	toks    *tokenizer.Registry
+	fleet   *fleet
+
+	natsSrv *natsserver.Server
+	nc      *nats.Conn
+	etcd    *clientv3.Client
+
+	grpcLis, httpLis net.Listener
+	httpSrv          *http.Server
+
+	xds        *envoy.XDSServer // nil unless cfg.XDSAddr
+	xdsLis     net.Listener
+	xdsChanged chan struct{}
+
+	ctx    context.Context // lives until shutdown begins
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	sched     atomic.Pointer[scoring.Scheduler] // set once in Start; atomic for early metric scrapes
+	schedDone []<-chan struct{}                 // the scheduler's background work
+
+	draining atomic.Bool
+	done     chan struct{}
+	errOnce  sync.Once
+	err      error
+}
+
+// Run starts a router and blocks until ctx ends and it has shut down.
+func Run(ctx context.Context, cfg Config) error {
+	r, err := Start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	return r.Wait()
+}
+
+// Start brings a router up: tokenizers loaded, NATS connected (or
+// embedded), the first discovery pass applied, listeners bound. It returns
+// once the router serves; it shuts down when ctx ends (see Wait).
+func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+	}
+	if cfg.RouterID == "" {
+		host, _ := os.Hostname()
+		cfg.RouterID = host + "-" + strconv.Itoa(os.Getpid())
+	}
+	if cfg.ShutdownGrace <= 0 {
+		cfg.ShutdownGrace = 15 * time.Second
+	}
+	r := &Server{cfg: cfg, log: cfg.Logger, done: make(chan struct{})}
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+	defer func() {
+		if err != nil {
+			r.teardown()
+		}
+	}()
+
+	if r.toks, err = picker.NewTokenizerRegistry(cfg.Tokenizers, tokenizer.ChatOptions{}); err != nil {
+		return nil, err
+	}
+	// Readiness promises loaded tokenizers; a bad folder stops the start.
+	if err = picker.Preload(r.toks); err != nil {
+		return nil, err
+	}
+	r.index = kvindex.New(kvindex.Config{})
+	r.approx = kvindex.NewApprox(kvindex.ApproxConfig{})
+	r.metrics = newMetrics(cfg.Registry, r)
+	sched, err := r.newScheduler()
+	if err != nil {
+		return nil, err
+	}
+	r.sched.Store(sched)
+	r.fleet = &fleet{blockSize: cfg.BlockSize, log: r.log, records: map[string]scoring.WorkerSpec{},
+		listeners: []fleetListener{poolListener{sched.Pool(), r.log}, indexListener{r.index}, approxListener{r.approx}, xdsListener{r}}}
+
+	if err = r.connectNATS(); err != nil {
+		return nil, err
+	}
+	if err = r.startScheduler(sched); err != nil {
+		return nil, err
+	}
+
+	r.picker, err = picker.New(picker.Config{
+		Scheduler: sched, Index: r.index, Approx: r.approx, Tokenizers: r.toks,
+		BlockSize: cfg.BlockSize, Fallbacks: cfg.Fallbacks, OnBadBody: cfg.OnBadBody,
+		ModelHeader: cfg.ModelHeader, Metrics: r.metrics, Logger: r.log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if cfg.KVEvents {
+		cons := bus.NewEventConsumer(r.nc, bus.EventConsumerConfig{Namespace: cfg.Namespace, Index: r.index, Metrics: r.metrics, Logger: r.log})
+		if err = cons.Start(r.ctx); err != nil {
+			return nil, fmt.Errorf("kv events: %w", err)
+		}
+	}
+	if cfg.XDSAddr != "" {
+		if err = r.startXDS(); err != nil {
+			return nil, err
+		}
+	}
+	if err = r.startDiscovery(); err != nil {
+		return nil, err
+	}
+
+	r.server, err = extproc.NewServer(extproc.ServerConfig{Stream: cfg.Stream, Decider: r.picker, Metrics: r.metrics, TLS: cfg.TLS, Logger: r.log, KeepaliveMinTime: cfg.KeepaliveMinTime})
+	if err != nil {
+		return nil, err
+	}
+	if r.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
+		return nil, fmt.Errorf("ext_proc listen: %w", err)
+	}
+	if cfg.HTTPAddr != "-" && cfg.HTTPAddr != "" {
+		if r.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+			return nil, fmt.Errorf("http listen: %w", err)
+		}
+		r.httpSrv = &http.Server{Handler: r.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
+		r.goRun(func() error {
+			if err := r.httpSrv.Serve(r.httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("http: %w", err)
+			}
+			return nil
+		})
+	}
+	r.goRun(func() error { return r.server.Serve(r.grpcLis) })
+	r.goRun(func() error { r.watchReadiness(); return nil })
+	go r.shutdownOn(ctx)
+	r.log.Info("kvroute serving", "grpc", r.GRPCAddr(), "http", r.HTTPAddr(), "nats", r.NATSURL(),
+		"mode", sched.Mode().Name(), "namespace", cfg.Namespace, "tokenizers", r.toks.Models())
+	return r, nil
+}
+
+// goRun runs fn until it returns; an error ends the router.
+func (r *Server) goRun(fn func() error) {
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		if err := fn(); err != nil {
+			r.fail(err)
+		}
+	}()
+}
+
+func (r *Server) fail(err error) {
+	r.errOnce.Do(func() { r.err = err })
+	r.log.Error("router component failed; shutting down", "err", err)
+	r.cancel()
+}
+
+func (r *Server) connectNATS() error {
+	url := r.cfg.NATSURL
+	if url == "" {
+		host, portStr, err := net.SplitHostPort(r.cfg.EmbeddedNATSAddr)
+		if err != nil {
+			return fmt.Errorf("embedded nats address %q: %w", r.cfg.EmbeddedNATSAddr, err)
+		}
+		port, err := strconv.Atoi(portStr)
+		if err != nil {
+			return fmt.Errorf("embedded nats port %q: %w", portStr, err)
+		}
+		if port == 0 {
+			port = natsserver.RANDOM_PORT
+		}
+		srv, err := natsserver.NewServer(&natsserver.Options{Host: host, Port: port, NoLog: true, NoSigs: true, MaxPayload: 8 << 20})
+		if err != nil {
+			return fmt.Errorf("embedded nats: %w", err)
+		}
+		go srv.Start()
+		if !srv.ReadyForConnections(10 * time.Second) {
+			srv.Shutdown()
+			return fmt.Errorf("embedded nats on %s not ready", r.cfg.EmbeddedNATSAddr)
+		}
+		r.natsSrv, url = srv, srv.ClientURL()
+	}
+	nc, err := nats.Connect(url, nats.Name("kvroute "+r.cfg.RouterID), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil { // nil: our own Close
+				r.log.Warn("nats disconnected", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) { r.log.Info("nats reconnected", "url", c.ConnectedUrl()) }))
+	if err != nil {
+		return fmt.Errorf("nats connect %s: %w", url, err)
+	}
+	r.nc = nc
+	return nil
+}
+
+func (r *Server) startDiscovery() error {
+	if r.cfg.WorkersFile != "" {
+		fw, err := discovery.NewFileWatcher(r.cfg.WorkersFile, r.fleet, discovery.FileOptions{
+			Interval: r.cfg.WorkersFileInterval, Logger: r.log,
+			OnBadFile: func(error) { r.metrics.badRecords.WithLabelValues("file").Inc() },
+		})
+		if err != nil {
+			return err
+		}
+		r.goRun(func() error { _ = fw.Run(r.ctx); return nil })
+		return nil
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints: r.cfg.EtcdEndpoints, Username: r.cfg.EtcdUsername, Password: r.cfg.EtcdPassword,
+		TLS: r.cfg.EtcdTLS, DialTimeout: 5 * time.Second, Logger: nil,
+	})
+	if err != nil {
+		return fmt.Errorf("etcd client: %w", err)
+	}
+	r.etcd = cli
+	w := discovery.NewWatcher(cli, r.cfg.Namespace, r.fleet, discovery.WatchOptions{
+		Logger:     r.log,
+		OnBadValue: func(string, error) { r.metrics.badRecords.WithLabelValues("etcd").Inc() },
+	})
+	r.goRun(func() error { _ = w.Run(r.ctx); return nil })
+	select {
+	case <-w.Synced():
+		return nil
+	case <-time.After(10 * time.Second):
+		// Keep going: readiness stays false until workers appear.
+		r.log.Warn("etcd not synced after 10s; serving without workers until it is", "endpoints", r.cfg.EtcdEndpoints)
+		return nil
+	}
+}
+
+// watchReadiness keeps the health status in step with Ready.
+func (r *Server) watchReadiness() {
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if ready := r.Ready(); ready != r.server.Ready() {
+			r.server.SetReady(ready)
+			r.log.Info("readiness changed", "ready", ready)
+		}
+		select {
+		case <-r.ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Ready reports readiness: tokenizers loaded (Start did), at least one
+// worker, and the event bus connected.
+func (r *Server) Ready() bool {
+	return !r.draining.Load() && r.ctx.Err() == nil && r.fleet.len() > 0 && r.nc.IsConnected()
+}
+
+// NotReadyReason says why Ready is false ("" when it is true).
+func (r *Server) NotReadyReason() string {
+	switch {
+	case r.draining.Load() || r.ctx.Err() != nil:
+		return "shutting down"
+	case r.fleet.len() == 0:
+		return "no workers discovered"
+	case !r.nc.IsConnected():
+		return "event bus (NATS) not connected"
+	}
+	return ""
+}
+
+func (r *Server) shutdownOn(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+	case <-r.ctx.Done():
+	}
+	r.draining.Store(true)
+	r.server.SetReady(false)
+	r.log.Info("shutting down: readiness off, draining ext_proc streams", "drain_delay", r.cfg.DrainDelay, "grace", r.cfg.ShutdownGrace)
+	if r.cfg.DrainDelay > 0 {
+		// Keep routing while health checkers and load balancers notice
+		// NOT_SERVING, so no new stream meets a closed listener.
+		select {
+		case <-time.After(r.cfg.DrainDelay):
+		case <-r.ctx.Done():
+		}
+	}
+	gctx, cancel := context.WithTimeout(context.Background(), r.cfg.ShutdownGrace)
+	defer cancel()
+	r.server.Shutdown(gctx) // NOT_SERVING, GracefulStop, then Stop at the deadline
+	if r.httpSrv != nil {
+		_ = r.httpSrv.Shutdown(gctx)
+	}
+	r.teardown()
+	r.wg.Wait()
+	r.log.Info("kvroute stopped")
+	close(r.done)
+}
+
+// teardown stops background work and closes connections.
+func (r *Server) teardown() {
+	r.cancel()
+	r.stopScheduler()
+	if r.etcd != nil {
+		_ = r.etcd.Close()
+	}
+	if r.nc != nil {
+		r.nc.Close()
+	}
+	if r.natsSrv != nil {
+		r.natsSrv.Shutdown()
+		r.natsSrv.WaitForShutdown()
+	}
+	for _, l := range []net.Listener{r.grpcLis, r.httpLis, r.xdsLis} {
+		if l != nil {
+			_ = l.Close()
+		}
+	}
+}
+
+// Wait blocks until the router has shut down and returns the error that
+// ended it, if any.
+func (r *Server) Wait() error {
+	<-r.done
+	return r.err
+}
+
+// Shutdown ends the router as ctx cancellation would and waits for it.
+func (r *Server) Shutdown() error {
+	r.cancel()
+	return r.Wait()
+}
+
+// GRPCAddr is the bound ext_proc address.
+func (r *Server) GRPCAddr() string { return r.grpcLis.Addr().String() }
+
+// HTTPAddr is the bound HTTP address, or "" when disabled.
+func (r *Server) HTTPAddr() string {
+	if r.httpLis == nil {
+		return ""
+	}
+	return r.httpLis.Addr().String()
+}
+
+// NATSURL is the NATS server in use (the embedded one's when embedded).
+func (r *Server) NATSURL() string { return r.nc.ConnectedUrl() }
+
+// Picker exposes the decision path (Explain, the scoring router).
+func (r *Server) Picker() *picker.Picker { return r.picker }
+
+// Index exposes the KV-event index.
+func (r *Server) Index() *kvindex.Index { return r.index }
+
+// Mode returns the current router mode's name.
+func (r *Server) Mode() string { return r.sched.Load().Mode().Name() }

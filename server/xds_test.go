@@ -1,0 +1,128 @@
+package server
+
+import (
+	"context"
+	"slices"
+	"sort"
+	"testing"
+	"time"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/kvroute/kvroute/envoy"
+	"github.com/kvroute/kvroute/internal/discovery"
+	"github.com/kvroute/kvroute/internal/testenv"
+	"github.com/kvroute/kvroute/scoring"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// cdsClient is Envoy's side of an ADS stream, reduced to CDS.
+type cdsClient struct {
+	t      *testing.T
+	stream discoverygrpc.AggregatedDiscoveryService_StreamAggregatedResourcesClient
+	node   *corev3.Node
+}
+
+func dialCDS(t *testing.T, addr string) *cdsClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	stream, err := discoverygrpc.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cdsClient{t: t, stream: stream, node: &corev3.Node{Id: envoy.DefaultNodeID, Cluster: "kvroute-gateway"}}
+	if err := stream.Send(&discoverygrpc.DiscoveryRequest{Node: c.node, TypeUrl: resource.ClusterType}); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// until ACKs CDS responses until one holds exactly the want clusters and
+// returns them by name.
+func (c *cdsClient) until(want ...string) map[string]*clusterv3.Cluster {
+	c.t.Helper()
+	sort.Strings(want)
+	for {
+		resp, err := c.stream.Recv()
+		if err != nil {
+			c.t.Fatalf("ADS recv while waiting for clusters %v: %v", want, err)
+		}
+		got := map[string]*clusterv3.Cluster{}
+		var names []string
+		for _, a := range resp.GetResources() {
+			var cl clusterv3.Cluster
+			if err := a.UnmarshalTo(&cl); err != nil {
+				c.t.Fatalf("unpack cluster: %v", err)
+			}
+			got[cl.GetName()] = &cl
+			names = append(names, cl.GetName())
+		}
+		ack := &discoverygrpc.DiscoveryRequest{Node: c.node, TypeUrl: resource.ClusterType, VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce()}
+		if err := c.stream.Send(ack); err != nil {
+			c.t.Fatalf("ADS ack: %v", err)
+		}
+		sort.Strings(names)
+		if slices.Equal(names, want) {
+			return got
+		}
+	}
+}
+
+func TestXDSServesEtcdRegisteredWorkersAsClusters(t *testing.T) {
+	testenv.Quiet()
+	e := testenv.StartEtcd(t)
+	cfg := testConfig(t)
+	cfg.EtcdEndpoints, cfg.XDSAddr, cfg.HTTPAddr = e.Endpoints, "127.0.0.1:0", "-"
+	r := start(t, cfg)
+	ads := dialCDS(t, r.XDSAddr())
+	ads.until() // no workers yet: an empty cluster set
+
+	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	rec := scoring.WorkerSpec{ID: "w7", Cluster: "vllm-7", Model: model, Address: "10.0.0.7:8000", BlockSize: 16, KVTotalBlocks: 100}
+	reg, err := discovery.Register(context.Background(), cli, cfg.Namespace, rec, discovery.RegisterOptions{TTL: time.Second, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := ads.until("vllm-7")
+	ep := got["vllm-7"].GetLoadAssignment().GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress()
+	if ep.GetAddress() != "10.0.0.7" || ep.GetPortValue() != 8000 {
+		t.Errorf("cluster vllm-7 endpoint %s:%d, want 10.0.0.7:8000", ep.GetAddress(), ep.GetPortValue())
+	}
+	if err := reg.Close(); err != nil { // deregistration removes the cluster
+		t.Fatal(err)
+	}
+	ads.until()
+}
+
+func TestXDSWorkersOneClusterPerName(t *testing.T) {
+	var warned []string
+	warn := func(msg string, _ ...any) { warned = append(warned, msg) }
+	recs := []scoring.WorkerSpec{
+		{ID: "a-dp0", Cluster: "a", Address: "10.0.0.1:8000"},
+		{ID: "a-dp1", Cluster: "a", Address: "10.0.0.1:8000"},
+		{ID: "b", Address: "10.0.0.2:8000"},
+		{ID: "c", Cluster: "a", Address: "10.0.0.3:8000"},
+	}
+	got := xdsWorkers(recs, warn)
+	want := []envoy.Worker{{Cluster: "a", Address: "10.0.0.1:8000"}, {Cluster: "b", Address: "10.0.0.2:8000"}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("workers %v, want %v", got, want)
+	}
+	if len(warned) != 1 {
+		t.Errorf("%d warnings, want 1 for the conflicting address", len(warned))
+	}
+}
