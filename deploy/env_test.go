@@ -187,7 +187,7 @@ func TestVLLMWorkerPod(t *testing.T) {
 // kvrouteMetrics reads the metric names kvroute registers from its source.
 func kvrouteMetrics(t *testing.T) map[string]bool {
 	t.Helper()
-	src, err := os.ReadFile("../extproc/router/metrics.go")
+	src, err := os.ReadFile("../server/metrics.go")
 	if err != nil {
 		t.Fatalf("kvroute's metrics: %v", err)
 	}
@@ -203,7 +203,7 @@ func kvrouteMetrics(t *testing.T) map[string]bool {
 		names[m[1]] = true
 	}
 	if len(names) < 20 {
-		t.Fatalf("found only %d kvroute metrics in extproc/router/metrics.go", len(names))
+		t.Fatalf("found only %d kvroute metrics in server/metrics.go", len(names))
 	}
 	return names
 }
