@@ -36,31 +36,38 @@ func DefaultFleet() Fleet {
 	}
 }
 
-// Result is one run: one mode at one load.
-type Result struct {
-	Mode     string  `json:"mode"`
+// Point is one mode at one load, in the sweep's JSON shape.
+type Point struct {
 	Load     float64 `json:"load"`
 	Requests int     `json:"requests"`
 	Errors   int     `json:"errors"`
 	// HitRate is cached prompt tokens ÷ prompt tokens, as the engines
 	// reported them.
-	HitRate float64       `json:"hit_rate"`
-	TTFT    bench.Summary `json:"ttft_ms"`
-	ITL     bench.Summary `json:"itl_ms"`
-	E2E     bench.Summary `json:"e2e_ms"`
+	HitRate float64 `json:"hit_rate"`
+	// TTFT counts each shed request with the time it waited before it was
+	// shed.
+	TTFT bench.Summary `json:"ttft_ms"`
+	ITL  bench.Summary `json:"itl_ms"`
+	E2E  bench.Summary `json:"e2e_ms"`
 	// Stickiness is the share of follow-up requests routed to a worker that
 	// held their previous request's prefix, among those for which the
 	// previous request's worker (or the chosen one) still held it.
 	Stickiness float64 `json:"stickiness"`
 	// OverlapExact is the share of requests whose predicted cached tokens
-	// equal what the engine then reported. TTFT counts each shed request
-	// with the time it waited before it was shed.
+	// equal what the engine then reported.
 	OverlapExact float64 `json:"overlap_exact"`
-	// Preemptions counts engine preemptions; Shed counts requests the
-	// admission queue refused.
+	// Preemptions counts engine preemptions.
 	Preemptions uint64 `json:"preemptions"`
-	Shed        int    `json:"shed"`
-	// Span is the virtual time from the first arrival to the last finish.
+}
+
+// Result is one run: one mode at one load.
+type Result struct {
+	Mode string `json:"mode"`
+	Point
+	// Shed counts requests the admission queue refused.
+	Shed int `json:"shed"`
+	// SpanSeconds is the virtual time from the first arrival to the last
+	// finish.
 	SpanSeconds float64 `json:"span_seconds"`
 	// Fits are the router's learned prefill models per worker at the end.
 	Fits []scoring.RateFit `json:"fits,omitempty"`
@@ -497,7 +504,7 @@ func (r *runner) report(wi int32) {
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func (r *runner) result() Result {
-	res := Result{Mode: r.mode, Load: r.load, Requests: len(r.reqs), Errors: r.errors, Shed: r.shed,
+	res := Result{Mode: r.mode, Point: Point{Load: r.load, Requests: len(r.reqs), Errors: r.errors}, Shed: r.shed,
 		SpanSeconds: r.lastFinish.Seconds()}
 	if r.promptTok > 0 {
 		res.HitRate = float64(r.cachedTok) / float64(r.promptTok)

@@ -50,25 +50,6 @@ type Report struct {
 	Goodput map[string]float64 `json:"goodput"`
 }
 
-// Point is one mode at one load, in the sweep's JSON shape.
-type Point struct {
-	Load         float64       `json:"load"`
-	Requests     int           `json:"requests"`
-	Errors       int           `json:"errors"`
-	HitRate      float64       `json:"hit_rate"`
-	TTFT         bench.Summary `json:"ttft_ms"`
-	ITL          bench.Summary `json:"itl_ms"`
-	E2E          bench.Summary `json:"e2e_ms"`
-	Stickiness   float64       `json:"stickiness"`
-	OverlapExact float64       `json:"overlap_exact"`
-	Preemptions  uint64        `json:"preemptions"`
-}
-
-func pointOf(r Result) Point {
-	return Point{Load: r.Load, Requests: r.Requests, Errors: r.Errors, HitRate: r.HitRate, TTFT: r.TTFT, ITL: r.ITL,
-		E2E: r.E2E, Stickiness: r.Stickiness, OverlapExact: r.OverlapExact, Preemptions: r.Preemptions}
-}
-
 // Sweep runs every mode at every load on w and reports them with the
 // workload's reference hit rates.
 func Sweep(w *Workload, o SweepOptions) (*Report, error) {
@@ -148,7 +129,7 @@ func Sweep(w *Workload, o SweepOptions) (*Report, error) {
 		rep.Goodput[name] = 0
 		for l := range o.Loads {
 			r := results[m][l]
-			rep.Sweep[name] = append(rep.Sweep[name], pointOf(r))
+			rep.Sweep[name] = append(rep.Sweep[name], r.Point)
 			if r.Load == 1 {
 				rr := r
 				rep.Modes[name] = &rr
