@@ -65,6 +65,17 @@ var clientTLS *tls.Config
 // expected count arrives.
 func exchange(t testing.TB, ctx context.Context, cc *grpc.ClientConn, msgs []*pb.ProcessingRequest, want int) []*pb.ProcessingResponse {
 	t.Helper()
+	st, out := exchangeOpen(t, ctx, cc, msgs, want)
+	if err := st.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// exchangeOpen is exchange without the half-close: the stream stays open,
+// as Envoy's does while the upstream answers, until ctx ends.
+func exchangeOpen(t testing.TB, ctx context.Context, cc *grpc.ClientConn, msgs []*pb.ProcessingRequest, want int) (pb.ExternalProcessor_ProcessClient, []*pb.ProcessingResponse) {
+	t.Helper()
 	st, err := pb.NewExternalProcessorClient(cc).Process(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -82,10 +93,7 @@ func exchange(t testing.TB, ctx context.Context, cc *grpc.ClientConn, msgs []*pb
 		}
 		out = append(out, r)
 	}
-	if err := st.CloseSend(); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return st, out
 }
 
 func TestServerBodyModesOverGRPC(t *testing.T) {
@@ -152,7 +160,9 @@ func TestServerCancellationFreesLoad(t *testing.T) {
 	f := newFleet()
 	_, cc := startServer(t, ServerConfig{Decider: f})
 	ctx, cancel := context.WithCancel(context.Background())
-	exchange(t, ctx, cc, []*pb.ProcessingRequest{chatHeaders(ModeBuffered), reqBody(chatBody, true)}, 2)
+	// The stream stays open: a half-close would end it (and free the load)
+	// on its own, racing the check below.
+	exchangeOpen(t, ctx, cc, []*pb.ProcessingRequest{chatHeaders(ModeBuffered), reqBody(chatBody, true)}, 2)
 	tk := f.lastTicket()
 	if _, _, _, frees := tk.snapshot(); len(frees) != 0 {
 		t.Fatalf("freed before cancel: %v", frees)
