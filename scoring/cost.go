@@ -26,6 +26,7 @@ import "math"
 //
 //	logit    = overhead + (backlog + uncached) ÷ rate
 //	         + slowdown_weight × decoding requests × uncached ÷ rate
+//	         + request_weight × active requests × block size ÷ rate
 //	         + the time to recompute what the request would preempt
 //
 // with the worker's learned prefill rate and overhead (Load.PrefillRate,
@@ -135,6 +136,9 @@ func (m *KV) latencyTerms(req *Request, l *Load) latencyTerms {
 	t.ttft = l.PrefillOverhead + (backlog+uncached)/rate
 	decoding := max(l.ActiveRequests-l.PrefillRequests, 0)
 	t.slowdown = m.slowdown * float64(decoding) * uncached / rate
+	// Each active request costs its block-equivalents of prefill time: a
+	// busy worker's decode steps are slower for every stream on it.
+	t.slowdown += m.reqW * float64(l.ActiveRequests) * bs / rate
 	capacity := l.KVTotalBlocks
 	if l.ReportFresh && l.Report.KVTotalBlocks > 0 {
 		capacity = l.Report.KVTotalBlocks

@@ -318,8 +318,10 @@ const (
 func runFlood(t *testing.T, weight float64, lifetime int) (map[string]int, []string) {
 	t.Helper()
 	o := testOptions(newFakeClock(), 11)
-	o.CostModel, o.OverlapWeight = CostDefault, weight
-	if weight == 0 { // the latency cost model instead
+	// The old cost: weight × prefill + decode, no per-request term.
+	o.CostModel, o.OverlapWeight, o.DecodeActiveRequestWeight = CostDefault, weight, 0
+	if weight == 0 { // the latency cost model instead, with its defaults
+		o.DecodeActiveRequestWeight = DefaultDecodeActiveRequests
 		o.CostModel = CostLatency
 	}
 	r := newTestScheduler(t, o, floodWorkers)

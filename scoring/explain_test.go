@@ -55,7 +55,9 @@ func explainFleet(t *testing.T, change func(*Options)) *Explanation {
 	return exp
 }
 
-func defaultCost(o *Options) { o.CostModel = CostDefault }
+// defaultCost is the default cost model as the seeds had it: no
+// per-request term.
+func defaultCost(o *Options) { o.CostModel, o.DecodeActiveRequestWeight = CostDefault, 0 }
 
 func TestExplanationRendersTheSeedLogLine(t *testing.T) {
 	exp := explainFleet(t, defaultCost)

@@ -47,7 +47,10 @@ func TestLatencyCostTerms(t *testing.T) {
 	o := DefaultOptions()
 	o.CostModel = CostLatency
 	o.DecodeSlowdownWeight = 0.5
+	o.DecodeActiveRequestWeight = 0
 	m := newKV(o.withDefaults(), OverlapEvents)
+	o.DecodeActiveRequestWeight = 8
+	perRequest := newKV(o.withDefaults(), OverlapEvents)
 	base := Load{BlockSize: 16, KVTotalBlocks: 1000, PrefillRate: 1000, PrefillOverhead: 0.02}
 	tests := []struct {
 		name string
@@ -60,6 +63,14 @@ func TestLatencyCostTerms(t *testing.T) {
 		{"running decodes are slowed", func(l *Load) { l.ActiveRequests, l.PrefillRequests = 3, 1 }, latencyTerms{ttft: 0.18, slowdown: 0.5 * 2 * 0.16}},
 		{"a full cache preempts", func(l *Load) { l.ActiveBlocks = 995 }, latencyTerms{ttft: 0.18, memory: 5 * 16 / 1000.0}},
 	}
+	t.Run("active requests cost their block-equivalents", func(t *testing.T) {
+		l := base
+		l.ActiveRequests, l.PrefillRequests = 3, 3 // none decoding yet
+		got := perRequest.latencyTerms(&Request{PromptTokens: 160}, &l)
+		if want := 3 * 8 * 16 / 1000.0; math.Abs(got.slowdown-want) > 1e-9 {
+			t.Fatalf("slowdown %g, want %g (3 requests × 8 blocks × 16 tokens at 1,000 tokens/s)", got.slowdown, want)
+		}
+	})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			l := base

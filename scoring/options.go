@@ -51,8 +51,10 @@ type Options struct {
 	// memory and on disk, as fractions of a device block. Defaults 0.75
 	// and 0.25.
 	HostCacheHitWeight, DiskCacheHitWeight float64
-	// DecodeActiveRequestWeight adds this many block-equivalents per active
-	// request to the default cost's decode term. Default 0.
+	// DecodeActiveRequestWeight charges this many block-equivalents per
+	// request active on the worker: blocks in the default cost, their
+	// prefill time in the latency cost. It spreads floods whose cached
+	// prefix is short. Default 8.
 	DecodeActiveRequestWeight float64
 	// NoPrefillDecay charges a request's prefill whole until its first
 	// token instead of draining the backlog at the learned prefill rate.
@@ -128,6 +130,7 @@ const (
 	DefaultPrefillRate          = 20000.0
 	DefaultPrefillOverhead      = 25 * time.Millisecond
 	DefaultDecodeSlowdownWeight = 0.5
+	DefaultDecodeActiveRequests = 8.0
 	DefaultTemperature          = 0.0
 	DefaultQueueThreshold       = 4.0
 	DefaultQueuePolicy          = "fcfs"
@@ -141,25 +144,26 @@ const (
 // DefaultOptions returns the documented defaults.
 func DefaultOptions() Options {
 	return Options{
-		Mode:                 DefaultMode,
-		CostModel:            CostLatency,
-		OverlapCredit:        DefaultOverlapCredit,
-		PrefillLoadScale:     DefaultPrefillLoadScale,
-		HostCacheHitWeight:   DefaultHostCacheHitWeight,
-		DiskCacheHitWeight:   DefaultDiskCacheHitWeight,
-		PrefillRate:          DefaultPrefillRate,
-		PrefillOverhead:      DefaultPrefillOverhead,
-		DecodeSlowdownWeight: DefaultDecodeSlowdownWeight,
-		Temperature:          DefaultTemperature,
-		WeightedA:            2,
-		WeightedB:            1,
-		WeightedC:            1,
-		QueueThreshold:       DefaultQueueThreshold,
-		QueuePolicy:          DefaultQueuePolicy,
-		QueueMaxLength:       DefaultQueueMaxLength,
-		QueueMaxWait:         DefaultQueueMaxWait,
-		MaxRequestAge:        DefaultMaxRequestAge,
-		StaleReportAge:       DefaultStaleReportAge,
+		Mode:                      DefaultMode,
+		CostModel:                 CostLatency,
+		OverlapCredit:             DefaultOverlapCredit,
+		PrefillLoadScale:          DefaultPrefillLoadScale,
+		HostCacheHitWeight:        DefaultHostCacheHitWeight,
+		DiskCacheHitWeight:        DefaultDiskCacheHitWeight,
+		PrefillRate:               DefaultPrefillRate,
+		PrefillOverhead:           DefaultPrefillOverhead,
+		DecodeSlowdownWeight:      DefaultDecodeSlowdownWeight,
+		DecodeActiveRequestWeight: DefaultDecodeActiveRequests,
+		Temperature:               DefaultTemperature,
+		WeightedA:                 2,
+		WeightedB:                 1,
+		WeightedC:                 1,
+		QueueThreshold:            DefaultQueueThreshold,
+		QueuePolicy:               DefaultQueuePolicy,
+		QueueMaxLength:            DefaultQueueMaxLength,
+		QueueMaxWait:              DefaultQueueMaxWait,
+		MaxRequestAge:             DefaultMaxRequestAge,
+		StaleReportAge:            DefaultStaleReportAge,
 	}
 }
 
