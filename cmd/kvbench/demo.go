@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/kvroute/kvroute/internal/cli"
 	"io"
 	"os"
 	"path/filepath"
@@ -49,7 +50,7 @@ type demoFlags struct {
 	maxSeqs   int
 	maxBatch  int
 	progress  bool
-	logLevel  string
+	log       *cli.LogFlags
 	sweep     string
 	sweepWL   string
 }
@@ -74,9 +75,8 @@ func newDemoFlags(d *demoFlags, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&d.maxSeqs, "max-num-seqs", sim.DefaultMaxNumSeqs, "maximum running requests per worker")
 	fs.IntVar(&d.maxBatch, "max-num-batched-tokens", sim.DefaultMaxNumBatchedTokens, "maximum tokens per engine step (chunked prefill)")
 	fs.BoolVar(&d.progress, "progress", false, "draw a progress bar on stderr even when it is not a terminal")
-	fs.StringVar(&d.logLevel, "log-level", "off", "component logs on stderr: off, debug, info, warn or error")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `kvbench demo runs kvroute end to end in one process and compares router modes.
+	d.log = cli.RegisterLog(fs, "off")
+	setUsage(fs, `kvbench demo runs kvroute end to end in one process and compares router modes.
 
 It starts an embedded NATS server and etcd, --workers simulated vLLM workers
 (kvsim: paged KV cache with prefix caching, continuous batching, the Dynamo
@@ -95,19 +95,14 @@ alone, to push the same fleet harder or softer.
 It prints a table per mode (hit rate = Σ cached_tokens ÷ Σ prompt_tokens from
 the workers' usage, TTFT/ITL/E2E percentiles, output tokens/s, which worker
 served what) and the reference hit rates of the workload, and writes
-report.json, report.md and chart.svg.
-
-Flags:
-`)
-		fs.PrintDefaults()
-	}
+report.json, report.md and chart.svg.`)
 	return fs
 }
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var d demoFlags
 	fs := newDemoFlags(&d, stderr)
-	if err := parse(fs, args); err != nil {
+	if err := parse(fs, args, stdout); err != nil {
 		return err
 	}
 	d.wl.parsed(fs)
@@ -120,7 +115,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return err
 		}
 	}
-	log, err := logger(stderr, d.logLevel)
+	log, err := d.log.Logger(stderr)
 	if err != nil {
 		return err
 	}

@@ -33,7 +33,7 @@ func TestHelpAndUsageErrors(t *testing.T) {
 		{[]string{"demo", "--workload", "chat"}, 1, "needs --tokenizer"},
 		{[]string{"replay", "--arrival", "trace", "--workload", "shared-prefix"}, 1, "needs --workload trace"},
 		{[]string{"gateway", "--bootstrap", "/nonexistent.yaml"}, 1, "nonexistent"},
-		{[]string{"demo", "extra"}, 2, "unexpected arguments"},
+		{[]string{"demo", "extra"}, 2, "unexpected argument"},
 	} {
 		var out, errb bytes.Buffer
 		code := run(context.Background(), tc.args, &out, &errb)

@@ -36,8 +36,7 @@ func newReplayFlags(r *replayFlags, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&r.blockSize, "block-size", 16, "the workers' tokens per KV block, for the reference hit rates")
 	fs.IntVar(&r.capacity, "capacity-blocks", 0, "the fleet's total KV blocks, for the fleet-capacity reference (0: not computed)")
 	fs.BoolVar(&r.progress, "progress", false, "draw a progress bar on stderr even when it is not a terminal")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `kvbench replay sends a workload to a running OpenAI-compatible endpoint and
+	setUsage(fs, `kvbench replay sends a workload to a running OpenAI-compatible endpoint and
 measures it: TTFT, inter-token latency and end-to-end latency (p50/p90/p99/mean),
 output tokens/s, requests/s, errors, the prefix-cache hit rate from usage
 (Σ cached_tokens ÷ Σ prompt_tokens) and, for kvsim workers, which worker served
@@ -45,19 +44,14 @@ each request. Requests stream (stream_options.include_usage) and set ignore_eos.
 
 To compare router modes against a deployed kvroute, run it once per mode
 (POST /admin/mode?mode=NAME on kvroute, clear the workers' caches) with
---label NAME, or use "kvbench demo" for the all-embedded A/B.
-
-Flags:
-`)
-		fs.PrintDefaults()
-	}
+--label NAME, or use "kvbench demo" for the all-embedded A/B.`)
 	return fs
 }
 
 func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var r replayFlags
 	fs := newReplayFlags(&r, stderr)
-	if err := parse(fs, args); err != nil {
+	if err := parse(fs, args, stdout); err != nil {
 		return err
 	}
 	r.wl.parsed(fs)

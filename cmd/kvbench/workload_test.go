@@ -30,7 +30,7 @@ func writeTrace(t *testing.T, n int) string {
 func buildDemoWorkload(args ...string) (*workloadFlags, *bench.Workload, bench.Arrival, error) {
 	var d demoFlags
 	fs := newDemoFlags(&d, io.Discard)
-	if err := parse(fs, args); err != nil {
+	if err := parse(fs, args, io.Discard); err != nil {
 		return nil, nil, bench.Arrival{}, err
 	}
 	d.wl.parsed(fs)

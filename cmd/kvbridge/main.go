@@ -5,11 +5,8 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -22,33 +19,31 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kvroute/kvroute/internal/bridge"
+	"github.com/kvroute/kvroute/internal/cli"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := run(ctx, os.Args[1:], os.Getenv, os.Hostname, os.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "kvbridge:", err)
-		os.Exit(1)
-	}
+	stop()
+	os.Exit(cli.Exit("kvbridge", err, os.Stderr))
 }
 
 // run is main without the process: flags, connections, the bridge until ctx
 // ends (SIGTERM), and an orderly shutdown that deregisters the worker.
 func run(ctx context.Context, args []string, getenv func(string) string, hostname func() (string, error), stderr io.Writer) error {
-	o, err := parseFlags(args, getenv, hostname, stderr)
+	if len(args) == 1 && args[0] == "version" {
+		args = []string{"--version"}
+	}
+	o, err := parseFlags(args, getenv, hostname, os.Stdout)
 	if err != nil {
 		return err
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
-		return fmt.Errorf("--log-level: %w", err)
+	log, err := o.log.Logger(stderr)
+	if err != nil {
+		return err
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 
 	// The bridge exists only after the connection; the reconnect handler
 	// reaches it through this pointer.

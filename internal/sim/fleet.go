@@ -54,6 +54,7 @@ type Fleet struct {
 	workers []*Worker
 	byID    map[string]*Worker
 	nc      *nats.Conn
+	natsURL string
 	etcd    *clientv3.Client
 	admin   *adminServer
 	log     *slog.Logger
@@ -95,7 +96,7 @@ func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 		if err != nil {
 			return nil, fmt.Errorf("start fleet: connect to NATS %s: %w", cfg.NATSURL, err)
 		}
-		f.nc, tmpl.NATS = nc, nc
+		f.nc, f.natsURL, tmpl.NATS = nc, cfg.NATSURL, nc
 	}
 	if tmpl.Etcd == nil && len(cfg.EtcdEndpoints) > 0 {
 		cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.EtcdEndpoints, DialTimeout: 5 * time.Second})
