@@ -35,7 +35,8 @@ func (e endpointList) Set(s string) error {
 func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("kvbench gateway", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	bootstrap := fs.String("bootstrap", "envoy/cluster-header.yaml", "Envoy bootstrap YAML to run (one of the files in envoy/, or Generate's output)")
+	bootstrap := fs.String("bootstrap", "envoy/cluster-header.yaml", "Envoy bootstrap YAML `file` to run (one of the files in envoy/, or kvroute envoy-config's output)")
+	fs.StringVar(bootstrap, "c", *bootstrap, cli.Hidden+"--bootstrap, spelled as envoy -c")
 	listen := fs.String("listen", "", "listener address replacing the bootstrap's, e.g. 127.0.0.1:8080 (empty: the bootstrap's)")
 	eps := endpointList{}
 	fs.Var(eps, "endpoint", "CLUSTER=HOST:PORT[,HOST:PORT...] replaces a cluster's endpoints (repeatable); the ext_proc cluster is \""+envoy.ExtProcClusterName+"\"")
