@@ -26,7 +26,7 @@ import (
 // blocks only coarsen matching, and keep the event volume of 13k-token
 // prompts manageable on two cores).
 const (
-	demoBlockSize   = 64
+	demoBlockSize   = sim.DefaultBlockSize
 	demoKVBlocks    = 5632
 	demoMaxRequests = 800
 	demoSpeedup     = 1
