@@ -67,10 +67,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, hostnam
 		return fmt.Errorf("connect NATS %s: %w", o.natsURL, err)
 	}
 	defer nc.Close()
+	if nc.IsConnected() {
+		log.Info("NATS connected", "url", nc.ConnectedUrl())
+	} else {
+		log.Warn("NATS unreachable; retrying, KV events wait until it answers", "url", o.natsURL)
+	}
 
-	var cli *clientv3.Client
+	var etcd *clientv3.Client
 	if o.etcdEndpoints != "" {
-		cli, err = clientv3.New(clientv3.Config{
+		etcd, err = clientv3.New(clientv3.Config{
 			Endpoints:   strings.Split(o.etcdEndpoints, ","),
 			DialTimeout: 5 * time.Second,
 			Logger:      zap.NewNop(),
@@ -78,7 +83,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, hostnam
 		if err != nil {
 			return fmt.Errorf("etcd client %s: %w", o.etcdEndpoints, err)
 		}
-		defer cli.Close()
+		defer etcd.Close()
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if _, err := etcd.Status(sctx, etcd.Endpoints()[0]); err != nil {
+			log.Warn("etcd unreachable; the worker registers once it answers", "endpoints", o.etcdEndpoints, "err", err)
+		} else {
+			log.Info("etcd reachable", "endpoints", o.etcdEndpoints)
+		}
+		cancel()
 	}
 
 	b, err := bridge.New(bridge.Config{
@@ -103,7 +115,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, hostnam
 		ReplayTimeout:       o.replayTimeout,
 		SettleDelay:         o.settleDelay,
 		NATS:                nc,
-		Etcd:                cli,
+		Etcd:                etcd,
 		Logger:              log,
 	})
 	if err != nil {
@@ -117,7 +129,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, hostnam
 	}
 	log.Info("kvbridge starting", "worker", o.workerID, "engine", o.engine, "engine_url", o.engineURL,
 		"events", o.eventsEndpoint, "replay", o.replayEndpoint, "namespace", o.namespace,
-		"data_parallel_size", o.dpSize, "register", cli != nil)
+		"data_parallel_size", o.dpSize, "register", etcd != nil)
 	if err := b.Run(ctx); err != nil {
 		return err
 	}
