@@ -7,6 +7,7 @@
 //	kvbench sim      the router, its index and simulated engines in virtual time: a load sweep per mode
 //	kvbench replay   a workload against a running endpoint
 //	kvbench gateway  the Envoy stand-in, standalone, from a bootstrap file
+//	kvbench up       the whole local stack in one process, until interrupted
 package main
 
 import (
@@ -29,6 +30,7 @@ Usage:
   kvbench sim     [flags]   sweep load × router mode in virtual time (deterministic; minutes for a whole trace)
   kvbench replay  [flags]   replay a workload against a running OpenAI endpoint (e.g. Envoy in front of kvroute)
   kvbench gateway [flags]   run the Envoy stand-in (development only) from a bootstrap file
+  kvbench up      [flags]   start the whole local stack in this process and print a curl line to try
 
   kvbench version           module version, VCS revision, Go version (also --version)
 
@@ -66,8 +68,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runSim(ctx, args[1:], stdout, stderr)
 	case "gateway":
 		err = runGateway(ctx, args[1:], stdout, stderr)
+	case "up":
+		err = runUp(ctx, args[1:], stdout, stderr)
 	default:
-		err = cli.Usagef("unknown command %q (want demo, sim, replay, gateway, version or help)", args[0])
+		err = cli.Usagef("unknown command %q (want demo, sim, replay, gateway, up, version or help)", args[0])
 		return cli.Exit("kvbench", err, stderr)
 	}
 	return cli.Exit("kvbench "+args[0], err, stderr)
