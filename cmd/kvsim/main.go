@@ -7,6 +7,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -46,8 +47,12 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	start := time.Now()
+	log.Info("starting workers", "workers", o.workers, "nats", orNone(o.natsURL), "etcd", orNone(o.etcdEndpoints))
 	fleet, err := sim.StartFleet(ctx, cfg)
 	if err != nil {
+		if o.etcdEndpoints != "" && errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("%w (etcd at %s did not answer; without etcd, --workers-file serves a router)", err, o.etcdEndpoints)
+		}
 		return err
 	}
 	for _, w := range fleet.Workers() {
