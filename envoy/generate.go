@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"strings"
 	"text/template"
 	"time"
 )
@@ -221,7 +222,7 @@ func Generate(style string, workers []Worker, opts Options) ([]byte, error) {
 		}
 		d.XDS = grpcClusterData{Name: XDSClusterName, Type: discoveryType(x), Addr: x}
 	default:
-		return nil, fmt.Errorf("envoy: unknown style %q (want one of %v)", style, Styles)
+		return nil, fmt.Errorf("envoy: unknown style %q (want %s)", style, strings.Join(Styles, ", "))
 	}
 	var buf bytes.Buffer
 	if err := templates.ExecuteTemplate(&buf, style+".yaml.tmpl", d); err != nil {

@@ -182,9 +182,17 @@ type openAIErrorBody struct {
 	Code    string  `json:"code"`
 }
 
+// Body is the OpenAI-style JSON error the client sees:
+// {"error": {"message", "type", "param", "code"}}. kvroute's HTTP endpoints
+// answer errors with the same shape.
+func (e *HTTPError) Body() []byte {
+	body, _ := json.Marshal(openAIError{Error: openAIErrorBody{Message: e.Message, Type: e.Type, Code: e.Code}})
+	return body
+}
+
 // immediateResponse answers the client directly with an OpenAI-style error.
 func immediateResponse(e *HTTPError) *pb.ProcessingResponse {
-	body, _ := json.Marshal(openAIError{Error: openAIErrorBody{Message: e.Message, Type: e.Type, Code: e.Code}})
+	body := e.Body()
 	headers := []*corev3.HeaderValueOption{setHeader("content-type", "application/json")}
 	if e.Status == 429 {
 		headers = append(headers, setHeader("retry-after", "1"))

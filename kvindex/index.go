@@ -288,12 +288,12 @@ type Stats struct {
 
 // WorkerStats is one worker's part of Stats.
 type WorkerStats struct {
-	ID              string
-	Model           string
-	BlockSize       int
-	Blocks          int // device blocks
-	OffDeviceBlocks int // engine hashes held in other media (CPU, disk)
-	Stale           bool
+	ID              string `json:"id"`
+	Model           string `json:"model"`
+	BlockSize       int    `json:"block_size"`
+	Blocks          int    `json:"blocks"`            // device blocks
+	OffDeviceBlocks int    `json:"off_device_blocks"` // engine hashes held in other media (CPU, disk)
+	Stale           bool   `json:"stale"`
 }
 
 // Stats returns a snapshot of the index's size, workers in index order.

@@ -218,7 +218,7 @@ func (o Options) withDefaults() Options {
 func (o Options) Validate() error {
 	o = o.withDefaults()
 	if _, ok := modeFactories[normalizeName(o.Mode)]; !ok {
-		return fmt.Errorf("scoring options: unknown router mode %q (valid: %v)", o.Mode, ModeNames())
+		return fmt.Errorf("scoring options: unknown router mode %q (valid: %s)", o.Mode, strings.Join(ModeNames(), ", "))
 	}
 	if !slices.Contains(CostModels(), o.CostModel) {
 		return fmt.Errorf("scoring options: unknown cost model %q (valid: %s)", o.CostModel, strings.Join(CostModels(), ", "))

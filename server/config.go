@@ -34,6 +34,9 @@ type Config struct {
 	// NATSURL is the NATS server to use; empty starts an embedded one on
 	// EmbeddedNATSAddr.
 	NATSURL string
+	// NATSCredsFile is a NATS credentials file (JWT and NKey seed, as `nsc`
+	// writes it) used to connect to NATSURL; empty: none.
+	NATSCredsFile string
 	// EmbeddedNATSAddr is where the embedded NATS server listens (default
 	// "127.0.0.1:4222"; port 0 picks a free one).
 	EmbeddedNATSAddr string

@@ -13,9 +13,31 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
+// endpoint is one operator endpoint, listed on GET /.
+type endpoint struct {
+	Method      string `json:"method"`
+	Path        string `json:"path"`
+	Description string `json:"description"`
+}
+
+// endpoints are the operator endpoints, in the order GET / lists them.
+var endpoints = []endpoint{
+	{"GET", "/", "this list"},
+	{"GET", "/metrics", "Prometheus metrics (kvroute_*)"},
+	{"GET", "/healthz", "liveness: ok while the process runs"},
+	{"GET", "/readyz", "readiness: 200 with tokenizers loaded, a worker and NATS; else 503 and the reason"},
+	{"GET", "/debug/workers", "every worker: its record, live load and index holdings"},
+	{"POST", "/debug/explain", "an OpenAI body in, the decision with every candidate's terms out, without side effects (?path=/v1/completions)"},
+	{"GET", "/admin/mode", "the router mode and the valid ones"},
+	{"POST", "/admin/mode", `switch the router mode at runtime: {"mode": NAME} or ?mode=NAME`},
+}
+
 // httpHandler serves the operator endpoints.
 func (r *Server) httpHandler() http.Handler {
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"service": "kvroute", "endpoints": endpoints})
+	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(r.cfg.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
@@ -26,7 +48,40 @@ func (r *Server) httpHandler() http.Handler {
 	mux.HandleFunc("POST /debug/explain", r.handleExplain)
 	mux.HandleFunc("GET /admin/mode", r.handleMode)
 	mux.HandleFunc("POST /admin/mode", r.handleMode)
+	mux.HandleFunc("/", handleUnknown)
 	return mux
+}
+
+// handleUnknown answers a path or method no endpoint serves, in the
+// shared error shape.
+func handleUnknown(w http.ResponseWriter, req *http.Request) {
+	var methods []string
+	for _, e := range endpoints {
+		if e.Path == req.URL.Path {
+			methods = append(methods, e.Method)
+		}
+	}
+	if len(methods) > 0 {
+		w.Header().Set("Allow", strings.Join(methods, ", "))
+		writeError(w, &extproc.HTTPError{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error", Code: "method_not_allowed",
+			Message: req.Method + " " + req.URL.Path + ": use " + strings.Join(methods, " or ")})
+		return
+	}
+	writeError(w, &extproc.HTTPError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",
+		Message: "no endpoint " + req.URL.Path + "; GET / lists them"})
+}
+
+// writeError answers with the OpenAI-style error the data path uses
+// ({"error": {"message", "type", "param", "code"}}).
+func writeError(w http.ResponseWriter, e *extproc.HTTPError) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(e.Status)
+	_, _ = w.Write(append(e.Body(), '\n'))
+}
+
+// badRequest is a 400 in the shared error shape.
+func badRequest(code, msg string) *extproc.HTTPError {
+	return &extproc.HTTPError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: code, Message: msg}
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -39,7 +94,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func (r *Server) handleReady(w http.ResponseWriter, _ *http.Request) {
 	if reason := r.NotReadyReason(); reason != "" {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "reason": reason})
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "reason": reason}) // a probe's answer, not an error
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"ready": true, "workers": r.fleet.len()})
@@ -82,7 +137,7 @@ func (r *Server) handleExplain(w http.ResponseWriter, req *http.Request) {
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, int64(limit)))
 	if err != nil {
-		writeJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"error": err.Error()})
+		writeError(w, &extproc.HTTPError{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "body_too_large", Message: err.Error()})
 		return
 	}
 	path := req.URL.Query().Get("path")
@@ -99,10 +154,10 @@ func (r *Server) handleExplain(w http.ResponseWriter, req *http.Request) {
 	if err != nil {
 		var he *extproc.HTTPError
 		if errors.As(err, &he) {
-			writeJSON(w, he.Status, map[string]any{"error": map[string]string{"message": he.Message, "type": he.Type, "code": he.Code}})
+			writeError(w, he)
 			return
 		}
-		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		writeError(w, &extproc.HTTPError{Status: http.StatusInternalServerError, Type: "server_error", Code: "internal_error", Message: err.Error()})
 		return
 	}
 	writeJSON(w, http.StatusOK, exp)
@@ -118,13 +173,13 @@ func (r *Server) handleMode(w http.ResponseWriter, req *http.Request) {
 				Mode string `json:"mode"`
 			}
 			if err := json.NewDecoder(io.LimitReader(req.Body, 4096)).Decode(&in); err != nil {
-				writeJSON(w, http.StatusBadRequest, map[string]string{"error": "want {\"mode\": NAME} or ?mode=NAME: " + err.Error()})
+				writeError(w, badRequest("invalid_body", `want {"mode": NAME} or ?mode=NAME: `+err.Error()))
 				return
 			}
 			mode = in.Mode
 		}
 		if err := r.SetMode(mode); err != nil {
-			writeJSON(w, http.StatusBadRequest, map[string]any{"error": err.Error(), "modes": scoring.ModeNames()})
+			writeError(w, badRequest("unknown_mode", err.Error()))
 			return
 		}
 	}

@@ -100,12 +100,18 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		}
 	}()
 
+	start := time.Now()
 	if r.toks, err = picker.NewTokenizerRegistry(cfg.Tokenizers, tokenizer.ChatOptions{}); err != nil {
 		return nil, err
 	}
 	// Readiness promises loaded tokenizers; a bad folder stops the start.
 	if err = picker.Preload(r.toks); err != nil {
 		return nil, err
+	}
+	if models := r.toks.Models(); len(models) > 0 {
+		r.log.Info("tokenizers loaded", "models", models, "took", time.Since(start).Round(time.Millisecond))
+	} else {
+		r.log.Warn("no tokenizers (--tokenizer MODEL=DIR): every request is routed by load alone")
 	}
 	r.index = kvindex.New(kvindex.Config{})
 	r.approx = kvindex.NewApprox(kvindex.ApproxConfig{})
@@ -217,17 +223,23 @@ func (r *Server) connectNATS() error {
 		}
 		r.natsSrv, url = srv, srv.ClientURL()
 	}
-	nc, err := nats.Connect(url, nats.Name("kvroute "+r.cfg.RouterID), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
+	opts := []nats.Option{nats.Name("kvroute " + r.cfg.RouterID), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}
+	if r.cfg.NATSCredsFile != "" && r.natsSrv == nil {
+		opts = append(opts, nats.UserCredentials(r.cfg.NATSCredsFile))
+	}
+	start := time.Now()
+	nc, err := nats.Connect(url, append(opts,
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil { // nil: our own Close
 				r.log.Warn("nats disconnected", "err", err)
 			}
 		}),
-		nats.ReconnectHandler(func(c *nats.Conn) { r.log.Info("nats reconnected", "url", c.ConnectedUrl()) }))
+		nats.ReconnectHandler(func(c *nats.Conn) { r.log.Info("nats reconnected", "url", c.ConnectedUrl()) }))...)
 	if err != nil {
 		return fmt.Errorf("nats connect %s: %w", url, err)
 	}
 	r.nc = nc
+	r.log.Info("nats connected", "url", nc.ConnectedUrl(), "embedded", r.natsSrv != nil, "took", time.Since(start).Round(time.Millisecond))
 	return nil
 }
 
@@ -240,9 +252,11 @@ func (r *Server) startDiscovery() error {
 		if err != nil {
 			return err
 		}
+		r.log.Info("workers file loaded", "path", r.cfg.WorkersFile, "workers", r.fleet.len(), "reload_every", r.cfg.WorkersFileInterval)
 		r.goRun(func() error { _ = fw.Run(r.ctx); return nil })
 		return nil
 	}
+	start := time.Now()
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints: r.cfg.EtcdEndpoints, Username: r.cfg.EtcdUsername, Password: r.cfg.EtcdPassword,
 		TLS: r.cfg.EtcdTLS, DialTimeout: 5 * time.Second, Logger: nil,
@@ -258,6 +272,7 @@ func (r *Server) startDiscovery() error {
 	r.goRun(func() error { _ = w.Run(r.ctx); return nil })
 	select {
 	case <-w.Synced():
+		r.log.Info("etcd synced", "endpoints", r.cfg.EtcdEndpoints, "workers", r.fleet.len(), "took", time.Since(start).Round(time.Millisecond))
 		return nil
 	case <-time.After(10 * time.Second):
 		// Keep going: readiness stays false until workers appear.

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -251,6 +252,56 @@ func TestRouterEventsOverNATSChangeTheNextDecision(t *testing.T) {
 			t.Errorf("workers: %s", w)
 		}
 	})
+	t.Run("snake_case JSON, one error shape, an index at /", func(t *testing.T) {
+		var index struct {
+			Endpoints []struct{ Method, Path string } `json:"endpoints"`
+		}
+		if err := json.Unmarshal([]byte(get(t, base+"/", 200)), &index); err != nil || len(index.Endpoints) < 6 {
+			t.Fatalf("GET / = %+v, %v", index, err)
+		}
+		resp, err := http.Post(base+"/debug/explain", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		explain, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for path, doc := range map[string]string{"/debug/workers": get(t, base+"/debug/workers", 200), "/debug/explain": string(explain),
+			"/admin/mode": get(t, base+"/admin/mode", 200), "/readyz": get(t, base+"/readyz", 200)} {
+			var v any
+			if err := json.Unmarshal([]byte(doc), &v); err != nil {
+				t.Fatalf("%s: %v", path, err)
+			}
+			if bad := nonSnakeKeys(v); len(bad) > 0 {
+				t.Errorf("%s has keys that are not snake_case: %v", path, bad)
+			}
+		}
+		for _, tc := range []struct {
+			method, path, body string
+			status             int
+		}{
+			{"GET", "/nope", "", 404},
+			{"DELETE", "/debug/workers", "", 405},
+			{"POST", "/admin/mode?mode=nonsense", "", 400},
+			{"POST", "/admin/mode", "{", 400},
+			{"POST", "/debug/explain", "not json", 400},
+		} {
+			req, _ := http.NewRequest(tc.method, base+tc.path, strings.NewReader(tc.body))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var e struct {
+				Error *struct {
+					Message, Type, Code string
+				} `json:"error"`
+			}
+			err = json.NewDecoder(resp.Body).Decode(&e)
+			resp.Body.Close()
+			if resp.StatusCode != tc.status || err != nil || e.Error == nil || e.Error.Message == "" || e.Error.Type == "" || e.Error.Code == "" {
+				t.Errorf("%s %s: status %d, error %+v (%v); want %d and an OpenAI-style error", tc.method, tc.path, resp.StatusCode, e.Error, err, tc.status)
+			}
+		}
+	})
 	t.Run("mode switch at runtime", func(t *testing.T) {
 		resp, err := http.Post(base+"/admin/mode", "application/json", strings.NewReader(`{"mode":"round_robin"}`))
 		if err != nil {
@@ -427,4 +478,25 @@ func TestRouterDrainsOnShutdown(t *testing.T) {
 	if err := r.Wait(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+var snakeKey = regexp.MustCompile(`^[a-z0-9]+(_[a-z0-9]+)*$`)
+
+// nonSnakeKeys lists the object keys in v that are not snake_case.
+func nonSnakeKeys(v any) []string {
+	var bad []string
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			if !snakeKey.MatchString(k) {
+				bad = append(bad, k)
+			}
+			bad = append(bad, nonSnakeKeys(e)...)
+		}
+	case []any:
+		for _, e := range x {
+			bad = append(bad, nonSnakeKeys(e)...)
+		}
+	}
+	return bad
 }

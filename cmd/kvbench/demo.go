@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/kvroute/kvroute/internal/cli"
 	"io"
 	"os"
 	"path/filepath"
@@ -24,8 +25,11 @@ import (
 // blocks are the Dynamo mocker's default (vLLM's CUDA default is 16; larger
 // blocks only coarsen matching, and keep the event volume of 13k-token
 // prompts manageable on two cores).
+// progressEvery is the period of the progress lines on a non-terminal.
+const progressEvery = 5 * time.Second
+
 const (
-	demoBlockSize   = 64
+	demoBlockSize   = sim.DefaultBlockSize
 	demoKVBlocks    = 5632
 	demoMaxRequests = 800
 	demoSpeedup     = 1
@@ -49,7 +53,7 @@ type demoFlags struct {
 	maxSeqs   int
 	maxBatch  int
 	progress  bool
-	logLevel  string
+	log       *cli.LogFlags
 	sweep     string
 	sweepWL   string
 }
@@ -68,15 +72,14 @@ func newDemoFlags(d *demoFlags, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&d.sweepWL, "sweep-workload", "agent", "workload of the virtual-time sweep: "+strings.Join(simWorkloads, ", "))
 	fs.StringVar(&d.modes, "modes", "round_robin,kv", "router modes to compare, in order (valid: "+strings.Join(scoring.ModeNames(), ", ")+")")
 	fs.StringVar(&d.jsonOut, "json", "", "write the JSON report here (default: report.json in --out-dir)")
-	fs.StringVar(&d.outDir, "out-dir", "", "folder for report.json, report.md and chart.svg (default: a new folder under the system temp dir)")
+	fs.StringVar(&d.outDir, "out-dir", "demo-out", "`folder` for sweep.{json,md,svg}, report.{json,md} and chart.svg, created if missing; files of an earlier run are replaced")
 	fs.IntVar(&d.blockSize, "block-size", demoBlockSize, "tokens per KV block in the workers")
 	fs.IntVar(&d.kvBlocks, "kv-blocks", demoKVBlocks, "KV cache blocks per worker (default ≈ Qwen3-8B on an 80 GB H100)")
 	fs.IntVar(&d.maxSeqs, "max-num-seqs", sim.DefaultMaxNumSeqs, "maximum running requests per worker")
 	fs.IntVar(&d.maxBatch, "max-num-batched-tokens", sim.DefaultMaxNumBatchedTokens, "maximum tokens per engine step (chunked prefill)")
-	fs.BoolVar(&d.progress, "progress", false, "draw a progress bar on stderr even when it is not a terminal")
-	fs.StringVar(&d.logLevel, "log-level", "off", "component logs on stderr: off, debug, info, warn or error")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `kvbench demo runs kvroute end to end in one process and compares router modes.
+	fs.BoolVar(&d.progress, "progress", false, "draw a progress bar on stderr even when it is not a terminal (otherwise one line every 5 s there)")
+	d.log = cli.RegisterLog(fs, "off")
+	setUsage(fs, `kvbench demo runs kvroute end to end in one process and compares router modes.
 
 It starts an embedded NATS server and etcd, --workers simulated vLLM workers
 (kvsim: paged KV cache with prefix caching, continuous batching, the Dynamo
@@ -95,19 +98,14 @@ alone, to push the same fleet harder or softer.
 It prints a table per mode (hit rate = Σ cached_tokens ÷ Σ prompt_tokens from
 the workers' usage, TTFT/ITL/E2E percentiles, output tokens/s, which worker
 served what) and the reference hit rates of the workload, and writes
-report.json, report.md and chart.svg.
-
-Flags:
-`)
-		fs.PrintDefaults()
-	}
+report.json, report.md and chart.svg.`)
 	return fs
 }
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var d demoFlags
 	fs := newDemoFlags(&d, stderr)
-	if err := parse(fs, args); err != nil {
+	if err := parse(fs, args, stdout); err != nil {
 		return err
 	}
 	d.wl.parsed(fs)
@@ -120,7 +118,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return err
 		}
 	}
-	log, err := logger(stderr, d.logLevel)
+	log, err := d.log.Logger(stderr)
 	if err != nil {
 		return err
 	}
@@ -141,6 +139,10 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if jsonPath == "" {
 		jsonPath = filepath.Join(outDir, "report.json")
 	}
+	if abs, err := filepath.Abs(outDir); err == nil {
+		outDir = abs
+	}
+	fmt.Fprintf(stdout, "kvbench demo: writing reports to %s\n", outDir)
 
 	engine := sim.EngineConfig{NumGPUBlocks: d.kvBlocks, BlockSize: d.blockSize, MaxNumSeqs: d.maxSeqs, MaxNumBatchedTokens: d.maxBatch}
 	if err := engine.Validate(); err != nil {
@@ -194,13 +196,34 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 				fmt.Fprintf(stdout, "    warning: kvsim worker %s fell %.2f s behind real time; this mode's times are stretched (lower --speedup)\n", id, secs)
 			}
 		}}
-	if d.progress || bench.IsTerminal(os.Stderr) {
-		ab.Progress = stderr
+	ab.Progress = stderr
+	if !d.progress && !bench.IsTerminal(os.Stderr) {
+		ab.ProgressEvery = progressEvery
 	}
 	if err := bench.RunAB(ctx, env, client, wl, rep, ab); err != nil {
 		return err
 	}
-	return writeReports(stdout, rep, jsonPath, outDir)
+	if err := writeReports(stdout, rep, jsonPath, outDir); err != nil {
+		return err
+	}
+	listFiles(stdout, outDir)
+	return nil
+}
+
+// listFiles prints the files the demo left in dir, so the reader knows where
+// to look.
+func listFiles(stdout io.Writer, dir string) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	var names []string
+	for _, e := range entries {
+		if !e.IsDir() {
+			names = append(names, e.Name())
+		}
+	}
+	fmt.Fprintf(stdout, "\nkvbench demo wrote %d files in %s: %s\n", len(names), dir, strings.Join(names, ", "))
 }
 
 // runSweep runs the virtual-time sweep the demo opens with and writes
@@ -221,11 +244,12 @@ func (d *demoFlags) runSweep(stdout, stderr io.Writer, engine sim.EngineConfig, 
 		w.Name, d.workers, strings.Join(modes, ", "), d.sweep)
 	t0 := time.Now()
 	opt := vsim.SweepOptions{Fleet: fleet, Router: scoring.DefaultOptions(), Modes: modes, Loads: loads, SLO: 2 * time.Second, Seed: d.wl.seed}
-	if d.progress || bench.IsTerminal(os.Stderr) {
-		prog := bench.NewProgress(stderr, "sweep", len(modes)*len(loads))
-		opt.Progress = func(done, _ int, _ vsim.Result) { prog.Update(done, 0) }
-		defer prog.Done()
+	prog := bench.NewProgress(stderr, "sweep", len(modes)*len(loads))
+	if !d.progress && !bench.IsTerminal(os.Stderr) {
+		prog = bench.NewProgressLines(stderr, "sweep", len(modes)*len(loads), progressEvery)
 	}
+	opt.Progress = func(done, _ int, _ vsim.Result) { prog.Update(done, 0) }
+	defer prog.Done()
 	rep, err := vsim.Sweep(w, opt)
 	if err != nil {
 		return err

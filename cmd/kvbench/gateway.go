@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/kvroute/kvroute/internal/cli"
 	"io"
 	"strings"
 
@@ -34,26 +35,21 @@ func (e endpointList) Set(s string) error {
 func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("kvbench gateway", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	bootstrap := fs.String("bootstrap", "envoy/cluster-header.yaml", "Envoy bootstrap YAML to run (one of the files in envoy/, or Generate's output)")
+	bootstrap := fs.String("bootstrap", "envoy/cluster-header.yaml", "Envoy bootstrap YAML `file` to run (one of the files in envoy/, or kvroute envoy-config's output)")
+	fs.StringVar(bootstrap, "c", *bootstrap, cli.Hidden+"--bootstrap, spelled as envoy -c")
 	listen := fs.String("listen", "", "listener address replacing the bootstrap's, e.g. 127.0.0.1:8080 (empty: the bootstrap's)")
 	eps := endpointList{}
 	fs.Var(eps, "endpoint", "CLUSTER=HOST:PORT[,HOST:PORT...] replaces a cluster's endpoints (repeatable); the ext_proc cluster is \""+envoy.ExtProcClusterName+"\"")
-	logLevel := fs.String("log-level", "info", "off, debug, info, warn or error")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `kvbench gateway runs the Envoy stand-in (package envoy's Gateway) from a
+	logFlags := cli.RegisterLog(fs, "info")
+	setUsage(fs, `kvbench gateway runs the Envoy stand-in (package envoy's Gateway) from a
 bootstrap file: an HTTP/1.1 and h2c front that sends every request through
 kvroute's ext_proc gRPC service as Envoy does and routes it by the answer.
 It is for development and tests where Envoy cannot be installed; production
-uses Envoy with the same bootstrap. Runs until interrupted.
-
-Flags:
-`)
-		fs.PrintDefaults()
-	}
-	if err := parse(fs, args); err != nil {
+uses Envoy with the same bootstrap. Runs until interrupted.`)
+	if err := parse(fs, args, stdout); err != nil {
 		return err
 	}
-	log, err := logger(stderr, *logLevel)
+	log, err := logFlags.Logger(stderr)
 	if err != nil {
 		return err
 	}

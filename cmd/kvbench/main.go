@@ -7,21 +7,20 @@
 //	kvbench sim      the router, its index and simulated engines in virtual time: a load sweep per mode
 //	kvbench replay   a workload against a running endpoint
 //	kvbench gateway  the Envoy stand-in, standalone, from a bootstrap file
+//	kvbench up       the whole local stack in one process, until interrupted
 package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 
-	"github.com/kvroute/kvroute/internal/envflag"
+	"github.com/kvroute/kvroute/internal/cli"
 )
 
 const usage = `kvbench measures kvroute, the KV-cache-aware router for LLM fleets.
@@ -31,8 +30,11 @@ Usage:
   kvbench sim     [flags]   sweep load × router mode in virtual time (deterministic; minutes for a whole trace)
   kvbench replay  [flags]   replay a workload against a running OpenAI endpoint (e.g. Envoy in front of kvroute)
   kvbench gateway [flags]   run the Envoy stand-in (development only) from a bootstrap file
+  kvbench up      [flags]   start the whole local stack in this process and print a curl line to try
 
-Run "kvbench <command> -help" for the flags of a command. Every flag can also be
+  kvbench version           module version, VCS revision, Go version (also --version)
+
+Run "kvbench <command> --help" for the flags of a command. Every flag can also be
 set through the environment as KVROUTE_<FLAG> (dashes become underscores).
 `
 
@@ -44,11 +46,16 @@ func main() {
 
 // run dispatches a subcommand and returns the exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
-		if len(args) == 0 {
-			return 2
-		}
+		return 0
+	case "version", "--version", "-version":
+		fmt.Fprintln(stdout, cli.Version("kvbench"))
 		return 0
 	}
 	var err error
@@ -61,52 +68,29 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runSim(ctx, args[1:], stdout, stderr)
 	case "gateway":
 		err = runGateway(ctx, args[1:], stdout, stderr)
+	case "up":
+		err = runUp(ctx, args[1:], stdout, stderr)
 	default:
-		fmt.Fprintf(stderr, "kvbench: unknown command %q\n\n%s", args[0], usage)
-		return 2
+		err = cli.Usagef("unknown command %q (want demo, sim, replay, gateway, up, version or help)", args[0])
+		return cli.Exit("kvbench", err, stderr)
 	}
-	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, flag.ErrHelp):
-		return 0
-	case errors.Is(err, errUsage):
-		return 2
-	}
-	fmt.Fprintf(stderr, "kvbench %s: %v\n", args[0], err)
-	return 1
+	return cli.Exit("kvbench "+args[0], err, stderr)
 }
 
-// errUsage marks a command line that was already reported.
-var errUsage = errors.New("usage")
+// usages holds each subcommand's help summary, set by setUsage.
+var usages = map[*flag.FlagSet]string{}
 
-// parse parses args into fs after applying KVROUTE_<FLAG> environment
-// variables, so the command line wins over the environment.
-func parse(fs *flag.FlagSet, args []string) error {
-	if err := envflag.Apply(fs, os.LookupEnv, nil); err != nil {
-		return err
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(fs.Output(), "unexpected arguments: %s\n", strings.Join(fs.Args(), " "))
-		return errUsage
-	}
-	return nil
-}
+// setUsage records fs's help summary (what the command does; the flags are
+// listed after it in the shared layout).
+func setUsage(fs *flag.FlagSet, summary string) { usages[fs] = summary }
 
-// logger logs to stderr at the given level ("off" discards).
-func logger(stderr io.Writer, level string) (*slog.Logger, error) {
-	if level == "off" || level == "" {
-		return slog.New(slog.NewTextHandler(io.Discard, nil)), nil
-	}
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("log level %q: %w", level, err)
-	}
-	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: l})), nil
+// parse reads args into fs, then KVROUTE_<FLAG> environment variables for
+// the flags the command line did not set; --help and --version print on
+// stdout.
+func parse(fs *flag.FlagSet, args []string, stdout io.Writer) error {
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	summary := strings.TrimRight(usages[fs], "\n") + "\n\nUsage:\n  " + fs.Name() + " [flags]"
+	c := &cli.Command{Name: fs.Name(), Summary: summary, Flags: fs}
+	return c.Parse(args, os.LookupEnv, stdout, false)
 }

@@ -5,8 +5,10 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -33,7 +35,7 @@ func TestHelpAndUsageErrors(t *testing.T) {
 		{[]string{"demo", "--workload", "chat"}, 1, "needs --tokenizer"},
 		{[]string{"replay", "--arrival", "trace", "--workload", "shared-prefix"}, 1, "needs --workload trace"},
 		{[]string{"gateway", "--bootstrap", "/nonexistent.yaml"}, 1, "nonexistent"},
-		{[]string{"demo", "extra"}, 2, "unexpected arguments"},
+		{[]string{"demo", "extra"}, 2, "unexpected argument"},
 	} {
 		var out, errb bytes.Buffer
 		code := run(context.Background(), tc.args, &out, &errb)
@@ -180,5 +182,45 @@ func TestGatewayServesUntilCancelled(t *testing.T) {
 	cancel()
 	if code := <-done; code != 0 {
 		t.Errorf("exit %d: %s", code, errb.String())
+	}
+}
+
+// kvbench up brings the stack up, prints a curl line that works, and stops
+// when interrupted.
+func TestUpPrintsAWorkingCurlLine(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := &syncBuffer{}
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, []string{"up", "--workers", "2", "--speedup", "50"}, out, io.Discard) }()
+	var url string
+	deadline := time.Now().Add(60 * time.Second)
+	for url == "" && time.Now().Before(deadline) {
+		if m := regexp.MustCompile(`curl -s (http://\S+)/v1/chat/completions`).FindStringSubmatch(out.String()); m != nil {
+			url = m[1]
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if url == "" {
+		t.Fatalf("no curl line:\n%s", out.String())
+	}
+	resp, err := http.Post(url+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model": "`+bench.DefaultModel+`", "max_tokens": 4, "messages": [{"role": "user", "content": "Hello!"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"chat.completion"`) {
+		t.Errorf("the printed URL answered %d: %s", resp.StatusCode, body)
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Errorf("exit %d:\n%s", code, out.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("kvbench up did not stop")
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/internal/bench"
+	"github.com/kvroute/kvroute/internal/discovery"
+	"github.com/kvroute/kvroute/internal/sim"
 )
 
 // replayFlags are kvbench replay's settings.
@@ -22,6 +24,7 @@ type replayFlags struct {
 	outDir    string
 	blockSize int
 	capacity  int
+	workers   string
 	progress  bool
 }
 
@@ -33,11 +36,11 @@ func newReplayFlags(r *replayFlags, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&r.label, "label", "run", "name of this run in the report (e.g. the router mode under test)")
 	fs.StringVar(&r.jsonOut, "json", "", "write the JSON report here (default: report.json in --out-dir)")
 	fs.StringVar(&r.outDir, "out-dir", ".", "folder for report.json, report.md and chart.svg")
-	fs.IntVar(&r.blockSize, "block-size", 16, "the workers' tokens per KV block, for the reference hit rates")
-	fs.IntVar(&r.capacity, "capacity-blocks", 0, "the fleet's total KV blocks, for the fleet-capacity reference (0: not computed)")
+	fs.StringVar(&r.workers, "workers-file", "", "the fleet's workers `file` (kvsim --workers-file, kvroute --workers-file): --block-size and --capacity-blocks default to its block_size and total kv_total_blocks")
+	fs.IntVar(&r.blockSize, "block-size", sim.DefaultBlockSize, "the workers' tokens per KV block, for the reference hit rates (default: from --workers-file, else kvsim's)")
+	fs.IntVar(&r.capacity, "capacity-blocks", 0, "the fleet's total KV blocks, for the fleet-capacity reference (default: from --workers-file, else not computed)")
 	fs.BoolVar(&r.progress, "progress", false, "draw a progress bar on stderr even when it is not a terminal")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `kvbench replay sends a workload to a running OpenAI-compatible endpoint and
+	setUsage(fs, `kvbench replay sends a workload to a running OpenAI-compatible endpoint and
 measures it: TTFT, inter-token latency and end-to-end latency (p50/p90/p99/mean),
 output tokens/s, requests/s, errors, the prefix-cache hit rate from usage
 (Σ cached_tokens ÷ Σ prompt_tokens) and, for kvsim workers, which worker served
@@ -45,22 +48,20 @@ each request. Requests stream (stream_options.include_usage) and set ignore_eos.
 
 To compare router modes against a deployed kvroute, run it once per mode
 (POST /admin/mode?mode=NAME on kvroute, clear the workers' caches) with
---label NAME, or use "kvbench demo" for the all-embedded A/B.
-
-Flags:
-`)
-		fs.PrintDefaults()
-	}
+--label NAME, or use "kvbench demo" for the all-embedded A/B.`)
 	return fs
 }
 
 func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var r replayFlags
 	fs := newReplayFlags(&r, stderr)
-	if err := parse(fs, args); err != nil {
+	if err := parse(fs, args, stdout); err != nil {
 		return err
 	}
 	r.wl.parsed(fs)
+	if err := r.fromWorkers(fs, stdout); err != nil {
+		return err
+	}
 	r.wl.blockSize = r.blockSize
 	wl, arr, err := r.wl.build()
 	if err != nil {
@@ -105,4 +106,35 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintf(stdout, "first error: %s\n", m.FirstError)
 	}
 	return writeReports(stdout, rep, jsonPath, r.outDir)
+}
+
+// fromWorkers fills --block-size and --capacity-blocks, where the command
+// line and the environment left them, from --workers-file: the reference
+// hit rates are only right at the workers' own block size.
+func (r *replayFlags) fromWorkers(fs *flag.FlagSet, stdout io.Writer) error {
+	if r.workers == "" {
+		return nil
+	}
+	recs, err := discovery.LoadWorkersFile(r.workers)
+	if err != nil {
+		return err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	bs, total := 0, 0
+	for _, w := range recs {
+		if bs != 0 && w.BlockSize != bs {
+			return fmt.Errorf("%s: workers disagree on block_size (%d and %d); give --block-size", r.workers, bs, w.BlockSize)
+		}
+		bs = w.BlockSize
+		total += w.KVTotalBlocks
+	}
+	if !set["block-size"] && bs > 0 {
+		r.blockSize = bs
+	}
+	if !set["capacity-blocks"] {
+		r.capacity = total
+	}
+	fmt.Fprintf(stdout, "kvbench replay: %d workers in %s: block size %d, %d KV blocks in all\n", len(recs), r.workers, r.blockSize, r.capacity)
+	return nil
 }

@@ -57,8 +57,7 @@ func newSimFlags(s *simFlags, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&s.jsonOut, "json", "", "write the JSON report to this `file`, with the Markdown (.md) and the chart (.svg) beside it")
 	fs.IntVar(&s.parallel, "parallel", 0, "simulations run at once (0: one per CPU); the report does not depend on it")
 	s.cost = costflag.Register(fs, &s.router)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `kvbench sim replays a workload through kvroute's real scoring (pool, cost
+	setUsage(fs, `kvbench sim replays a workload through kvroute's real scoring (pool, cost
 model, admission queue), its real KV index (events go through the real vLLM
 msgpack encoder and decoder, --event-lag late) and simulated vLLM engines, in
 virtual time: no sleeping, no sockets, one goroutine per run. Every mode runs at
@@ -68,19 +67,14 @@ It reports, per mode and load: the prefix-cache hit rate the engines saw, TTFT,
 inter-token and end-to-end latency, stickiness (follow-ups sent to a worker that
 held their previous request's prefix), overlap_exact (predicted cached tokens ==
 what the engine reported), and the goodput: the highest load whose TTFT p90
-meets --slo-ttft-p90.
-
-Flags:
-`)
-		fs.PrintDefaults()
-	}
+meets --slo-ttft-p90.`)
 	return fs
 }
 
 func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var s simFlags
 	fs := newSimFlags(&s, stderr)
-	if err := parse(fs, args); err != nil {
+	if err := parse(fs, args, stdout); err != nil {
 		return err
 	}
 	if err := s.cost.Finish(stderr); err != nil {

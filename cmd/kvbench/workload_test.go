@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/kvroute/kvroute/internal/sim"
 	"io"
 	"os"
 	"path/filepath"
@@ -30,7 +31,7 @@ func writeTrace(t *testing.T, n int) string {
 func buildDemoWorkload(args ...string) (*workloadFlags, *bench.Workload, bench.Arrival, error) {
 	var d demoFlags
 	fs := newDemoFlags(&d, io.Discard)
-	if err := parse(fs, args); err != nil {
+	if err := parse(fs, args, io.Discard); err != nil {
 		return nil, nil, bench.Arrival{}, err
 	}
 	d.wl.parsed(fs)
@@ -118,5 +119,36 @@ func TestDemoDefaultsToAgentSessionsNearTheKnee(t *testing.T) {
 	}
 	if _, wl, _, err := buildDemoWorkload("--load", "2"); err != nil || wl.Params["load"] != 2.0 {
 		t.Fatalf("an explicit --load is kept: %v, %v", wl.Params["load"], err)
+	}
+}
+
+// replay reads the block size and the fleet's capacity from the workers it
+// drives, unless the command line gives them, and defaults to kvsim's.
+func TestReplayBlockSizeFromWorkers(t *testing.T) {
+	wf := filepath.Join(t.TempDir(), "workers.yaml")
+	if err := os.WriteFile(wf, []byte(`{"workers": [
+		{"id": "w0", "model": "m", "address": "127.0.0.1:1", "block_size": 32, "kv_total_blocks": 100},
+		{"id": "w1", "model": "m", "address": "127.0.0.1:2", "block_size": 32, "kv_total_blocks": 50}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args           []string
+		block, capBlks int
+	}{
+		{nil, sim.DefaultBlockSize, 0},
+		{[]string{"--workers-file", wf}, 32, 150},
+		{[]string{"--workers-file", wf, "--block-size", "16", "--capacity-blocks", "7"}, 16, 7},
+	} {
+		var r replayFlags
+		fs := newReplayFlags(&r, io.Discard)
+		if err := parse(fs, tc.args, io.Discard); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.fromWorkers(fs, io.Discard); err != nil {
+			t.Fatal(err)
+		}
+		if r.blockSize != tc.block || r.capacity != tc.capBlks {
+			t.Errorf("%v: block size %d, capacity %d; want %d, %d", tc.args, r.blockSize, r.capacity, tc.block, tc.capBlks)
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/internal/bridge"
+	"github.com/kvroute/kvroute/internal/cli"
 	"github.com/kvroute/kvroute/internal/envflag"
 )
 
@@ -38,14 +39,41 @@ type options struct {
 	replayTimeout    time.Duration
 	settleDelay      time.Duration
 	httpAddr         string
-	logLevel         string
+	log              *cli.LogFlags
 }
 
 // envName is the environment variable that sets a flag: KVROUTE_<FLAG>.
 func envName(flagName string) string { return envflag.Name(flagName) }
 
-func newFlagSet(o *options) *flag.FlagSet {
-	fs := flag.NewFlagSet("kvbridge", flag.ContinueOnError)
+// newFlagSet returns kvbridge's flags, bound to o.
+const summary = `kvbridge is the sidecar that brings a stock vLLM or SGLang engine into a kvroute
+fleet. It subscribes to the engine's ZMQ KV events and republishes each batch
+unchanged on NATS (kvroute.<namespace>.events.<worker>, header Kvroute-Seq),
+asking the engine's replay socket for batches it missed and publishing a
+synthetic AllBlocksCleared when they cannot be had or the engine restarted;
+it scrapes /metrics every --scrape-interval into load reports
+(kvroute.<namespace>.load.<worker>); and, once /health and /v1/models answer,
+registers the worker in etcd under a lease, deregistering on SIGTERM or when the
+engine stops answering.
+
+Start vLLM with prefix caching and ZMQ KV events, e.g.
+  vllm serve MODEL --enable-prefix-caching --kv-events-config \
+    '{"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:5557",
+      "replay_endpoint": "tcp://*:5558", "topic": "kv-events"}'
+
+Each flag can also be set with the environment variable shown; a flag on
+the command line wins.
+
+Usage:
+  kvbridge [flags]
+  kvbridge version`
+
+func newFlagSet(o *options) *flag.FlagSet { return newCommand(o).Flags }
+
+func newCommand(o *options) *cli.Command {
+	c := cli.NewCommand("kvbridge", summary)
+	c.Env = envName
+	fs := c.Flags
 	fs.StringVar(&o.engine, "engine", "vllm", "engine beside the bridge: vllm or sglang (picks the metric names)")
 	fs.StringVar(&o.engineURL, "engine-url", "http://127.0.0.1:8000", "the engine's HTTP server (/health, /v1/models, /metrics)")
 	fs.StringVar(&o.eventsEndpoint, "events-endpoint", "tcp://127.0.0.1:5557", "the engine's ZMQ KV event PUB endpoint (kv-events-config endpoint); rank r uses port+r")
@@ -69,53 +97,19 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.DurationVar(&o.replayTimeout, "replay-timeout", 2*time.Second, "longest wait for one replay answer from the engine")
 	fs.DurationVar(&o.settleDelay, "settle-delay", bridge.DefaultSettleDelay, "after the first registration, wait this long before forwarding KV events so routers know the worker (negative: none)")
 	fs.StringVar(&o.httpAddr, "http-addr", ":9091", "serves /healthz, /readyz and /metrics (kvbridge_*) for probes and scraping; empty: off")
-	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.Usage = func() {
-		out := fs.Output()
-		fmt.Fprint(out, `kvbridge is the sidecar that brings a stock vLLM or SGLang engine into a kvroute
-fleet. It subscribes to the engine's ZMQ KV events and republishes each batch
-unchanged on NATS (kvroute.<namespace>.events.<worker>, header Kvroute-Seq),
-asking the engine's replay socket for batches it missed and publishing a
-synthetic AllBlocksCleared when they cannot be had or the engine restarted;
-it scrapes /metrics every --scrape-interval into load reports
-(kvroute.<namespace>.load.<worker>); and, once /health and /v1/models answer,
-registers the worker in etcd under a lease, deregistering on SIGTERM or when the
-engine stops answering.
-
-Start vLLM with prefix caching and ZMQ KV events, e.g.
-  vllm serve MODEL --enable-prefix-caching --kv-events-config \
-    '{"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:5557",
-      "replay_endpoint": "tcp://*:5558", "topic": "kv-events"}'
-
-Each flag can also be set with the environment variable KVROUTE_<FLAG>
-(e.g. KVROUTE_NATS_URL); a flag on the command line wins.
-
-Usage: kvbridge [flags]
-
-Flags:
-`)
-		fs.VisitAll(func(f *flag.Flag) {
-			def := ""
-			if f.DefValue != "" && f.DefValue != "0" {
-				def = " (default " + f.DefValue + ")"
-			}
-			fmt.Fprintf(out, "  --%s\n      %s%s [%s]\n", f.Name, f.Usage, def, envName(f.Name))
-		})
-	}
-	return fs
+	o.log = cli.RegisterLog(fs, "info")
+	return c
 }
 
 // parseFlags applies KVROUTE_* variables, then the command line, then fills
 // the defaults that come from the pod's environment.
 func parseFlags(args []string, getenv func(string) string, hostname func() (string, error), out io.Writer) (*options, error) {
 	o := &options{}
-	fs := newFlagSet(o)
-	fs.SetOutput(out)
-	if err := envflag.Parse(fs, args, envflag.Getenv(getenv)); err != nil {
+	if err := newCommand(o).Parse(args, envflag.Getenv(getenv), out, false); err != nil {
 		return nil, err
 	}
 	if _, err := bridge.ParseEngine(o.engine); err != nil {
-		return nil, fmt.Errorf("--engine: %w", err)
+		return nil, cli.Usagef("--engine: %w", err)
 	}
 	if o.workerID == "" {
 		o.workerID = getenv("POD_NAME")

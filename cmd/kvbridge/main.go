@@ -5,11 +5,8 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -22,33 +19,31 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kvroute/kvroute/internal/bridge"
+	"github.com/kvroute/kvroute/internal/cli"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := run(ctx, os.Args[1:], os.Getenv, os.Hostname, os.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "kvbridge:", err)
-		os.Exit(1)
-	}
+	stop()
+	os.Exit(cli.Exit("kvbridge", err, os.Stderr))
 }
 
 // run is main without the process: flags, connections, the bridge until ctx
 // ends (SIGTERM), and an orderly shutdown that deregisters the worker.
 func run(ctx context.Context, args []string, getenv func(string) string, hostname func() (string, error), stderr io.Writer) error {
-	o, err := parseFlags(args, getenv, hostname, stderr)
+	if len(args) == 1 && args[0] == "version" {
+		args = []string{"--version"}
+	}
+	o, err := parseFlags(args, getenv, hostname, os.Stdout)
 	if err != nil {
 		return err
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
-		return fmt.Errorf("--log-level: %w", err)
+	log, err := o.log.Logger(stderr)
+	if err != nil {
+		return err
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 
 	// The bridge exists only after the connection; the reconnect handler
 	// reaches it through this pointer.
@@ -72,10 +67,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, hostnam
 		return fmt.Errorf("connect NATS %s: %w", o.natsURL, err)
 	}
 	defer nc.Close()
+	if nc.IsConnected() {
+		log.Info("NATS connected", "url", nc.ConnectedUrl())
+	} else {
+		log.Warn("NATS unreachable; retrying, KV events wait until it answers", "url", o.natsURL)
+	}
 
-	var cli *clientv3.Client
+	var etcd *clientv3.Client
 	if o.etcdEndpoints != "" {
-		cli, err = clientv3.New(clientv3.Config{
+		etcd, err = clientv3.New(clientv3.Config{
 			Endpoints:   strings.Split(o.etcdEndpoints, ","),
 			DialTimeout: 5 * time.Second,
 			Logger:      zap.NewNop(),
@@ -83,7 +83,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, hostnam
 		if err != nil {
 			return fmt.Errorf("etcd client %s: %w", o.etcdEndpoints, err)
 		}
-		defer cli.Close()
+		defer etcd.Close()
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if _, err := etcd.Status(sctx, etcd.Endpoints()[0]); err != nil {
+			log.Warn("etcd unreachable; the worker registers once it answers", "endpoints", o.etcdEndpoints, "err", err)
+		} else {
+			log.Info("etcd reachable", "endpoints", o.etcdEndpoints)
+		}
+		cancel()
 	}
 
 	b, err := bridge.New(bridge.Config{
@@ -108,7 +115,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, hostnam
 		ReplayTimeout:       o.replayTimeout,
 		SettleDelay:         o.settleDelay,
 		NATS:                nc,
-		Etcd:                cli,
+		Etcd:                etcd,
 		Logger:              log,
 	})
 	if err != nil {
@@ -122,7 +129,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, hostnam
 	}
 	log.Info("kvbridge starting", "worker", o.workerID, "engine", o.engine, "engine_url", o.engineURL,
 		"events", o.eventsEndpoint, "replay", o.replayEndpoint, "namespace", o.namespace,
-		"data_parallel_size", o.dpSize, "register", cli != nil)
+		"data_parallel_size", o.dpSize, "register", etcd != nil)
 	if err := b.Run(ctx); err != nil {
 		return err
 	}

@@ -70,7 +70,7 @@ func TestParseFlags(t *testing.T) {
 		{"registration needs an address", []string{"--etcd-endpoints", "http://e:2379"}, nil, nil, "POD_IP is not set"},
 		{"unknown engine", []string{"--engine", "tgi"}, nil, nil, "unknown engine"},
 		{"bad env value", nil, map[string]string{"KVROUTE_SCRAPE_INTERVAL": "fast"}, nil, "KVROUTE_SCRAPE_INTERVAL"},
-		{"stray argument", []string{"serve"}, nil, nil, "unexpected arguments"},
+		{"stray argument", []string{"serve"}, nil, nil, "unexpected argument"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -2,19 +2,18 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/kvroute/kvroute/envoy"
+	"github.com/kvroute/kvroute/internal/cli"
 	"github.com/kvroute/kvroute/internal/discovery"
 	"github.com/kvroute/kvroute/scoring"
 )
 
-const envoyConfigUsage = `Usage: kvroute envoy-config --style cluster-header|original-dst|xds [flags]
+const envoyConfigUsage = `Usage:
+  kvroute envoy-config --style cluster-header|original-dst|xds [flags]
 
 Prints an Envoy bootstrap (YAML) that puts kvroute in front of the fleet as an
 ext_proc filter. The output passes the same checks as the bootstraps shipped in
@@ -24,19 +23,21 @@ envoy/ (Envoy's protos, every Any unpacked and validated, kvroute's rules).
   original-dst    an ORIGINAL_DST cluster on x-gateway-destination-endpoint (Gateway API style)
   xds             worker clusters served by kvroute's ADS server (kvroute --xds-addr)
 
-Flags:
-`
+Unlike serve, envoy-config reads no environment variables: it is run once to
+write a file, and KVROUTE_ADMIN_ADDR or KVROUTE_XDS_ADDR meant for another
+command must not change that file.`
 
 // runEnvoyConfig implements `kvroute envoy-config`: it renders a bootstrap
 // of the chosen style with envoy.Generate and writes it to stdout.
 func runEnvoyConfig(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("kvroute envoy-config", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	cmd := cli.NewCommand("kvroute envoy-config", envoyConfigUsage)
+	cmd.Env = func(string) string { return "" }
+	fs := cmd.Flags
 	var (
 		style, workersFile string
 		opts               envoy.Options
 	)
-	fs.StringVar(&style, "style", "", "bootstrap style: "+strings.Join(envoy.Styles, ", "))
+	fs.StringVar(&style, "style", "", "bootstrap style: "+cli.List(envoy.Styles, "or"))
 	fs.StringVar(&workersFile, "workers-file", "", "static YAML or JSON `file` of worker records (required by cluster-header)")
 	fs.StringVar(&opts.ExtProcAddress, "ext-proc-addr", "127.0.0.1:9002", "kvroute's ext_proc gRPC `host:port` as Envoy dials it")
 	fs.StringVar(&opts.ListenAddress, "listen", "0.0.0.0:8080", "Envoy's listener `ip:port`")
@@ -44,22 +45,11 @@ func runEnvoyConfig(ctx context.Context, args []string, stdout, stderr io.Writer
 	fs.StringVar(&opts.XDSAddress, "xds-addr", "127.0.0.1:18000", "kvroute's ADS `host:port` (style xds)")
 	fs.StringVar(&opts.NodeID, "node-id", envoy.DefaultNodeID, "Envoy's node id (style xds: must match kvroute's)")
 	fs.DurationVar(&opts.MessageTimeout, "message-timeout", 60*time.Second, "ext_proc message_timeout; must exceed kvroute's admission-queue wait")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, envoyConfigUsage)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return fmt.Errorf("%w: envoy-config: %v", errUsage, err)
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: envoy-config: unexpected argument %q", errUsage, fs.Arg(0))
+	if err := cmd.Parse(args, nil, stdout, false); err != nil {
+		return err
 	}
 	if style == "" {
-		fs.Usage()
-		return fmt.Errorf("%w: envoy-config: --style is required (%s)", errUsage, strings.Join(envoy.Styles, ", "))
+		return cmd.Usagef("--style is required (%s)", cli.List(envoy.Styles, "or"))
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -75,7 +65,7 @@ func runEnvoyConfig(ctx context.Context, args []string, stdout, stderr io.Writer
 		}
 	}
 	if style == envoy.StyleClusterHeader && len(workers) == 0 {
-		return fmt.Errorf("%w: envoy-config: style %s needs --workers-file with at least one worker", errUsage, style)
+		return cmd.Usagef("style %s needs --workers-file with at least one worker", style)
 	}
 	out, err := envoy.Generate(style, workers, opts)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/kvroute/kvroute/internal/cli"
 	"os"
 	"path/filepath"
 	"slices"
@@ -117,7 +118,7 @@ func TestEnvoyConfigRefusesBadInput(t *testing.T) {
 			if !strings.Contains(err.Error(), c.want) {
 				t.Errorf("error %q does not mention %q", err, c.want)
 			}
-			if got := errors.Is(err, errUsage); got != c.usage {
+			if got := isUsageErr(err); got != c.usage {
 				t.Errorf("usage error = %v, want %v (%v)", got, c.usage, err)
 			}
 			if out.Len() != 0 {
@@ -125,4 +126,10 @@ func TestEnvoyConfigRefusesBadInput(t *testing.T) {
 			}
 		})
 	}
+}
+
+// isUsageErr reports whether err is a refused command line (exit 2).
+func isUsageErr(err error) bool {
+	var ue *cli.UsageError
+	return errors.As(err, &ue)
 }

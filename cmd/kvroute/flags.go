@@ -82,31 +82,14 @@ func (l *stringList) Set(v string) error {
 	return nil
 }
 
-// printUsage writes the help: a summary, then every flag with its default
-// and environment variable.
-func printUsage(w io.Writer, fs *flag.FlagSet) {
-	fmt.Fprint(w, serveUsage)
-	fs.VisitAll(func(f *flag.Flag) {
-		name, usage := flag.UnquoteUsage(f)
-		fmt.Fprintf(w, "  --%s", f.Name)
-		if name != "" {
-			fmt.Fprintf(w, " %s", name)
-		}
-		fmt.Fprintf(w, "\n      %s\n      env %s", usage, envName(f.Name))
-		if f.DefValue != "" && f.DefValue != "[]" {
-			fmt.Fprintf(w, ", default %s", f.DefValue)
-		}
-		fmt.Fprintln(w)
-	})
-}
-
 const serveUsage = `kvroute — KV-cache-aware router for LLM inference, as an Envoy ext_proc server.
 
 Usage:
-  kvroute [serve] [flags]     run the router (default)
-  kvroute tokenize [flags]    tokenize JSON lines from stdin as the router does
-  kvroute envoy-config [flags] print an Envoy bootstrap (--style cluster-header|original-dst|xds)
-  kvroute help                this text
+  kvroute [serve] [flags]       run the router (default)
+  kvroute tokenize [flags]      tokenize JSON lines from stdin as the router does
+  kvroute envoy-config [flags]  print an Envoy bootstrap (--style cluster-header, original-dst or xds)
+  kvroute version               module version, VCS revision, Go version (also --version)
+  kvroute help                  this text
 
 For every request Envoy sends over ext_proc, kvroute tokenizes the OpenAI body
 as the model server will, finds how many leading KV blocks each worker holds
@@ -118,6 +101,4 @@ serve's tokenizers are KVROUTE_TOKENIZERS=MODEL=DIR[,MODEL=DIR...] (and
 KVROUTE_CHAT_TEMPLATES=MODEL=FILE,...): KVROUTE_TOKENIZER and
 KVROUTE_CHAT_TEMPLATE are single paths for ` + "`kvroute tokenize`" + `; serve
 ignores them (and says so), except an old MODEL=DIR value, still read.
-
-Flags:
-`
+Secrets can come from files: --etcd-password-file, --nats-creds.`

@@ -6,6 +6,7 @@
 //	kvroute [serve] [flags]   run the router (the default)
 //	kvroute tokenize ...      print token ids as the router computes them
 //	kvroute envoy-config ...  print an Envoy bootstrap for kvroute
+//	kvroute version           print the version
 //	kvroute help              explain every flag
 package main
 
@@ -18,27 +19,16 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/kvroute/kvroute/internal/cli"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr, os.LookupEnv); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "kvroute:", err)
-		}
-		os.Exit(exitCode(err))
-	}
+	err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr, os.LookupEnv)
+	stop()
+	os.Exit(cli.Exit("kvroute", err, os.Stderr))
 }
-
-func exitCode(err error) int {
-	if errors.Is(err, errUsage) {
-		return 2
-	}
-	return 1
-}
-
-var errUsage = errors.New("usage")
 
 // run dispatches the subcommand; lookupEnv reads KVROUTE_* variables.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) error {
@@ -48,14 +38,19 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	switch cmd {
 	case "serve":
-		return runServe(ctx, args, stderr, lookupEnv)
+		return runServe(ctx, args, stdout, stderr, lookupEnv)
 	case "tokenize":
-		return runTokenize(ctx, args, stdin, stdout, stderr)
+		return runTokenize(ctx, args, stdin, stdout, stderr, lookupEnv)
 	case "envoy-config":
 		return runEnvoyConfig(ctx, args, stdout, stderr)
 	case "help":
-		return runServe(ctx, []string{"-help"}, stdout, lookupEnv)
+		if err := runServe(ctx, []string{"--help"}, stdout, stderr, lookupEnv); !errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return nil
+	case "version":
+		fmt.Fprintln(stdout, cli.Version("kvroute"))
+		return nil
 	}
-	fmt.Fprintf(stderr, "kvroute: unknown command %q (want serve, tokenize, envoy-config or help)\n", cmd)
-	return fmt.Errorf("%w: unknown command %q", errUsage, cmd)
+	return cli.Usagef("unknown command %q (want serve, tokenize, envoy-config, version or help)", cmd)
 }

@@ -5,15 +5,14 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/kvroute/kvroute/extproc"
+	"github.com/kvroute/kvroute/internal/cli"
 	"github.com/kvroute/kvroute/internal/costflag"
 	"github.com/kvroute/kvroute/picker"
 	"github.com/kvroute/kvroute/scoring"
@@ -28,29 +27,32 @@ type serveFlags struct {
 	etcdEndpoints             string
 	etcdCert, etcdKey, etcdCA string
 	noKVEvents                bool
+	etcdPasswordFile          string
 	targetValue               string
 	onBadBody                 string
 	defaultBodyMode           string
 	tlsCert, tlsKey, tlsCA    string
-	logLevel                  string
+	log                       *cli.LogFlags
 	cost                      *costflag.Flags
 }
 
-func newServeFlags(w io.Writer) (*flag.FlagSet, *serveFlags) {
+func newServeFlags() (*cli.Command, *serveFlags) {
 	s := &serveFlags{cfg: server.DefaultConfig()}
 	c, o := &s.cfg, &s.cfg.Scoring
-	fs := flag.NewFlagSet("kvroute serve", flag.ContinueOnError)
-	fs.SetOutput(w)
-	fs.Usage = func() { printUsage(w, fs) }
+	cmd := cli.NewCommand("kvroute", serveUsage)
+	cmd.Env = envName
+	fs := cmd.Flags
 
 	fs.StringVar(&c.Namespace, "namespace", c.Namespace, "fleet namespace: etcd keys /kvroute/<ns>/workers/ and NATS subjects kvroute.<ns>.*")
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "ext_proc gRPC (and gRPC health) listen `address`")
 	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP `address` for /metrics, /healthz, /readyz, /debug/workers, /debug/explain, /admin/mode (\"-\" disables). POST /admin/mode {\"mode\":\"...\"} switches the router mode at runtime: requests in flight and queued move to the new mode; worker load reports refill within ~250 ms")
 	fs.StringVar(&c.NATSURL, "nats-url", "", "NATS `url` for KV events, load reports and replica sync; empty starts an embedded NATS server")
+	fs.StringVar(&c.NATSCredsFile, "nats-creds", "", "NATS credentials `file` (JWT and NKey seed, as nsc writes it) for --nats-url")
 	fs.StringVar(&c.EmbeddedNATSAddr, "embedded-nats-addr", c.EmbeddedNATSAddr, "listen `address` of the embedded NATS server (workers publish here)")
 	fs.StringVar(&s.etcdEndpoints, "etcd-endpoints", "", "comma-separated etcd `urls` to discover workers from (leased records)")
 	fs.StringVar(&c.EtcdUsername, "etcd-username", "", "etcd user")
-	fs.StringVar(&c.EtcdPassword, "etcd-password", "", "etcd password")
+	fs.StringVar(&c.EtcdPassword, "etcd-password", "", "etcd password (prefer --etcd-password-file: a command line is visible to every user of the host)")
+	fs.StringVar(&s.etcdPasswordFile, "etcd-password-file", "", "`file` holding the etcd password (trailing newline ignored), e.g. a mounted Kubernetes Secret")
 	fs.StringVar(&s.etcdCert, "etcd-cert", "", "client certificate `file` for etcd TLS")
 	fs.StringVar(&s.etcdKey, "etcd-key", "", "client key `file` for etcd TLS")
 	fs.StringVar(&s.etcdCA, "etcd-ca", "", "CA `file` that signs the etcd server certificate (enables TLS)")
@@ -61,8 +63,8 @@ func newServeFlags(w io.Writer) (*flag.FlagSet, *serveFlags) {
 
 	fs.StringVar(&o.Mode, "router-mode", o.Mode, "router mode: "+strings.Join(scoring.ModeNames(), ", "))
 	s.cost = costflag.Register(fs, o)
-	fs.BoolVar(&c.KVEvents, "kv-events", true, "consume vLLM KV events from NATS for the kv mode")
-	fs.BoolVar(&s.noKVEvents, "no-kv-events", false, "do not consume KV events; kv mode predicts caches from its own decisions (kv_without_events)")
+	fs.BoolVar(&c.KVEvents, "kv-events", true, "consume vLLM KV events from NATS for the kv mode; --kv-events=false: kv mode predicts caches from its own decisions (kv_without_events)")
+	fs.BoolVar(&s.noKVEvents, "no-kv-events", false, cli.Hidden+"deprecated: --kv-events=false")
 	fs.IntVar(&c.BlockSize, "kv-cache-block-size", 0, "override every worker's KV block size in tokens (0: use each record's block_size)")
 	fs.DurationVar(&o.MaxRequestAge, "max-request-age", o.MaxRequestAge, "force-free requests with no lifecycle news for this long")
 	fs.DurationVar(&o.StaleReportAge, "stale-report-age", o.StaleReportAge, "ignore worker load reports older than this")
@@ -85,8 +87,8 @@ func newServeFlags(w io.Writer) (*flag.FlagSet, *serveFlags) {
 	fs.StringVar(&c.RouterID, "router-id", "", "this replica's id for replica sync (default hostname-pid)")
 	fs.DurationVar(&c.DrainDelay, "shutdown-drain-delay", 2*time.Second, "on SIGTERM, keep routing this long with readiness off before refusing new streams")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", c.ShutdownGrace, "on SIGTERM, how long open streams may finish before they are cut")
-	fs.StringVar(&s.logLevel, "log-level", "info", "debug (adds the per-decision line), info, warn or error")
-	return fs, s
+	s.log = cli.RegisterLog(fs, "info")
+	return cmd, s
 }
 
 // config turns parsed flags into a server.Config.
@@ -103,7 +105,18 @@ func (s *serveFlags) config(stderr io.Writer) (server.Config, error) {
 		c.EtcdEndpoints = strings.Split(s.etcdEndpoints, ",")
 	}
 	if s.noKVEvents {
+		fmt.Fprintln(stderr, "kvroute: --no-kv-events is deprecated; use --kv-events=false")
 		c.KVEvents = false
+	}
+	if s.etcdPasswordFile != "" {
+		if c.EtcdPassword != "" {
+			return c, cli.Usagef("give --etcd-password or --etcd-password-file, not both")
+		}
+		b, err := os.ReadFile(s.etcdPasswordFile)
+		if err != nil {
+			return c, fmt.Errorf("--etcd-password-file: %w", err)
+		}
+		c.EtcdPassword = strings.TrimRight(string(b), "\r\n")
 	}
 	switch s.targetValue {
 	case "cluster":
@@ -111,7 +124,7 @@ func (s *serveFlags) config(stderr io.Writer) (server.Config, error) {
 	case "address":
 		c.Stream.TargetValue = extproc.TargetAddress
 	default:
-		return c, fmt.Errorf("--target-value %q: want cluster or address", s.targetValue)
+		return c, cli.Usagef("--target-value %q: want cluster or address", s.targetValue)
 	}
 	if c.OnBadBody, err = picker.ParseBadBodyPolicy(s.onBadBody); err != nil {
 		return c, err
@@ -124,7 +137,7 @@ func (s *serveFlags) config(stderr io.Writer) (server.Config, error) {
 	case "FULL_DUPLEX_STREAMED":
 		c.Stream.DefaultRequestMode = extproc.ModeFullDuplex
 	default:
-		return c, fmt.Errorf("--default-body-mode %q: want NONE, BUFFERED or FULL_DUPLEX_STREAMED", s.defaultBodyMode)
+		return c, cli.Usagef("--default-body-mode %q: want NONE, BUFFERED or FULL_DUPLEX_STREAMED", s.defaultBodyMode)
 	}
 	if s.tlsCert != "" || s.tlsKey != "" {
 		if c.TLS, err = extproc.LoadTLS(s.tlsCert, s.tlsKey, s.tlsCA); err != nil {
@@ -138,12 +151,13 @@ func (s *serveFlags) config(stderr io.Writer) (server.Config, error) {
 			return c, err
 		}
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(s.logLevel)); err != nil {
-		return c, fmt.Errorf("--log-level: %w", err)
+	if c.Logger, err = s.log.Logger(stderr); err != nil {
+		return c, err
 	}
-	c.Logger = slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
-	return c, c.Validate()
+	if err := c.Validate(); err != nil {
+		return c, &cli.UsageError{Err: err, Cmd: "kvroute"}
+	}
+	return c, nil
 }
 
 func etcdTLS(cert, key, ca string) (*tls.Config, error) {
@@ -169,30 +183,26 @@ func etcdTLS(cert, key, ca string) (*tls.Config, error) {
 	return cfg, nil
 }
 
-// parseServe parses args and the environment into a server.Config.
-func parseServe(args []string, out io.Writer, lookupEnv func(string) (string, bool)) (server.Config, error) {
-	fs, s := newServeFlags(out)
-	if err := fs.Parse(args); err != nil {
+// parseServe parses args and the environment into a server.Config;
+// --help and --version print on stdout, notes and logs go to out.
+func parseServe(args []string, stdout, out io.Writer, lookupEnv func(string) (string, bool)) (server.Config, error) {
+	cmd, s := newServeFlags()
+	fs := cmd.Flags
+	if err := cmd.Parse(args, nil, stdout, false); err != nil {
 		return server.Config{}, err
-	}
-	if fs.NArg() > 0 {
-		return server.Config{}, fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
 	}
 	if err := legacyEnv(fs, lookupEnv, out); err != nil {
 		return server.Config{}, err
 	}
 	if err := applyEnv(fs, lookupEnv); err != nil {
-		return server.Config{}, err
+		return server.Config{}, &cli.UsageError{Err: err, Cmd: "kvroute"}
 	}
 	return s.config(out)
 }
 
-func runServe(ctx context.Context, args []string, stderr io.Writer, lookupEnv func(string) (string, bool)) error {
-	cfg, err := parseServe(args, stderr, lookupEnv)
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) error {
+	cfg, err := parseServe(args, stdout, stderr, lookupEnv)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
 		return err
 	}
 	return server.Run(ctx, cfg)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"github.com/kvroute/kvroute/internal/cli"
 	"os"
 	"path/filepath"
 	"strings"
@@ -63,7 +64,7 @@ func TestParseServeFlagsAndEnvironment(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var out bytes.Buffer
-			cfg, err := parseServe(tt.args, &out, envOf(tt.env))
+			cfg, err := parseServe(tt.args, &out, &out, envOf(tt.env))
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("err = %v, want one mentioning %q", err, tt.wantErr)
@@ -113,13 +114,16 @@ func TestHelpExplainsEveryFlag(t *testing.T) {
 	if err := run(context.Background(), []string{"help"}, nil, &out, &out, envOf(nil)); err != nil {
 		t.Fatal(err)
 	}
-	fs, _ := newServeFlags(&bytes.Buffer{})
-	fs.VisitAll(func(f *flag.Flag) {
+	cmd, _ := newServeFlags()
+	cmd.Flags.VisitAll(func(f *flag.Flag) {
+		if strings.HasPrefix(f.Usage, cli.Hidden) {
+			return
+		}
 		if !strings.Contains(out.String(), "--"+f.Name) || !strings.Contains(out.String(), envName(f.Name)) {
 			t.Errorf("help lacks --%s or %s", f.Name, envName(f.Name))
 		}
 	})
-	for _, want := range []string{"--router-mode", "--kv-overlap-score-weight", "--router-temperature", "--no-kv-events",
+	for _, want := range []string{"--router-mode", "--kv-overlap-score-weight", "--router-temperature", "--kv-events",
 		"--kv-cache-block-size", "--router-queue-threshold", "--router-queue-policy", "--no-track-prefill-tokens", "--namespace", "--tokenizer", "--chat-template", "KVROUTE_TOKENIZERS", "KVROUTE_CHAT_TEMPLATES"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("help lacks %s", want)
@@ -143,8 +147,8 @@ func TestEnvoyConfigIsACommand(t *testing.T) {
 func TestUnknownCommandIsAUsageError(t *testing.T) {
 	var out bytes.Buffer
 	err := run(context.Background(), []string{"frobnicate"}, nil, &out, &out, envOf(nil))
-	if exitCode(err) != 2 {
-		t.Fatalf("err = %v (exit %d), want a usage error", err, exitCode(err))
+	if code := cli.Exit("kvroute", err, &out); code != 2 {
+		t.Fatalf("err = %v (exit %d), want a usage error", err, code)
 	}
 }
 

@@ -6,15 +6,17 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
+	"github.com/kvroute/kvroute/internal/cli"
 	"github.com/kvroute/kvroute/tokenizer"
 )
 
-const tokenizeUsage = `Usage: kvroute tokenize --tokenizer DIR [--chat-template FILE]
+const tokenizeUsage = `Usage:
+  kvroute tokenize --tokenizer DIR [--chat-template FILE]
 
 Tokenizes exactly as kvroute routes: reads JSON lines on stdin and writes one
 JSON line per input line on stdout, in order.
@@ -33,19 +35,24 @@ JSON line per input line on stdout, in order.
 Use it to answer "why did this request miss the cache?": compare its ids
 with what the model server logged.
 
-KVROUTE_TOKENIZER and KVROUTE_CHAT_TEMPLATE are single paths here; the router
-(kvroute serve) reads its per-model tokenizers from KVROUTE_TOKENIZERS and
-KVROUTE_CHAT_TEMPLATES (MODEL=DIR,... and MODEL=FILE,...) instead.
+tokenize loads one tokenizer, so --tokenizer is a folder; serve's MODEL=DIR
+form is accepted too (the MODEL= part is dropped), and so is MODEL=FILE for
+--chat-template. KVROUTE_TOKENIZER and KVROUTE_CHAT_TEMPLATE are single paths
+here; the router (kvroute serve) reads its per-model tokenizers from
+KVROUTE_TOKENIZERS and KVROUTE_CHAT_TEMPLATES (MODEL=DIR,... and
+MODEL=FILE,...) instead.`
 
-Flags (each also read from the environment variable shown):
-`
-
-// tokenizeEnvOr returns the environment variable key, or def when it is unset.
-func tokenizeEnvOr(key, def string) string {
-	if v, ok := os.LookupEnv(key); ok {
+// singlePath accepts serve's MODEL=PATH form where tokenize wants one
+// path: a value with "=" that is not itself an existing path loses its
+// MODEL= part.
+func singlePath(v string) string {
+	if _, err := os.Stat(v); err == nil {
 		return v
 	}
-	return def
+	if _, p, ok := strings.Cut(v, "="); ok && p != "" {
+		return p
+	}
+	return v
 }
 
 // tokenizeLine is one input line: a completions prompt or a chat body.
@@ -73,36 +80,23 @@ type (
 var maxTokenizeLine = 64 << 20
 
 // runTokenize implements `kvroute tokenize`.
-func runTokenize(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("tokenize", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	dir := fs.String("tokenizer", os.Getenv("KVROUTE_TOKENIZER"),
-		"folder with tokenizer.json and tokenizer_config.json (KVROUTE_TOKENIZER)")
-	tmpl := fs.String("chat-template", os.Getenv("KVROUTE_CHAT_TEMPLATE"),
-		"chat template file that replaces the tokenizer's own (KVROUTE_CHAT_TEMPLATE)")
-	toolsAs := fs.String("tools-as", tokenizeEnvOr("KVROUTE_TOOLS_AS", "sent"),
-		"how tools reach the template: sent (as the request wrote them) or vllm (as vLLM's model_dump reshapes them) (KVROUTE_TOOLS_AS)")
-	kwargs := fs.String("chat-template-kwargs", os.Getenv("KVROUTE_CHAT_TEMPLATE_KWARGS"),
-		`JSON object of default template variables, e.g. {"enable_thinking": false}; a request's own chat_template_kwargs win (KVROUTE_CHAT_TEMPLATE_KWARGS)`)
-	contentFormat := fs.String("chat-template-content-format", tokenizeEnvOr("KVROUTE_CHAT_TEMPLATE_CONTENT_FORMAT", "auto"),
-		"how message content reaches the template, as vLLM's flag: auto, string or openai (KVROUTE_CHAT_TEMPLATE_CONTENT_FORMAT)")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, tokenizeUsage)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
+func runTokenize(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) error {
+	cmd := cli.NewCommand("kvroute tokenize", tokenizeUsage)
+	fs := cmd.Flags
+	dir := fs.String("tokenizer", "", "`DIR` with tokenizer.json and tokenizer_config.json (serve's MODEL=DIR is accepted too)")
+	tmpl := fs.String("chat-template", "", "chat template `FILE` that replaces the tokenizer's own (MODEL=FILE is accepted too)")
+	toolsAs := fs.String("tools-as", "sent", "how tools reach the template: sent (as the request wrote them) or vllm (as vLLM's model_dump reshapes them)")
+	kwargs := fs.String("chat-template-kwargs", "", `JSON object of default template variables, e.g. {"enable_thinking": false}; a request's own chat_template_kwargs win`)
+	contentFormat := fs.String("chat-template-content-format", "auto", "how message content reaches the template, as vLLM's flag: auto, string or openai")
+	if err := cmd.Parse(args, lookupEnv, stdout, false); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		fs.Usage()
-		return fmt.Errorf("tokenize: unexpected arguments %q", fs.Args())
-	}
 	if *dir == "" {
-		fs.Usage()
-		return errors.New("tokenize: --tokenizer is required")
+		return cmd.Usagef("--tokenizer is required")
+	}
+	*dir = singlePath(*dir)
+	if *tmpl != "" {
+		*tmpl = singlePath(*tmpl)
 	}
 	opts := tokenizer.ChatOptions{}
 	switch *toolsAs {
@@ -111,7 +105,7 @@ func runTokenize(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	case "vllm":
 		opts.Tools = tokenizer.ToolsAsVLLM
 	default:
-		return fmt.Errorf("tokenize: --tools-as must be sent or vllm, not %q", *toolsAs)
+		return cmd.Usagef("--tools-as must be sent or vllm, not %q", *toolsAs)
 	}
 	switch *contentFormat {
 	case "auto":
@@ -121,7 +115,7 @@ func runTokenize(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	case "openai":
 		opts.Content = tokenizer.ContentParts
 	default:
-		return fmt.Errorf("tokenize: --chat-template-content-format must be auto, string or openai, not %q", *contentFormat)
+		return cmd.Usagef("--chat-template-content-format must be auto, string or openai, not %q", *contentFormat)
 	}
 	if *kwargs != "" {
 		v, err := tokenizer.DecodeJSON([]byte(*kwargs))

@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"flag"
 	"os"
 	"path/filepath"
 	"slices"
@@ -36,7 +38,7 @@ func mistralTemplateFile(t *testing.T) string {
 func runLines(t *testing.T, args []string, input string) []string {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	if err := runTokenize(context.Background(), args, strings.NewReader(input), &out, &errOut); err != nil {
+	if err := runTokenize(context.Background(), args, strings.NewReader(input), &out, &errOut, os.LookupEnv); err != nil {
 		t.Fatalf("runTokenize: %v (stderr %q)", err, errOut.String())
 	}
 	return strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
@@ -141,22 +143,22 @@ func TestTokenizeReportsOverlongLinesAndContinues(t *testing.T) {
 
 func TestTokenizeFlags(t *testing.T) {
 	var out, errOut bytes.Buffer
-	if err := runTokenize(context.Background(), []string{"--help"}, strings.NewReader(""), &out, &errOut); err != nil {
+	if err := runTokenize(context.Background(), []string{"--help"}, strings.NewReader(""), &out, &errOut, os.LookupEnv); !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("--help: %v", err)
 	}
-	if !strings.Contains(errOut.String(), "add_special_tokens") || !strings.Contains(errOut.String(), "-chat-template") {
-		t.Fatalf("--help does not explain the input shapes and flags:\n%s", errOut.String())
+	if !strings.Contains(out.String(), "add_special_tokens") || !strings.Contains(out.String(), "--chat-template") {
+		t.Fatalf("--help does not explain the input shapes and flags:\n%s", out.String())
 	}
 	t.Setenv("KVROUTE_TOKENIZER", "")
-	if err := runTokenize(context.Background(), nil, strings.NewReader(""), &out, &errOut); err == nil {
+	if err := runTokenize(context.Background(), nil, strings.NewReader(""), &out, &errOut, os.LookupEnv); err == nil {
 		t.Fatal("missing --tokenizer accepted")
 	}
-	if err := runTokenize(context.Background(), []string{"--tokenizer", t.TempDir()}, strings.NewReader(""), &out, &errOut); err == nil {
+	if err := runTokenize(context.Background(), []string{"--tokenizer", t.TempDir()}, strings.NewReader(""), &out, &errOut, os.LookupEnv); err == nil {
 		t.Fatal("a folder without tokenizer.json accepted")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	err := runTokenize(ctx, []string{"--tokenizer", filepath.Join(tokTestdata, "mistral-sp")}, strings.NewReader(`{"text":"a"}`+"\n"), &out, &errOut)
+	err := runTokenize(ctx, []string{"--tokenizer", filepath.Join(tokTestdata, "mistral-sp")}, strings.NewReader(`{"text":"a"}`+"\n"), &out, &errOut, os.LookupEnv)
 	if err == nil {
 		t.Fatal("a cancelled context did not stop the stream")
 	}
@@ -178,7 +180,7 @@ func TestTokenizeToolsShape(t *testing.T) {
 		t.Errorf("vllm: %s", vllm[0])
 	}
 	var out, errOut bytes.Buffer
-	if err := runTokenize(context.Background(), append(base, "--tools-as", "bogus"), strings.NewReader(in), &out, &errOut); err == nil {
+	if err := runTokenize(context.Background(), append(base, "--tools-as", "bogus"), strings.NewReader(in), &out, &errOut, os.LookupEnv); err == nil {
 		t.Fatal("--tools-as bogus accepted")
 	}
 }
@@ -196,7 +198,7 @@ func TestTokenizeDefaultTemplateKwargs(t *testing.T) {
 	}
 	var out, errOut bytes.Buffer
 	bad := []string{"--tokenizer", filepath.Join(tokTestdata, "mistral-sp"), "--chat-template-kwargs", "[1]"}
-	if err := runTokenize(context.Background(), bad, strings.NewReader(""), &out, &errOut); err == nil {
+	if err := runTokenize(context.Background(), bad, strings.NewReader(""), &out, &errOut, os.LookupEnv); err == nil {
 		t.Fatal("a non-object --chat-template-kwargs was accepted")
 	}
 }
@@ -215,7 +217,7 @@ func TestTokenizeContentFormat(t *testing.T) {
 		}
 	}
 	var out, errOut bytes.Buffer
-	if err := runTokenize(context.Background(), append(base, "--chat-template-content-format", "x"), strings.NewReader(in), &out, &errOut); err == nil {
+	if err := runTokenize(context.Background(), append(base, "--chat-template-content-format", "x"), strings.NewReader(in), &out, &errOut, os.LookupEnv); err == nil {
 		t.Fatal("a bad content format was accepted")
 	}
 }

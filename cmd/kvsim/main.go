@@ -8,7 +8,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -17,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kvroute/kvroute/internal/cli"
 	"github.com/kvroute/kvroute/internal/sim"
 )
 
@@ -24,45 +24,49 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:])
 	stop()
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return
-		}
-		fmt.Fprintln(os.Stderr, "kvsim:", err)
-		os.Exit(1)
-	}
+	os.Exit(cli.Exit("kvsim", err, os.Stderr))
 }
 
 // run starts the fleet and serves until ctx ends, then shuts down cleanly.
 func run(ctx context.Context, args []string) error {
-	o, err := parseFlags(args, os.Getenv, os.Stderr)
+	if len(args) == 1 && args[0] == "version" {
+		args = []string{"--version"}
+	}
+	o, err := parseFlags(args, os.Getenv, os.Stdout)
 	if err != nil {
 		return err
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
-		return fmt.Errorf("--log-level: %w", err)
+	log, err := o.log.Logger(os.Stderr)
+	if err != nil {
+		return err
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	slog.SetDefault(log)
 
 	cfg, err := fleetConfig(o, log)
 	if err != nil {
 		return err
 	}
+	start := time.Now()
+	log.Info("starting workers", "workers", o.workers, "nats", orNone(o.natsURL), "etcd", orNone(o.etcdEndpoints))
 	fleet, err := sim.StartFleet(ctx, cfg)
 	if err != nil {
+		if o.etcdEndpoints != "" && errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("%w (etcd at %s did not answer; without etcd, --workers-file serves a router)", err, o.etcdEndpoints)
+		}
 		return err
 	}
 	for _, w := range fleet.Workers() {
 		log.Info("serving", "worker", w.ID(), "url", w.URL(), "zmq", w.ZMQEndpoint())
 	}
+	log.Info("fleet started", "workers", len(fleet.Workers()), "model", o.model, "block_size", o.blockSize,
+		"num_gpu_blocks", o.numGPUBlocks, "nats", orNone(o.natsURL), "etcd", orNone(o.etcdEndpoints), "took", cli.Since(start))
+	go fleet.WatchConnections(ctx, 5*time.Second)
 	if o.workersFile != "" {
 		if err := writeWorkersFile(o.workersFile, fleet.Records()); err != nil {
 			fleet.Close(context.Background())
 			return err
 		}
-		log.Info("workers file written", "path", o.workersFile)
+		log.Info("workers file written", "path", o.workersFile, "workers", len(fleet.Records()))
 	}
 	if a := fleet.AdminAddr(); a != "" {
 		log.Info("admin endpoint", "url", "http://"+a+"/admin/workers")
@@ -85,7 +89,7 @@ func fleetConfig(o *options, log *slog.Logger) (sim.FleetConfig, error) {
 		return sim.FleetConfig{}, err
 	}
 	if o.workers < 1 {
-		return sim.FleetConfig{}, fmt.Errorf("--workers %d must be at least 1", o.workers)
+		return sim.FleetConfig{}, cli.Usagef("--workers %d must be at least 1", o.workers)
 	}
 	if o.speedup <= 0 {
 		return sim.FleetConfig{}, fmt.Errorf("--speedup %g must be positive", o.speedup)
@@ -111,7 +115,7 @@ func fleetConfig(o *options, log *slog.Logger) (sim.FleetConfig, error) {
 		}
 		wc.Encoder = enc
 		wc.Engine.VocabSize = enc.Chat.Tokenizer().VocabSize()
-		log.Info("tokenizer loaded", "dir", o.tokenizerDir, "vocab", wc.Engine.VocabSize, "took", time.Since(start).Round(time.Millisecond))
+		log.Info("tokenizer loaded", "dir", o.tokenizerDir, "vocab", wc.Engine.VocabSize, "took", cli.Since(start))
 	} else {
 		log.Warn("no --tokenizer: text prompts are encoded one token per byte, which a router with a real tokenizer will not match")
 	}
@@ -126,4 +130,11 @@ func fleetConfig(o *options, log *slog.Logger) (sim.FleetConfig, error) {
 		AdvertiseHost: o.advertiseHost, Worker: wc, NATSURL: o.natsURL, EtcdEndpoints: etcd,
 		ZMQBasePort: o.zmqBasePort, AdminAddr: o.adminAddr,
 	}, nil
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
 }

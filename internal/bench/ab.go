@@ -14,6 +14,9 @@ type ABOptions struct {
 	Run   RunOptions
 	// Progress, when set, receives a progress bar per mode.
 	Progress io.Writer
+	// ProgressEvery > 0 makes Progress one line per period (for a
+	// non-terminal) instead of a bar redrawn in place.
+	ProgressEvery time.Duration
 	// OnMode, when set, is called after each mode with its result.
 	OnMode func(mode string, m *ModeResult)
 }
@@ -35,6 +38,9 @@ func RunAB(ctx context.Context, env *Env, c *Client, w *Workload, rep *Report, o
 		var bar *Progress
 		if opt.Progress != nil {
 			bar = NewProgress(opt.Progress, mode, w.Requests())
+			if opt.ProgressEvery > 0 {
+				bar = NewProgressLines(opt.Progress, mode, w.Requests(), opt.ProgressEvery)
+			}
 			ro.Progress = bar.Update
 		}
 		stop := sampleFleet(ctx, env.Fleet.Workers())

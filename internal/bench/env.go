@@ -74,7 +74,7 @@ type Env struct {
 }
 
 // DefaultModel is the model name the simulated fleet serves by default.
-const DefaultModel = "Qwen/Qwen3-8B"
+const DefaultModel = sim.DefaultModel
 
 func (c *EnvConfig) defaults() {
 	if c.Workers <= 0 {

@@ -10,7 +10,8 @@ import (
 )
 
 // Progress draws a one-line progress bar, redrawn in place with \r at most
-// ten times a second. It is safe for concurrent use.
+// ten times a second; or, for logs and pipes (NewProgressLines), writes one
+// whole line every few seconds. It is safe for concurrent use.
 type Progress struct {
 	mu    sync.Mutex
 	w     io.Writer
@@ -18,6 +19,14 @@ type Progress struct {
 	total int
 	start time.Time
 	last  time.Time
+	every time.Duration // > 0: one line per period, no \r
+}
+
+// NewProgressLines returns a progress report for a non-terminal: a line at
+// most every period and one at the end.
+func NewProgressLines(w io.Writer, label string, total int, every time.Duration) *Progress {
+	now := time.Now()
+	return &Progress{w: w, label: label, total: total, start: now, last: now, every: every}
 }
 
 // NewProgress returns a bar for total requests written to w.
@@ -36,6 +45,17 @@ func (p *Progress) Update(done, errs int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := time.Now()
+	if p.every > 0 {
+		if done < p.total && now.Sub(p.last) < p.every || p.last.IsZero() {
+			return
+		}
+		p.last = now
+		if done >= p.total {
+			p.last = time.Time{} // the final line once
+		}
+		fmt.Fprintln(p.w, p.line(done, errs, now.Sub(p.start)))
+		return
+	}
 	if done < p.total && now.Sub(p.last) < 100*time.Millisecond {
 		return
 	}
@@ -47,7 +67,9 @@ func (p *Progress) Update(done, errs int) {
 func (p *Progress) Done() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	fmt.Fprintln(p.w)
+	if p.every == 0 {
+		fmt.Fprintln(p.w)
+	}
 }
 
 func (p *Progress) line(done, errs int, elapsed time.Duration) string {

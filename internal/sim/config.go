@@ -11,6 +11,9 @@ const (
 	DefaultBlockSize           = 64
 	DefaultMaxNumSeqs          = 256
 	DefaultMaxNumBatchedTokens = 8192
+	// DefaultModel is the model name kvsim serves and kvbench asks for
+	// unless told otherwise.
+	DefaultModel = "Qwen/Qwen3-8B"
 )
 
 // EngineConfig sizes an Engine. The zero value of a field means its default.

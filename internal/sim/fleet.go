@@ -14,6 +14,7 @@ import (
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/nats-io/nats.go"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 // FleetConfig configures StartFleet.
@@ -54,6 +55,7 @@ type Fleet struct {
 	workers []*Worker
 	byID    map[string]*Worker
 	nc      *nats.Conn
+	natsURL string
 	etcd    *clientv3.Client
 	admin   *adminServer
 	log     *slog.Logger
@@ -95,10 +97,10 @@ func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 		if err != nil {
 			return nil, fmt.Errorf("start fleet: connect to NATS %s: %w", cfg.NATSURL, err)
 		}
-		f.nc, tmpl.NATS = nc, nc
+		f.nc, f.natsURL, tmpl.NATS = nc, cfg.NATSURL, nc
 	}
 	if tmpl.Etcd == nil && len(cfg.EtcdEndpoints) > 0 {
-		cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.EtcdEndpoints, DialTimeout: 5 * time.Second})
+		cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.EtcdEndpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 		if err != nil {
 			f.closeClients()
 			return nil, fmt.Errorf("start fleet: etcd client: %w", err)

@@ -1,0 +1,110 @@
+package operator
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// recipe returns the README's "Run it yourself" shell blocks.
+func recipe(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sec, ok := strings.Cut(string(b), "\n## Run it yourself in five minutes\n")
+	if !ok {
+		t.Fatal(`README has no "## Run it yourself in five minutes" section`)
+	}
+	sec, _, _ = strings.Cut(sec, "\n## ")
+	var blocks []string
+	for _, m := range regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(sec, -1) {
+		blocks = append(blocks, m[1])
+	}
+	if len(blocks) != 2 {
+		t.Fatalf("want two sh blocks (install, run), found %d", len(blocks))
+	}
+	return blocks
+}
+
+// The README's recipe runs exactly as written: the binaries are on PATH
+// (TestMain built them, as the install block does), the working folder is
+// a checkout (only tokenizer/testdata/qwen3 is read), and the script
+// starts kvsim, kvroute and the gateway, sends two requests, and stops.
+func TestReadmeRecipe(t *testing.T) {
+	blocks := recipe(t)
+	if !strings.Contains(blocks[0], "go install ./cmd/...") {
+		t.Errorf("the install block does not go install the binaries:\n%s", blocks[0])
+	}
+	for _, addr := range []string{"127.0.0.1:4222", "127.0.0.1:8080", "127.0.0.1:8100", "127.0.0.1:8101", "127.0.0.1:9002", "127.0.0.1:9090"} {
+		if l, err := net.Listen("tcp", addr); err != nil {
+			t.Skipf("the recipe's port %s is taken on this machine: %v", addr, err)
+		} else {
+			l.Close()
+		}
+	}
+	dir := t.TempDir()
+	tok, err := filepath.Abs(filepath.Join("..", "..", "tokenizer", "testdata", "qwen3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "tokenizer", "testdata"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(tok, filepath.Join(dir, "tokenizer", "testdata", "qwen3")); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-e", "-c", blocks[1])
+	cmd.Dir = dir
+	cmd.Env = []string{"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	start := time.Now()
+	err = cmd.Run()
+	t.Logf("recipe ran in %s", time.Since(start).Round(time.Millisecond))
+	if err != nil {
+		t.Fatalf("recipe: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errb.String())
+	}
+	var answers []answer
+	for _, line := range strings.Split(out.String(), "\n") {
+		if strings.HasPrefix(line, `{"id":"chatcmpl`) {
+			var a answer
+			if err := json.Unmarshal([]byte(line), &a); err != nil {
+				t.Fatalf("answer %q: %v", line, err)
+			}
+			answers = append(answers, a)
+		}
+	}
+	if len(answers) != 2 {
+		t.Fatalf("want two chat answers, got %d:\n%s", len(answers), out.String())
+	}
+	if answers[1].Usage.Details.Cached == 0 {
+		t.Errorf("the second request found no cached prefix: it was not routed to the first one's worker\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), `"workers"`) {
+		t.Errorf("no /debug/workers output:\n%s", out.String())
+	}
+}
+
+// answer is the part of a chat completion the recipe test reads.
+type answer struct {
+	Usage struct {
+		Details struct {
+			Cached int `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
+	} `json:"usage"`
+}
