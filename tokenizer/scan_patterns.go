@@ -1,5 +1,7 @@
 package tokenizer
 
+import "unicode/utf8"
+
 // Hand-written scanners for the Split regexes of widely used models. Each
 // returns the end of the match at s[i:] (or -1), reproducing the regex's
 // leftmost-first alternation and backtracking. scan_test.go checks every one
@@ -76,12 +78,20 @@ func whitespaceTail(s string, i int) int { return wsTail(s, i, true) }
 func wsTail(s string, i int, newlines bool) int {
 	end, lastNL, lastStart := i, -1, i
 	for end < len(s) {
-		r, n := decode(s, end)
-		if !isSpace(r) {
-			break
+		if c := s[end]; c < utf8.RuneSelf {
+			if asciiClass[c]&clS == 0 {
+				break
+			}
+			if c == '\r' || c == '\n' {
+				lastNL = end + 1
+			}
+			lastStart = end
+			end++
+			continue
 		}
-		if r == '\r' || r == '\n' {
-			lastNL = end + 1
+		r, n := utf8.DecodeRuneInString(s[end:])
+		if nonASCIIClass(r)&clS == 0 {
+			break
 		}
 		lastStart = end
 		end += n
@@ -107,18 +117,18 @@ func scanCL100K(s string, i, maxDigits int) int {
 	}
 	cl := class(r)
 	if cl&clL != 0 {
-		return runWhile(s, i+n, isL)
+		return runAny(s, i+n, clL)
 	}
 	if r != '\r' && r != '\n' && cl&clN == 0 && i+n < len(s) {
-		if r2, n2 := decode(s, i+n); isL(r2) {
-			return runWhile(s, i+n+n2, isL)
+		if r2, n2 := decode(s, i+n); class(r2)&clL != 0 {
+			return runAny(s, i+n+n2, clL)
 		}
 	}
 	if cl&clN != 0 {
 		j := i + n
 		for k := 1; k < maxDigits && j < len(s); k++ {
 			r2, n2 := decode(s, j)
-			if !isN(r2) {
+			if class(r2)&clN == 0 {
 				break
 			}
 			j += n2
@@ -148,8 +158,7 @@ func otherRun(s string, i int, r rune, n int, cl uint16) int {
 	if j < 0 {
 		return -1
 	}
-	j = runWhile(s, j, isOther)
-	return runWhile(s, j, isCRLF)
+	return runCRLF(s, runNone(s, j, clS|clL|clN))
 }
 
 func scanGPT2(s string, i int) int {
