@@ -1,82 +1,142 @@
 package tokenizer
 
-import "hash/maphash"
+import (
+	"hash/maphash"
+	"math/bits"
+)
 
 // rawVocab maps the raw bytes of a byte-level model's tokens to their ids,
 // so that a piece is looked up as the pre-tokenizer cut it: no re-encoding
 // into the byte-level alphabet and no Go map. It is an open-addressing table
-// of 16-byte slots (linear probing, power-of-two size, at most 5/8 full)
-// over one string holding every token's bytes. It is built once at load and
-// read-only afterwards, so concurrent lookups need no lock.
+// (linear probing, power-of-two size, at most 5/8 full) of 16-byte slots
+// that hold a token's first 8 bytes, so most lookups touch one cache line
+// and compare one word; longer tokens compare their rest in one string of
+// every token's bytes. It is built once at load and read-only afterwards, so
+// concurrent lookups need no lock.
 type rawVocab struct {
 	seed  maphash.Seed
 	mask  uint64
 	slots []rawVocabSlot
 	bytes string // the tokens' bytes, back to back
+	// long holds the rare tokens too long for a slot, by their bytes.
+	long map[string]rawLong
 }
 
 type rawVocabSlot struct {
-	tag uint32 // high half of the hash, with the low bit set; 0 when empty
-	id  uint32
-	off uint32 // the token's bytes are bytes[off : off+len]
-	len uint32 // low 31 bits: length; top bit: rawSelf
+	head uint64 // the first 8 bytes, little-endian, zero-padded
+	id   uint32
+	meta uint32 // off<<9 | self<<8 | len; 0 when the slot is empty
 }
 
-// rawSelf marks a token that the model's merges turn its own bytes into,
-// so a piece equal to it is that one token with or without ignore_merges.
-const rawSelf = 1 << 31
+type rawLong struct {
+	id   uint32
+	self bool
+}
+
+const (
+	rawMaxLen = 255     // longest token held in a slot
+	rawMaxOff = 1 << 23 // bytes addressable by a slot
+)
 
 // newRawVocab indexes the tokens of vocab (written in the byte-level
 // alphabet) by their bytes. Tokens outside the alphabet cannot be the
-// spelling of any piece and are left out. self reports the tokens to mark
-// rawSelf.
+// spelling of any piece and are left out. self reports the tokens whose
+// bytes the model's merges turn back into them.
 func newRawVocab(vocab map[string]uint32, self func(raw string, id uint32) bool) *rawVocab {
 	size := 1
 	for size*5/8 < len(vocab) {
 		size <<= 1
 	}
 	v := &rawVocab{seed: maphash.MakeSeed(), mask: uint64(size - 1), slots: make([]rawVocabSlot, size)}
-	buf := make([]byte, 0, len(vocab)*8)
+	var raws []string
+	var ids []uint32
+	var buf []byte
 	for tok, id := range vocab {
 		n := len(buf)
 		var ok bool
-		if buf, ok = appendByteLevelDecoded(buf, tok); !ok || len(buf) == n || len(buf) > 1<<30 {
+		if buf, ok = appendByteLevelDecoded(buf, tok); !ok || len(buf) == n {
 			buf = buf[:n]
 			continue
 		}
-		l := uint32(len(buf) - n)
-		if self != nil && self(string(buf[n:]), id) {
-			l |= rawSelf
-		}
-		v.insert(string(buf[n:]), rawVocabSlot{id: id, off: uint32(n), len: l})
+		raws = append(raws, string(buf[n:]))
+		ids = append(ids, id)
+		buf = buf[:n] // only the long tail is kept, below
 	}
-	v.bytes = string(buf)
+	var arena []byte
+	for k, raw := range raws {
+		isSelf := self != nil && self(raw, ids[k])
+		if len(raw) > rawMaxLen || len(arena)+len(raw) >= rawMaxOff {
+			if v.long == nil {
+				v.long = map[string]rawLong{}
+			}
+			v.long[raw] = rawLong{ids[k], isSelf}
+			continue
+		}
+		meta := uint32(len(arena))<<9 | uint32(len(raw))
+		if isSelf {
+			meta |= 1 << 8
+		}
+		if len(raw) > 8 {
+			arena = append(arena, raw[8:]...)
+		}
+		v.insert(raw, rawVocabSlot{head: rawHead(raw), id: ids[k], meta: meta})
+	}
+	v.bytes = string(arena)
 	return v
 }
 
+// rawHead packs the first 8 bytes of s.
+func rawHead(s string) uint64 {
+	var w uint64
+	for k := 0; k < len(s) && k < 8; k++ {
+		w |= uint64(s[k]) << (8 * k)
+	}
+	return w
+}
+
+func (v *rawVocab) hash(s string, head uint64) uint64 {
+	if len(s) > 8 {
+		return maphash.String(v.seed, s)
+	}
+	hi, lo := bits.Mul64(head^uint64(len(s))<<59, 0x9e3779b97f4a7c15)
+	return hi ^ lo
+}
+
 func (v *rawVocab) insert(raw string, s rawVocabSlot) {
-	h := maphash.String(v.seed, raw)
-	s.tag = uint32(h>>32) | 1
-	for i := h & v.mask; ; i = (i + 1) & v.mask {
-		if v.slots[i].tag == 0 {
+	for i := v.hash(raw, s.head) & v.mask; ; i = (i + 1) & v.mask {
+		if v.slots[i].meta == 0 {
 			v.slots[i] = s
 			return
 		}
 	}
 }
 
-// get returns the id of the token whose bytes are raw and whether it is
-// rawSelf.
+// get returns the id of the token whose bytes are raw and whether merging
+// those bytes gives that token back.
 func (v *rawVocab) get(raw string) (id uint32, self, ok bool) {
-	h := maphash.String(v.seed, raw)
-	tag := uint32(h>>32) | 1
-	for i := h & v.mask; ; i = (i + 1) & v.mask {
+	if len(raw) > rawMaxLen || raw == "" {
+		l, ok := v.long[raw]
+		return l.id, l.self, ok
+	}
+	head := rawHead(raw)
+	for i := v.hash(raw, head) & v.mask; ; i = (i + 1) & v.mask {
 		s := &v.slots[i]
-		if s.tag == 0 {
-			return 0, false, false
+		if s.meta == 0 {
+			break
 		}
-		if s.tag == tag && int(s.len&^rawSelf) == len(raw) && v.bytes[s.off:s.off+uint32(len(raw))] == raw {
-			return s.id, s.len&rawSelf != 0, true
+		if s.head == head && int(s.meta&0xFF) == len(raw) {
+			if len(raw) > 8 {
+				off := s.meta >> 9
+				if v.bytes[off:off+uint32(len(raw)-8)] != raw[8:] {
+					continue
+				}
+			}
+			return s.id, s.meta&(1<<8) != 0, true
 		}
 	}
+	if v.long != nil {
+		l, ok := v.long[raw]
+		return l.id, l.self, ok
+	}
+	return 0, false, false
 }
