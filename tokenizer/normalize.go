@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"golang.org/x/text/unicode/norm"
 )
@@ -26,7 +27,56 @@ var (
 
 type unicodeNorm struct{ form norm.Form }
 
-func (n unicodeNorm) normalize(s string) string { return n.form.String(s) }
+// normalize puts s in the form, touching only the runs of non-ASCII text
+// (each with the ASCII byte before it) and skipping ASCII eight bytes at a
+// time. ASCII is the same in every form and never combines with the
+// character before it, so every ASCII byte is a boundary the form cannot
+// move text across, and each run can be normalized on its own.
+func (n unicodeNorm) normalize(s string) string {
+	var out []byte // nil while s is unchanged so far
+	done := 0      // s[:done] is in out (when out is not nil)
+	for i := 0; ; {
+		i = skipASCII(s, i)
+		if i == len(s) {
+			break
+		}
+		start := max(i-1, 0)
+		for i < len(s) && s[i] >= utf8.RuneSelf {
+			i++
+		}
+		run := s[start:i]
+		if n.form.QuickSpanString(run) == len(run) {
+			continue
+		}
+		if out == nil {
+			out = make([]byte, 0, len(s)+len(s)/8)
+		}
+		out = append(out, s[done:start]...)
+		out = n.form.AppendString(out, run)
+		done = i
+	}
+	if out == nil {
+		return s
+	}
+	return string(append(out, s[done:]...))
+}
+
+// skipASCII returns the index of the first non-ASCII byte of s at or after
+// i, or len(s).
+func skipASCII(s string, i int) int {
+	for ; i+8 <= len(s); i += 8 {
+		// The byte-wise load below compiles to one 8-byte load.
+		w := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
+			uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
+		if w&0x8080808080808080 != 0 {
+			break
+		}
+	}
+	for i < len(s) && s[i] < utf8.RuneSelf {
+		i++
+	}
+	return i
+}
 
 type lowercase struct{}
 
