@@ -86,6 +86,10 @@ func (m *bpeModel) encodeWord(st *encodeState, s string, dst []uint32) []uint32 
 	if s == "" {
 		return dst
 	}
+	if m.byteMode && len(s) == 1 {
+		// One byte has nothing to merge with, and its token is in the vocab.
+		return append(dst, m.byteID[s[0]])
+	}
 	if m.raw != nil {
 		// A piece that is a token is that token when merges are ignored,
 		// and also when merging its bytes is known to give it back.
