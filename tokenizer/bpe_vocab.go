@@ -48,9 +48,11 @@ func newRawVocab(vocab map[string]uint32, self func(raw string, id uint32) bool)
 		size <<= 1
 	}
 	v := &rawVocab{seed: maphash.MakeSeed(), mask: uint64(size - 1), slots: make([]rawVocabSlot, size)}
-	var raws []string
-	var ids []uint32
+	// Every token's bytes, decoded into one string: ends[k] is where token
+	// k's bytes end.
 	var buf []byte
+	var ends []int
+	var ids []uint32
 	for tok, id := range vocab {
 		n := len(buf)
 		var ok bool
@@ -58,12 +60,15 @@ func newRawVocab(vocab map[string]uint32, self func(raw string, id uint32) bool)
 			buf = buf[:n]
 			continue
 		}
-		raws = append(raws, string(buf[n:]))
+		ends = append(ends, len(buf))
 		ids = append(ids, id)
-		buf = buf[:n] // only the long tail is kept, below
 	}
+	all := string(buf)
 	var arena []byte
-	for k, raw := range raws {
+	start := 0
+	for k, end := range ends {
+		raw := all[start:end]
+		start = end
 		isSelf := self != nil && self(raw, ids[k])
 		if len(raw) > rawMaxLen || len(arena)+len(raw) >= rawMaxOff {
 			if v.long == nil {
