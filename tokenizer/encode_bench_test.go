@@ -91,8 +91,9 @@ func BenchmarkPreTokenize(b *testing.B) {
 	}
 }
 
-// preTokenizeOnly is encodeInto without the model; it returns the number of
-// pieces the model would have been given.
+// preTokenizeOnly is encodeInto without the model, taking the same path to
+// the pieces (streamed or as a list); it returns the number of pieces the
+// model would have been given.
 func preTokenizeOnly(t *Tokenizer, st *encodeState, text string) int {
 	n := 0
 	segment := func(s string, first bool) {
@@ -101,6 +102,10 @@ func preTokenizeOnly(t *Tokenizer, st *encodeState, text string) int {
 		}
 		if t.pre == nil {
 			n++
+			return
+		}
+		if scan := t.pre.soleIsolate(); scan != nil {
+			isolateEach(s, scan, func(int, int) { n++ })
 			return
 		}
 		n += len(t.pre.run(st, piece{text: s, first: first}))
