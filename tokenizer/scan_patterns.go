@@ -109,6 +109,23 @@ func wsTail(s string, i int, newlines bool) int {
 }
 
 func scanCL100K(s string, i, maxDigits int) int {
+	// The common ASCII starts, in the pattern's order: a letter run, a
+	// letter run after one ASCII character that is none of letter, digit,
+	// CR, LF or apostrophe (" word", "(word"), and digits.
+	if c := s[i]; c < utf8.RuneSelf && c != '\'' {
+		cl := asciiClass[c]
+		if cl&clL != 0 {
+			return runAny(s, i+1, clL)
+		}
+		if cl&clN == 0 && c != '\r' && c != '\n' && i+1 < len(s) {
+			if c2 := s[i+1]; c2 < utf8.RuneSelf && asciiClass[c2]&clL != 0 {
+				return runAny(s, i+2, clL)
+			}
+		}
+		if cl&clN != 0 && maxDigits == 1 {
+			return i + 1
+		}
+	}
 	r, n := decode(s, i)
 	if r == '\'' {
 		if e := contraction(s, i+1, true); e > 0 {
