@@ -35,6 +35,8 @@ type Approx struct {
 	head    int
 	seq     uint64
 	size    int
+	gen     uint64 // bumped when a worker is added or removed
+	cands   candidateCache[apxWorker]
 }
 
 type apxWorker struct {
@@ -114,6 +116,7 @@ func (a *Approx) worker(id string) *apxWorker {
 		a.words = append(a.words, newBitTable(0))
 	}
 	a.workers[id] = w
+	a.gen++
 	return w
 }
 
@@ -183,6 +186,7 @@ func (a *Approx) RemoveWorker(worker string) {
 	a.size -= len(w.held)
 	w.held = nil // records still queued see a removed worker
 	delete(a.workers, worker)
+	a.gen++
 	a.slots[w.idx] = nil
 }
 
@@ -205,22 +209,33 @@ func (a *Approx) Match(hashes []uint64, candidates []string, out []MatchResult) 
 		a.mu.RLock()
 	}
 	defer a.mu.RUnlock()
-	return matchWords(a, a.words, len(a.slots), hashes, candidates, out)
-}
-
-func (a *Approx) ref(id string) (workerRef, bool) {
-	w := a.workers[id]
-	if w == nil {
-		return workerRef{}, false
-	}
-	return workerRef{idx: w.idx, word: w.word, bit: w.bit, cached: len(w.held)}, true
-}
-
-func (a *Approx) appendAll(out []MatchResult) []MatchResult {
-	for _, w := range a.slots {
-		if w != nil {
-			out = append(out, MatchResult{Worker: w.id})
+	var wsBuf [64]*apxWorker
+	ws := wsBuf[:0]
+	if candidates == nil {
+		for _, w := range a.slots {
+			if w != nil {
+				ws = append(ws, w)
+			}
 		}
+	} else {
+		ws = a.cands.resolve(a.gen, candidates, func(id string) *apxWorker { return a.workers[id] })
 	}
+	out = resize(out, len(ws))
+	var buf refBuf
+	refs := buf.refs(len(ws))
+	for i, w := range ws {
+		if w == nil {
+			out[i] = MatchResult{Worker: candidates[i]}
+			refs[i] = workerRef{idx: -1}
+			continue
+		}
+		name := w.id
+		if candidates != nil {
+			name = candidates[i]
+		}
+		out[i] = MatchResult{Worker: name, Known: true, Cached: len(w.held)}
+		refs[i] = workerRef{idx: w.idx, word: w.word, bit: w.bit}
+	}
+	matchWords(a.words, len(a.slots), hashes, refs, out)
 	return out
 }

@@ -2,6 +2,7 @@ package kvindex
 
 import (
 	"fmt"
+	"math/bits"
 	"math/rand/v2"
 	"runtime"
 	"sync"
@@ -288,4 +289,99 @@ func BenchmarkApproxMatch(b *testing.B) {
 		out = a.Match(prompts[len(prompts)-1-i%512], workers, out)
 	}
 	reportCPU(b, cpu, 0, "")
+}
+
+// BenchmarkMatchFloor is the floor under BenchmarkMatch: the same prompts
+// over the same blocks, but packed into a flat array with no empty slot
+// (in the block table's order, so still scattered) and every key's position
+// known in advance (found outside the timer): each block costs exactly one
+// load and no key is ever probed for. It does not depend on the table's
+// layout or load, so it is the same floor before and after a change to
+// them. The walk keeps Match's shape: the loads of 16 keys issued back to
+// back, the workers' bits and-ed down, stop when none is left. Match's
+// figure divided by this one is how far it is from the limit.
+func BenchmarkMatchFloor(b *testing.B) {
+	f := loadMatchFixture(b)
+	t := f.ix.words[0]
+	var flat []oaSlot
+	pos := make(map[uint64]int32, t.count)
+	for _, s := range t.slots {
+		if s.key != 0 {
+			pos[s.key] = int32(len(flat))
+			flat = append(flat, s)
+		}
+	}
+	slotsOf := func(prompts [][]uint64) [][]int32 {
+		out := make([][]int32, len(prompts))
+		for i, p := range prompts {
+			for _, h := range p {
+				k, ok := pos[h]
+				if !ok {
+					k = -1
+				}
+				out[i] = append(out[i], k)
+			}
+		}
+		return out
+	}
+	partial := make([][]uint64, len(f.prompts))
+	for i, p := range f.prompts {
+		partial[i] = append(append([]uint64{}, p[:100]...), HashBlocks(p[99], make([]uint32, 412*benchBS), benchBS, nil)...)
+	}
+	for _, tc := range []struct {
+		name    string
+		prompts [][]uint64
+	}{{"full", f.prompts}, {"partial", partial}} {
+		slots := slotsOf(tc.prompts)
+		b.Run(tc.name, func(b *testing.B) {
+			var depth [64]int32
+			matched := int32(0)
+			b.ReportAllocs()
+			b.ResetTimer()
+			cpu := startCPU()
+			for i := 0; i < b.N; i++ {
+				k := i % len(tc.prompts)
+				floorWalk(flat, tc.prompts[k], slots[k], ^uint64(0), depth[:])
+				for _, d := range depth {
+					matched = max(matched, d)
+				}
+			}
+			b.StopTimer()
+			reportCPU(b, cpu, 0, "")
+			if matched == 0 {
+				b.Fatal("nothing matched")
+			}
+		})
+	}
+}
+
+// floorWalk is walk with the slot of every key given: one load per key.
+func floorWalk(slots []oaSlot, hashes []uint64, at []int32, alive uint64, depth []int32) {
+	n := len(hashes)
+	for d := 0; d < n; d += matchChunk {
+		end := min(d+matchChunk, n)
+		var got [matchChunk]uint64
+		for j := d; j < end; j++ {
+			if k := at[j]; k >= 0 && slots[k].key == hashes[j] {
+				got[j-d] = slots[k].val
+			}
+		}
+		for j := d; j < end; j++ {
+			dying := alive &^ got[j-d]
+			for dying != 0 {
+				b := bits.TrailingZeros64(dying)
+				dying &= dying - 1
+				depth[b] = int32(j)
+			}
+			alive &= got[j-d]
+			if alive == 0 {
+				return
+			}
+		}
+	}
+	for alive != 0 {
+		b := bits.TrailingZeros64(alive)
+		alive &= alive - 1
+		depth[b] = int32(n)
+	}
 }

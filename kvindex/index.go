@@ -27,6 +27,8 @@ type Index struct {
 	scratch []uint64       // router hashes of the event being applied
 	keys    []uint64       // engine keys of the event being applied
 	sink    uint64         // keeps prefetching loads alive
+	gen     uint64         // bumped when a worker is added or removed
+	cands   candidateCache[workerState]
 }
 
 // workerState is one worker's view. Guarded by Index.mu.
@@ -103,6 +105,7 @@ func (ix *Index) AddWorker(id, model string, blockSize int) {
 		ix.words = append(ix.words, newBitTable(ix.cfg.InitialBlocks))
 	}
 	ix.workers[id] = w
+	ix.gen++
 }
 
 // RemoveWorker forgets a worker and every block it held.
@@ -115,6 +118,7 @@ func (ix *Index) RemoveWorker(id string) {
 	}
 	ix.purge(w)
 	delete(ix.workers, id)
+	ix.gen++
 	ix.slots[w.idx] = nil
 }
 
@@ -175,9 +179,36 @@ func (ix *Index) Reset(worker string) {
 func (ix *Index) Match(hashes []uint64, candidates []string, out []MatchResult) []MatchResult {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
-	out = matchWords(ix, ix.words, len(ix.slots), hashes, candidates, out)
-	for i := range out {
-		if w := ix.workers[out[i].Worker]; w != nil && len(w.offRouter) > 0 {
+	var wsBuf [64]*workerState
+	ws := wsBuf[:0]
+	if candidates == nil {
+		for _, w := range ix.slots {
+			if w != nil {
+				ws = append(ws, w)
+			}
+		}
+	} else {
+		ws = ix.cands.resolve(ix.gen, candidates, func(id string) *workerState { return ix.workers[id] })
+	}
+	out = resize(out, len(ws))
+	var buf refBuf
+	refs := buf.refs(len(ws))
+	for i, w := range ws {
+		if w == nil {
+			out[i] = MatchResult{Worker: candidates[i]}
+			refs[i] = workerRef{idx: -1}
+			continue
+		}
+		name := w.id
+		if candidates != nil {
+			name = candidates[i]
+		}
+		out[i] = MatchResult{Worker: name, Known: true, Stale: w.stale, Cached: w.blocks}
+		refs[i] = workerRef{idx: w.idx, word: w.word, bit: w.bit}
+	}
+	matchWords(ix.words, len(ix.slots), hashes, refs, out)
+	for i, w := range ws {
+		if w != nil && len(w.offRouter) > 0 {
 			out[i].HostBlocks, out[i].DiskBlocks = w.offTiers(hashes[out[i].Blocks:])
 		}
 	}
@@ -215,23 +246,6 @@ func (w *workerState) countOff(r uint64, mask uint8, d int) {
 	} else {
 		w.offRouter[r] = c
 	}
-}
-
-func (ix *Index) ref(id string) (workerRef, bool) {
-	w := ix.workers[id]
-	if w == nil {
-		return workerRef{}, false
-	}
-	return workerRef{idx: w.idx, word: w.word, bit: w.bit, cached: w.blocks, stale: w.stale}, true
-}
-
-func (ix *Index) appendAll(out []MatchResult) []MatchResult {
-	for _, w := range ix.slots {
-		if w != nil {
-			out = append(out, MatchResult{Worker: w.id})
-		}
-	}
-	return out
 }
 
 // matchChunk is how many lookups walk issues before using their results:

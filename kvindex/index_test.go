@@ -400,3 +400,44 @@ func TestMatchCountsOffloadedTiersAfterTheDevicePrefix(t *testing.T) {
 		t.Fatalf("off-device counts leak: %d router hashes left", n)
 	}
 }
+
+// Match remembers how the last candidate list resolved; a pool change or a
+// caller reusing its slice for other names must not see a stale answer.
+func TestMatchSeesPoolChangesThroughTheSameCandidateSlice(t *testing.T) {
+	ix := New(Config{})
+	ix.AddWorker("a", testModel, testBS)
+	ix.Apply("a", EventBatch{Events: []Event{storeEv(1, 0, 3)}})
+	prompt := promptHashes(1, 3)
+	cands := []string{"a", "b"}
+	var out []MatchResult
+	out = ix.Match(prompt, cands, out)
+	if !out[0].Known || out[0].Blocks != 3 || out[1].Known {
+		t.Fatalf("first match = %+v", out)
+	}
+	// b joins: the same slice must now resolve it.
+	ix.AddWorker("b", testModel, testBS)
+	ix.Apply("b", EventBatch{Events: []Event{storeEv(1, 0, 2)}})
+	out = ix.Match(prompt, cands, out)
+	if !out[1].Known || out[1].Blocks != 2 {
+		t.Fatalf("after b joined = %+v", out)
+	}
+	// a leaves and comes back empty under the same name.
+	ix.RemoveWorker("a")
+	ix.AddWorker("a", testModel, testBS)
+	out = ix.Match(prompt, cands, out)
+	if !out[0].Known || out[0].Blocks != 0 || out[1].Blocks != 2 {
+		t.Fatalf("after a rejoined = %+v", out)
+	}
+	// The caller writes other names into the same backing array.
+	cands[0], cands[1] = "b", "nobody"
+	out = ix.Match(prompt, cands, out)
+	if out[0].Worker != "b" || out[0].Blocks != 2 || out[1].Known {
+		t.Fatalf("after the names changed = %+v", out)
+	}
+	// Stale and Cached follow the worker's state, not the cached list's.
+	ix.MarkStale("b")
+	out = ix.Match(prompt, cands, out)
+	if !out[0].Stale || out[0].Cached != 2 {
+		t.Fatalf("after b went stale = %+v", out)
+	}
+}

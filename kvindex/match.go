@@ -31,61 +31,34 @@ type Matcher interface {
 	Match(hashes []uint64, candidates []string, out []MatchResult) []MatchResult
 }
 
-// workerRef is what matching needs to know of a candidate.
-type workerRef struct {
-	idx    int
-	word   int
-	bit    uint64
-	cached int
-	stale  bool
-}
-
-// workerSource is what matchWords needs of Index and Approx.
-type workerSource interface {
-	// ref resolves a worker id.
-	ref(id string) (workerRef, bool)
-	// appendAll appends a result for every worker, in dense-index order.
-	appendAll(out []MatchResult) []MatchResult
-}
-
 var (
-	_ Matcher      = (*Index)(nil)
-	_ Matcher      = (*Approx)(nil)
-	_ workerSource = (*Index)(nil)
-	_ workerSource = (*Approx)(nil)
+	_ Matcher = (*Index)(nil)
+	_ Matcher = (*Approx)(nil)
 )
 
-// matchWords is the Match shared by Index and Approx. words[w] holds the
-// sets of dense worker indices 64w..64w+63; nslots bounds the indices.
-// The caller holds the read lock that guards src and words.
-func matchWords(src workerSource, words []*bitTable, nslots int, hashes []uint64, candidates []string, out []MatchResult) []MatchResult {
-	if candidates == nil {
-		out = src.appendAll(out[:0])
-	} else {
-		out = resize(out, len(candidates))
-		for i, c := range candidates {
-			out[i] = MatchResult{Worker: c}
-		}
-	}
-	var refBuf [64]workerRef
-	refs := refBuf[:0]
-	if len(out) > len(refBuf) {
-		refs = make([]workerRef, 0, len(out))
-	}
+// workerRef is where a candidate's bit lives; idx is -1 for an unknown
+// candidate.
+type workerRef struct {
+	idx  int
+	word int
+	bit  uint64
+}
+
+// matchWords is the walk shared by Index and Approx: given out, one result
+// per candidate with Worker, Known, Stale and Cached already set, and refs
+// aligned with it, it sets every known candidate's Blocks. words[w] holds
+// the sets of dense worker indices 64w..64w+63; nslots bounds the indices.
+// The caller holds the read lock that guards words.
+func matchWords(words []*bitTable, nslots int, hashes []uint64, refs []workerRef, out []MatchResult) {
 	var aliveBuf [4]uint64
 	alive := aliveBuf[:0]
 	for range words {
 		alive = append(alive, 0)
 	}
-	for i := range out {
-		ref, ok := src.ref(out[i].Worker)
-		if !ok {
-			ref.idx = -1
-		} else {
-			out[i].Known, out[i].Stale, out[i].Cached = true, ref.stale, ref.cached
+	for _, ref := range refs {
+		if ref.idx >= 0 {
 			alive[ref.word] |= ref.bit
 		}
-		refs = append(refs, ref)
 	}
 	var depthBuf [64]int32
 	depth := depthBuf[:0]
@@ -103,5 +76,15 @@ func matchWords(src workerSource, words []*bitTable, nslots int, hashes []uint64
 			out[i].Blocks = int(depth[ref.idx])
 		}
 	}
-	return out
+}
+
+// refBuf is room for the refs of a typical candidate list on the stack.
+type refBuf [64]workerRef
+
+// refs returns a slice of n refs, in b when it fits.
+func (b *refBuf) refs(n int) []workerRef {
+	if n > len(b) {
+		return make([]workerRef, n)
+	}
+	return b[:n]
 }

@@ -8,7 +8,11 @@ type bitTable struct {
 	oaTable
 }
 
-func newBitTable(hint int) *bitTable { return &bitTable{newOATable(hint)} }
+// bitMaxLoad is the block table's maximum load in percent: lower than
+// u64Table's so that fewer buckets overflow on Match's path.
+const bitMaxLoad = 60
+
+func newBitTable(hint int) *bitTable { return &bitTable{oaTable: newOATable(hint, bitMaxLoad)} }
 
 // get returns the worker set of key, or 0.
 func (t *bitTable) get(key uint64) uint64 {
@@ -51,22 +55,78 @@ func (t *bitTable) clear(key, bit uint64) (had bool) {
 	return had
 }
 
-// getMany is get for several keys, written so that the first probes of
-// all keys are issued back to back and their cache misses overlap.
+// getMany is get for several keys, written so that cache misses overlap:
+// the home buckets of all keys are loaded back to back, each key is then
+// looked for in its bucket (in cache by then), and the few keys whose bucket
+// is full without them have their next bucket loaded, again back to back,
+// before they go on probing.
 func (t *bitTable) getMany(keys, out []uint64) {
 	var home [matchChunk]int
+	var first [matchChunk]uint64 // key of each home slot: the load that misses
 	for i, k := range keys {
-		home[i] = t.home(k)
+		h := t.home(k)
+		home[i] = h
+		first[i] = t.slots[h].key
 	}
+	var over [matchChunk]uint8 // keys to probe past their home bucket
+	nover := 0
 	for i, k := range keys {
-		s := &t.slots[home[i]]
-		switch s.key {
-		case k:
-			out[i] = s.val
-		case 0:
-			out[i] = 0
-		default:
-			out[i] = t.get(k)
+		h := home[i]
+		b := (*[bucketSlots]oaSlot)(t.slots[h : h+bucketSlots])
+		// Branch-free: where in its bucket a key sits is random, and a
+		// mispredicted branch here would stall the loads still in flight.
+		v := b[0].val & -b2u(first[i] == k)
+		v |= b[1].val & -b2u(b[1].key == k)
+		v |= b[2].val & -b2u(b[2].key == k)
+		v |= b[3].val & -b2u(b[3].key == k)
+		out[i] = v
+		full := b2u(first[i] != 0) & b2u(b[1].key != 0) & b2u(b[2].key != 0) & b2u(b[3].key != 0)
+		if v == 0 && full != 0 {
+			over[nover] = uint8(i)
+			nover++
+		}
+	}
+	if nover == 0 {
+		return
+	}
+	// The next buckets of those keys, loaded back to back as well.
+	var next [matchChunk]uint64
+	for j, i := range over[:nover] {
+		h := home[i] + bucketSlots
+		if h == len(t.slots) {
+			h = 0
+		}
+		home[i] = h
+		next[j] = t.slots[h].key
+	}
+	for j, i := range over[:nover] {
+		if next[j] == 0 {
+			continue // out[i] is 0 already
+		}
+		out[i] = t.probeFrom(keys[i], home[i])
+	}
+}
+
+func b2u(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// probeFrom is get continuing at slot i < len(t.slots).
+func (t *bitTable) probeFrom(key uint64, i int) uint64 {
+	n := len(t.slots)
+	for {
+		s := &t.slots[i]
+		if s.key == key {
+			return s.val
+		}
+		if s.key == 0 {
+			return 0
+		}
+		if i++; i == n {
+			i = 0
 		}
 	}
 }

@@ -9,7 +9,7 @@ type u64Table struct {
 	hasZero bool
 }
 
-func newU64Table() *u64Table { return &u64Table{oaTable: newOATable(0)} }
+func newU64Table() *u64Table { return &u64Table{oaTable: newOATable(0, 75)} }
 
 // len returns the number of keys.
 func (t *u64Table) len() int {

@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"fmt"
+	"strings"
 	"unicode"
 	"unicode/utf8"
 )
@@ -98,9 +99,21 @@ func (v *addedVocab) split(s string, trie *tokenTrie, dst []segment, first bool)
 	if trie.empty() {
 		return append(dst, segment{text: s, id: -1, first: first})
 	}
+	// When every pattern starts with the same byte (often '<'), jump to
+	// its next occurrence with IndexByte instead of testing every byte.
+	only := -1
+	if root := trie.nodes[0].edges; len(root) == 1 {
+		only = int(root[0].b)
+	}
 	startOffset := 0
 	for i := 0; i < len(s); {
-		if !trie.firstByte[s[i]] {
+		if only >= 0 {
+			k := strings.IndexByte(s[i:], byte(only))
+			if k < 0 {
+				break
+			}
+			i += k
+		} else if !trie.firstByte[s[i]] {
 			i++
 			continue
 		}

@@ -30,6 +30,8 @@ type bpeModel struct {
 	// byte-level alphabet and back is skipped.
 	byteMode bool
 	byteID   [256]uint32
+	// raw, in byte mode, finds a piece's token by the piece's bytes.
+	raw *rawVocab
 
 	ignoreMerges bool
 	byteFallback bool
@@ -84,21 +86,18 @@ func (m *bpeModel) encodeWord(st *encodeState, s string, dst []uint32) []uint32 
 	if s == "" {
 		return dst
 	}
-	if m.ignoreMerges {
-		var id uint32
-		var ok bool
-		if m.byteMode {
-			// Look the piece up in its byte-level spelling without allocating.
-			buf := st.mapped[:0]
-			for i := 0; i < len(s); i++ {
-				buf = append(buf, byteToStr[s[i]]...)
-			}
-			st.mapped = buf
-			id, ok = m.vocab[string(buf)]
-		} else {
-			id, ok = m.vocab[s]
+	if m.byteMode && len(s) == 1 {
+		// One byte has nothing to merge with, and its token is in the vocab.
+		return append(dst, m.byteID[s[0]])
+	}
+	if m.raw != nil {
+		// A piece that is a token is that token when merges are ignored,
+		// and also when merging its bytes is known to give it back.
+		if id, self, ok := m.raw.get(s); ok && (self || m.ignoreMerges) {
+			return append(dst, id)
 		}
-		if ok {
+	} else if m.ignoreMerges {
+		if id, ok := m.vocab[s]; ok {
 			return append(dst, id)
 		}
 	}

@@ -9,7 +9,6 @@ type encodeState struct {
 	inner  []segment
 	pieces [2][]piece
 	locs   []int
-	mapped []byte
 	syms   []uint32
 	ranks  []uint32
 	newIDs []uint32
@@ -37,8 +36,8 @@ func putEncodeState(st *encodeState) {
 	if cap(st.segs) > keep || cap(st.inner) > keep {
 		st.segs, st.inner = nil, nil
 	}
-	if cap(st.syms) > keep || cap(st.heap) > keep || cap(st.locs) > keep || cap(st.mapped) > keep {
-		st.syms, st.ranks, st.newIDs, st.next, st.prev, st.heap, st.locs, st.mapped = nil, nil, nil, nil, nil, nil, nil, nil
+	if cap(st.syms) > keep || cap(st.heap) > keep || cap(st.locs) > keep {
+		st.syms, st.ranks, st.newIDs, st.next, st.prev, st.heap, st.locs = nil, nil, nil, nil, nil, nil, nil
 	}
 	statePool.Put(st)
 }

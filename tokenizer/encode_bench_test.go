@@ -65,6 +65,76 @@ func BenchmarkEncode(b *testing.B) {
 	}
 }
 
+// BenchmarkPreTokenize is the floor under BenchmarkEncode: the same corpus
+// through added-token extraction, normalization and pre-tokenization, with
+// no model. Encode's MB/s divided by this one's is the share of the limit
+// the model leaves.
+func BenchmarkPreTokenize(b *testing.B) {
+	corpus := readCorpus(b)
+	for _, fam := range families {
+		tok := loadFamily(b, fam)
+		b.Run(fam, func(b *testing.B) {
+			b.SetBytes(int64(len(corpus)))
+			b.ReportAllocs()
+			st := getEncodeState()
+			defer putEncodeState(st)
+			pieces := 0
+			cpu := startCPUClock()
+			for b.Loop() {
+				pieces = preTokenizeOnly(tok, st, corpus)
+			}
+			cpu.report(b, int64(len(corpus)))
+			if pieces == 0 {
+				b.Fatal("no pieces")
+			}
+		})
+	}
+}
+
+// preTokenizeOnly is encodeInto without the model, taking the same path to
+// the pieces (streamed or as a list); it returns the number of pieces the
+// model would have been given.
+func preTokenizeOnly(t *Tokenizer, st *encodeState, text string) int {
+	n := 0
+	segment := func(s string, first bool) {
+		if s == "" {
+			return
+		}
+		if t.pre == nil {
+			n++
+			return
+		}
+		if scan := t.pre.soleIsolate(); scan != nil {
+			isolateEach(s, scan, func(int, int) { n++ })
+			return
+		}
+		n += len(t.pre.run(st, piece{text: s, first: first}))
+	}
+	segs := t.added.split(text, t.added.raw, st.segs[:0], true)
+	st.segs = segs
+	for _, seg := range segs {
+		if seg.id >= 0 {
+			continue
+		}
+		s := seg.text
+		if t.normalizer != nil {
+			s = t.normalizer.normalize(s)
+		}
+		if t.added.norm.empty() {
+			segment(s, seg.first)
+			continue
+		}
+		inner := t.added.split(s, t.added.norm, st.inner[:0], seg.first)
+		st.inner = inner
+		for _, in := range inner {
+			if in.id < 0 {
+				segment(in.text, in.first)
+			}
+		}
+	}
+	return n
+}
+
 // BenchmarkEncodeShort encodes one short chat-sized prompt, the router's
 // common case, to show per-call overhead.
 func BenchmarkEncodeShort(b *testing.B) {

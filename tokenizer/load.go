@@ -174,6 +174,7 @@ func Parse(data []byte) (*Tokenizer, error) {
 		// bytes to its printable alphabet as the reference does.
 		setByteLevelMapping(t.pre)
 	}
+	t.pre = t.pre.withoutIdentity()
 	if t.added, err = newAddedVocab(f.AddedTokens, t.normalizer, t.model); err != nil {
 		return nil, fmt.Errorf("added_tokens: %w", err)
 	}

@@ -150,4 +150,22 @@ func (m *bpeModel) setupByteMode() {
 		m.byteID[b] = id
 	}
 	m.byteMode = true
+	var self func(string, uint32) bool
+	if !m.ignoreMerges {
+		st := &encodeState{}
+		self = func(raw string, id uint32) bool {
+			syms := st.syms[:0]
+			for i := 0; i < len(raw); i++ {
+				syms = append(syms, m.byteID[raw[i]])
+			}
+			if len(syms) > heapThreshold {
+				syms = m.mergeHeap(st, syms)
+			} else {
+				syms = m.mergeLinear(st, syms)
+			}
+			st.syms = syms[:0]
+			return len(syms) == 1 && syms[0] == id
+		}
+	}
+	m.raw = newRawVocab(m.vocab, self)
 }

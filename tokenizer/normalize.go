@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"unicode"
+	"unicode/utf8"
 
 	"golang.org/x/text/unicode/norm"
 )
@@ -24,9 +26,112 @@ var (
 	_ normalizer = normSequence{}
 )
 
-type unicodeNorm struct{ form norm.Form }
+type unicodeNorm struct {
+	form  norm.Form
+	inert *inertRunes // nil: check every non-ASCII run with the form
+}
 
-func (n unicodeNorm) normalize(s string) string { return n.form.String(s) }
+// inertRunes is a bit per BMP rune that the form leaves as it is and that
+// combines with nothing on its left (letters of most scripts, precomposed
+// or not, CJK ideographs; not combining marks, Hangul jamo or compatibility
+// characters). In a run made only of such runes, followed by ASCII or the
+// end of the text, nothing can compose, reorder or decompose, so the run
+// needs no check.
+type inertRunes [0x10000 / 64]uint64
+
+func (t *inertRunes) has(r rune) bool { return r < 0x10000 && t[r>>6]&(1<<(r&63)) != 0 }
+
+var inertTables [4]struct {
+	once sync.Once
+	t    *inertRunes
+}
+
+// newUnicodeNorm returns the normalizer of form, with its table of inert
+// runes (built once per form and process).
+func newUnicodeNorm(form norm.Form) unicodeNorm {
+	e := &inertTables[form]
+	e.once.Do(func() {
+		t := new(inertRunes)
+		for r := rune(0x80); r < 0x10000; r++ {
+			if r >= 0xD800 && r < 0xE000 {
+				continue
+			}
+			str := string(r)
+			p := form.PropertiesString(str)
+			if p.BoundaryBefore() && form.IsNormalString(str) {
+				t[r>>6] |= 1 << (r & 63)
+			}
+		}
+		e.t = t
+	})
+	return unicodeNorm{form: form, inert: e.t}
+}
+
+// normalize puts s in the form, touching only the runs of non-ASCII text
+// (each with the ASCII byte before it) and skipping ASCII eight bytes at a
+// time. ASCII is the same in every form and never combines with the
+// character before it, so every ASCII byte is a boundary the form cannot
+// move text across, and each run can be normalized on its own.
+func (n unicodeNorm) normalize(s string) string {
+	var out []byte // nil while s is unchanged so far
+	done := 0      // s[:done] is in out (when out is not nil)
+	for i := 0; ; {
+		i = skipASCII(s, i)
+		if i == len(s) {
+			break
+		}
+		start := max(i-1, 0)
+		for i < len(s) && s[i] >= utf8.RuneSelf {
+			i++
+		}
+		run := s[start:i]
+		if n.allInert(run) || n.form.QuickSpanString(run) == len(run) {
+			continue
+		}
+		if out == nil {
+			out = make([]byte, 0, len(s)+len(s)/8)
+		}
+		out = append(out, s[done:start]...)
+		out = n.form.AppendString(out, run)
+		done = i
+	}
+	if out == nil {
+		return s
+	}
+	return string(append(out, s[done:]...))
+}
+
+// allInert reports whether every rune of s is ASCII or inert.
+func (n unicodeNorm) allInert(s string) bool {
+	if n.inert == nil {
+		return false
+	}
+	for i := 0; i < len(s); {
+		r, size := decode(s, i)
+		if r >= utf8.RuneSelf && !n.inert.has(r) {
+			return false
+		}
+		i += size
+	}
+	return true
+}
+
+// skipASCII returns the index of the first non-ASCII byte of s at or after
+// i, or len(s).
+func skipASCII(s string, i int) int {
+	for ; i+8 <= len(s); i += 8 {
+		// The byte-wise load below compiles to one 8-byte load.
+		w := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
+			uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
+		if w&0x8080808080808080 != 0 {
+			break
+		}
+	}
+	for i < len(s) && s[i] < utf8.RuneSelf {
+		i++
+	}
+	return i
+}
 
 type lowercase struct{}
 
@@ -99,13 +204,13 @@ func parseNormalizer(raw json.RawMessage) (normalizer, error) {
 	}
 	switch j.Type {
 	case "NFC":
-		return unicodeNorm{norm.NFC}, nil
+		return newUnicodeNorm(norm.NFC), nil
 	case "NFD":
-		return unicodeNorm{norm.NFD}, nil
+		return newUnicodeNorm(norm.NFD), nil
 	case "NFKC":
-		return unicodeNorm{norm.NFKC}, nil
+		return newUnicodeNorm(norm.NFKC), nil
 	case "NFKD":
-		return unicodeNorm{norm.NFKD}, nil
+		return newUnicodeNorm(norm.NFKD), nil
 	case "Lowercase":
 		return lowercase{}, nil
 	case "Strip":

@@ -142,10 +142,20 @@ func (sp *splitStep) apply(st *encodeState, p piece, dst []piece) []piece {
 }
 
 // isolate appends every match of scan in s and every gap between matches
-// as pieces (Split with behavior Isolated). scan returns the end of the
-// match at i, or a value <= i for none; a position without a match moves on
-// by one rune. first marks the piece that starts s when s starts the input.
+// as pieces (Split with behavior Isolated). first marks the piece that
+// starts s when s starts the input.
 func isolate(s string, first bool, scan scanFunc, dst []piece) []piece {
+	isolateEach(s, scan, func(a, b int) {
+		dst = append(dst, piece{text: s[a:b], first: first && a == 0})
+	})
+	return dst
+}
+
+// isolateEach calls yield with the bounds of every match of scan in s and
+// every gap between matches, in order. scan returns the end of the match at
+// i, or a value <= i for none; a position without a match moves on by one
+// rune.
+func isolateEach(s string, scan scanFunc, yield func(start, end int)) {
 	gap := 0
 	for i := 0; i < len(s); {
 		e := scan(s, i)
@@ -155,15 +165,28 @@ func isolate(s string, first bool, scan scanFunc, dst []piece) []piece {
 			continue
 		}
 		if gap < i {
-			dst = append(dst, piece{text: s[gap:i], first: first && gap == 0})
+			yield(gap, i)
 		}
-		dst = append(dst, piece{text: s[i:e], first: first && i == 0})
+		yield(i, e)
 		i, gap = e, e
 	}
 	if gap < len(s) {
-		dst = append(dst, piece{text: s[gap:], first: first && gap == 0})
+		yield(gap, len(s))
 	}
-	return dst
+}
+
+// soleIsolate returns the scanner of the chain's only step when that step
+// is an isolating split (every byte-level model's chain once its ByteLevel
+// step is dropped), so pieces can go to the model as they are cut, without
+// building the piece list; otherwise nil.
+func (c *preChain) soleIsolate() scanFunc {
+	if c == nil || len(c.steps) != 1 {
+		return nil
+	}
+	if sp, ok := c.steps[0].(*splitStep); ok && !sp.invert && sp.behavior == isolated && sp.m.scan != nil {
+		return sp.m.scan
+	}
+	return nil
 }
 
 // charSplitStep splits on single characters chosen by a predicate (Digits,

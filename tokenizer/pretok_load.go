@@ -59,6 +59,27 @@ func setByteLevelMapping(c *preChain) {
 	}
 }
 
+// withoutIdentity drops the steps that hand every piece on unchanged: a
+// ByteLevel step without regex, prefix space or byte mapping (the usual last
+// step of a byte-level model running on raw bytes) would only copy the
+// piece list. It returns nil when no step is left.
+func (c *preChain) withoutIdentity() *preChain {
+	if c == nil {
+		return nil
+	}
+	steps := c.steps[:0:0]
+	for _, s := range c.steps {
+		if bl, ok := s.(*byteLevelStep); ok && !bl.addPrefixSpace && !bl.useRegex && !bl.mapBytes {
+			continue
+		}
+		steps = append(steps, s)
+	}
+	if len(steps) == 0 {
+		return nil
+	}
+	return &preChain{steps: steps}
+}
+
 func parseBehavior(s string) (splitBehavior, error) {
 	switch s {
 	case "Isolated", "":

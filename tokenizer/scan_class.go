@@ -75,10 +75,16 @@ func slowClass(r rune) uint16 {
 	return c
 }
 
+// class returns the classes of r. The ASCII case is small enough to inline
+// into the scanners.
 func class(r rune) uint16 {
 	if r < 128 {
 		return asciiClass[r]
 	}
+	return nonASCIIClass(r)
+}
+
+func nonASCIIClass(r rune) uint16 {
 	if r < 0x10000 {
 		bmpClassOnce.Do(buildBMPClass)
 		return bmpClass[r]
@@ -99,6 +105,53 @@ func isN(r rune) bool     { return class(r)&clN != 0 }
 func isSpace(r rune) bool { return class(r)&clS != 0 }
 func isPS(r rune) bool    { return class(r)&(clP|clSy) != 0 }
 func isLM(r rune) bool    { return class(r)&(clL|clM) != 0 }
+
+// runAny returns the end of the run from s[i:] of runes having a class in
+// mask, and runNone that of runes having none. ASCII bytes are classified
+// from a table without decoding, which is most of the text in practice.
+func runAny(s string, i int, mask uint16) int {
+	for i < len(s) {
+		if c := s[i]; c < utf8.RuneSelf {
+			if asciiClass[c]&mask == 0 {
+				return i
+			}
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if nonASCIIClass(r)&mask == 0 {
+			return i
+		}
+		i += n
+	}
+	return i
+}
+
+func runNone(s string, i int, mask uint16) int {
+	for i < len(s) {
+		if c := s[i]; c < utf8.RuneSelf {
+			if asciiClass[c]&mask != 0 {
+				return i
+			}
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if nonASCIIClass(r)&mask != 0 {
+			return i
+		}
+		i += n
+	}
+	return i
+}
+
+// runCRLF returns the end of the run of '\r' and '\n' from s[i:].
+func runCRLF(s string, i int) int {
+	for i < len(s) && (s[i] == '\r' || s[i] == '\n') {
+		i++
+	}
+	return i
+}
 
 // runWhile returns the end of the run of runes satisfying f from s[i:].
 func runWhile(s string, i int, f func(rune) bool) int {

@@ -1,5 +1,7 @@
 package tokenizer
 
+import "unicode/utf8"
+
 // Hand-written scanners for the Split regexes of widely used models. Each
 // returns the end of the match at s[i:] (or -1), reproducing the regex's
 // leftmost-first alternation and backtracking. scan_test.go checks every one
@@ -76,12 +78,20 @@ func whitespaceTail(s string, i int) int { return wsTail(s, i, true) }
 func wsTail(s string, i int, newlines bool) int {
 	end, lastNL, lastStart := i, -1, i
 	for end < len(s) {
-		r, n := decode(s, end)
-		if !isSpace(r) {
-			break
+		if c := s[end]; c < utf8.RuneSelf {
+			if asciiClass[c]&clS == 0 {
+				break
+			}
+			if c == '\r' || c == '\n' {
+				lastNL = end + 1
+			}
+			lastStart = end
+			end++
+			continue
 		}
-		if r == '\r' || r == '\n' {
-			lastNL = end + 1
+		r, n := utf8.DecodeRuneInString(s[end:])
+		if nonASCIIClass(r)&clS == 0 {
+			break
 		}
 		lastStart = end
 		end += n
@@ -99,6 +109,23 @@ func wsTail(s string, i int, newlines bool) int {
 }
 
 func scanCL100K(s string, i, maxDigits int) int {
+	// The common ASCII starts, in the pattern's order: a letter run, a
+	// letter run after one ASCII character that is none of letter, digit,
+	// CR, LF or apostrophe (" word", "(word"), and digits.
+	if c := s[i]; c < utf8.RuneSelf && c != '\'' {
+		cl := asciiClass[c]
+		if cl&clL != 0 {
+			return runAny(s, i+1, clL)
+		}
+		if cl&clN == 0 && c != '\r' && c != '\n' && i+1 < len(s) {
+			if c2 := s[i+1]; c2 < utf8.RuneSelf && asciiClass[c2]&clL != 0 {
+				return runAny(s, i+2, clL)
+			}
+		}
+		if cl&clN != 0 && maxDigits == 1 {
+			return i + 1
+		}
+	}
 	r, n := decode(s, i)
 	if r == '\'' {
 		if e := contraction(s, i+1, true); e > 0 {
@@ -107,18 +134,18 @@ func scanCL100K(s string, i, maxDigits int) int {
 	}
 	cl := class(r)
 	if cl&clL != 0 {
-		return runWhile(s, i+n, isL)
+		return runAny(s, i+n, clL)
 	}
 	if r != '\r' && r != '\n' && cl&clN == 0 && i+n < len(s) {
-		if r2, n2 := decode(s, i+n); isL(r2) {
-			return runWhile(s, i+n+n2, isL)
+		if r2, n2 := decode(s, i+n); class(r2)&clL != 0 {
+			return runAny(s, i+n+n2, clL)
 		}
 	}
 	if cl&clN != 0 {
 		j := i + n
 		for k := 1; k < maxDigits && j < len(s); k++ {
 			r2, n2 := decode(s, j)
-			if !isN(r2) {
+			if class(r2)&clN == 0 {
 				break
 			}
 			j += n2
@@ -148,8 +175,7 @@ func otherRun(s string, i int, r rune, n int, cl uint16) int {
 	if j < 0 {
 		return -1
 	}
-	j = runWhile(s, j, isOther)
-	return runWhile(s, j, isCRLF)
+	return runCRLF(s, runNone(s, j, clS|clL|clN))
 }
 
 func scanGPT2(s string, i int) int {

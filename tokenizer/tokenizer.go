@@ -127,6 +127,10 @@ func (t *Tokenizer) encodeSegment(st *encodeState, s string, first bool, dst []u
 	if t.pre == nil {
 		return t.model.encodePiece(st, s, dst)
 	}
+	if scan := t.pre.soleIsolate(); scan != nil {
+		isolateEach(s, scan, func(a, b int) { dst = t.model.encodePiece(st, s[a:b], dst) })
+		return dst
+	}
 	pieces := t.pre.run(st, piece{text: s, first: first})
 	for _, p := range pieces {
 		dst = t.model.encodePiece(st, p.text, dst)
