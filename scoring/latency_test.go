@@ -207,15 +207,15 @@ func TestRatesAreLearnedFromFirstTokens(t *testing.T) {
 func TestRateFitIgnoresNonsense(t *testing.T) {
 	f := newRateFit(20000, 25*time.Millisecond)
 	for _, xy := range [][2]float64{{-1, 1}, {100, 0}, {math.NaN(), 1}, {math.Inf(1), 1}, {100, math.Inf(1)}} {
-		f.add(xy[0], xy[1], 20000)
+		f.add(xy[0], xy[1])
 	}
 	if f.samples != 0 || f.rate != 20000 {
 		t.Fatalf("nonsense was learned: %+v", f)
 	}
 	// Samples that say "infinitely slow" clamp at a twentieth of the prior.
 	for range 1000 {
-		f.add(10000, 1e6, 20000)
-		f.add(0, 1, 20000)
+		f.add(10000, 1e6)
+		f.add(0, 1)
 	}
 	if f.rate < 1000 || f.rate > 400000 {
 		t.Fatalf("rate %g escaped the clamp", f.rate)
@@ -247,15 +247,21 @@ func TestSubmitQueuesWithoutBlocking(t *testing.T) {
 	if len(got) != 2 || got[1].err != nil || got[1].d.Worker != "w0" {
 		t.Fatalf("after a's first token: %v", got)
 	}
-	clock.Advance(2 * time.Second)
+	clock.Advance(600 * time.Millisecond)
+	submit("d") // queued behind c, younger
+	clock.Advance(600 * time.Millisecond)
 	if n := r.ShedExpired(); n != 1 {
-		t.Fatalf("ShedExpired shed %d, want 1 (c waited past the max wait)", n)
+		t.Fatalf("ShedExpired shed %d, want 1 (c waited past the max wait, d did not)", n)
 	}
 	var shed *ShedError
 	if len(got) != 3 || !errors.As(got[2].err, &shed) || shed.Reason != ShedMaxWait {
 		t.Fatalf("c's outcome %v, want a max-wait shed", got)
 	}
-	if r.QueueLen() != 0 {
-		t.Fatalf("queue %d after shedding", r.QueueLen())
+	if r.QueueLen() != 1 {
+		t.Fatalf("queue %d after shedding, want d still waiting", r.QueueLen())
+	}
+	r.Pool().PrefillDone("b") // room again: d, kept in line, is admitted
+	if len(got) != 4 || got[3].err != nil || r.QueueLen() != 0 {
+		t.Fatalf("after b's first token: %v, queue %d; want d admitted", got, r.QueueLen())
 	}
 }

@@ -115,8 +115,8 @@ func (p *Pool) clearPrefillLocked(a *active, now time.Time) bool {
 	p.settleBacklogLocked(w, now)
 	if a.fitX >= 0 && !p.opts.NoLearnRates {
 		y := now.Sub(a.addAt).Seconds()
-		w.fit.add(a.fitX, y, p.opts.PrefillRate)
-		p.fleetFit.add(a.fitX, y, p.opts.PrefillRate)
+		w.fit.add(a.fitX, y)
+		p.fleetFit.add(a.fitX, y)
 	}
 	w.prefillTokens -= a.prefillTokens
 	w.prefillRequests--

@@ -254,18 +254,23 @@ func (q *admission) shedExpired() int {
 	var gone []*waiter
 	q.mu.Lock()
 	for _, h := range q.models {
-		for i := 0; i < h.Len(); {
-			w := (*h)[i]
-			if w.notify == nil || now.Sub(w.arrival) <= q.r.opts.QueueMaxWait {
-				i++
-				continue
+		kept := (*h)[:0]
+		for _, w := range *h {
+			if w.notify != nil && now.Sub(w.arrival) > q.r.opts.QueueMaxWait {
+				w.index = -1
+				gone = append(gone, w)
+			} else {
+				kept = append(kept, w)
 			}
-			heap.Remove(h, i)
-			q.n.Add(-1)
-			gone = append(gone, w)
-			i = 0 // the heap reordered
 		}
+		clear((*h)[len(kept):])
+		*h = kept
+		for i, w := range kept {
+			w.index = i
+		}
+		heap.Init(h)
 	}
+	q.n.Add(-int64(len(gone)))
 	q.mu.Unlock()
 	slices.SortFunc(gone, func(a, b *waiter) int { return cmp.Compare(a.seq, b.seq) })
 	for _, w := range gone {

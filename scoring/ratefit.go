@@ -41,7 +41,7 @@ func newRateFit(rate float64, overhead time.Duration) rateFit {
 // add learns one observation and refreshes the estimates, keeping the rate
 // within a factor of 20 of the prior (a sample can be wild: a request
 // stuck behind a preemption).
-func (f *rateFit) add(x, y float64, prior float64) {
+func (f *rateFit) add(x, y float64) {
 	if !(x >= 0) || !(y > 0) || math.IsInf(x, 0) || math.IsInf(y, 0) {
 		return
 	}
@@ -71,7 +71,7 @@ func (f *rateFit) add(x, y float64, prior float64) {
 	if !(slope > 0) {
 		return
 	}
-	rate := math.Min(math.Max(1/slope, prior/20), prior*20)
+	rate := math.Min(math.Max(1/slope, f.priorRate/20), f.priorRate*20)
 	f.rate = rate
 	f.overhead = math.Max((sy-sx/rate)/s0, 0)
 }
