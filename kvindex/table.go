@@ -15,22 +15,7 @@ const bitMaxLoad = 60
 func newBitTable(hint int) *bitTable { return &bitTable{oaTable: newOATable(hint, bitMaxLoad)} }
 
 // get returns the worker set of key, or 0.
-func (t *bitTable) get(key uint64) uint64 {
-	n := len(t.slots)
-	i := t.home(key)
-	for {
-		s := &t.slots[i]
-		if s.key == key {
-			return s.val
-		}
-		if s.key == 0 {
-			return 0
-		}
-		if i++; i == n {
-			i = 0
-		}
-	}
-}
+func (t *bitTable) get(key uint64) uint64 { return t.probeFrom(key, t.home(key)) }
 
 // set ors bit into key's set and reports whether it was already there.
 func (t *bitTable) set(key, bit uint64) (had bool) {
