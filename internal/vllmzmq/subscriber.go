@@ -92,22 +92,38 @@ func Dial(ctx context.Context, cfg SubscriberConfig) (*Subscriber, error) {
 func (s *Subscriber) run(ctx context.Context) {
 	defer close(s.done)
 	for ctx.Err() == nil {
-		lost := s.connectOnce(ctx)
-		if !lost || ctx.Err() != nil {
+		switch s.connectOnce(ctx) {
+		case shutDown:
 			return
+		case dialFailed:
+			// Nothing was connected, so nothing new was lost: retry quietly.
+			select {
+			case <-time.After(s.cfg.RetryInterval):
+			case <-ctx.Done():
+				return
+			}
+		case connectionLost:
+			select {
+			case s.out <- recvResult{err: ErrDisconnected}:
+			case <-ctx.Done():
+				return
+			}
+			s.log.Warn("lost connection to engine KV event publisher; reconnecting", "endpoint", s.cfg.Endpoint)
 		}
-		select {
-		case s.out <- recvResult{err: ErrDisconnected}:
-		case <-ctx.Done():
-			return
-		}
-		s.log.Warn("lost connection to engine KV event publisher; reconnecting", "endpoint", s.cfg.Endpoint)
 	}
 }
 
-// connectOnce dials, forwards messages until the connection fails, and
-// reports whether it ended with a lost connection (rather than shutdown).
-func (s *Subscriber) connectOnce(ctx context.Context) (lost bool) {
+// connectEnd says how one connection attempt ended.
+type connectEnd int
+
+const (
+	shutDown       connectEnd = iota // ctx is done or the socket cannot subscribe
+	dialFailed                       // no connection was made
+	connectionLost                   // a connection was made and then lost
+)
+
+// connectOnce dials and forwards messages until the connection fails.
+func (s *Subscriber) connectOnce(ctx context.Context) connectEnd {
 	sockCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	sub := zmq4.NewSub(sockCtx, zmq4.WithDialerRetry(s.cfg.RetryInterval), zmq4.WithDialerMaxRetries(-1),
@@ -115,24 +131,24 @@ func (s *Subscriber) connectOnce(ctx context.Context) (lost bool) {
 	defer sub.Close()
 	if err := sub.SetOption(zmq4.OptionSubscribe, s.cfg.Topic); err != nil {
 		s.log.Error("subscribe failed", "topic", s.cfg.Topic, "err", err)
-		return false
+		return shutDown
 	}
 	if err := sub.Dial(s.cfg.Endpoint); err != nil {
-		if ctx.Err() == nil {
-			s.log.Error("dial engine KV event publisher failed", "endpoint", s.cfg.Endpoint, "err", err)
-			// Retry after a pause instead of giving up.
-			select {
-			case <-time.After(s.cfg.RetryInterval):
-			case <-ctx.Done():
-			}
-			return true
+		if ctx.Err() != nil {
+			return shutDown
 		}
-		return false
+		// zmq4 retries refused TCP dials itself; this is a failed ZMTP
+		// handshake, e.g. with a publisher that was shutting down.
+		s.log.Error("dial engine KV event publisher failed", "endpoint", s.cfg.Endpoint, "err", err)
+		return dialFailed
 	}
 	for {
 		msg, err := sub.Recv()
 		if err != nil {
-			return ctx.Err() == nil
+			if ctx.Err() != nil {
+				return shutDown
+			}
+			return connectionLost
 		}
 		ev, err := ParseEvent(msg.Frames)
 		if err == nil && !hasTopicPrefix(msg.Frames[0], s.cfg.Topic) {
@@ -141,7 +157,7 @@ func (s *Subscriber) connectOnce(ctx context.Context) (lost bool) {
 		select {
 		case s.out <- recvResult{ev: ev, err: err}:
 		case <-ctx.Done():
-			return false
+			return shutDown
 		}
 	}
 }

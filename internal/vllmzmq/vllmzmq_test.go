@@ -41,9 +41,17 @@ func warmUp(t *testing.T, p *Publisher, recv func(ctx context.Context) (Event, e
 	defer cancel()
 	got := make(chan Event, 1)
 	go func() {
-		ev, err := recv(ctx)
-		if err == nil {
-			got <- ev
+		for {
+			ev, err := recv(ctx)
+			if err == nil {
+				got <- ev
+				return
+			}
+			// A connection made and lost again while a publisher
+			// restarts is reported again; the stream goes on.
+			if !errors.Is(err, ErrDisconnected) && !errors.Is(err, ErrBadFrames) {
+				return
+			}
 		}
 	}()
 	tick := time.NewTicker(20 * time.Millisecond)
