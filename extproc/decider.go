@@ -65,8 +65,12 @@ type Outcome string
 const (
 	// OutcomeOK: the response ended normally.
 	OutcomeOK Outcome = "ok"
-	// OutcomeErrorStatus: the upstream answered with a 4xx/5xx status.
+	// OutcomeErrorStatus: the upstream answered with a 4xx status.
 	OutcomeErrorStatus Outcome = "error_status"
+	// OutcomeUpstreamError: the response was a 5xx, the worker's own or
+	// Envoy's local reply for a connect failure or a reset before the
+	// response headers. Passive health counts it against the worker.
+	OutcomeUpstreamError Outcome = "upstream_error"
 	// OutcomeReset: the stream ended before the response did (client
 	// cancel, reset, protocol error, router shutdown).
 	OutcomeReset Outcome = "reset"

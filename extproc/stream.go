@@ -296,6 +296,8 @@ func (s *Stream) onResponseHeaders(m *pb.ProcessingRequest, h *pb.HttpHeaders) (
 	s.respStatus, _ = strconv.Atoi(headerValue(hm, ":status"))
 	s.phase = phRespBody
 	switch {
+	case s.respStatus >= 500:
+		s.release(OutcomeUpstreamError)
 	case s.respStatus >= 400:
 		s.release(OutcomeErrorStatus)
 	case h.GetEndOfStream():

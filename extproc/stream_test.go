@@ -119,6 +119,16 @@ func TestStreamLifecycles(t *testing.T) {
 				{in: respHeaders("503", false), want: []string{"resp_headers"}},
 				{in: respBody("oops", true), want: []string{"resp_body"}},
 			},
+			frees: []Outcome{OutcomeUpstreamError}, hasBody: true, bodyAfter: chatBody,
+		},
+		{
+			name: "a client error status frees the load as an error status, not an upstream failure",
+			steps: []step{
+				{in: chatHeaders(ModeBuffered), want: []string{"req_headers"}},
+				{in: reqBody(chatBody, true), want: []string{"req_body+route"}},
+				{in: respHeaders("404", false), want: []string{"resp_headers"}},
+				{in: respBody("nope", true), want: []string{"resp_body"}},
+			},
 			frees: []Outcome{OutcomeErrorStatus}, hasBody: true, bodyAfter: chatBody,
 		},
 		{

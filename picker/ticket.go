@@ -63,6 +63,16 @@ func (t *ticket) Free(o extproc.Outcome) {
 	}
 	t.freed = true
 	t.pool.Free(t.id)
+	// Passive health: a 5xx (or Envoy's reply for a connect failure) counts
+	// against the worker that served; a normal end clears its record.
+	// 4xx and resets say nothing about the worker (the client's fault, or
+	// a cancel).
+	switch o {
+	case extproc.OutcomeOK:
+		t.pool.Observe(t.worker, true)
+	case extproc.OutcomeUpstreamError:
+		t.pool.Observe(t.worker, false)
+	}
 	t.mu.Unlock()
 	t.metrics.Finished(o)
 }

@@ -26,6 +26,11 @@ type Metrics interface {
 	// SyncDropped counts local events not published because the outgoing
 	// buffer was full.
 	SyncDropped()
+	// Ejected counts a worker ejected by passive health.
+	Ejected(worker string)
+	// PeerExpired counts a peer replica whose load was dropped because its
+	// heartbeats stopped.
+	PeerExpired()
 }
 
 // NopMetrics discards every counter. Embed it to implement part of Metrics.
@@ -56,3 +61,9 @@ func (NopMetrics) SyncRejected() {}
 
 // SyncDropped implements Metrics.
 func (NopMetrics) SyncDropped() {}
+
+// Ejected implements Metrics.
+func (NopMetrics) Ejected(string) {}
+
+// PeerExpired implements Metrics.
+func (NopMetrics) PeerExpired() {}

@@ -102,6 +102,15 @@ type Options struct {
 	// ignored by the cost. Default 2 s (eight missed 250 ms reports).
 	StaleReportAge time.Duration
 
+	// EjectAfter is how many consecutive failed requests (5xx, connect
+	// failure, reset before the response) eject a worker; negative turns
+	// passive health off. Default 2 (DefaultEjectAfter).
+	EjectAfter int
+	// EjectBackoff is the first ejection's length, doubled on each further
+	// ejection without a success and capped at EjectBackoffMax. Defaults
+	// 2 s and 60 s.
+	EjectBackoff, EjectBackoffMax time.Duration
+
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 	// Rand is the random source for ties and sampling; default a
@@ -164,6 +173,9 @@ func DefaultOptions() Options {
 		QueueMaxWait:              DefaultQueueMaxWait,
 		MaxRequestAge:             DefaultMaxRequestAge,
 		StaleReportAge:            DefaultStaleReportAge,
+		EjectAfter:                DefaultEjectAfter,
+		EjectBackoff:              DefaultEjectBackoff,
+		EjectBackoffMax:           DefaultEjectBackoffMax,
 	}
 }
 
@@ -198,6 +210,18 @@ func (o Options) withDefaults() Options {
 	}
 	if o.StaleReportAge == 0 {
 		o.StaleReportAge = DefaultStaleReportAge
+	}
+	if o.EjectAfter == 0 {
+		o.EjectAfter = DefaultEjectAfter
+	}
+	if o.EjectBackoff <= 0 {
+		o.EjectBackoff = DefaultEjectBackoff
+	}
+	if o.EjectBackoffMax <= 0 {
+		o.EjectBackoffMax = DefaultEjectBackoffMax
+	}
+	if o.EjectBackoffMax < o.EjectBackoff {
+		o.EjectBackoffMax = o.EjectBackoff
 	}
 	if o.Now == nil {
 		o.Now = time.Now

@@ -65,6 +65,7 @@ type worker struct {
 	backlog   float64
 	backlogAt time.Time
 	fit       rateFit
+	health    health
 	// static is the part of Load fixed by the spec, built on Upsert.
 	static Load
 }
@@ -217,14 +218,18 @@ func (p *Pool) Len() int {
 	return len(p.workers)
 }
 
-// SetLoadReport records a worker's latest load report, received now. It
-// returns ErrUnknownWorker for a worker the pool does not hold.
+// SetLoadReport records a worker's latest load report, received now. A
+// report with nothing running or waiting clears the peers' requests on the
+// worker older than a second: phantoms a dead peer left behind. It returns ErrUnknownWorker for a worker the pool does not hold.
 func (p *Pool) SetLoadReport(id string, r LoadReport) error {
 	now := p.opts.Now()
 	p.mu.Lock()
 	w, ok := p.workers[id]
 	if ok {
 		w.report, w.reportAt, w.hasReport, w.reportAdds = r, now, true, w.adds
+		if r.Running == 0 && r.Waiting == 0 {
+			p.clearPhantomsLocked(w, now)
+		}
 	}
 	p.mu.Unlock()
 	if !ok {
@@ -261,6 +266,13 @@ type Load struct {
 	// ReportIdle is set when a fresh report shows nothing running or
 	// waiting and no request was sent to the worker since it arrived.
 	ReportIdle bool `json:"report_idle"`
+	// ReportSilent is set when the worker did send load reports and the
+	// latest is older than Options.StaleReportAge: it stopped reporting,
+	// so picks prefer workers that still report.
+	ReportSilent bool `json:"report_silent,omitempty"`
+	// Ejected is set while passive health has the worker ejected (see
+	// Pool.Observe); picks use it only when every candidate is ejected.
+	Ejected bool `json:"ejected,omitempty"`
 	// PrefillBacklog is the modelled prefill work still ahead, in tokens:
 	// PrefillTokens drained at PrefillRate since it was queued.
 	PrefillBacklog float64 `json:"prefill_backlog"`
@@ -320,6 +332,8 @@ func (p *Pool) fillLoadLocked(l *Load, w *worker, now time.Time) {
 	l.Report = w.report
 	l.ReportFresh = fresh
 	l.ReportIdle = fresh && w.report.Running == 0 && w.report.Waiting == 0 && w.reportAdds == w.adds
+	l.ReportSilent = w.hasReport && !fresh
+	l.Ejected = w.health.ejectedUntil.After(now)
 	l.PrefillRate, l.PrefillOverhead, l.FitSamples = p.blendedFitLocked(w)
 	l.PrefillBacklog = w.backlogNow(now, l.PrefillRate, p.opts.NoPrefillDecay)
 }

@@ -95,7 +95,7 @@ func (r *Scheduler) Pick(req *Request, cands []Candidate, exp *Explanation) (Dec
 // which case it reports saturated and picks nothing.
 func (r *Scheduler) decide(req *Request, cands []Candidate, exp *Explanation, threshold float64) (d Decision, saturated bool, err error) {
 	sp := loadScratch.Get().(*[]Load)
-	loads := r.pool.appendLoads((*sp)[:0], cands)
+	loads := keepBestTier(r.pool.appendLoads((*sp)[:0], cands))
 	defer func() {
 		*sp = loads[:0]
 		loadScratch.Put(sp)

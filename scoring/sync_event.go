@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Lifecycle operations carried by a SyncEvent.
@@ -17,7 +18,15 @@ const (
 	// replica sends it when it starts, so a restart does not leave its old
 	// load behind on its peers.
 	OpReset = "reset"
+	// OpHeartbeat says the sending router is alive; peers drop its load
+	// when they miss MissedHeartbeats of them in a row. IntervalMS is its
+	// period and Incarnation tells two processes under one router ID apart.
+	OpHeartbeat = "heartbeat"
 )
+
+// MissedHeartbeats is how many heartbeat periods of silence make peers
+// drop a router's in-flight load.
+const MissedHeartbeats = 3
 
 // maxSyncHashes bounds the hashes one add event may carry (a 1M-token
 // prompt at block size 16 has 65 536 blocks).
@@ -41,6 +50,10 @@ type SyncEvent struct {
 	OutputTokens int `json:"output_tokens,omitempty"`
 	// Hashes are the prompt's block hashes, for add.
 	Hashes []uint64 `json:"hashes,omitempty"`
+	// IntervalMS is the sender's heartbeat period, for heartbeat.
+	IntervalMS int64 `json:"interval_ms,omitempty"`
+	// Incarnation is random per process, for heartbeat and reset.
+	Incarnation string `json:"incarnation,omitempty"`
 }
 
 // Validate reports whether the event is well formed: a known op with the
@@ -52,7 +65,7 @@ func (ev SyncEvent) Validate() error {
 	if strings.ContainsRune(ev.Router, 0) {
 		return errors.New("router contains a NUL byte")
 	}
-	if ev.PromptTokens < 0 || ev.PrefillTokens < 0 || ev.OutputTokens < 0 {
+	if ev.PromptTokens < 0 || ev.PrefillTokens < 0 || ev.OutputTokens < 0 || ev.IntervalMS < 0 {
 		return fmt.Errorf("negative token count (prompt=%d prefill=%d output=%d)", ev.PromptTokens, ev.PrefillTokens, ev.OutputTokens)
 	}
 	if len(ev.Hashes) > maxSyncHashes {
@@ -60,6 +73,11 @@ func (ev SyncEvent) Validate() error {
 	}
 	switch ev.Op {
 	case OpReset:
+		return nil
+	case OpHeartbeat:
+		if ev.IntervalMS <= 0 {
+			return errors.New("heartbeat without a positive interval_ms")
+		}
 		return nil
 	case OpAdd, OpMove:
 		if ev.Worker == "" {
@@ -115,8 +133,47 @@ func (p *Pool) Apply(ev SyncEvent) error {
 		if p.resetPeer(ev.Router) > 0 {
 			p.capacityChanged()
 		}
+	case OpHeartbeat:
+		// Liveness is tracked by the sync adapter (internal/bus), which
+		// calls DropPeer when a router falls silent.
 	}
 	return nil
+}
+
+// DropPeer drops every in-flight request a peer router added, for when the
+// peer fell silent (missed heartbeats) and is presumed dead. It returns how
+// many requests it dropped.
+func (p *Pool) DropPeer(router string) int {
+	n := p.resetPeer(router)
+	if n > 0 {
+		p.capacityChanged()
+	}
+	return n
+}
+
+// phantomGrace is how old a peer's request must be before a worker's idle
+// load report may clear it: younger ones may not have reached the worker
+// when the report was taken.
+const phantomGrace = time.Second
+
+// clearPhantomsLocked drops the peer requests on w older than phantomGrace,
+// after w reported nothing running or waiting: a peer that died or lost a
+// Free left them behind. Local requests are left to their streams.
+func (p *Pool) clearPhantomsLocked(w *worker, now time.Time) int {
+	if w.requests == 0 {
+		return 0
+	}
+	n := 0
+	for key, a := range p.reqs {
+		if a.w != w || !strings.Contains(key, "\x00") || now.Sub(a.addAt) < phantomGrace {
+			continue
+		}
+		p.releaseLocked(a)
+		delete(p.reqs, key)
+		p.tomb.add(key)
+		n++
+	}
+	return n
 }
 
 // resetPeer drops every request a peer router added.

@@ -41,6 +41,7 @@ type Metrics struct {
 	streamErrors  *prometheus.CounterVec
 	immediate     *prometheus.CounterVec
 	badRecords    *prometheus.CounterVec
+	health        healthMetrics // metrics_health.go
 }
 
 var (
@@ -68,7 +69,7 @@ func newMetrics(reg *prometheus.Registry, r *Server) *Metrics {
 		byLoad: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_routed_by_load_total",
 			Help: "Requests routed without their prompt, by reason (no_tokenizer, not_json, no_body, other_path, ...)."}, []string{"model", "reason"}),
 		finished: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_requests_finished_total",
-			Help: "Routed requests whose load was freed, by outcome (ok, error_status, reset)."}, []string{"outcome"}),
+			Help: "Routed requests whose load was freed, by outcome (ok, error_status, upstream_error, reset)."}, []string{"outcome"}),
 		routed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_scoring_routed_total",
 			Help: "Requests admitted to a worker's pool by mode and worker."}, []string{"mode", "worker"}),
 		queued: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_queue_entered_total", Help: "Requests that waited in the admission queue."}),
@@ -104,6 +105,7 @@ func newMetrics(reg *prometheus.Registry, r *Server) *Metrics {
 		m.streams, m.streamsActive, m.streamErrors, m.immediate, m.badRecords, &stateCollector{r: r}} {
 		f(c)
 	}
+	m.health.register(f)
 	f(collectors.NewGoCollector())
 	f(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

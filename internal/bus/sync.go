@@ -2,11 +2,15 @@ package bus
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/nats-io/nats.go"
@@ -16,10 +20,18 @@ import (
 // are dropped (and counted) rather than slowing the request path.
 const syncBuffer = 8192
 
+// DefaultHeartbeat is how often a replica says it is alive.
+const DefaultHeartbeat = time.Second
+
 // Sync shares a Pool's lifecycle events with peer replicas over NATS:
 // local Add, PrefillDone, Progress (when a block fills), Free and Move are
 // published on SyncSubject as JSON; peers' events are applied to the pool;
 // the replica's own events, recognised by router ID, are ignored.
+//
+// Every replica also sends a heartbeat each period; a peer silent for
+// scoring.MissedHeartbeats of its own periods is presumed dead and its
+// in-flight load is dropped (Pool.DropPeer), so a crashed replica's
+// requests do not weigh on their workers until they age out.
 type Sync struct {
 	conn     *nats.Conn
 	subject  string
@@ -32,6 +44,21 @@ type Sync struct {
 	done     chan struct{}
 	rejected atomic.Int64
 	applied  atomic.Int64
+
+	heartbeat   time.Duration
+	incarnation string
+	now         func() time.Time // the clock of peer expiry; tests set it
+
+	mu    sync.Mutex
+	peers map[string]*peer
+	// collisionWarned is set once another process was seen under our ID.
+	collisionWarned bool
+}
+
+// peer is what a replica knows of another's liveness. Guarded by Sync.mu.
+type peer struct {
+	lastSeen time.Time
+	interval time.Duration // the peer's heartbeat period; ours until it says
 }
 
 // NewSync prepares replica sync for pool on nc under namespace. routerID
@@ -41,7 +68,33 @@ func NewSync(nc *nats.Conn, namespace, routerID string, pool *scoring.Pool) *Syn
 		conn: nc, subject: SyncSubject(namespace), routerID: routerID, pool: pool,
 		metrics: pool.Metrics(), log: slog.Default().With("component", "scoring.sync", "router", routerID),
 		out: make(chan scoring.SyncEvent, syncBuffer), done: make(chan struct{}),
+		heartbeat: DefaultHeartbeat, incarnation: newIncarnation(), now: time.Now, peers: map[string]*peer{},
 	}
+}
+
+// SetHeartbeat sets the heartbeat period (default DefaultHeartbeat); call
+// it before Start. d ≤ 0 keeps the default.
+func (s *Sync) SetHeartbeat(d time.Duration) {
+	if d > 0 {
+		s.heartbeat = d
+	}
+}
+
+func newIncarnation() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Peers returns the peer routers this replica currently counts as alive.
+func (s *Sync) Peers() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.peers))
+	for id := range s.peers {
+		out = append(out, id)
+	}
+	return out
 }
 
 // Start subscribes, announces this replica (peers drop any load left from
@@ -55,7 +108,7 @@ func (s *Sync) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("replica sync: subscribe %s: %w", s.subject, err)
 	}
-	if err := s.publish(scoring.SyncEvent{Op: scoring.OpReset}); err != nil {
+	if err := s.publish(scoring.SyncEvent{Op: scoring.OpReset, Incarnation: s.incarnation}); err != nil {
 		_ = sub.Unsubscribe()
 		return err
 	}
@@ -85,6 +138,13 @@ func (s *Sync) run(ctx context.Context, sub *nats.Subscription) {
 			s.log.Warn("unsubscribe", "err", err)
 		}
 	}()
+	beat := time.NewTicker(s.heartbeat)
+	defer beat.Stop()
+	// Peers are checked four times a period, so a silent one is dropped
+	// within a quarter period of its third missed heartbeat.
+	check := time.NewTicker(s.heartbeat / 4)
+	defer check.Stop()
+	s.sendHeartbeat()
 	for {
 		select {
 		case <-ctx.Done():
@@ -93,7 +153,56 @@ func (s *Sync) run(ctx context.Context, sub *nats.Subscription) {
 			if err := s.publish(ev); err != nil {
 				s.log.Warn("publish sync event", "op", ev.Op, "err", err)
 			}
+		case <-beat.C:
+			s.sendHeartbeat()
+		case <-check.C:
+			s.expirePeers()
 		}
+	}
+}
+
+func (s *Sync) sendHeartbeat() {
+	ev := scoring.SyncEvent{Op: scoring.OpHeartbeat, IntervalMS: max(s.heartbeat.Milliseconds(), 1), Incarnation: s.incarnation}
+	if err := s.publish(ev); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		s.log.Debug("publish heartbeat", "err", err)
+	}
+}
+
+// expirePeers drops the load of every peer silent for
+// scoring.MissedHeartbeats of its heartbeat periods, and returns how many
+// it dropped.
+func (s *Sync) expirePeers() int {
+	now := s.now()
+	var dead []string
+	s.mu.Lock()
+	for id, p := range s.peers {
+		if now.Sub(p.lastSeen) > scoring.MissedHeartbeats*p.interval {
+			dead = append(dead, id)
+			delete(s.peers, id)
+		}
+	}
+	s.mu.Unlock()
+	for _, id := range dead {
+		n := s.pool.DropPeer(id)
+		s.metrics.PeerExpired()
+		s.log.Info("peer replica silent; its in-flight load is dropped", "peer", id, "requests", n, "missed_heartbeats", scoring.MissedHeartbeats)
+	}
+	return len(dead)
+}
+
+// notePeer records that a peer was heard from.
+func (s *Sync) notePeer(ev scoring.SyncEvent) {
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.peers[ev.Router]
+	if p == nil {
+		p = &peer{interval: s.heartbeat}
+		s.peers[ev.Router] = p
+	}
+	p.lastSeen = now
+	if ev.Op == scoring.OpHeartbeat {
+		p.interval = time.Duration(ev.IntervalMS) * time.Millisecond
 	}
 }
 
@@ -125,13 +234,29 @@ func (s *Sync) receive(msg *nats.Msg) {
 		return
 	}
 	if ev.Router == s.routerID {
+		if ev.Incarnation != "" && ev.Incarnation != s.incarnation {
+			s.warnCollision()
+		}
 		return
 	}
+	s.notePeer(ev)
 	if err := s.pool.Apply(ev); err != nil {
 		s.reject("apply", err)
 		return
 	}
 	s.applied.Add(1)
+}
+
+// warnCollision logs, once, that another live process uses our router ID:
+// each ignores the other's events as its own, so their load is not shared.
+func (s *Sync) warnCollision() {
+	s.mu.Lock()
+	warned := s.collisionWarned
+	s.collisionWarned = true
+	s.mu.Unlock()
+	if !warned {
+		s.log.Error("another kvroute replica uses this router id; give each replica its own --router-id (POD_NAME)")
+	}
 }
 
 func (s *Sync) reject(stage string, err error) {

@@ -1,0 +1,138 @@
+package scoring
+
+import (
+	"strings"
+	"time"
+)
+
+// Passive health: the pool learns from how routed requests end that a
+// worker is failing (connection refused, reset before the response, 5xx)
+// and ejects it for a back-off period, as Envoy's outlier detection does,
+// because a dead worker's load drops to zero and would otherwise make it
+// the least loaded choice until its lease lapses.
+
+// Defaults of the passive health options.
+const (
+	DefaultEjectAfter      = 2
+	DefaultEjectBackoff    = 2 * time.Second
+	DefaultEjectBackoffMax = 60 * time.Second
+)
+
+// health is one worker's passive health state. Guarded by Pool.mu.
+type health struct {
+	// failures counts consecutive failed requests; a success resets it.
+	failures int
+	// ejections counts ejections since the last success; each doubles the
+	// back-off.
+	ejections int
+	// ejectedUntil is when the current ejection ends (zero: not ejected).
+	ejectedUntil time.Time
+}
+
+// tier orders candidates for a pick: the pick only considers the best tier
+// present, so an ejected worker is used only when every candidate is
+// ejected (fail open) and a worker whose load reports stopped only when no
+// reporting one is left.
+type tier uint8
+
+const (
+	tierHealthy tier = iota
+	tierSilent       // load reports stopped: probably dead or cut off
+	tierEjected      // passive health ejected it
+)
+
+func (l *Load) tier() tier {
+	switch {
+	case l.Ejected:
+		return tierEjected
+	case l.ReportSilent:
+		return tierSilent
+	}
+	return tierHealthy
+}
+
+// keepBestTier drops the loads worse than the best tier present, in place,
+// and returns the shortened slice.
+func keepBestTier(loads []Load) []Load {
+	best := tierEjected
+	for i := range loads {
+		best = min(best, loads[i].tier())
+	}
+	n := 0
+	for i := range loads {
+		if loads[i].tier() == best {
+			loads[n] = loads[i]
+			n++
+		}
+	}
+	return loads[:n]
+}
+
+// Observe records how a request on worker ended: ok false for a failure
+// the worker is to blame for (a 5xx, a connect failure, a reset before the
+// response). After Options.EjectAfter consecutive failures the worker is
+// ejected for Options.EjectBackoff, doubled on each ejection without a
+// success in between and capped at Options.EjectBackoffMax; the requests
+// in flight on it are freed, since a dead worker will never end them.
+// Unknown workers are ignored. It reports whether the worker was ejected.
+func (p *Pool) Observe(worker string, ok bool) bool {
+	if p.opts.EjectAfter < 0 {
+		return false
+	}
+	now := p.opts.Now()
+	var freed []string
+	p.mu.Lock()
+	w, known := p.workers[worker]
+	if !known {
+		p.mu.Unlock()
+		return false
+	}
+	h := &w.health
+	if ok {
+		h.failures, h.ejections = 0, 0
+		p.mu.Unlock()
+		return false
+	}
+	h.failures++
+	if h.failures < p.opts.EjectAfter {
+		p.mu.Unlock()
+		return false
+	}
+	backoff := p.opts.EjectBackoff << min(h.ejections, 20)
+	if backoff <= 0 || backoff > p.opts.EjectBackoffMax {
+		backoff = p.opts.EjectBackoffMax
+	}
+	h.failures = 0
+	h.ejections++
+	h.ejectedUntil = now.Add(backoff)
+	for key, a := range p.reqs {
+		if a.w != w {
+			continue
+		}
+		p.releaseLocked(a)
+		delete(p.reqs, key)
+		p.tomb.add(key)
+		if !strings.Contains(key, "\x00") {
+			freed = append(freed, key)
+		}
+	}
+	p.mu.Unlock()
+	for _, key := range freed {
+		p.emit(SyncEvent{Op: OpFree, ID: key})
+	}
+	p.opts.Metrics.Ejected(worker)
+	p.capacityChanged()
+	return true
+}
+
+// Ejected reports whether a worker is ejected now, and until when.
+func (p *Pool) Ejected(worker string) (time.Time, bool) {
+	now := p.opts.Now()
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	w, ok := p.workers[worker]
+	if !ok || !w.health.ejectedUntil.After(now) {
+		return time.Time{}, false
+	}
+	return w.health.ejectedUntil, true
+}
