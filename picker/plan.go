@@ -290,6 +290,13 @@ func (p *Picker) overlap(r *scoring.Scheduler, pl *plan, salt string, tokens []u
 		}
 		res = m.Match(hashes, ids, res)
 		for k, j := range idx {
+			if res[k].Stale {
+				// A stale view (a gap in the worker's events, awaiting its
+				// resync) may hold blocks the worker evicted: its overlap is
+				// unknown, so it gets no credit rather than a wrong one.
+				pl.cands[j].CachedBlocks = res[k].Cached
+				continue
+			}
 			pl.cands[j].MatchedBlocks, pl.cands[j].CachedBlocks = res[k].Blocks, res[k].Cached
 			pl.cands[j].HostBlocks, pl.cands[j].DiskBlocks = res[k].HostBlocks, res[k].DiskBlocks
 		}

@@ -99,13 +99,17 @@ type Config struct {
 	KeepaliveMinTime time.Duration
 	// ReplicaSync shares request lifecycles with peer replicas over NATS.
 	ReplicaSync bool
-	// RouterID names this replica for replica sync (default: hostname-pid).
+	// RouterID names this replica for replica sync (default: $POD_NAME,
+	// else the host name).
 	RouterID string
 	// DrainDelay is how long the router keeps serving after readiness
 	// turns NOT_SERVING on shutdown, before it stops accepting streams.
 	DrainDelay time.Duration
 	// ShutdownGrace bounds the graceful stop of open streams (default 15 s).
 	ShutdownGrace time.Duration
+	// Recovery configures failure recovery: heartbeats, lease-flap grace,
+	// resyncs and warm starts (config_recovery.go).
+	Recovery RecoveryConfig
 	// Registerer receives the Prometheus metrics; nil makes a private
 	// registry (served on /metrics either way).
 	Registry *prometheus.Registry
@@ -124,6 +128,7 @@ func DefaultConfig() Config {
 		KVEvents:         true,
 		Fallbacks:        2,
 		ShutdownGrace:    15 * time.Second,
+		Recovery:         DefaultRecoveryConfig(),
 		// Envoy before 1.33 sends no protocol_config; BUFFERED is what such
 		// deployments configure.
 		Stream: extproc.Config{DefaultRequestMode: extproc.ModeBuffered},
@@ -152,6 +157,9 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("block size %d must not be negative", c.BlockSize))
 	}
 	if err := c.Scoring.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Recovery.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {

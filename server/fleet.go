@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/kvroute/kvroute/internal/discovery"
 	"github.com/kvroute/kvroute/kvindex"
@@ -25,9 +26,31 @@ type fleet struct {
 	blockSize int // overrides the records' block size when > 0
 	log       *slog.Logger
 	listeners []fleetListener
+	// kept are listeners whose state outlives a lease flap: on a removal
+	// they hear of it only after flapGrace, and not at all when the same
+	// worker (same model, block size and address) comes back first. The
+	// KV index is one: an etcd lease that lapses and is re-granted would
+	// otherwise purge every block the worker still holds.
+	kept      []fleetListener
+	flapGrace time.Duration
 
 	mu      sync.Mutex
 	records map[string]scoring.WorkerSpec
+	// leaving holds workers removed less than flapGrace ago, by id.
+	leaving map[string]*leavingWorker
+}
+
+// leavingWorker is a removed worker whose kept state waits for flapGrace.
+type leavingWorker struct {
+	rec   scoring.WorkerSpec
+	timer *time.Timer
+}
+
+// sameIncarnation reports whether b is the same running worker as a: a
+// lease flap re-registers an identical record, while a restarted or moved
+// worker (new address, model or block size) holds none of a's blocks.
+func sameIncarnation(a, b scoring.WorkerSpec) bool {
+	return a.Model == b.Model && a.BlockSize == b.BlockSize && a.Address == b.Address && a.DPRank == b.DPRank
 }
 
 var _ discovery.Sink = (*fleet)(nil)
@@ -50,7 +73,21 @@ func (f *fleet) Upsert(rec scoring.WorkerSpec) {
 	old, known := f.records[rec.ID]
 	f.records[rec.ID] = rec
 	spec := f.spec(rec)
+	if lw := f.leaving[rec.ID]; lw != nil {
+		lw.timer.Stop()
+		delete(f.leaving, rec.ID)
+		if sameIncarnation(lw.rec, rec) {
+			f.log.Info("worker back within the lease-flap grace; its index entries are kept", "worker", rec.ID)
+		} else {
+			for _, l := range f.kept {
+				l.Remove(rec.ID)
+			}
+		}
+	}
 	for _, l := range f.listeners {
+		l.Upsert(spec)
+	}
+	for _, l := range f.kept {
 		l.Upsert(spec)
 	}
 	if !known {
@@ -64,11 +101,53 @@ func (f *fleet) Upsert(rec scoring.WorkerSpec) {
 func (f *fleet) Remove(id string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	rec, known := f.records[id]
 	delete(f.records, id)
 	for _, l := range f.listeners {
 		l.Remove(id)
 	}
-	f.log.Info("worker removed", "worker", id)
+	if !known || f.flapGrace <= 0 {
+		for _, l := range f.kept {
+			l.Remove(id)
+		}
+		f.log.Info("worker removed", "worker", id)
+		return
+	}
+	if f.leaving == nil {
+		f.leaving = map[string]*leavingWorker{}
+	}
+	if lw := f.leaving[id]; lw != nil {
+		lw.timer.Stop()
+	}
+	lw := &leavingWorker{rec: rec}
+	lw.timer = time.AfterFunc(f.flapGrace, func() { f.forget(id, lw) })
+	f.leaving[id] = lw
+	f.log.Info("worker removed; its index entries are kept for the lease-flap grace", "worker", id, "grace", f.flapGrace)
+}
+
+// forget ends a removed worker's grace: its kept state goes, unless it came
+// back (or left again) since.
+func (f *fleet) forget(id string, lw *leavingWorker) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.leaving[id] != lw {
+		return
+	}
+	delete(f.leaving, id)
+	for _, l := range f.kept {
+		l.Remove(id)
+	}
+	f.log.Info("worker gone past the lease-flap grace; its index entries are dropped", "worker", id)
+}
+
+// stop cancels pending grace timers (at shutdown).
+func (f *fleet) stop() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for id, lw := range f.leaving {
+		lw.timer.Stop()
+		delete(f.leaving, id)
+	}
 }
 
 // poolListener mirrors the fleet into the scheduler's pool.

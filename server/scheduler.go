@@ -57,6 +57,7 @@ func (r *Server) startScheduler(s *scoring.Scheduler) error {
 	r.schedDone = append(r.schedDone, lr.Done())
 	if r.cfg.ReplicaSync {
 		sy := bus.NewSync(r.nc, r.cfg.Namespace, r.cfg.RouterID, s.Pool())
+		sy.SetHeartbeat(r.cfg.Recovery.SyncHeartbeat)
 		if err := sy.Start(r.ctx); err != nil {
 			return fmt.Errorf("replica sync: %w", err)
 		}

@@ -86,8 +86,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		cfg.Registry = prometheus.NewRegistry()
 	}
 	if cfg.RouterID == "" {
-		host, _ := os.Hostname()
-		cfg.RouterID = host + "-" + strconv.Itoa(os.Getpid())
+		cfg.RouterID = defaultRouterID()
 	}
 	if cfg.ShutdownGrace <= 0 {
 		cfg.ShutdownGrace = 15 * time.Second
@@ -122,7 +121,8 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	r.sched.Store(sched)
 	r.fleet = &fleet{blockSize: cfg.BlockSize, log: r.log, records: map[string]scoring.WorkerSpec{},
-		listeners: []fleetListener{poolListener{sched.Pool(), r.log}, indexListener{r.index}, approxListener{r.approx}, xdsListener{r}}}
+		listeners: []fleetListener{poolListener{sched.Pool(), r.log}, xdsListener{r}},
+		kept:      []fleetListener{indexListener{r.index}, approxListener{r.approx}}, flapGrace: cfg.Recovery.LeaseFlapGrace}
 
 	if err = r.connectNATS(); err != nil {
 		return nil, err
@@ -179,6 +179,20 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	r.log.Info("kvroute serving", "grpc", r.GRPCAddr(), "http", r.HTTPAddr(), "nats", r.NATSURL(),
 		"mode", sched.Mode().Name(), "namespace", cfg.Namespace, "tokenizers", r.toks.Models())
 	return r, nil
+}
+
+// defaultRouterID is the pod name ($POD_NAME), else the host name: stable
+// across restarts, so a restarted replica's reset clears the load its
+// earlier run left on its peers. Several replicas on one host need their
+// own --router-id (replica sync logs an error when two share one).
+func defaultRouterID() string {
+	if id := os.Getenv("POD_NAME"); id != "" {
+		return id
+	}
+	if host, err := os.Hostname(); err == nil && host != "" {
+		return host
+	}
+	return "kvroute-" + strconv.Itoa(os.Getpid())
 }
 
 // goRun runs fn until it returns; an error ends the router.
@@ -348,6 +362,9 @@ func (r *Server) shutdownOn(ctx context.Context) {
 // teardown stops background work and closes connections.
 func (r *Server) teardown() {
 	r.cancel()
+	if r.fleet != nil {
+		r.fleet.stop()
+	}
 	r.stopScheduler()
 	if r.etcd != nil {
 		_ = r.etcd.Close()

@@ -1,0 +1,85 @@
+package picker
+
+import (
+	"context"
+	"testing"
+
+	"github.com/kvroute/kvroute/extproc"
+	"github.com/kvroute/kvroute/tokenizer"
+)
+
+// A worker whose index view is stale (a gap in its events) gets no credit
+// for the blocks the index still shows: its overlap is unknown until it
+// resyncs.
+func TestStaleWorkerGetsNoOverlapCredit(t *testing.T) {
+	rg := newRig(t, nil)
+	body := longChat(200)
+	creq, err := tokenizer.ParseChatRequest([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens, err := qwenChat(t).EncodeChat(creq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rg.store(t, "w2", tokens, len(tokens)/16)
+	rg.index.MarkStale("w2")
+	x, err := rg.picker.Explain(chatReq(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range x.Decision.Workers {
+		if c.Worker == "w2" && c.MatchedBlocks != 0 {
+			t.Fatalf("stale w2 credited with %d matched blocks", c.MatchedBlocks)
+		}
+	}
+	rg.index.Reset("w2")
+	rg.store(t, "w2", tokens, len(tokens)/16)
+	d, err := rg.picker.Decide(context.Background(), chatReq(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Cluster != "w2" || d.CachedTokens == 0 {
+		t.Fatalf("after the resync routed to %s with %d cached tokens, want w2 with its prefix", d.Cluster, d.CachedTokens)
+	}
+	d.Ticket.Free(extproc.OutcomeOK)
+}
+
+// Two 5xx outcomes on a worker eject it: the next decisions avoid it.
+func TestUpstreamErrorsEjectTheWorker(t *testing.T) {
+	rg := newRig(t, nil)
+	body := longChat(50)
+	first, err := rg.picker.Decide(context.Background(), chatReq(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := first.Cluster
+	first.Ticket.Free(extproc.OutcomeUpstreamError)
+	for i := 0; ; i++ {
+		if i == 200 {
+			t.Fatalf("%s never chosen again in 200 decisions", victim)
+		}
+		d, err := rg.picker.Decide(context.Background(), chatReq(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Cluster == victim {
+			d.Ticket.Free(extproc.OutcomeUpstreamError)
+			break
+		}
+		d.Ticket.Free(extproc.OutcomeOK)
+	}
+	if _, ej := rg.sched.Pool().Ejected(victim); !ej {
+		t.Fatalf("%s not ejected after two upstream errors", victim)
+	}
+	for range 10 {
+		d, err := rg.picker.Decide(context.Background(), chatReq(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Cluster == victim {
+			t.Fatalf("ejected %s was chosen", victim)
+		}
+		d.Ticket.Free(extproc.OutcomeOK)
+	}
+}

@@ -1,0 +1,118 @@
+package server
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/kvroute/kvroute/internal/bus"
+	"github.com/kvroute/kvroute/internal/discovery"
+	"github.com/kvroute/kvroute/internal/testenv"
+	"github.com/kvroute/kvroute/kvindex"
+	"github.com/kvroute/kvroute/scoring"
+	"github.com/nats-io/nats.go"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// flapRig is a router on real etcd and NATS with one leased worker, w9,
+// whose KV events put blocks in the index.
+type flapRig struct {
+	r      *Server
+	cli    *clientv3.Client
+	spec   scoring.WorkerSpec
+	blocks int
+}
+
+func startFlapRig(t *testing.T, grace time.Duration) *flapRig {
+	t.Helper()
+	testenv.Quiet()
+	e := testenv.StartEtcd(t)
+	n := testenv.StartNATS(t)
+	cfg := testConfig(t)
+	cfg.EtcdEndpoints, cfg.NATSURL = e.Endpoints, n.URL
+	cfg.Recovery.LeaseFlapGrace = grace
+	r := start(t, cfg)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	rig := &flapRig{r: r, cli: cli, spec: scoring.WorkerSpec{ID: "w9", Model: model, Address: "10.0.0.9:8000", BlockSize: 16, KVTotalBlocks: 100}}
+	rig.register(t)
+	eventually(t, "w9 registered", r.Ready)
+
+	nc, err := nats.Connect(n.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	tokens := promptTokens(t, chatBody(100))
+	rig.blocks = len(tokens) / 16
+	hs := make([]kvindex.EngineHash, rig.blocks)
+	for i := range hs {
+		hs[i] = kvindex.HashInt(int64(i + 1))
+	}
+	batch := kvindex.EventBatch{TS: 1, Events: []kvindex.Event{kvindex.BlockStored{BlockHashes: hs, TokenIDs: tokens[:rig.blocks*16], BlockSize: 16}}}
+	if err := bus.PublishEvents(nc, cfg.Namespace, "w9", 0, batch); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "index holds w9's blocks", func() bool { return r.Index().Stats().Entries == rig.blocks })
+	return rig
+}
+
+func (rig *flapRig) register(t *testing.T) *discovery.Registration {
+	t.Helper()
+	reg, err := discovery.Register(context.Background(), rig.cli, rig.r.cfg.Namespace, rig.spec, discovery.RegisterOptions{TTL: time.Second, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(reg.Abandon)
+	return reg
+}
+
+// An etcd lease flap (the lease lapses, the same worker registers again)
+// keeps the worker's index entries; before, every flap purged the index.
+func TestLeaseFlapKeepsIndexEntries(t *testing.T) {
+	rig := startFlapRig(t, time.Minute)
+	r := rig.r
+	if err := unregister(rig); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "w9 removed after its lease lapsed", func() bool { return !r.Ready() })
+	if got := r.Index().Stats().Entries; got != rig.blocks {
+		t.Fatalf("index holds %d entries during the grace, want %d", got, rig.blocks)
+	}
+	rig.register(t)
+	eventually(t, "w9 back", r.Ready)
+	if got := r.Index().Stats().Entries; got != rig.blocks {
+		t.Fatalf("after the flap the index holds %d entries, want %d", got, rig.blocks)
+	}
+	// A different incarnation (the worker moved) starts from nothing.
+	if err := unregister(rig); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "w9 removed again", func() bool { return !r.Ready() })
+	rig.spec.Address = "10.0.0.10:8000"
+	rig.register(t)
+	eventually(t, "w9 back at a new address", r.Ready)
+	if got := r.Index().Stats().Entries; got != 0 {
+		t.Fatalf("a moved worker kept %d index entries, want 0", got)
+	}
+}
+
+// Past the grace the removed worker's entries go.
+func TestRemovedWorkerEntriesDropAfterGrace(t *testing.T) {
+	rig := startFlapRig(t, 300*time.Millisecond)
+	if err := unregister(rig); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "w9's entries dropped after the grace", func() bool {
+		return !rig.r.Ready() && rig.r.Index().Stats().Entries == 0 && !rig.r.Index().HasWorker("w9")
+	})
+}
+
+// unregister deletes w9's key, as a lapsed lease does.
+func unregister(rig *flapRig) error {
+	_, err := rig.cli.Delete(context.Background(), bus.WorkerKey(rig.r.cfg.Namespace, "w9"))
+	return err
+}
