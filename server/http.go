@@ -28,6 +28,7 @@ var endpoints = []endpoint{
 	{"GET", "/readyz", "readiness: 200 with tokenizers loaded, a worker and NATS; else 503 and the reason"},
 	{"GET", "/debug/workers", "every worker: its record, live load and index holdings"},
 	{"POST", "/debug/explain", "an OpenAI body in, the decision with every candidate's terms out, without side effects (?path=/v1/completions)"},
+	{"GET", SnapshotPath, "the KV index as a versioned binary snapshot, for a restarting replica's --warm-from"},
 	{"GET", "/admin/mode", "the router mode and the valid ones"},
 	{"POST", "/admin/mode", `switch the router mode at runtime: {"mode": NAME} or ?mode=NAME`},
 }
@@ -46,6 +47,7 @@ func (r *Server) httpHandler() http.Handler {
 	mux.HandleFunc("GET /readyz", r.handleReady)
 	mux.HandleFunc("GET /debug/workers", r.handleWorkers)
 	mux.HandleFunc("POST /debug/explain", r.handleExplain)
+	mux.HandleFunc("GET "+SnapshotPath, r.handleSnapshot)
 	mux.HandleFunc("GET /admin/mode", r.handleMode)
 	mux.HandleFunc("POST /admin/mode", r.handleMode)
 	mux.HandleFunc("/", handleUnknown)

@@ -8,6 +8,8 @@ type healthMetrics struct {
 	ejected     *prometheus.CounterVec
 	peerExpired prometheus.Counter
 	resyncs     *prometheus.CounterVec
+	warmSeconds prometheus.Gauge
+	warmEntries prometheus.Gauge
 }
 
 func (h *healthMetrics) register(f func(prometheus.Collector)) {
@@ -17,7 +19,11 @@ func (h *healthMetrics) register(f func(prometheus.Collector)) {
 		Help: "Peer replicas whose in-flight load was dropped because their heartbeats stopped."})
 	h.resyncs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_kv_resync_requests_total",
 		Help: "Resync requests sent to stale workers' publishers, by outcome (ok, error)."}, []string{"worker", "outcome"})
-	for _, c := range []prometheus.Collector{h.ejected, h.peerExpired, h.resyncs} {
+	h.warmSeconds = prometheus.NewGauge(prometheus.GaugeOpts{Name: "kvroute_index_warm_start_seconds",
+		Help: "How long loading a peer's index snapshot took at start (0: cold start)."})
+	h.warmEntries = prometheus.NewGauge(prometheus.GaugeOpts{Name: "kvroute_index_warm_start_entries",
+		Help: "Index entries loaded from a peer's snapshot at start."})
+	for _, c := range []prometheus.Collector{h.ejected, h.peerExpired, h.resyncs, h.warmSeconds, h.warmEntries} {
 		f(c)
 	}
 }

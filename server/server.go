@@ -38,6 +38,7 @@ type Server struct {
 	approx  *kvindex.Approx
 	toks    *tokenizer.Registry
 	fleet   *fleet
+	events  *bus.EventConsumer // nil without KV events
 
 	natsSrv *natsserver.Server
 	nc      *nats.Conn
@@ -139,9 +140,17 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
+	var hold chan struct{} // a warm start holds the live tail until the snapshot is in
+	if cfg.Recovery.WarmFrom != "" {
+		hold = make(chan struct{})
+	}
 	if cfg.KVEvents {
-		cons := bus.NewEventConsumer(r.nc, bus.EventConsumerConfig{Namespace: cfg.Namespace, Index: r.index, Metrics: r.metrics, Logger: r.log})
-		if err = cons.Start(r.ctx); err != nil {
+		ccfg := bus.EventConsumerConfig{Namespace: cfg.Namespace, Index: r.index, Metrics: r.metrics, Logger: r.log}
+		if hold != nil {
+			ccfg.Hold, ccfg.Buffer = hold, 1<<16
+		}
+		r.events = bus.NewEventConsumer(r.nc, ccfg)
+		if err = r.events.Start(r.ctx); err != nil {
 			return nil, fmt.Errorf("kv events: %w", err)
 		}
 	}
@@ -152,6 +161,9 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	if err = r.startDiscovery(); err != nil {
 		return nil, err
+	}
+	if hold != nil {
+		r.warmStart(hold) // after discovery: the snapshot loads known workers only
 	}
 
 	r.server, err = extproc.NewServer(extproc.ServerConfig{Stream: cfg.Stream, Decider: r.picker, Metrics: r.metrics, TLS: cfg.TLS, Logger: r.log, KeepaliveMinTime: cfg.KeepaliveMinTime})

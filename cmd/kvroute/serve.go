@@ -84,9 +84,10 @@ func newServeFlags() (*cli.Command, *serveFlags) {
 	fs.StringVar(&s.tlsCA, "tls-client-ca", "", "CA `file` for client certificates: require mTLS")
 	fs.DurationVar(&c.KeepaliveMinTime, "keepalive-min-time", time.Second, "shortest HTTP/2 ping interval tolerated from Envoy (its connection_keepalive must not ping faster)")
 	fs.BoolVar(&c.ReplicaSync, "replica-sync", false, "share in-flight request load with other kvroute replicas over NATS")
-	fs.StringVar(&c.RouterID, "router-id", "", "this replica's id for replica sync (default hostname-pid)")
+	fs.StringVar(&c.RouterID, "router-id", "", "this replica's id for replica sync (default $POD_NAME, else the host name; give each replica on one host its own)")
 	fs.DurationVar(&c.DrainDelay, "shutdown-drain-delay", 2*time.Second, "on SIGTERM, keep routing this long with readiness off before refusing new streams")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", c.ShutdownGrace, "on SIGTERM, how long open streams may finish before they are cut")
+	registerRecoveryFlags(fs, c)
 	s.log = cli.RegisterLog(fs, "info")
 	return cmd, s
 }

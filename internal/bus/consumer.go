@@ -21,6 +21,10 @@ type EventConsumerConfig struct {
 	Metrics   EventMetrics // default NopEventMetrics
 	Logger    *slog.Logger // default slog.Default()
 	Buffer    int          // messages queued between NATS and the index; default 4096
+	// Hold, when not nil, keeps the consumer from applying messages until
+	// it is closed; they queue (up to Buffer) meanwhile. A warm start
+	// subscribes, loads a peer's snapshot and Seeds, then closes Hold.
+	Hold <-chan struct{}
 }
 
 // EventConsumer applies KV event batches from NATS to an Index. One goroutine
@@ -45,6 +49,11 @@ type EventConsumer struct {
 	prefix  string
 	done    chan struct{}
 	seqs    map[string]uint64 // last sequence per worker; owned by the loop
+	// floor holds, per worker, the sequence number a loaded snapshot
+	// already includes: batches up to it are skipped as applied. Owned by
+	// the loop (written by Seed before Hold closes).
+	floor   map[string]uint64
+	calls   chan func()
 	stats   consumerCounters
 	started atomic.Bool
 }
@@ -86,7 +95,37 @@ func NewEventConsumer(nc *nats.Conn, cfg EventConsumerConfig) *EventConsumer {
 		prefix: strings.TrimSuffix(EventsWildcard(cfg.Namespace), ">"),
 		done:   make(chan struct{}),
 		seqs:   map[string]uint64{},
+		floor:  map[string]uint64{},
+		calls:  make(chan func()),
 	}
+}
+
+// Seed records the sequence numbers a loaded index snapshot includes, so
+// that batches up to them are skipped and a gap after them is detected.
+// Call it before Hold is closed; it must not run with the loop applying.
+func (c *EventConsumer) Seed(seqs map[string]uint64) {
+	for w, seq := range seqs {
+		c.seqs[w], c.floor[w] = seq, seq
+	}
+}
+
+// Do runs fn on the consumer's loop, between two batches, and returns
+// when it has run: fn sees the index and the sequence numbers (worker →
+// last applied) consistent with each other. fn must not keep seqs. Do
+// returns ctx's error if ctx ends first, or an error once the consumer
+// has stopped.
+func (c *EventConsumer) Do(ctx context.Context, fn func(seqs map[string]uint64)) error {
+	ran := make(chan struct{})
+	call := func() { defer close(ran); fn(c.seqs) }
+	select {
+	case c.calls <- call:
+	case <-c.done:
+		return errors.New("kvindex consumer: stopped")
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	<-ran
+	return nil
 }
 
 // Start subscribes to EventsWildcard(Namespace) and applies batches until
@@ -114,12 +153,21 @@ func (c *EventConsumer) Start(ctx context.Context) error {
 	go func() {
 		defer close(c.done)
 		defer func() { _ = sub.Unsubscribe() }()
+		if c.cfg.Hold != nil {
+			select {
+			case <-ctx.Done():
+				return
+			case <-c.cfg.Hold:
+			}
+		}
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case m := <-ch:
 				c.handle(m)
+			case fn := <-c.calls:
+				fn()
 			}
 		}
 	}()
@@ -186,6 +234,12 @@ func (c *EventConsumer) sequence(worker, header string) (skip bool) {
 	if err != nil {
 		c.cfg.Metrics.Sequence(worker, SeqMissing)
 		return false
+	}
+	if floor, ok := c.floor[worker]; ok {
+		if seq != 0 && seq <= floor {
+			return true // the loaded snapshot holds it already
+		}
+		delete(c.floor, worker)
 	}
 	last, seen := c.seqs[worker]
 	c.seqs[worker] = seq

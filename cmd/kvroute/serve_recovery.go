@@ -1,0 +1,22 @@
+package main
+
+import (
+	"flag"
+
+	"github.com/kvroute/kvroute/server"
+)
+
+// registerRecoveryFlags adds the failure-recovery flags of `kvroute serve`:
+// passive health, replica heartbeats, lease-flap grace, resyncs and warm
+// starts.
+func registerRecoveryFlags(fs *flag.FlagSet, c *server.Config) {
+	o, rc := &c.Scoring, &c.Recovery
+	fs.IntVar(&o.EjectAfter, "eject-after", o.EjectAfter, "passive health: eject a worker after this many consecutive failed requests (5xx, connect failure, reset before the response); -1 turns it off")
+	fs.DurationVar(&o.EjectBackoff, "eject-backoff", o.EjectBackoff, "passive health: first ejection's length, doubled on each further ejection without a success")
+	fs.DurationVar(&o.EjectBackoffMax, "eject-backoff-max", o.EjectBackoffMax, "passive health: longest ejection")
+	fs.DurationVar(&rc.SyncHeartbeat, "sync-heartbeat", rc.SyncHeartbeat, "replica sync heartbeat period; a peer silent for 3 periods has its in-flight load dropped")
+	fs.DurationVar(&rc.LeaseFlapGrace, "lease-flap-grace", rc.LeaseFlapGrace, "keep a removed worker's index entries this long, so a worker whose etcd lease lapsed and came back (same record) keeps its blocks; 0 drops them at once")
+	fs.DurationVar(&rc.ResyncInterval, "resync-interval", rc.ResyncInterval, "ask a stale worker's publisher to resync (NATS request) at most this often while it stays stale; 0 turns resync requests off")
+	fs.StringVar(&rc.WarmFrom, "warm-from", "", "peer replica `url` (http://host:port of its HTTP listener): load its KV index snapshot before turning ready; empty starts cold")
+	fs.DurationVar(&rc.WarmTimeout, "warm-timeout", rc.WarmTimeout, "give up a --warm-from start after this long and start cold")
+}

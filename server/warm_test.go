@@ -1,0 +1,96 @@
+package server
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"testing"
+
+	"github.com/kvroute/kvroute/internal/bus"
+	"github.com/kvroute/kvroute/internal/testenv"
+	"github.com/kvroute/kvroute/kvindex"
+	"github.com/nats-io/nats.go"
+)
+
+// A replica started with --warm-from holds its peer's index when Start
+// returns (before it is ready), and the live tail continues after the
+// snapshot: the next batch applies without a gap, the ones the snapshot
+// held are not applied twice.
+func TestWarmStartLoadsPeerIndexThenLiveTail(t *testing.T) {
+	testenv.Quiet()
+	n := testenv.StartNATS(t)
+	file := workersFile(t, 3)
+	cfgA := testConfig(t)
+	cfgA.WorkersFile, cfgA.NATSURL = file, n.URL
+	a := start(t, cfgA)
+
+	nc, err := nats.Connect(n.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	tokens := promptTokens(t, chatBody(300))
+	per := len(tokens) / 16 / 3
+	publish := func(worker string, seq uint64, part int) {
+		t.Helper()
+		hs := make([]kvindex.EngineHash, per)
+		for i := range hs {
+			hs[i] = kvindex.HashInt(int64(part*per + i + 1))
+		}
+		ev := kvindex.BlockStored{BlockHashes: hs, TokenIDs: tokens[part*per*16 : (part+1)*per*16], BlockSize: 16}
+		if part > 0 {
+			parent := kvindex.HashInt(int64(part * per))
+			ev.ParentBlockHash = &parent
+		}
+		if err := bus.PublishEvents(nc, cfgA.Namespace, worker, seq, kvindex.EventBatch{TS: 1, Events: []kvindex.Event{ev}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish("w1", 0, 0)
+	publish("w1", 1, 1)
+	eventually(t, "peer A indexes two batches", func() bool { return a.Index().Stats().Entries == 2*per })
+
+	cfgB := testConfig(t)
+	cfgB.WorkersFile, cfgB.NATSURL = file, n.URL
+	cfgB.Recovery.WarmFrom = "http://" + a.HTTPAddr()
+	b := start(t, cfgB)
+	if got := b.Index().Stats().Entries; got != 2*per {
+		t.Fatalf("warm replica holds %d entries when Start returns, want the peer's %d", got, 2*per)
+	}
+	// The next batch extends the chain on both; a repeat of batch 1 is
+	// skipped by B (the snapshot holds it), and nothing is stale.
+	publish("w1", 1, 1)
+	publish("w1", 2, 2)
+	eventually(t, "both replicas apply the live tail", func() bool {
+		return a.Index().Stats().Entries == 3*per && b.Index().Stats().Entries == 3*per
+	})
+	if b.Index().NeedsResync("w1") {
+		t.Fatal("w1 stale on the warm replica after the live tail")
+	}
+	if st := b.events.Stats(); st.Gaps != 0 || st.Restarts != 0 || st.Duplicates != 1 {
+		t.Fatalf("warm replica's consumer %+v, want no gap or restart and the repeated batch skipped", st)
+	}
+	if got, want := b.Index().Match(kvindex.HashBlocks(kvindex.Seed(model, "", ""), tokens, 16, nil), []string{"w1"}, nil)[0].Blocks, 3*per; got != want {
+		t.Fatalf("warm replica matches %d blocks of the prompt on w1, want %d", got, want)
+	}
+}
+
+func TestSnapshotEndpointServesAVersionedSnapshot(t *testing.T) {
+	r, _ := startReady(t, 2)
+	resp, err := http.Get("http://" + r.HTTPAddr() + SnapshotPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || resp.Header.Get("Kvroute-Snapshot-Version") != "1" {
+		t.Fatalf("%s, version header %q", resp.Status, resp.Header.Get("Kvroute-Snapshot-Version"))
+	}
+	s, err := kvindex.ReadSnapshot(bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Workers) != 2 {
+		t.Fatalf("snapshot of %d workers, want 2", len(s.Workers))
+	}
+}
