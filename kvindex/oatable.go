@@ -123,6 +123,20 @@ func (t *oaTable) deleteAt(i int) {
 	}
 }
 
+// reserve grows the table, once, to hold n more keys without resizing.
+// Bulk loads need it: keys that arrive in home order (another table's
+// slot order) would otherwise all land in the front of a table still too
+// small for them and probe quadratically.
+func (t *oaTable) reserve(n int) {
+	size := len(t.slots)
+	for (t.count+n)*100 > size*t.maxLoad {
+		size = grownSize(size)
+	}
+	if size != len(t.slots) {
+		t.resize(size)
+	}
+}
+
 func (t *oaTable) resize(size int) {
 	old := t.slots
 	t.slots = make([]oaSlot, size)

@@ -153,10 +153,24 @@ func (s *Snapshot) Seqs() map[string]uint64 {
 
 // snapReader decodes with a running checksum and bounds.
 type snapReader struct {
-	r   *bufio.Reader
-	crc hash.Hash32
-	buf [17]byte
-	err error
+	r     *bufio.Reader
+	crc   hash.Hash32
+	buf   [17]byte
+	chunk [16 << 10]byte
+	err   error
+}
+
+// bulk reads n ≤ len(chunk) bytes into the chunk buffer, checksummed once.
+func (d *snapReader) bulk(n int) []byte {
+	if d.err != nil {
+		return nil
+	}
+	if _, err := io.ReadFull(d.r, d.chunk[:n]); err != nil {
+		d.fail("truncated: %v", err)
+		return nil
+	}
+	_, _ = d.crc.Write(d.chunk[:n])
+	return d.chunk[:n]
 }
 
 func (d *snapReader) fail(format string, args ...any) {
@@ -292,8 +306,13 @@ func ReadSnapshot(r io.Reader) (*Snapshot, error) {
 		n := d.count("device entry", maxSnapshotEntries)
 		// Grow as entries arrive rather than trusting the count for memory.
 		w.Device = make([][2]uint64, 0, min(n, 1024))
-		for j := 0; j < n && d.err == nil; j++ {
-			w.Device = append(w.Device, [2]uint64{d.u64(), d.u64()})
+		for left := n; left > 0 && d.err == nil; {
+			k := min(left, len(d.chunk)/16)
+			b := d.bulk(k * 16)
+			for j := 0; j < len(b); j += 16 {
+				w.Device = append(w.Device, [2]uint64{binary.LittleEndian.Uint64(b[j:]), binary.LittleEndian.Uint64(b[j+8:])})
+			}
+			left -= k
 		}
 		n = d.count("off-device entry", maxSnapshotEntries)
 		w.OffDevice = make([]SnapshotOffEntry, 0, min(n, 1024))
@@ -336,16 +355,30 @@ func (ix *Index) LoadSnapshot(s *Snapshot) LoadStats {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	var st LoadStats
+	load := make([]*workerState, len(s.Workers))
+	grow := make([]int, len(ix.words))
 	for i := range s.Workers {
 		sw := &s.Workers[i]
-		w := ix.workers[sw.ID]
-		if w == nil || w.model != sw.Model || w.blockSize != sw.BlockSize {
+		if w := ix.workers[sw.ID]; w != nil && w.model == sw.Model && w.blockSize == sw.BlockSize {
+			load[i] = w
+			grow[w.word] += len(sw.Device)
+		}
+	}
+	// Grow each block table once for everything it may receive.
+	for word, n := range grow {
+		ix.words[word].reserve(n)
+	}
+	for i := range s.Workers {
+		sw := &s.Workers[i]
+		w := load[i]
+		if w == nil {
 			st.Skipped++
 			continue
 		}
 		ix.purge(w)
 		w.stale = sw.Stale
 		t := ix.words[w.word]
+		w.device.reserve(len(sw.Device))
 		for _, e := range sw.Device {
 			if old, had := w.device.put(e[0], e[1]); had {
 				ix.dropDevice(w, t, old) // a repeated key: the last one wins
