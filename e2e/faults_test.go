@@ -1,9 +1,12 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/kvroute/kvroute/internal/bench"
 )
 
 // When a worker dies and its etcd lease lapses, the router forgets it:
@@ -98,17 +101,78 @@ func TestDroppedEventBatchIsDetectedAsGap(t *testing.T) {
 	// drop first so both requests' events cannot share the dropped batch.
 	eventually(t, "the worker to drop a batch", func() bool { return s.Fleet.Worker(victim).Stats().DroppedBatches == 1 })
 	s.direct(t, victim, chat(longText("after", 20), "q"))
-	eventually(t, "the gap to be counted and the worker marked stale", func() bool {
-		_, stale, _ := s.indexed(victim)
-		return gaps() >= 1 && stale
-	})
+	eventually(t, "the gap to be counted", func() bool { return gaps() >= 1 })
 	if st := s.Fleet.Worker(victim).Stats(); st.DroppedBatches != 1 {
 		t.Fatalf("worker dropped %d batches, want 1", st.DroppedBatches)
 	}
-	// A cache reset (AllBlocksCleared) resyncs the worker.
-	s.Fleet.Worker(victim).ResetCache()
-	eventually(t, "the worker to resync after clearing its cache", func() bool {
+	// The router asks the stale worker to resync (NATS request); kvsim
+	// re-announces its cache (AllBlocksCleared, then every block) and the
+	// view is whole again, including the blocks of the lost batch.
+	eventually(t, "the router to request a resync and the worker to be whole again", func() bool {
 		_, stale, _ := s.indexed(victim)
-		return !stale
+		return !stale && s.metric(t, "kvroute_kv_resync_requests_total", `worker="`+victim+`"`, `outcome="ok"`) >= 1
 	})
+	if st := s.Fleet.Worker(victim).Stats(); st.Resyncs < 1 {
+		t.Fatalf("worker resynced %d times, want at least 1", st.Resyncs)
+	}
+	x := s.explain(t, chat(longText("lost", 20), "q", "a", "again"))
+	if x.Chosen != victim || x.CachedTokens == 0 {
+		t.Errorf("the lost batch's prefix: explain picks %s with %d cached tokens, want %s with its prefix", x.Chosen, x.CachedTokens, victim)
+	}
+}
+
+// A worker killed under steady traffic costs at most two client errors:
+// passive health ejects it after two failed requests (Envoy's local 503
+// for the refused connection), long before its etcd lease lapses, and the
+// traffic goes to the survivors.
+func TestKilledWorkerIsEjectedBeforeItsLeaseLapses(t *testing.T) {
+	s := start(t, options{leaseTTL: 30 * time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*waitLong)
+	defer cancel()
+	do := func(i int) bench.Result {
+		return s.client.Do(ctx, &bench.Item{Path: bench.PathChat, Body: chat(longText(fmt.Sprintf("steady %d", i), 6), "q"), OutputLen: 8})
+	}
+	served, victim := map[string]int{}, ""
+	for i := range 20 {
+		r := do(i)
+		if r.Err != nil {
+			t.Fatalf("request %d before the kill: %v", i, r.Err)
+		}
+		served[r.Worker]++
+		victim = r.Worker // the worker the router favours right now
+	}
+	s.Fleet.Worker(victim).Kill()
+	killed := time.Now()
+	errs, after := 0, map[string]int{}
+	for i := 20; i < 80; i++ {
+		r := do(i)
+		if r.Err != nil {
+			errs++
+			continue
+		}
+		after[r.Worker]++
+	}
+	t.Logf("before the kill served %v; after: %d client errors, served %v, in %v", served, errs, after, time.Since(killed).Round(time.Millisecond))
+	if errs > 2 {
+		t.Errorf("%d client errors after the kill, want at most 2", errs)
+	}
+	if after[victim] != 0 {
+		t.Errorf("the dead worker served %d requests", after[victim])
+	}
+	if n := s.metric(t, "kvroute_worker_ejections_total", `worker="`+victim+`"`); n < 1 && errs > 0 {
+		t.Errorf("requests failed on %s but it was never ejected", victim)
+	}
+	// Failover came from passive health, not from discovery: the lease has
+	// not lapsed, the router still lists the worker.
+	dw, err := s.Workers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := false
+	for _, w := range dw.Workers {
+		listed = listed || w.Record.ID == victim
+	}
+	if !listed {
+		t.Errorf("%s already left discovery after %v; the test needs a longer lease", victim, time.Since(killed))
+	}
 }

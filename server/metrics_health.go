@@ -18,7 +18,7 @@ func (h *healthMetrics) register(f func(prometheus.Collector)) {
 	h.peerExpired = prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_sync_peers_expired_total",
 		Help: "Peer replicas whose in-flight load was dropped because their heartbeats stopped."})
 	h.resyncs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_kv_resync_requests_total",
-		Help: "Resync requests sent to stale workers' publishers, by outcome (ok, error)."}, []string{"worker", "outcome"})
+		Help: "Resync requests sent to stale workers' publishers, by outcome (ok, no_responder, error)."}, []string{"worker", "outcome"})
 	h.warmSeconds = prometheus.NewGauge(prometheus.GaugeOpts{Name: "kvroute_index_warm_start_seconds",
 		Help: "How long loading a peer's index snapshot took at start (0: cold start)."})
 	h.warmEntries = prometheus.NewGauge(prometheus.GaugeOpts{Name: "kvroute_index_warm_start_entries",

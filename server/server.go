@@ -165,6 +165,9 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if hold != nil {
 		r.warmStart(hold) // after discovery: the snapshot loads known workers only
 	}
+	if cfg.KVEvents && cfg.Recovery.ResyncInterval > 0 {
+		r.goRun(func() error { r.runResync(); return nil })
+	}
 
 	r.server, err = extproc.NewServer(extproc.ServerConfig{Stream: cfg.Stream, Decider: r.picker, Metrics: r.metrics, TLS: cfg.TLS, Logger: r.log, KeepaliveMinTime: cfg.KeepaliveMinTime})
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kvroute/kvroute/internal/bus"
 	"github.com/kvroute/kvroute/internal/discovery"
 	"github.com/kvroute/kvroute/internal/vllmzmq"
 	"github.com/kvroute/kvroute/scoring"
@@ -255,6 +256,24 @@ func (b *Bridge) Run(ctx context.Context) error {
 	b.mu.Lock()
 	b.streams = streams
 	b.mu.Unlock()
+	// Routers whose view of a rank went stale (a lost batch) ask for a
+	// resync on the NATS request subject; the stream replays from the
+	// engine's replay socket after AllBlocksCleared.
+	for r, s := range streams {
+		id, ok := b.WorkerID(r)
+		if !ok {
+			continue
+		}
+		rs, err := bus.ServeResync(b.cfg.NATS, b.cfg.Namespace, id, func(req bus.ResyncRequest) error {
+			b.log.Info("resync requested", "worker", id, "router", req.Router, "reason", req.Reason)
+			s.requestResync()
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("bridge: %w", err)
+		}
+		defer func() { _ = rs.Unsubscribe() }()
+	}
 	var wg sync.WaitGroup
 	errc := make(chan error, len(streams)+1)
 	for _, s := range streams {

@@ -34,3 +34,11 @@ func WorkersPrefix(namespace string) string {
 func WorkerKey(namespace, id string) string {
 	return WorkersPrefix(namespace) + id
 }
+
+// ResyncSubject is the NATS request subject on which a worker's event
+// publisher (kvsim, kvbridge) takes resync requests: a router whose view of
+// the worker is stale asks it to re-announce its cache (AllBlocksCleared,
+// then what it holds) or to start its stream afresh.
+func ResyncSubject(namespace, workerID string) string {
+	return "kvroute." + namespace + ".resync." + workerID
+}

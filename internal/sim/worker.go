@@ -190,6 +190,21 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 	w.goRun(func() { w.events.run(w.ctx) })
 	if cfg.NATS != nil {
 		w.goRun(w.reportLoad)
+		// A router whose view of this worker went stale asks for a resync:
+		// re-announce the cache on the event stream.
+		sub, err := bus.ServeResync(cfg.NATS, cfg.Namespace, cfg.ID, func(req bus.ResyncRequest) error {
+			log.Info("resync requested", "router", req.Router, "reason", req.Reason)
+			w.Resync()
+			return nil
+		})
+		if err != nil {
+			w.Kill()
+			return nil, fmt.Errorf("start worker %s: %w", cfg.ID, err)
+		}
+		w.goRun(func() {
+			<-w.ctx.Done()
+			_ = sub.Unsubscribe()
+		})
 	}
 	w.goRun(func() {
 		if err := w.srv.Serve(w.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
