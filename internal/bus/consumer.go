@@ -44,11 +44,11 @@ type EventConsumerConfig struct {
 // A stale worker resyncs on AllBlocksCleared or a fresh start. If the
 // buffer overflows, NATS drops messages; the next batch shows a gap.
 type EventConsumer struct {
-	nc      *nats.Conn
-	cfg     EventConsumerConfig
-	prefix  string
-	done    chan struct{}
-	seqs    map[string]uint64 // last sequence per worker; owned by the loop
+	nc     *nats.Conn
+	cfg    EventConsumerConfig
+	prefix string
+	done   chan struct{}
+	seqs   map[string]uint64 // last sequence per worker; owned by the loop
 	// floor holds, per worker, the sequence number a loaded snapshot
 	// already includes: batches up to it are skipped as applied. Owned by
 	// the loop (written by Seed before Hold closes).

@@ -1,0 +1,87 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/kvroute/kvroute/envoy"
+	"github.com/kvroute/kvroute/envoy/envoytest"
+	"github.com/kvroute/kvroute/internal/bench"
+	"github.com/kvroute/kvroute/server"
+	"github.com/kvroute/kvroute/tokenizer"
+)
+
+// A replica that (re)starts with --warm-from a running peer loads the
+// peer's index before it turns ready: its very first routed requests find
+// the prefixes the peer learned, and its predictions of the cached tokens
+// match what the workers report (overlap_exact ≥ 95 %).
+func TestRestartedReplicaRoutesOnItsPeersIndex(t *testing.T) {
+	s := start(t, options{})
+	const convs = 20
+	second := make([][]byte, convs)
+	for i := range convs {
+		system := longText(fmt.Sprintf("warm %d", i), 20)
+		s.send(t, chat(system, "first question"))
+		second[i] = chat(system, "first question", "an answer", "a follow-up")
+	}
+	for i, body := range second {
+		eventually(t, fmt.Sprintf("the peer to index conversation %d", i), func() bool { return s.explain(t, body).CachedTokens > 0 })
+	}
+
+	cfg := server.DefaultConfig()
+	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.NATSURL, cfg.EtcdEndpoints = s.NATSURL, s.EtcdEndpoints
+	cfg.Tokenizers = map[string]tokenizer.ModelSource{model: {Dir: qwenDir}}
+	cfg.Recovery.WarmFrom = s.RouterURL()
+	cfg.ShutdownGrace = 2 * time.Second
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	started := time.Now()
+	b, err := server.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cancel(); _ = b.Wait() }()
+	t.Logf("warm replica started in %v with %d index entries (peer: %d)",
+		time.Since(started).Round(time.Millisecond), b.Index().Stats().Entries, s.Router.Index().Stats().Entries)
+	if b.Index().Stats().Entries == 0 {
+		t.Fatal("the warm replica's index is empty when Start returns")
+	}
+
+	var workers []envoy.Worker
+	for _, w := range s.Fleet.Workers() {
+		workers = append(workers, envoy.Worker{Cluster: w.ID(), Address: w.Addr()})
+	}
+	gw, err := envoytest.StartGateway(ctx, envoy.StyleClusterHeader, workers, b.GRPCAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gw.Close()
+	c := bench.NewClient(gw.URL())
+	defer c.Close()
+	exact, hits := 0, 0
+	for i, body := range second {
+		rctx, rcancel := context.WithTimeout(ctx, waitLong)
+		r := c.Do(rctx, &bench.Item{Path: bench.PathChat, Body: body, OutputLen: 8})
+		rcancel()
+		if r.Err != nil {
+			t.Fatalf("request %d through the warm replica: %v", i, r.Err)
+		}
+		if r.CachedTokens > 0 {
+			hits++
+		}
+		if r.PredictedCached != nil && *r.PredictedCached == r.CachedTokens {
+			exact++
+		}
+	}
+	overlapExact := float64(exact) / convs
+	t.Logf("warm replica's first %d requests: %d found their prefix, overlap_exact %.2f", convs, hits, overlapExact)
+	if hits != convs {
+		t.Errorf("%d of %d follow-ups found their prefix cached, want all", hits, convs)
+	}
+	if overlapExact < 0.95 {
+		t.Errorf("overlap_exact %.2f, want ≥ 0.95", overlapExact)
+	}
+}
