@@ -83,3 +83,30 @@ func TestUpstreamErrorsEjectTheWorker(t *testing.T) {
 		d.Ticket.Free(extproc.OutcomeOK)
 	}
 }
+
+// A data plane that served a request from a fallback endpoint tells the
+// router the primary failed: two such fallbacks eject the primary.
+func TestFallbackServedCountsAgainstThePrimary(t *testing.T) {
+	rg := newRig(t, nil)
+	body := longChat(50)
+	var primary string
+	for i := 0; i < 200; i++ {
+		d, err := rg.picker.Decide(context.Background(), chatReq(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if primary == "" {
+			primary = d.Cluster
+		}
+		if d.Cluster != primary {
+			d.Ticket.Free(extproc.OutcomeOK)
+			continue
+		}
+		d.Ticket.Served(d.Fallbacks[0])
+		d.Ticket.Free(extproc.OutcomeOK)
+		if _, ej := rg.sched.Pool().Ejected(primary); ej {
+			return
+		}
+	}
+	t.Fatalf("%s not ejected after its requests were served by fallbacks", primary)
+}

@@ -50,7 +50,11 @@ func (t *ticket) Served(address string) {
 	if t.freed {
 		return
 	}
-	if id, ok := t.pool.WorkerByAddress(address); ok && t.pool.Move(t.id, id) == nil {
+	if id, ok := t.pool.WorkerByAddress(address); ok && id != t.worker && t.pool.Move(t.id, id) == nil {
+		// A Gateway API data plane uses a fallback endpoint only when the
+		// primary failed (connect failure, reset): passive health counts
+		// that against the primary.
+		t.pool.Observe(t.worker, false)
 		t.worker = id
 	}
 }
