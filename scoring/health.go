@@ -79,6 +79,17 @@ func (p *Pool) Observe(worker string, ok bool) bool {
 	if p.opts.EjectAfter < 0 {
 		return false
 	}
+	if ok {
+		// The common case, a success on a worker with a clean record, needs
+		// no write lock on the request path.
+		p.mu.RLock()
+		w, known := p.workers[worker]
+		clean := !known || (w.health.failures == 0 && w.health.ejections == 0)
+		p.mu.RUnlock()
+		if clean {
+			return false
+		}
+	}
 	now := p.opts.Now()
 	var freed []string
 	p.mu.Lock()
