@@ -35,17 +35,11 @@ const maxResyncBody = 4 << 10
 func ServeResync(nc *nats.Conn, namespace, workerID string, resync func(ResyncRequest) error) (*nats.Subscription, error) {
 	subj := ResyncSubject(namespace, workerID)
 	sub, err := nc.Subscribe(subj, func(m *nats.Msg) {
-		var req ResyncRequest
 		reply := ResyncReply{OK: true}
-		switch {
-		case len(m.Data) > maxResyncBody:
-			reply = ResyncReply{Error: "request too large"}
-		case len(m.Data) > 0 && json.Unmarshal(m.Data, &req) != nil:
-			reply = ResyncReply{Error: "request is not JSON"}
-		default:
-			if err := resync(req); err != nil {
-				reply = ResyncReply{Error: err.Error()}
-			}
+		if req, err := ParseResyncRequest(m.Data); err != nil {
+			reply = ResyncReply{Error: err.Error()}
+		} else if err := resync(req); err != nil {
+			reply = ResyncReply{Error: err.Error()}
 		}
 		if m.Reply != "" {
 			data, _ := json.Marshal(reply)
@@ -56,6 +50,21 @@ func ServeResync(nc *nats.Conn, namespace, workerID string, resync func(ResyncRe
 		return nil, fmt.Errorf("resync: subscribe %s: %w", subj, err)
 	}
 	return sub, nil
+}
+
+// ParseResyncRequest decodes a resync request body: empty (all fields
+// unset) or a JSON object of at most 4 KiB.
+func ParseResyncRequest(data []byte) (ResyncRequest, error) {
+	var req ResyncRequest
+	switch {
+	case len(data) > maxResyncBody:
+		return req, errors.New("request too large")
+	case len(data) == 0:
+		return req, nil
+	case json.Unmarshal(data, &req) != nil:
+		return ResyncRequest{}, errors.New("request is not JSON")
+	}
+	return req, nil
 }
 
 // ErrNoResponder is returned when no publisher answers for the worker

@@ -55,3 +55,15 @@ func TestResyncRequestReachesThePublisher(t *testing.T) {
 		t.Fatalf("reply to bad JSON: %s", msg.Data)
 	}
 }
+
+func FuzzParseResyncRequest(f *testing.F) {
+	for _, seed := range []string{``, `{}`, `{"router":"r1","reason":"stale"}`, `{"router":7}`, `[`, `null`} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		req, err := ParseResyncRequest(data)
+		if err != nil && (req.Router != "" || req.Reason != "") {
+			t.Fatalf("error %v with a non-empty request %+v", err, req)
+		}
+	})
+}

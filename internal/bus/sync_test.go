@@ -167,6 +167,8 @@ func FuzzParseSyncEvent(f *testing.F) {
 		`{"router":"r","op":"add","id":"x","worker":"w0","prompt_tokens":32,"prefill_tokens":16,"hashes":[1,18446744073709551615]}`,
 		`{"router":"r","op":"free","id":"x"}`,
 		`{"router":"r","op":"reset"}`,
+		`{"router":"r","op":"heartbeat","interval_ms":1000,"incarnation":"ab12"}`,
+		`{"router":"r","op":"heartbeat","interval_ms":0}`,
 		`{"router":"r","op":"move","id":"x","worker":"w1"}`,
 		`{"router":"r","op":"progress","id":"x","output_tokens":-3}`,
 		`[]`, `null`, ``,
