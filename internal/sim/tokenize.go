@@ -40,7 +40,8 @@ func (e *ChatEncoder) SetMultimodal(family multimodal.Family) error {
 
 // EncodeChatMM is EncodeChat for a chat that may carry images: with MM set,
 // each image part is expanded and placed, identified by its uuid when the
-// body gives one (as vLLM ≥ 0.10.2 does), else by the router's derivation.
+// body gives one (as vLLM ≥ 0.10.2 does), else by a content hash of its
+// own.
 // A remote image of unknown size is refused: the simulator fetches nothing.
 func (e *ChatEncoder) EncodeChatMM(body []byte) ([]uint32, []kvindex.MMPlacement, error) {
 	req, err := tokenizer.ParseChatRequest(body)
@@ -57,6 +58,15 @@ func (e *ChatEncoder) EncodeChatMM(body []byte) ([]uint32, []kvindex.MMPlacement
 	}
 	if enc.Cut {
 		return nil, nil, fmt.Errorf("%w: the simulator does not fetch remote images", errBadRequest)
+	}
+	// Like vLLM, an image without a client uuid is identified by a hash of
+	// its content that is not the router's derivation (vLLM hashes the
+	// decoded pixels with blake3): only an injected uuid makes the engine's
+	// keys the router's.
+	for i := range enc.Placements {
+		if i < len(enc.Items) && enc.Items[i].Derived {
+			enc.Placements[i].ID = "kvsim-content:" + enc.Placements[i].ID
+		}
 	}
 	return enc.Tokens, enc.Placements, nil
 }
