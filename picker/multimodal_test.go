@@ -168,3 +168,29 @@ func FuzzInjectUUIDs(f *testing.F) {
 		}
 	})
 }
+
+// A remote image is not fetched: its size is unknown, so the prompt is
+// matched up to it, and its uuid is the SHA-256 of its address.
+func TestPickerMatchesUpToARemoteImage(t *testing.T) {
+	rg := vlRig(t, true)
+	url := "https://images.example.com/cat.png"
+	body := imageChat(url, "Describe the picture in detail, please.")
+	d, err := rg.picker.Decide(context.Background(), chatReq(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Ticket.Free("ok")
+	sum := sha256.Sum256([]byte(url))
+	if !strings.Contains(string(d.Body), `"uuid":"`+hex.EncodeToString(sum[:])+`"`) {
+		t.Fatalf("no uuid for the remote image: %.300s", d.Body)
+	}
+	x, err := rg.picker.Explain(chatReq(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// System prompt, the user's text and <|vision_start|>: a few dozen
+	// tokens, never the image's hundreds.
+	if x.PromptTokens == 0 || x.PromptTokens > 64 {
+		t.Fatalf("prompt matched over %d tokens, want only the text before the remote image", x.PromptTokens)
+	}
+}
