@@ -129,7 +129,7 @@ var (
 	chatsErr  error
 )
 
-func loadChats(t *testing.T) map[Family]*tokenizer.Chat {
+func loadChats(t testing.TB) map[Family]*tokenizer.Chat {
 	t.Helper()
 	chatsOnce.Do(func() {
 		chats = map[Family]*tokenizer.Chat{}
