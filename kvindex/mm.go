@@ -49,6 +49,13 @@ type MMKey struct {
 // multimodal keys vLLM attaches to it: every item whose placeholder range
 // overlaps the block, in prompt order. items must be sorted by Offset. It
 // returns nil when no block has a key.
+//
+// This is current vLLM's rule (start >= offset+length: past the item). The
+// same vLLM change that added the offset to the key changed it from ">":
+// engines that publish bare identifiers also key the one block that starts
+// exactly where an item ends. Against those, a prediction stops at that
+// block when an image ends on a block boundary (about one image in
+// block_size); the router does not guess the engine's version per request.
 func MMBlockKeys(items []MMPlacement, nTokens, blockSize int) [][]MMKey {
 	if blockSize < 1 || len(items) == 0 {
 		return nil
