@@ -43,6 +43,9 @@ type options struct {
 	style    string
 	leaseTTL time.Duration
 	mode     string
+	// mmFamily and chatTemplate serve a vision-language model (see
+	// multimodal_test.go).
+	mmFamily, chatTemplate string
 }
 
 // start brings up NATS, etcd, workers, kvroute and the gateway, all torn
@@ -62,6 +65,7 @@ func start(t *testing.T, o options) *system {
 		NATSURL: nats.URL, EtcdEndpoints: etcd.Endpoints, Workers: o.workers, Model: model,
 		Engine:  sim.EngineConfig{NumGPUBlocks: 4096, BlockSize: 16},
 		Speedup: 50, LeaseTTL: o.leaseTTL, TokenizerDir: qwenDir, Mode: o.mode, Style: o.style,
+		MMFamily: o.mmFamily, ChatTemplate: o.chatTemplate,
 		// ORIGINAL_DST parses x-gateway-destination-endpoint as a single
 		// ip:port, so the original-dst bootstrap cannot take kvroute's
 		// default fallback list ("ip:port,ip:port"): see the kvbench report.

@@ -56,6 +56,12 @@ type Decision struct {
 	// Ticket tracks the request's load on the worker until the response
 	// ends. It may be nil when the Decider keeps no load.
 	Ticket Ticket
+	// Body, when not nil, replaces the request body sent upstream (an
+	// ext_proc body mutation; content-length is dropped). It is honoured
+	// only when the router held the whole body: BUFFERED without
+	// truncation, and FULL_DUPLEX_STREAMED. The multimodal router uses it
+	// to add each image's uuid.
+	Body []byte
 }
 
 // Outcome says how a request's life ended, for Ticket.Free.

@@ -211,8 +211,14 @@ func (s *Stream) onRequestBody(ctx context.Context, b *pb.HttpBody) ([]*pb.Proce
 		return s.rejectOrFail(err)
 	}
 	s.phase = phRouted
+	common := s.routeCommon()
+	if s.decision.Body != nil && !s.req.Truncated {
+		common.BodyMutation = &pb.BodyMutation{Mutation: &pb.BodyMutation_Body{Body: s.decision.Body}}
+		common.HeaderMutation.RemoveHeaders = append(common.HeaderMutation.RemoveHeaders, "content-length")
+	}
+	s.decision.Body = nil
 	return []*pb.ProcessingResponse{{
-		Response:        &pb.ProcessingResponse_RequestBody{RequestBody: &pb.BodyResponse{Response: s.routeCommon()}},
+		Response:        &pb.ProcessingResponse_RequestBody{RequestBody: &pb.BodyResponse{Response: common}},
 		DynamicMetadata: s.routeMetadata(),
 	}}, nil
 }
@@ -238,12 +244,18 @@ func (s *Stream) finishDuplex(ctx context.Context, bodyEOS bool) ([]*pb.Processi
 	if err := s.decideWithBody(ctx); err != nil {
 		return s.rejectOrFail(err)
 	}
-	out := make([]*pb.ProcessingResponse, 0, 2+len(s.body)/s.cfg.chunkSize())
+	body, common := s.body, s.routeCommon()
+	if s.decision.Body != nil {
+		body = s.decision.Body
+		common.HeaderMutation.RemoveHeaders = append(common.HeaderMutation.RemoveHeaders, "content-length")
+	}
+	out := make([]*pb.ProcessingResponse, 0, 2+len(body)/s.cfg.chunkSize())
 	out = append(out, &pb.ProcessingResponse{
-		Response:        &pb.ProcessingResponse_RequestHeaders{RequestHeaders: &pb.HeadersResponse{Response: s.routeCommon()}},
+		Response:        &pb.ProcessingResponse_RequestHeaders{RequestHeaders: &pb.HeadersResponse{Response: common}},
 		DynamicMetadata: s.routeMetadata(),
 	})
-	out = appendStreamedBody(out, s.body, bodyEOS, s.cfg.chunkSize(), true)
+	out = appendStreamedBody(out, body, bodyEOS, s.cfg.chunkSize(), true)
+	s.decision.Body = nil
 	if !bodyEOS {
 		out = append(out, &pb.ProcessingResponse{Response: &pb.ProcessingResponse_RequestTrailers{RequestTrailers: &pb.TrailersResponse{}}})
 	}

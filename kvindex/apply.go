@@ -41,7 +41,9 @@ func (s *ApplyStats) Add(o ApplyStats) {
 //   - BlockStored chains its blocks from the router hash of its parent (an
 //     engine hash the worker stored before) or, with no parent, from
 //     Seed(model, lora_name, cache_salt), where cache_salt is read from the
-//     first block's extra_keys. An unknown parent drops the event, counts
+//     first block's extra_keys. Blocks whose extra_keys name multimodal
+//     items fold their identifiers in (HashBlocksMM, BlockMMKeys); extra
+//     keys that are not in a shape vLLM ships count as Malformed. An unknown parent drops the event, counts
 //     it and marks the worker stale. A block size other than the worker's
 //     is rejected and counted. Blocks in a medium other than GPU are
 //     recorded but not matched.
@@ -107,13 +109,24 @@ func (ix *Index) applyStored(w *workerState, e *BlockStored, st *ApplyStats) {
 		st.Malformed++
 		return
 	}
+	lora := ""
+	if e.LoraName != nil {
+		lora = *e.LoraName
+	}
+	var mmKeys [][]MMKey
+	mmSalt := ""
+	if e.ExtraKeys != nil {
+		var err error
+		mmKeys, mmSalt, err = BlockMMKeys(e.ExtraKeys, lora, len(e.BlockHashes), e.ParentBlockHash == nil)
+		if err != nil {
+			st.Malformed++
+			return
+		}
+	}
 	var prev uint64
 	if e.ParentBlockHash == nil {
-		lora, salt := "", ""
-		if e.LoraName != nil {
-			lora = *e.LoraName
-		}
-		if e.ExtraKeys != nil {
+		salt := mmSalt
+		if mmKeys == nil && e.ExtraKeys != nil {
 			salt = cacheSalt(e.ExtraKeys, lora)
 		}
 		prev = w.seed
@@ -128,7 +141,7 @@ func (ix *Index) applyStored(w *workerState, e *BlockStored, st *ApplyStats) {
 			return
 		}
 	}
-	ix.scratch = HashBlocks(prev, e.TokenIDs, e.BlockSize, ix.scratch[:0])
+	ix.scratch = HashBlocksMM(prev, e.TokenIDs, e.BlockSize, mmKeys, ix.scratch[:0])
 	ix.keys = engineKeys(e.BlockHashes, ix.keys[:0])
 	medium := mediaBit(e.Medium)
 	t := ix.words[w.word]

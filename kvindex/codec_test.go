@@ -304,6 +304,7 @@ func FuzzDecodeBatch(f *testing.F) {
 		for _, ev := range b.Events {
 			if st, ok := ev.(BlockStored); ok {
 				_ = cacheSalt(st.ExtraKeys, "x")
+				_, _, _ = BlockMMKeys(st.ExtraKeys, "x", len(st.BlockHashes), st.ParentBlockHash == nil)
 			}
 		}
 		ix := New(Config{})

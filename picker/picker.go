@@ -88,6 +88,11 @@ type Config struct {
 	// ModelHeader names a request header that carries the model when the
 	// body is not available (body mode NONE); empty means none.
 	ModelHeader string
+	// Multimodal declares the vision-language models by served or base
+	// model name: chat requests with image parts for them are placed and
+	// hashed with the images' identities (docs/architecture.md §3.5);
+	// image requests for other models are routed by load.
+	Multimodal map[string]MultimodalModel
 	// Metrics may be nil.
 	Metrics Metrics
 	// Logger may be nil (slog.Default()). The decision line goes out at
@@ -108,6 +113,7 @@ type Picker struct {
 	idBase  string
 
 	completions completionEncoder
+	mmSpecs     mmSpecs
 }
 
 var _ extproc.Decider = (*Picker)(nil)
@@ -173,6 +179,7 @@ func (p *Picker) Decide(ctx context.Context, req *extproc.Request) (extproc.Deci
 		CachedTokens: cached,
 		Predicted:    pl.matched,
 		Ticket:       newTicket(r.Pool(), pl.sreq.ID, d.Worker, p.metrics),
+		Body:         pl.body,
 	}, nil
 }
 

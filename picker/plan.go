@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/kvindex"
+	"github.com/kvroute/kvroute/multimodal"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/tokenizer"
 )
@@ -24,6 +25,10 @@ type plan struct {
 	blockSize []int    // aligned with cands
 	byLoad    string   // why the prompt was not used; "" when it was
 	matched   bool     // the prompt was matched against a KV index
+	// mm places the request's images in the prompt (multimodal models).
+	mm []kvindex.MMPlacement
+	// body, when not nil, replaces the request body upstream (image uuids).
+	body []byte
 }
 
 func (pl *plan) blockSizeOf(i int) int {
@@ -115,7 +120,7 @@ func (p *Picker) plan(r *scoring.Scheduler, req *extproc.Request, metrics Metric
 	start = time.Now()
 	buf := getTokenBuffer()
 	defer putTokenBuffer(buf)
-	tokens := p.tokenize(r, pl, &oa, buf)
+	tokens := p.tokenize(r, pl, &oa, buf, req.Body)
 	metrics.Phase("tokenize", time.Since(start))
 	if pl.byLoad != "" {
 		metrics.ByLoad(pl.sreq.Model, pl.byLoad)
@@ -189,7 +194,7 @@ func (p *Picker) candidates(r *scoring.Scheduler, req *extproc.Request, pl *plan
 // tokenize returns the prompt's token ids as the model server will see
 // them, or nil (routing by load) with pl.byLoad saying why. Encoded ids go
 // into *buf (grown there), so they are only valid until buf is released.
-func (p *Picker) tokenize(r *scoring.Scheduler, pl *plan, oa *openAIRequest, buf *[]uint32) []uint32 {
+func (p *Picker) tokenize(r *scoring.Scheduler, pl *plan, oa *openAIRequest, buf *[]uint32, body []byte) []uint32 {
 	if pl.byLoad != "" {
 		return nil
 	}
@@ -226,6 +231,9 @@ func (p *Picker) tokenize(r *scoring.Scheduler, pl *plan, oa *openAIRequest, buf
 		return *buf
 	}
 	creq, err := chatRequest(oa)
+	if err == nil && multimodal.HasImages(&creq) {
+		return p.tokenizeImages(pl, chat, creq, buf, body, base)
+	}
 	if err == nil {
 		var ids []uint32
 		if ids, err = chat.AppendEncodeChat((*buf)[:0], creq); err == nil {
@@ -276,7 +284,8 @@ func (p *Picker) overlap(r *scoring.Scheduler, pl *plan, salt string, tokens []u
 		if pl.sreq.Model != base {
 			lora = pl.sreq.Model
 		}
-		hashes := kvindex.HashBlocks(kvindex.Seed(base, lora, salt), tokens, bs, nil)
+		hashes := kvindex.HashBlocksMM(kvindex.Seed(base, lora, salt), tokens, bs,
+			kvindex.MMBlockKeys(pl.mm, len(tokens), bs), nil)
 		if pl.sreq.Hashes == nil {
 			pl.sreq.Hashes = hashes
 		}
@@ -301,6 +310,36 @@ func (p *Picker) overlap(r *scoring.Scheduler, pl *plan, salt string, tokens []u
 			pl.cands[j].HostBlocks, pl.cands[j].DiskBlocks = res[k].HostBlocks, res[k].DiskBlocks
 		}
 	}
+}
+
+// tokenizeImages encodes a chat with image parts for a declared
+// vision-language model: each image expanded to its processor's tokens and
+// placed, its identity derived and, with InjectUUID, written into the body
+// upstream. Undeclared models and images the router cannot read are routed
+// by load.
+func (p *Picker) tokenizeImages(pl *plan, chat *tokenizer.Chat, creq tokenizer.ChatRequest, buf *[]uint32, body []byte, base string) []uint32 {
+	mm, ok := p.multimodalModel(pl.sreq.Model, base)
+	if !ok {
+		pl.byLoad = "multimodal_undeclared"
+		return nil
+	}
+	spec, err := p.mmSpecs.get(chat, mm.Processor)
+	if err == nil {
+		var enc multimodal.Encoded
+		if enc, err = multimodal.EncodeChat(chat, spec, creq, (*buf)[:0]); err == nil {
+			if mm.InjectUUID && body != nil {
+				if pl.body, err = injectUUIDs(body, enc.Items); err != nil {
+					pl.body = nil
+					p.log.Debug("image uuids not injected", "model", pl.sreq.Model, "err", err)
+				}
+			}
+			*buf, pl.mm = enc.Tokens, enc.Placements
+			return enc.Tokens
+		}
+	}
+	pl.byLoad = "multimodal_error"
+	p.log.Debug("images not placed; routing by load", "model", pl.sreq.Model, "err", err)
+	return nil
 }
 
 func chatRequest(oa *openAIRequest) (tokenizer.ChatRequest, error) {

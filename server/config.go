@@ -92,6 +92,10 @@ type Config struct {
 	OnBadBody picker.BadBodyPolicy
 	// ModelHeader carries the model in body mode NONE (optional).
 	ModelHeader string
+	// Multimodal declares vision-language models (served or base model
+	// name → processor, uuid injection): their image chats are placed and
+	// hashed with each image's identity (--mm-model, --mm-inject-uuid).
+	Multimodal map[string]picker.MultimodalModel
 	// TLS serves ext_proc over TLS (mTLS when it verifies clients).
 	TLS *tls.Config
 	// KeepaliveMinTime is the shortest client ping interval tolerated on the

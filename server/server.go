@@ -136,6 +136,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		Scheduler: sched, Index: r.index, Approx: r.approx, Tokenizers: r.toks,
 		BlockSize: cfg.BlockSize, Fallbacks: cfg.Fallbacks, OnBadBody: cfg.OnBadBody,
 		ModelHeader: cfg.ModelHeader, Metrics: r.metrics, Logger: r.log,
+		Multimodal: cfg.Multimodal,
 	})
 	if err != nil {
 		return nil, err

@@ -196,6 +196,9 @@ func (c *Chat) apply(req ChatRequest, scratch *bytes.Buffer) (string, error) {
 	parts := c.content == ContentParts || (c.content == ContentAuto && tpl.loopsOverContent)
 	msgs := make([]any, len(req.Messages))
 	for i := range req.Messages {
+		if !parts && len(req.Messages[i].Images) > 0 {
+			return "", errors.New("chat: image parts need a template that loops over message content")
+		}
 		msgs[i] = req.Messages[i].templateMessageAs(parts)
 	}
 	vars["messages"] = msgs

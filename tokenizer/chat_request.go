@@ -49,6 +49,21 @@ type Message struct {
 	ToolCallID string
 	// Name is the optional participant name; empty means absent.
 	Name string
+	// Images are the message's image parts ("image_url" content parts), in
+	// order. A template that loops over content sees each as {"type":
+	// "image"} at its place among the text parts, as vLLM's "openai" content
+	// format hands it over; nil means none.
+	Images []ImagePart
+}
+
+// ImagePart is one image content part of a chat message.
+type ImagePart struct {
+	// At is the number of text parts before the image in the message.
+	At int
+	// URL is image_url.url: a data: URL or a remote address.
+	URL string
+	// UUID is the part's "uuid" (vLLM 0.10.2+), "" when absent.
+	UUID string
 }
 
 // generationPrompt resolves the default of AddGenerationPrompt.
@@ -69,9 +84,16 @@ func (m *Message) templateMessageAs(partsContent bool) Object {
 		if parts == nil && m.Content != "" {
 			parts = []string{m.Content}
 		}
-		list := make([]any, len(parts))
+		list := make([]any, 0, len(parts)+len(m.Images))
+		img := 0
 		for i, p := range parts {
-			list[i] = Object{{"type", "text"}, {"text", p}}
+			for ; img < len(m.Images) && m.Images[img].At <= i; img++ {
+				list = append(list, Object{{"type", "image"}})
+			}
+			list = append(list, Object{{"type", "text"}, {"text", p}})
+		}
+		for ; img < len(m.Images); img++ {
+			list = append(list, Object{{"type", "image"}})
 		}
 		content = list
 	}
@@ -175,11 +197,11 @@ func parseMessage(raw any) (Message, error) {
 		return Message{}, errors.New("message has no string role")
 	}
 	content, _ := obj.Get("content")
-	parts, err := messageParts(content)
+	parts, images, err := messageParts(content)
 	if err != nil {
 		return Message{}, err
 	}
-	m.Parts = parts
+	m.Parts, m.Images = parts, images
 	m.Content = strings.Join(parts, "\n")
 	switch m.Role {
 	case "assistant":
@@ -210,28 +232,71 @@ func parseMessage(raw any) (Message, error) {
 	return m, nil
 }
 
-// messageParts lists the text parts of content; vLLM's "string" content
-// format joins them with "\n".
-func messageParts(content any) ([]string, error) {
+// messageParts lists the text parts of content (vLLM's "string" content
+// format joins them with "\n") and its image parts.
+func messageParts(content any) ([]string, []ImagePart, error) {
 	switch c := content.(type) {
 	case nil:
-		return []string{}, nil
+		return []string{}, nil, nil
 	case string:
-		return []string{c}, nil
+		return []string{c}, nil, nil
 	case []any:
 		texts := make([]string, 0, len(c))
+		var images []ImagePart
 		for i, part := range c {
+			if img, ok, err := partImage(part); ok || err != nil {
+				if err != nil {
+					return nil, nil, fmt.Errorf("content[%d]: %w", i, err)
+				}
+				img.At = len(texts)
+				images = append(images, img)
+				continue
+			}
 			t, ok, err := partText(part)
 			if err != nil {
-				return nil, fmt.Errorf("content[%d]: %w", i, err)
+				return nil, nil, fmt.Errorf("content[%d]: %w", i, err)
 			}
 			if ok {
 				texts = append(texts, t)
 			}
 		}
-		return texts, nil
+		return texts, images, nil
 	}
-	return nil, fmt.Errorf("content is a JSON %s, not a string or an array of parts", jsonKind(content))
+	return nil, nil, fmt.Errorf("content is a JSON %s, not a string or an array of parts", jsonKind(content))
+}
+
+// partImage reads an OpenAI image part: {"type": "image_url", "image_url":
+// {"url": ...} or "...", "uuid": ...}. ok is false for other part types.
+func partImage(part any) (ImagePart, bool, error) {
+	obj, isObj := part.(Object)
+	if !isObj {
+		return ImagePart{}, false, nil
+	}
+	if typ, _ := obj.Get("type"); typ != "image_url" {
+		return ImagePart{}, false, nil
+	}
+	var img ImagePart
+	switch u, _ := obj.Get("image_url"); x := u.(type) {
+	case string:
+		img.URL = x
+	case Object:
+		url, _ := x.Get("url")
+		s, ok := url.(string)
+		if !ok {
+			return ImagePart{}, true, fmt.Errorf("image_url.url is a JSON %s, not a string", jsonKind(url))
+		}
+		img.URL = s
+	default:
+		return ImagePart{}, true, fmt.Errorf("image_url is a JSON %s, not an object", jsonKind(u))
+	}
+	if id, ok := obj.Get("uuid"); ok && id != nil {
+		s, ok := id.(string)
+		if !ok {
+			return ImagePart{}, true, fmt.Errorf("image part uuid is a JSON %s, not a string", jsonKind(id))
+		}
+		img.UUID = s
+	}
+	return img, true, nil
 }
 
 // partText returns a content part's text; ok is false for text parts whose

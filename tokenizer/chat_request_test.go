@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -76,7 +77,9 @@ func TestParseChatRequestRejectsMalformedBodies(t *testing.T) {
 		{"message not an object", `{"messages": ["hi"]}`, "messages[0]"},
 		{"no role", `{"messages": [{"content": "x"}]}`, "role"},
 		{"content a number", `{"messages": [{"role": "user", "content": 3}]}`, "content"},
-		{"image part", `{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}`, "not supported"},
+		{"image part without url", `{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": 5}}]}]}`, "not a string"},
+		{"image part with a numeric uuid", `{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}, "uuid": 1}]}]}`, "uuid"},
+		{"audio part", `{"messages": [{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}]}`, "not supported"},
 		{"tool_calls not a list", `{"messages": [{"role": "assistant", "tool_calls": {}}]}`, "tool_calls"},
 		{"tool call of another type", `{"messages": [{"role": "assistant", "tool_calls": [{"type": "custom", "function": {}}]}]}`, "only function"},
 		{"tool call without function", `{"messages": [{"role": "assistant", "tool_calls": [{"id": "x"}]}]}`, "function"},
@@ -391,5 +394,30 @@ func BenchmarkChatParseBody(b *testing.B) {
 		if _, err := ParseChatRequest([]byte(body)); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+func TestChatImagePartsReachLoopingTemplates(t *testing.T) {
+	req, err := ParseChatRequest([]byte(`{"messages": [{"role": "user", "content": [
+		{"type": "text", "text": "a"},
+		{"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}, "uuid": "u1"},
+		{"type": "text", "text": "b"},
+		{"type": "image_url", "image_url": {"url": "https://x/y.png"}}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := req.Messages[0]
+	if len(m.Images) != 2 || m.Images[0].At != 1 || m.Images[0].UUID != "u1" || m.Images[1].At != 2 || m.Images[1].URL != "https://x/y.png" {
+		t.Fatalf("images: %+v", m.Images)
+	}
+	got := m.templateMessageAs(true)
+	content, _ := got.Get("content")
+	var kinds []any
+	for _, p := range content.([]any) {
+		k, _ := p.(Object).Get("type")
+		kinds = append(kinds, k)
+	}
+	if fmt.Sprint(kinds) != "[text image text image]" {
+		t.Fatalf("content order %v", kinds)
 	}
 }

@@ -174,6 +174,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	env, err := bench.StartEnv(ctx, bench.EnvConfig{
 		Workers: d.workers, Model: d.wl.model, Engine: engine, Speedup: d.wl.speedup,
 		TokenizerDir: d.wl.tokenizer, Mode: modes[0], Logger: log,
+		ChatTemplate: d.wl.chatTemplate, MMFamily: d.wl.mmFamily,
 	})
 	if err != nil {
 		return err

@@ -39,6 +39,10 @@ type workloadFlags struct {
 	replyWords     int
 	think          time.Duration
 	tokenizer      string
+	chatTemplate   string
+	mmFamily       string
+	images         int
+	imagePool      int
 	seed           uint64
 
 	// bundledMax is how many requests of the bundled trace are replayed
@@ -85,6 +89,10 @@ func (w *workloadFlags) register(fs *flag.FlagSet, bundledMax int, defSpeedup fl
 	fs.IntVar(&w.replyWords, "reply-words", 120, "chat: words per assistant message in the history")
 	fs.DurationVar(&w.think, "think", 200*time.Millisecond, "chat: pause between an answer and the next turn")
 	fs.StringVar(&w.tokenizer, "tokenizer", "", "folder with tokenizer.json and tokenizer_config.json: needed for chat (router, workers and reference hit rates)")
+	fs.StringVar(&w.chatTemplate, "chat-template", "", "chat template `FILE` replacing the tokenizer's, for workers and router (e.g. multimodal/testdata/qwen2.5-vl.jinja for images)")
+	fs.StringVar(&w.mmFamily, "mm-family", "", "serve the model as a vision-language model of this family (qwen2.5-vl, qwen2-vl, qwen3-vl, gemma3): kvsim --mm-family and kvroute --mm-model; needed by chat --images")
+	fs.IntVar(&w.images, "images", 0, "chat: images in each conversation's first user message, re-sent every turn (a multimodal chat; needs --mm-family and a template that loops over content)")
+	fs.IntVar(&w.imagePool, "image-pool", 16, "chat --images: distinct images the conversations draw from (shared between users)")
 	fs.Uint64Var(&w.seed, "seed", 1, "seed of synthetic text, tokens and Poisson gaps")
 }
 
@@ -190,7 +198,10 @@ func (w *workloadFlags) build() (*bench.Workload, bench.Arrival, error) {
 		if w.tokenizer == "" {
 			return nil, arr, fmt.Errorf("the chat workload needs --tokenizer (router and workers must tokenize the same way)")
 		}
-		enc, lerr := sim.LoadChatEncoder(w.tokenizer, "")
+		if w.images > 0 && w.mmFamily == "" {
+			return nil, arr, fmt.Errorf("chat --images needs --mm-family (and a chat template that loops over content)")
+		}
+		enc, lerr := sim.LoadChatEncoder(w.tokenizer, w.chatTemplate)
 		if lerr != nil {
 			return nil, arr, lerr
 		}
@@ -198,6 +209,7 @@ func (w *workloadFlags) build() (*bench.Workload, bench.Arrival, error) {
 			Model: w.model, Sessions: w.sessions, Turns: w.turns, SystemPrompts: w.systemPrompts,
 			SystemWords: w.systemWords, UserWords: w.userWords, ReplyWords: w.replyWords,
 			OutputTokens: w.outputTokens, Think: w.think, Seed: w.seed, Encode: enc.EncodeChat,
+			Images: w.images, ImagePool: w.imagePool,
 		})
 	default:
 		return nil, arr, fmt.Errorf("workload %q: want trace, agent, shared-prefix or chat", w.kind)

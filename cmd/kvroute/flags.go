@@ -6,7 +6,10 @@ import (
 	"io"
 	"strings"
 
+	"github.com/kvroute/kvroute/internal/cli"
 	"github.com/kvroute/kvroute/internal/envflag"
+	"github.com/kvroute/kvroute/multimodal"
+	"github.com/kvroute/kvroute/picker"
 )
 
 // envName is the environment variable that sets a flag: KVROUTE_<FLAG>,
@@ -102,3 +105,23 @@ KVROUTE_CHAT_TEMPLATES=MODEL=FILE,...): KVROUTE_TOKENIZER and
 KVROUTE_CHAT_TEMPLATE are single paths for ` + "`kvroute tokenize`" + `; serve
 ignores them (and says so), except an old MODEL=DIR value, still read.
 Secrets can come from files: --etcd-password-file, --nats-creds.`
+
+// parseMMModels reads --mm-model MODEL=FAMILY values.
+func parseMMModels(specs []string, inject bool) (map[string]picker.MultimodalModel, error) {
+	if len(specs) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]picker.MultimodalModel, len(specs))
+	for _, spec := range specs {
+		model, fam, ok := strings.Cut(spec, "=")
+		if !ok || model == "" {
+			return nil, cli.Usagef("--mm-model %q: want MODEL=FAMILY", spec)
+		}
+		f, err := multimodal.ParseFamily(fam)
+		if err != nil {
+			return nil, cli.Usagef("--mm-model %q: %v", spec, err)
+		}
+		out[model] = picker.MultimodalModel{Processor: multimodal.DefaultProcessor(f), InjectUUID: inject}
+	}
+	return out, nil
+}

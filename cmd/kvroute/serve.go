@@ -24,6 +24,8 @@ type serveFlags struct {
 	cfg                       server.Config
 	tokenizers                stringList
 	chatTemplates             stringList
+	mmModels                  stringList
+	mmInjectUUID              bool
 	etcdEndpoints             string
 	etcdCert, etcdKey, etcdCA string
 	noKVEvents                bool
@@ -59,6 +61,8 @@ func newServeFlags() (*cli.Command, *serveFlags) {
 	fs.StringVar(&c.WorkersFile, "workers-file", "", "static YAML or JSON `file` of worker records, reloaded on change (instead of etcd)")
 	fs.DurationVar(&c.WorkersFileInterval, "workers-file-interval", 2*time.Second, "how often --workers-file is checked for changes")
 	fs.Var(&s.tokenizers, "tokenizer", "`MODEL=DIR`: tokenizer.json and tokenizer_config.json for MODEL (repeatable; LoRA adapters use their base model's); models without one are routed by load")
+	fs.Var(&s.mmModels, "mm-model", "`MODEL=FAMILY`: MODEL is a vision-language model of FAMILY (qwen2.5-vl, qwen2-vl, qwen3-vl, gemma3): its image chats are expanded to the processor's tokens and hashed with each image's identity (repeatable; MODEL needs a --tokenizer and a chat template that loops over content)")
+	fs.BoolVar(&s.mmInjectUUID, "mm-inject-uuid", true, "for --mm-model models, write each image's derived identity (SHA-256 of a data: URL's bytes, or of a remote URL) into the request body as the image part's \"uuid\" (vLLM ≥ 0.10.2), so that the engine keys its KV blocks as the router hashes them; needs body mode BUFFERED or FULL_DUPLEX_STREAMED")
 	fs.Var(&s.chatTemplates, "chat-template", "`MODEL=FILE`: chat template that replaces MODEL's own, as the model server's --chat-template (repeatable; MODEL needs a --tokenizer)")
 
 	fs.StringVar(&o.Mode, "router-mode", o.Mode, "router mode: "+strings.Join(scoring.ModeNames(), ", "))
@@ -100,6 +104,9 @@ func (s *serveFlags) config(stderr io.Writer) (server.Config, error) {
 	c := s.cfg
 	var err error
 	if c.Tokenizers, err = parseTokenizers(s.tokenizers, s.chatTemplates); err != nil {
+		return c, err
+	}
+	if c.Multimodal, err = parseMMModels(s.mmModels, s.mmInjectUUID); err != nil {
 		return c, err
 	}
 	if s.etcdEndpoints != "" {

@@ -60,6 +60,10 @@ func TestParseServeFlagsAndEnvironment(t *testing.T) {
 		{name: "no discovery", args: nil, wantErr: "discovery"},
 		{name: "client CA without a certificate", args: []string{"--workers-file", "w.yaml", "--tls-client-ca", "ca.pem"}, wantErr: "tls-cert"},
 		{name: "unknown mode", args: []string{"--workers-file", "w.yaml", "--router-mode", "magic"}, wantErr: "magic"},
+		{name: "multimodal models", args: []string{"--workers-file", "w.yaml", "--mm-model", "Qwen/Qwen2.5-VL-7B-Instruct=qwen2.5-vl", "--mm-inject-uuid=false"},
+			env: map[string]string{"KVROUTE_MM_MODEL": "google/gemma-3-4b-it=gemma3"}},
+		{name: "unknown multimodal family", args: []string{"--workers-file", "w.yaml", "--mm-model", "m=llava"}, wantErr: "llava"},
+		{name: "multimodal model without family", args: []string{"--workers-file", "w.yaml", "--mm-model", "m"}, wantErr: "MODEL=FAMILY"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -99,6 +103,11 @@ func TestParseServeFlagsAndEnvironment(t *testing.T) {
 			case "xds address from the environment":
 				if cfg.XDSAddr != "127.0.0.1:18000" || cfg.XDSNodeID != "edge-1" {
 					t.Errorf("xds %q node %q", cfg.XDSAddr, cfg.XDSNodeID)
+				}
+			case "multimodal models":
+				mm, ok := cfg.Multimodal["Qwen/Qwen2.5-VL-7B-Instruct"]
+				if len(cfg.Multimodal) != 1 || !ok || mm.Processor.PatchSize != 14 || mm.InjectUUID {
+					t.Errorf("multimodal %+v", cfg.Multimodal)
 				}
 			case "command line beats environment":
 				if cfg.Scoring.Mode != "random" {

@@ -20,6 +20,7 @@ type options struct {
 	model          string
 	tokenizerDir   string
 	chatTemplate   string
+	mmFamily       string
 	namespace      string
 	natsURL        string
 	etcdEndpoints  string
@@ -85,6 +86,7 @@ func newCommand(o *options) *cli.Command {
 	fs.StringVar(&o.model, "model", sim.DefaultModel, "served model name (kvbench sends the same name by default)")
 	fs.StringVar(&o.tokenizerDir, "tokenizer", "", "folder with tokenizer.json and tokenizer_config.json; without it text is encoded one token per byte")
 	fs.StringVar(&o.chatTemplate, "chat-template", "", "chat template file overriding the tokenizer's (vLLM's --chat-template)")
+	fs.StringVar(&o.mmFamily, "mm-family", "", "serve a vision-language model of this family (qwen2.5-vl, qwen2-vl, qwen3-vl, gemma3): chat images (data: URLs) are expanded to the processor's tokens and their blocks keyed by the image part's uuid or its SHA-256, in the KV events' extra_keys too; needs --tokenizer")
 	fs.StringVar(&o.namespace, "namespace", "default", "fleet namespace in NATS subjects and etcd keys")
 	fs.StringVar(&o.natsURL, "nats-url", "", "NATS server for KV events and load reports (empty: none)")
 	fs.StringVar(&o.etcdEndpoints, "etcd-endpoints", "", "comma-separated etcd endpoints for leased registration (empty: none)")

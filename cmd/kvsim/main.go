@@ -18,6 +18,7 @@ import (
 
 	"github.com/kvroute/kvroute/internal/cli"
 	"github.com/kvroute/kvroute/internal/sim"
+	"github.com/kvroute/kvroute/multimodal"
 )
 
 func main() {
@@ -113,9 +114,20 @@ func fleetConfig(o *options, log *slog.Logger) (sim.FleetConfig, error) {
 		if err != nil {
 			return sim.FleetConfig{}, err
 		}
+		if o.mmFamily != "" {
+			fam, err := multimodal.ParseFamily(o.mmFamily)
+			if err != nil {
+				return sim.FleetConfig{}, err
+			}
+			if err := enc.SetMultimodal(fam); err != nil {
+				return sim.FleetConfig{}, err
+			}
+		}
 		wc.Encoder = enc
 		wc.Engine.VocabSize = enc.Chat.Tokenizer().VocabSize()
 		log.Info("tokenizer loaded", "dir", o.tokenizerDir, "vocab", wc.Engine.VocabSize, "took", cli.Since(start))
+	} else if o.mmFamily != "" {
+		return sim.FleetConfig{}, fmt.Errorf("--mm-family needs --tokenizer")
 	} else {
 		log.Warn("no --tokenizer: text prompts are encoded one token per byte, which a router with a real tokenizer will not match")
 	}

@@ -1,7 +1,11 @@
 package bench
 
 import (
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
 	"fmt"
+	"hash/crc32"
 	"math/rand/v2"
 	"strings"
 	"time"
@@ -29,6 +33,44 @@ type ChatOptions struct {
 	// sim.ChatEncoder.EncodeChat) so the reference hit rates can be
 	// computed; without it they are not reported for this workload.
 	Encode func(body []byte) ([]uint32, error)
+	// Images, when positive, makes it a multimodal chat: each session's
+	// first user message carries this many images drawn from a pool of
+	// ImagePool images shared by all sessions (data: URLs of PNG headers of
+	// the sizes in ImageSizes), and every later turn re-sends them in the
+	// history, so users re-send the same images across turns and sessions
+	// share some. The model must be served as a vision-language model
+	// (kvroute --mm-model, kvsim --mm-family). Reference hit rates are not
+	// computed for it (Encode is ignored): token ids alone cannot tell
+	// images of one size apart.
+	Images, ImagePool int
+	// ImageSizes are the pool's image sizes, cycled; empty means a mix of
+	// photo sizes from 336×336 to 1920×1080.
+	ImageSizes [][2]int
+}
+
+// defaultImageSizes are photo and screenshot sizes.
+var defaultImageSizes = [][2]int{{640, 480}, {1024, 768}, {480, 640}, {1280, 720}, {336, 336}, {1920, 1080}, {800, 600}}
+
+// pngImageURL is a data: URL holding a PNG signature and header of w×h
+// (all that routers and simulated workers read) and tag, which makes
+// images of one size distinct.
+func pngImageURL(w, h int, tag string) string {
+	var ihdr [13]byte
+	binary.BigEndian.PutUint32(ihdr[0:], uint32(w))
+	binary.BigEndian.PutUint32(ihdr[4:], uint32(h))
+	ihdr[8], ihdr[9] = 8, 2 // 8-bit RGB
+	b := []byte("\x89PNG\r\n\x1a\n")
+	b = binary.BigEndian.AppendUint32(b, 13)
+	chunk := append([]byte("IHDR"), ihdr[:]...)
+	b = append(b, chunk...)
+	b = binary.BigEndian.AppendUint32(b, crc32.ChecksumIEEE(chunk))
+	return "data:image/png;base64," + base64.StdEncoding.EncodeToString(append(b, tag...))
+}
+
+// imageChatMessage is a chat message whose content is a list of parts.
+type imageChatMessage struct {
+	Role    string `json:"role"`
+	Content any    `json:"content"`
 }
 
 // words is the vocabulary of the synthetic conversations.
@@ -85,6 +127,14 @@ func ChatWorkload(opt ChatOptions) (*Workload, error) {
 		"system_words": opt.SystemWords, "user_words": opt.UserWords, "reply_words": opt.ReplyWords,
 		"output_tokens": opt.OutputTokens, "think_ms": opt.Think.Milliseconds(), "model": opt.Model,
 	}}
+	sizes := opt.ImageSizes
+	if len(sizes) == 0 {
+		sizes = defaultImageSizes
+	}
+	if opt.Images > 0 {
+		w.Name = "image-chat"
+		w.Params["images"], w.Params["image_pool"] = opt.Images, opt.ImagePool
+	}
 	systems := make([]string, opt.SystemPrompts)
 	for i := range systems {
 		r := rand.New(rand.NewPCG(opt.Seed, uint64(i)))
@@ -92,22 +142,36 @@ func ChatWorkload(opt ChatOptions) (*Workload, error) {
 	}
 	for s := 0; s < opt.Sessions; s++ {
 		r := rand.New(rand.NewPCG(opt.Seed, 1<<32+uint64(s)))
-		msgs := []chatMessage{{Role: "system", Content: systems[s%len(systems)]}}
+		msgs := []imageChatMessage{{Role: "system", Content: systems[s%len(systems)]}}
 		fl := Flow{Think: opt.Think}
 		for t := 0; t < opt.Turns; t++ {
 			if t > 0 {
-				msgs = append(msgs, chatMessage{Role: "assistant", Content: sentence(r, opt.ReplyWords)})
+				msgs = append(msgs, imageChatMessage{Role: "assistant", Content: sentence(r, opt.ReplyWords)})
 			}
-			msgs = append(msgs, chatMessage{Role: "user", Content: sentence(r, opt.UserWords)})
-			body, err := chatBody(opt.Model, msgs, opt.OutputTokens)
+			var content any = sentence(r, opt.UserWords)
+			if t == 0 && opt.Images > 0 {
+				parts := make([]any, 0, opt.Images+1)
+				for k := 0; k < opt.Images; k++ {
+					img := r.IntN(max(opt.ImagePool, 1))
+					sz := sizes[img%len(sizes)]
+					parts = append(parts, map[string]any{"type": "image_url", "image_url": map[string]any{
+						"url": pngImageURL(sz[0], sz[1], fmt.Sprintf("kvbench image %d", img))}})
+				}
+				content = append(parts, map[string]any{"type": "text", "text": content})
+			}
+			msgs = append(msgs, imageChatMessage{Role: "user", Content: content})
+			body, err := json.Marshal(map[string]any{
+				"model": opt.Model, "messages": msgs, "max_tokens": opt.OutputTokens, "ignore_eos": true,
+				"stream": true, "stream_options": map[string]any{"include_usage": true},
+			})
 			if err != nil {
-				return nil, err
+				return nil, fmt.Errorf("chat body: %w", err)
 			}
 			it := Item{Path: PathChat, Body: body, OutputLen: opt.OutputTokens}
 			if t > 0 {
 				it.Follows = &ItemRef{Flow: s, Item: t - 1}
 			}
-			if opt.Encode != nil {
+			if opt.Encode != nil && opt.Images == 0 {
 				ids, err := opt.Encode(body)
 				if err != nil {
 					return nil, fmt.Errorf("chat workload: tokenize session %d turn %d: %w", s, t, err)

@@ -13,6 +13,8 @@ import (
 	"github.com/kvroute/kvroute/envoy"
 	"github.com/kvroute/kvroute/envoy/envoytest"
 	"github.com/kvroute/kvroute/internal/sim"
+	"github.com/kvroute/kvroute/multimodal"
+	"github.com/kvroute/kvroute/picker"
 	"github.com/kvroute/kvroute/server"
 	"github.com/kvroute/kvroute/tokenizer"
 )
@@ -36,6 +38,13 @@ type EnvConfig struct {
 	// TokenizerDir, when set, is loaded by the workers (chat template and
 	// text prompts as vLLM tokenizes them) and by the router for Model.
 	TokenizerDir string
+	// ChatTemplate, when set, overrides the tokenizer's chat template for
+	// workers and router alike (vLLM's --chat-template).
+	ChatTemplate string
+	// MMFamily, when set, makes Model a vision-language model of that
+	// family for the workers (kvsim expands and keys images) and the router
+	// (--mm-model, with uuid injection).
+	MMFamily string
 	// Mode is the router's first mode (default "kv").
 	Mode string
 	// NoEvents starts the router without a KV event consumer.
@@ -125,9 +134,18 @@ func StartEnv(ctx context.Context, cfg EnvConfig) (_ *Env, err error) {
 		Logger: cfg.Logger.With("component", "kvsim"),
 	}
 	if cfg.TokenizerDir != "" {
-		enc, err := sim.LoadChatEncoder(cfg.TokenizerDir, "")
+		enc, err := sim.LoadChatEncoder(cfg.TokenizerDir, cfg.ChatTemplate)
 		if err != nil {
 			return nil, fmt.Errorf("worker tokenizer: %w", err)
+		}
+		if cfg.MMFamily != "" {
+			fam, err := multimodal.ParseFamily(cfg.MMFamily)
+			if err != nil {
+				return nil, err
+			}
+			if err := enc.SetMultimodal(fam); err != nil {
+				return nil, err
+			}
 		}
 		wcfg.Encoder = enc
 	}
@@ -147,7 +165,14 @@ func StartEnv(ctx context.Context, cfg EnvConfig) (_ *Env, err error) {
 	rcfg.ShutdownGrace = 2 * time.Second
 	rcfg.Logger = cfg.Logger.With("component", "kvroute")
 	if cfg.TokenizerDir != "" {
-		rcfg.Tokenizers = map[string]tokenizer.ModelSource{cfg.Model: {Dir: cfg.TokenizerDir}}
+		rcfg.Tokenizers = map[string]tokenizer.ModelSource{cfg.Model: {Dir: cfg.TokenizerDir, ChatTemplate: cfg.ChatTemplate}}
+	}
+	if cfg.MMFamily != "" {
+		fam, err := multimodal.ParseFamily(cfg.MMFamily)
+		if err != nil {
+			return nil, err
+		}
+		rcfg.Multimodal = map[string]picker.MultimodalModel{cfg.Model: {Processor: multimodal.DefaultProcessor(fam), InjectUUID: true}}
 	}
 	if e.Router, err = server.Start(ctx, rcfg); err != nil {
 		return nil, fmt.Errorf("start kvroute: %w", err)

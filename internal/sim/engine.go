@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+
+	"github.com/kvroute/kvroute/kvindex"
 )
 
 // Engine is a vLLM-v1-like scheduler over a paged KV cache with prefix
@@ -108,6 +110,15 @@ func (e *Engine) Config() EngineConfig { return e.cfg }
 // it: give it spare capacity (len+maxTokens) to avoid a copy, and pass
 // slices.Clip(prompt) if its backing array must stay untouched.
 func (e *Engine) Add(id uint64, prompt []int32, maxTokens int) error {
+	return e.AddMM(id, prompt, maxTokens, nil)
+}
+
+// AddMM is Add for a prompt with multimodal items placed in it: the
+// identifiers of the items a block overlaps go into that block's hash (and
+// its BlockStored extra_keys), as vLLM's generate_block_hash_extra_keys
+// does, so that two images with the same placeholder tokens never share
+// cached blocks.
+func (e *Engine) AddMM(id uint64, prompt []int32, maxTokens int, mm []kvindex.MMPlacement) error {
 	switch {
 	case len(prompt) == 0:
 		return fmt.Errorf("%w: empty prompt", ErrRequest)
@@ -128,6 +139,7 @@ func (e *Engine) Add(id uint64, prompt []int32, maxTokens int) error {
 		maxTokens: maxTokens,
 	}
 	bs := e.cfg.BlockSize
+	r.mmKeys = kvindex.MMBlockKeys(mm, len(prompt), bs)
 	full := len(prompt) / bs
 	r.ensureHashes(full, bs, e.seed)
 	last := e.seed
@@ -337,6 +349,9 @@ func (e *Engine) emitStored(r *request, from, to int) {
 		Hashes:    r.hashes[from:to],
 		Tokens:    r.tokens[from*bs : to*bs],
 		BlockSize: bs,
+	}
+	if from < len(r.mmKeys) {
+		ev.MMKeys = r.mmKeys[from:min(to, len(r.mmKeys))]
 	}
 	if from > 0 {
 		ev.Parent, ev.HasParent = r.hashes[from-1], true

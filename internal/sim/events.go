@@ -1,5 +1,7 @@
 package sim
 
+import "github.com/kvroute/kvroute/kvindex"
+
 // EventKind tells which KV cache event an Event is.
 type EventKind uint8
 
@@ -40,6 +42,9 @@ type Event struct {
 	Tokens []int32
 	// BlockSize is the engine's block size (BlockStored only).
 	BlockSize int
+	// MMKeys are the multimodal keys of the stored blocks (BlockStored
+	// only; nil or shorter than Hashes where blocks have none).
+	MMKeys [][]kvindex.MMKey
 }
 
 // EventSink receives the engine's events in the order they happen. The

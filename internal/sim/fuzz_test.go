@@ -37,7 +37,7 @@ func FuzzParseRequest(f *testing.F) {
 			t.Fatalf("max_tokens %d accepted", n)
 		}
 		for _, chat := range []bool{false, true} {
-			ids, err := w.prompt(body, req, chat, 16)
+			ids, _, err := w.prompt(body, req, chat, 16)
 			if err != nil {
 				if !errors.Is(err, errBadRequest) {
 					t.Fatalf("unclassified error %v", err)

@@ -1,6 +1,10 @@
 package sim
 
-import "math/bits"
+import (
+	"math/bits"
+
+	"github.com/kvroute/kvroute/kvindex"
+)
 
 // The engine hashes blocks with its own chain: a multiply-xor hash over the
 // parent hash and the block's token ids (two tokens per 64-bit word), with a
@@ -53,4 +57,19 @@ func OutputToken(seed uint64, i int, vocab int) int32 {
 	r := avalanche(seed + uint64(i)*seedMix)
 	hi, _ := bits.Mul64(r, uint64(vocab-256))
 	return int32(256 + hi)
+}
+
+// mixMMKeys folds a block's multimodal identifiers into its engine hash
+// (FNV-1a over each id, then the splitmix finalizer), standing in for
+// vLLM's hash of (parent, tokens, extra_keys).
+func mixMMKeys(h int64, keys []kvindex.MMKey) int64 {
+	x := uint64(h)
+	for _, k := range keys {
+		f := uint64(14695981039346656037)
+		for i := 0; i < len(k.ID); i++ {
+			f = (f ^ uint64(k.ID[i])) * 1099511628211
+		}
+		x = avalanche(x ^ f ^ uint64(int64(k.Offset))*mixPrime)
+	}
+	return int64(x)
 }

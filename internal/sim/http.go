@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/kvroute/kvroute/kvindex"
 )
 
 // maxBodyBytes bounds request bodies.
@@ -69,35 +71,40 @@ func writeError(rw http.ResponseWriter, code int, typ, msg string) {
 
 // prompt tokenizes the request as vLLM would.
 // The result has room for extra generated tokens, which the engine appends.
-func (w *Worker) prompt(body []byte, req apiRequest, chat bool, extra int) ([]int32, error) {
+func (w *Worker) prompt(body []byte, req apiRequest, chat bool, extra int) ([]int32, []kvindex.MMPlacement, error) {
 	var ids []uint32
+	var mm []kvindex.MMPlacement
 	var err error
 	if chat {
 		if len(req.Messages) == 0 {
-			return nil, fmt.Errorf("%w: messages is required", errBadRequest)
+			return nil, nil, fmt.Errorf("%w: messages is required", errBadRequest)
 		}
-		ids, err = w.encoder.EncodeChat(body)
+		if me, ok := w.encoder.(MMEncoder); ok {
+			ids, mm, err = me.EncodeChatMM(body)
+		} else {
+			ids, err = w.encoder.EncodeChat(body)
+		}
 	} else {
 		p, perr := parsePrompt(req.Prompt)
 		if perr != nil {
-			return nil, perr
+			return nil, nil, perr
 		}
 		if p.isIDs {
-			return p.tokens, nil
+			return p.tokens, nil, nil
 		}
 		ids, err = w.encoder.EncodeCompletion(p.text)
 	}
 	if err != nil {
 		if errors.Is(err, errBadRequest) {
-			return nil, err
+			return nil, nil, err
 		}
-		return nil, fmt.Errorf("%w: %v", errBadRequest, err)
+		return nil, nil, fmt.Errorf("%w: %v", errBadRequest, err)
 	}
 	out := make([]int32, len(ids), len(ids)+extra)
 	for i, id := range ids {
 		out[i] = int32(id)
 	}
-	return out, nil
+	return out, mm, nil
 }
 
 func (w *Worker) serveGenerate(rw http.ResponseWriter, r *http.Request, chat bool) {
@@ -125,7 +132,7 @@ func (w *Worker) serveGenerate(rw http.ResponseWriter, r *http.Request, chat boo
 		writeError(rw, http.StatusBadRequest, "BadRequestError", err.Error())
 		return
 	}
-	prompt, err := w.prompt(body, req, chat, maxTokens)
+	prompt, mm, err := w.prompt(body, req, chat, maxTokens)
 	if err != nil {
 		writeError(rw, http.StatusBadRequest, "BadRequestError", err.Error())
 		return
@@ -148,7 +155,7 @@ func (w *Worker) serveGenerate(rw http.ResponseWriter, r *http.Request, chat boo
 	}
 	id := w.nextID.Add(1)
 	st := newStream(maxTokens)
-	w.run.submit(command{kind: cmdAdd, id: id, prompt: prompt, max: maxTokens, st: st})
+	w.run.submit(command{kind: cmdAdd, id: id, prompt: prompt, max: maxTokens, st: st, mm: mm})
 	g := &generation{w: w, rw: rw, chat: chat, stream: req.Stream, arrived: arrived, max: maxTokens, eos: eos,
 		predicted: predictedCachedTokens(r.Header)}
 	if g.predicted != nil {

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/kvroute/kvroute/kvindex"
 )
 
 // errWorkerStopped ends streams of requests still in flight when a worker
@@ -26,6 +28,7 @@ type command struct {
 	prompt []int32
 	max    int
 	st     *stream
+	mm     []kvindex.MMPlacement // the prompt's images (vision-language models)
 }
 
 type commandKind uint8
@@ -98,7 +101,7 @@ func (r *runner) drain() {
 		c := &cmds[i]
 		switch c.kind {
 		case cmdAdd:
-			if err := r.eng.Add(c.id, c.prompt, c.max); err != nil {
+			if err := r.eng.AddMM(c.id, c.prompt, c.max, c.mm); err != nil {
 				c.st.fail(err)
 				break
 			}

@@ -44,6 +44,7 @@ func toKVIndex(e Event) kvindex.Event {
 			p := kvindex.HashInt(e.Parent)
 			ev.ParentBlockHash = &p
 		}
+		ev.ExtraKeys = kvindex.EncodeMMExtraKeys(e.MMKeys, len(e.Hashes))
 		return ev
 	case BlockRemoved:
 		ev := kvindex.BlockRemoved{BlockHashes: make([]kvindex.EngineHash, len(e.Hashes)), Medium: &mediumGPU}

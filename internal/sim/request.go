@@ -1,5 +1,7 @@
 package sim
 
+import "github.com/kvroute/kvroute/kvindex"
+
 // request is one generation request inside the engine. Only the engine
 // touches its fields.
 type request struct {
@@ -22,6 +24,8 @@ type request struct {
 	scheduled    bool
 	finished     bool
 	outputSeed   uint64
+	// mmKeys are the multimodal keys of the prompt's full blocks (nil: none).
+	mmKeys [][]kvindex.MMKey
 }
 
 // ensureHashes computes the hashes of the first n full blocks.
@@ -31,7 +35,11 @@ func (r *request) ensureHashes(n, bs int, seed int64) {
 		if i > 0 {
 			parent = r.hashes[i-1]
 		}
-		r.hashes = append(r.hashes, blockHash(parent, r.tokens[i*bs:(i+1)*bs]))
+		h := blockHash(parent, r.tokens[i*bs:(i+1)*bs])
+		if i < len(r.mmKeys) && len(r.mmKeys[i]) > 0 {
+			h = mixMMKeys(h, r.mmKeys[i])
+		}
+		r.hashes = append(r.hashes, h)
 	}
 }
 

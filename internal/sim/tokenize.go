@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/kvroute/kvroute/kvindex"
+	"github.com/kvroute/kvroute/multimodal"
 	"github.com/kvroute/kvroute/tokenizer"
 )
 
@@ -12,6 +14,61 @@ import (
 // encoded without special tokens; completions text is encoded with them.
 type ChatEncoder struct {
 	Chat *tokenizer.Chat
+	// MM, when set, makes the model a vision-language model: chat image
+	// parts are expanded to the processor's tokens and placed
+	// (EncodeChatMM), as vLLM's multimodal processor does.
+	MM *multimodal.Spec
+}
+
+// MMEncoder is a PromptEncoder that also places a chat's images.
+type MMEncoder interface {
+	EncodeChatMM(body []byte) ([]uint32, []kvindex.MMPlacement, error)
+}
+
+var _ MMEncoder = (*ChatEncoder)(nil)
+
+// SetMultimodal declares the encoder's model a vision-language model of
+// family's default processor.
+func (e *ChatEncoder) SetMultimodal(family multimodal.Family) error {
+	spec, err := multimodal.NewSpec(multimodal.DefaultProcessor(family), e.Chat.Tokenizer())
+	if err != nil {
+		return err
+	}
+	e.MM = &spec
+	return nil
+}
+
+// EncodeChatMM is EncodeChat for a chat that may carry images: with MM set,
+// each image part is expanded and placed, identified by its uuid when the
+// body gives one (as vLLM ≥ 0.10.2 does), else by a content hash of its
+// own.
+// A remote image of unknown size is refused: the simulator fetches nothing.
+func (e *ChatEncoder) EncodeChatMM(body []byte) ([]uint32, []kvindex.MMPlacement, error) {
+	req, err := tokenizer.ParseChatRequest(body)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %v", errBadRequest, err)
+	}
+	if e.MM == nil || !multimodal.HasImages(&req) {
+		ids, err := e.EncodeChat(body)
+		return ids, nil, err
+	}
+	enc, err := multimodal.EncodeChat(e.Chat, *e.MM, req, nil)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %v", errBadRequest, err)
+	}
+	if enc.Cut {
+		return nil, nil, fmt.Errorf("%w: the simulator does not fetch remote images", errBadRequest)
+	}
+	// Like vLLM, an image without a client uuid is identified by a hash of
+	// its content that is not the router's derivation (vLLM hashes the
+	// decoded pixels with blake3): only an injected uuid makes the engine's
+	// keys the router's.
+	for i := range enc.Placements {
+		if i < len(enc.Items) && enc.Items[i].Derived {
+			enc.Placements[i].ID = "kvsim-content:" + enc.Placements[i].ID
+		}
+	}
+	return enc.Tokens, enc.Placements, nil
 }
 
 var _ PromptEncoder = (*ChatEncoder)(nil)

@@ -48,7 +48,7 @@ func TestPromptsAreTokenizedAsVLLMDoes(t *testing.T) {
 			if err := json.Unmarshal([]byte(tt.body), &req); err != nil {
 				t.Fatal(err)
 			}
-			got, err := w.prompt([]byte(tt.body), req, tt.chat, 3)
+			got, _, err := w.prompt([]byte(tt.body), req, tt.chat, 3)
 			if err != nil {
 				t.Fatal(err)
 			}
