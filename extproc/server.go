@@ -73,6 +73,9 @@ type Server struct {
 	metrics Metrics
 	log     *slog.Logger
 	ready   atomic.Bool
+	// stopping is set when Shutdown begins: a listener closed after that
+	// is the shutdown, not a serve failure.
+	stopping atomic.Bool
 }
 
 var _ pb.ExternalProcessorServer = (*Server)(nil)
@@ -135,7 +138,11 @@ func (s *Server) GRPC() *grpc.Server { return s.grpc }
 
 // Serve accepts connections on lis until Shutdown.
 func (s *Server) Serve(lis net.Listener) error {
-	if err := s.grpc.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+	err := s.grpc.Serve(lis)
+	if s.stopping.Load() && errors.Is(err, net.ErrClosed) {
+		return nil
+	}
+	if err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 		return fmt.Errorf("extproc: serve: %w", err)
 	}
 	return nil
@@ -144,6 +151,7 @@ func (s *Server) Serve(lis net.Listener) error {
 // Shutdown turns every health status NOT_SERVING, lets open streams finish
 // until ctx ends, then stops hard.
 func (s *Server) Shutdown(ctx context.Context) {
+	s.stopping.Store(true)
 	s.ready.Store(false)
 	s.health.Shutdown()
 	done := make(chan struct{})

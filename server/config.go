@@ -27,9 +27,15 @@ type Config struct {
 	Namespace string
 	// GRPCAddr is the ext_proc listen address (default ":9002").
 	GRPCAddr string
-	// HTTPAddr serves /metrics, /healthz, /readyz, /debug/* and /admin/*
-	// (default ":9090"); "-" disables it.
+	// HTTPAddr serves /metrics, /healthz and /readyz (default ":9090");
+	// "-" disables it.
 	HTTPAddr string
+	// AdminAddr serves /debug/* and /admin/* (default "127.0.0.1:9091",
+	// loopback only); "-" or "" disables it.
+	AdminAddr string
+	// AdminToken, when set, is the bearer token the admin listener
+	// requires (Authorization: Bearer <token>). Never logged.
+	AdminToken string
 
 	// NATSURL is the NATS server to use; empty starts an embedded one on
 	// EmbeddedNATSAddr.
@@ -119,6 +125,7 @@ func DefaultConfig() Config {
 		Namespace:        "default",
 		GRPCAddr:         ":9002",
 		HTTPAddr:         ":9090",
+		AdminAddr:        "127.0.0.1:9091",
 		EmbeddedNATSAddr: "127.0.0.1:4222",
 		Scoring:          scoring.DefaultOptions(),
 		KVEvents:         true,

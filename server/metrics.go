@@ -104,6 +104,7 @@ func newMetrics(reg *prometheus.Registry, r *Server) *Metrics {
 		m.streams, m.streamsActive, m.streamErrors, m.immediate, m.badRecords, &stateCollector{r: r}} {
 		f(c)
 	}
+	f(guardMetrics{r: r})
 	f(collectors.NewGoCollector())
 	f(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
