@@ -6,14 +6,23 @@ import "github.com/prometheus/client_golang/prometheus"
 // itself: degraded components, capped prompts (counted by the picker's
 // by-load reasons), shed decisions, refused records and header values.
 type guardMetrics struct {
-	r *Server
+	r          *Server
+	idleClosed prometheus.Counter
+}
+
+func newGuardMetrics(r *Server) guardMetrics {
+	return guardMetrics{r: r, idleClosed: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_extproc_streams_idle_closed_total",
+		Help: "ext_proc streams closed because Envoy sent nothing within the stream idle timeout."})}
 }
 
 var descDegraded = prometheus.NewDesc("kvroute_degraded",
 	"1 while the router routes without a component (component=nats: no KV events, load reports or replica sync); readiness is not affected.",
 	[]string{"component"}, nil)
 
-func (g guardMetrics) Describe(ch chan<- *prometheus.Desc) { ch <- descDegraded }
+func (g guardMetrics) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descDegraded
+	g.idleClosed.Describe(ch)
+}
 
 func (g guardMetrics) Collect(ch chan<- prometheus.Metric) {
 	nats := 0.0
@@ -21,4 +30,8 @@ func (g guardMetrics) Collect(ch chan<- prometheus.Metric) {
 		nats = 1
 	}
 	ch <- prometheus.MustNewConstMetric(descDegraded, prometheus.GaugeValue, nats, "nats")
+	g.idleClosed.Collect(ch)
 }
+
+// StreamIdle implements extproc.Metrics.
+func (m *Metrics) StreamIdle() { m.guard.idleClosed.Inc() }

@@ -1,10 +1,21 @@
 package server
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
 	"net/http"
+	"net/netip"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/kvroute/kvroute/internal/bus"
+	"github.com/kvroute/kvroute/internal/testenv"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // The admin listener is apart from metrics and health, and with a token
@@ -87,4 +98,102 @@ func TestServeShutdownCycleIsClean(t *testing.T) {
 			}
 		}
 	}
+}
+
+func TestNamespaceWildcardsAreRefused(t *testing.T) {
+	for _, ns := range []string{"*", ">", "a.b", "a b", "prod\n"} {
+		cfg := testConfig(t)
+		cfg.WorkersFile = workersFile(t, 1)
+		cfg.Namespace = ns
+		_, err := Start(context.Background(), cfg)
+		if err == nil || !strings.Contains(err.Error(), "namespace") {
+			t.Errorf("namespace %q: %v, want a namespace error", ns, err)
+		}
+	}
+}
+
+// Hostile etcd records (CR/LF in the cluster, a metadata address, a
+// wildcard id) never join the fleet; each is logged and counted, and a
+// good record beside them is served. An allowed range lets an operator
+// opt in to a link-local worker.
+func TestHostileEtcdRecordsAreRefused(t *testing.T) {
+	testenv.Quiet()
+	e := testenv.StartEtcd(t)
+	n := testenv.StartNATS(t)
+	cfg := testConfig(t)
+	cfg.EtcdEndpoints, cfg.NATSURL = e.Endpoints, n.URL
+	cfg.AllowAddressRanges = []netip.Prefix{netip.MustParsePrefix("169.254.7.0/24")}
+	var logs syncBuffer
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	r := start(t, cfg)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	put := func(id, value string) {
+		if _, err := cli.Put(context.Background(), bus.WorkerKey(cfg.Namespace, id), value); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec := func(id, cluster, addr string) string {
+		b, _ := json.Marshal(map[string]any{"id": id, "model": model, "address": addr, "cluster": cluster, "block_size": 16})
+		return string(b)
+	}
+	put("crlf", rec("crlf", "w0\r\nx-target-worker: kvroute", "10.0.0.1:8000"))
+	put("meta", rec("meta", "", "169.254.169.254:80"))
+	put("nul", rec("nul", "", "10.0.0.2:8000\x00"))
+	put("*", rec("*", "", "10.0.0.3:8000"))
+	put("ok", rec("ok", "", "10.0.0.4:8000"))
+	put("optin", rec("optin", "", "169.254.7.9:8000"))
+	eventually(t, "the good and opted-in records", func() bool { return r.fleet.len() == 2 })
+	bad := func() float64 {
+		text := get(t, "http://"+r.HTTPAddr()+"/metrics", 200)
+		for _, line := range strings.Split(text, "\n") {
+			if v, ok := strings.CutPrefix(line, `kvroute_discovery_bad_records_total{source="etcd"} `); ok {
+				var f float64
+				fmt.Sscan(v, &f)
+				return f
+			}
+		}
+		return 0
+	}
+	eventually(t, "four refused records counted", func() bool { return bad() == 4 })
+	ids := map[string]bool{}
+	for _, rec := range r.fleet.snapshot() {
+		ids[rec.ID] = true
+	}
+	if !ids["ok"] || !ids["optin"] || len(ids) != 2 {
+		t.Errorf("fleet %v, want ok and optin", ids)
+	}
+	out := logs.String()
+	for _, want := range []string{"ignoring bad worker record", "cluster", "169.254.0.0/16", "control characters"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("logs lack %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "\r\nx-target-worker") {
+		t.Error("a log line repeats the record's CR/LF verbatim")
+	}
+	if w, status := route(t, dial(t, r), chatBody(3)); status != 200 || (w != "ok" && w != "optin") {
+		t.Errorf("routed to %q (%d)", w, status)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

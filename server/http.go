@@ -208,7 +208,7 @@ func (r *Server) handleExplain(w http.ResponseWriter, req *http.Request) {
 			headers[strings.ToLower(k)] = v[0]
 		}
 	}
-	exp, err := r.picker.Explain(&extproc.Request{Method: "POST", Path: path, Headers: headers, Body: body, HasBody: true})
+	exp, err := r.picker.ExplainContext(req.Context(), &extproc.Request{Method: "POST", Path: path, Headers: headers, Body: body, HasBody: true})
 	if err != nil {
 		var he *extproc.HTTPError
 		if errors.As(err, &he) {

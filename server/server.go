@@ -137,6 +137,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		Scheduler: sched, Index: r.index, Approx: r.approx, Tokenizers: r.toks,
 		BlockSize: cfg.BlockSize, Fallbacks: cfg.Fallbacks, OnBadBody: cfg.OnBadBody,
 		ModelHeader: cfg.ModelHeader, Metrics: r.metrics, Logger: r.log,
+		MaxMessages: cfg.MaxMessages, MaxPromptBytes: cfg.MaxPromptBytes, MaxConcurrent: cfg.MaxConcurrentDecisions,
 	})
 	if err != nil {
 		return nil, err
@@ -156,7 +157,8 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 
-	r.server, err = extproc.NewServer(extproc.ServerConfig{Stream: cfg.Stream, Decider: r.picker, Metrics: r.metrics, TLS: cfg.TLS, Logger: r.log, KeepaliveMinTime: cfg.KeepaliveMinTime})
+	r.server, err = extproc.NewServer(extproc.ServerConfig{Stream: cfg.Stream, Decider: r.picker, Metrics: r.metrics, TLS: cfg.TLS, Logger: r.log, KeepaliveMinTime: cfg.KeepaliveMinTime,
+		MaxStreams: cfg.MaxStreams, StreamIdleTimeout: cfg.StreamIdleTimeout})
 	if err != nil {
 		return nil, err
 	}
@@ -173,6 +175,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	r.goRun(func() error { return r.server.Serve(r.grpcLis) })
 	r.goRun(func() error { r.watchReadiness(); return nil })
 	go r.shutdownOn(ctx)
+	r.log.Info("kvroute config", "config", cfg) // secrets redacted by Config.LogValue
 	r.log.Info("kvroute serving", "grpc", r.GRPCAddr(), "http", r.HTTPAddr(), "admin", r.AdminAddr(), "admin_token", r.cfg.AdminToken != "", "nats", r.NATSURL(),
 		"mode", sched.Mode().Name(), "namespace", cfg.Namespace, "tokenizers", r.toks.Models())
 	return r, nil
@@ -255,8 +258,12 @@ func (r *Server) connectNATS() error {
 		r.natsSrv, url = srv, srv.ClientURL()
 	}
 	opts := []nats.Option{nats.Name("kvroute " + r.cfg.RouterID), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}
-	if r.cfg.NATSCredsFile != "" && r.natsSrv == nil {
-		opts = append(opts, nats.UserCredentials(r.cfg.NATSCredsFile))
+	if r.natsSrv == nil {
+		auth, err := r.cfg.natsAuth()
+		if err != nil {
+			return err
+		}
+		opts = append(opts, auth...)
 	}
 	start := time.Now()
 	nc, err := nats.Connect(url, append(opts,
@@ -277,7 +284,7 @@ func (r *Server) connectNATS() error {
 func (r *Server) startDiscovery() error {
 	if r.cfg.WorkersFile != "" {
 		fw, err := discovery.NewFileWatcher(r.cfg.WorkersFile, r.fleet, discovery.FileOptions{
-			Interval: r.cfg.WorkersFileInterval, Logger: r.log,
+			Interval: r.cfg.WorkersFileInterval, Logger: r.log, Policy: &discovery.AddressPolicy{Allow: r.cfg.AllowAddressRanges},
 			OnBadFile: func(error) { r.metrics.badRecords.WithLabelValues("file").Inc() },
 		})
 		if err != nil {
@@ -299,6 +306,7 @@ func (r *Server) startDiscovery() error {
 	r.etcd = cli
 	w := discovery.NewWatcher(cli, r.cfg.Namespace, r.fleet, discovery.WatchOptions{
 		Logger:     r.log,
+		Policy:     &discovery.AddressPolicy{Allow: r.cfg.AllowAddressRanges},
 		OnBadValue: func(string, error) { r.metrics.badRecords.WithLabelValues("etcd").Inc() },
 	})
 	r.goRun(func() error { _ = w.Run(r.ctx); return nil })

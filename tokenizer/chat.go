@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -280,6 +281,42 @@ func (c *Chat) AppendEncodeChat(dst []uint32, req ChatRequest) ([]uint32, error)
 		return dst, err
 	}
 	return c.AppendEncodePrompt(dst, text), nil
+}
+
+// ErrPromptTooLarge is returned by AppendEncodeChatContext for a rendered
+// prompt over its byte limit.
+var ErrPromptTooLarge = errors.New("chat: rendered prompt exceeds the byte limit")
+
+// AppendEncodeChatContext is AppendEncodeChat bounded for input from the
+// network: it stops with ctx's error when ctx ends (checked after
+// rendering and between the prompt's chunks, one per message, not per
+// token), and refuses a rendered prompt over maxBytes (0: no limit) with
+// ErrPromptTooLarge before encoding it.
+func (c *Chat) AppendEncodeChatContext(ctx context.Context, dst []uint32, req ChatRequest, maxBytes int) ([]uint32, error) {
+	if err := ctx.Err(); err != nil {
+		return dst, err
+	}
+	buf := renderBuffers.Get().(*bytes.Buffer)
+	defer putRenderBuffer(buf)
+	text, err := c.apply(req, buf)
+	if err != nil {
+		return dst, err
+	}
+	if maxBytes > 0 && len(text) > maxBytes {
+		return dst, fmt.Errorf("%w: %d bytes, limit %d", ErrPromptTooLarge, len(text), maxBytes)
+	}
+	if err := ctx.Err(); err != nil {
+		return dst, err
+	}
+	if c.cache == nil {
+		return appendIDs(dst, c.tok.Encode(text, false)), nil
+	}
+	n := len(dst)
+	out, err := c.cache.appendEncode(ctx.Err, dst, text)
+	if err != nil {
+		return out[:n], err
+	}
+	return out, nil
 }
 
 var renderBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
