@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvroute/kvroute/internal/bus"
 	"github.com/kvroute/kvroute/internal/testenv"
+	natsserver "github.com/nats-io/nats-server/v2/server"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -196,4 +197,60 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// The router authenticates to a NATS server that requires a user and
+// password, refuses to start with a wrong one, and the startup config log
+// line shows neither the password nor the admin token.
+func TestNATSUserPasswordAuthAndRedactedConfigLog(t *testing.T) {
+	const user, pass, token = "kvroute", "nats-pa55-Zq9", "admin-t0ken-Xy7"
+	ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: natsserver.RANDOM_PORT, NoLog: true, NoSigs: true,
+		Username: user, Password: pass})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats not ready")
+	}
+	t.Cleanup(ns.Shutdown)
+
+	cfg := testConfig(t)
+	cfg.WorkersFile = workersFile(t, 1)
+	cfg.NATSURL, cfg.NATSUser, cfg.NATSPassword = ns.ClientURL(), user, "wrong"
+	if _, err := Start(context.Background(), cfg); err == nil || !strings.Contains(strings.ToLower(err.Error()), "authorization") {
+		t.Fatalf("wrong password: %v, want an authorization error", err)
+	}
+
+	var logs syncBuffer
+	cfg.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+	cfg.NATSPassword, cfg.AdminToken, cfg.EtcdPassword = pass, token, "etcd-secret-Qq1"
+	r := start(t, cfg)
+	eventually(t, "ready", r.Ready)
+	if !r.nc.IsConnected() || ns.NumClients() == 0 {
+		t.Fatal("router not connected to the authenticated NATS")
+	}
+	out := logs.String()
+	if !strings.Contains(out, `"msg":"kvroute config"`) || !strings.Contains(out, `"nats_password":"[redacted]"`) ||
+		!strings.Contains(out, `"admin_token":"[redacted]"`) || !strings.Contains(out, `"nats_user":"kvroute"`) {
+		t.Errorf("config log line missing or not redacted:\n%s", out)
+	}
+	for _, secret := range []string{pass, token, "etcd-secret-Qq1"} {
+		if strings.Contains(out, secret) {
+			t.Errorf("a log line holds the secret %q", secret)
+		}
+	}
+}
+
+func TestRedactURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"nats://u:p@h:4222":                  "nats://[redacted]@h:4222",
+		"nats://a:b@h1:1,nats://c@h2:2":      "nats://[redacted]@h1:1,nats://[redacted]@h2:2",
+		"nats://h:4222":                      "nats://h:4222",
+		"https://user:pw@etcd.example:2379/": "https://[redacted]@etcd.example:2379/",
+	} {
+		if got := redactURL(in); got != want {
+			t.Errorf("redactURL(%q) = %q, want %q", in, got, want)
+		}
+	}
 }

@@ -176,7 +176,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	r.goRun(func() error { r.watchReadiness(); return nil })
 	go r.shutdownOn(ctx)
 	r.log.Info("kvroute config", "config", cfg) // secrets redacted by Config.LogValue
-	r.log.Info("kvroute serving", "grpc", r.GRPCAddr(), "http", r.HTTPAddr(), "admin", r.AdminAddr(), "admin_token", r.cfg.AdminToken != "", "nats", r.NATSURL(),
+	r.log.Info("kvroute serving", "grpc", r.GRPCAddr(), "http", r.HTTPAddr(), "admin", r.AdminAddr(), "admin_token", r.cfg.AdminToken != "", "nats", redactURL(r.NATSURL()),
 		"mode", sched.Mode().Name(), "namespace", cfg.Namespace, "tokenizers", r.toks.Models())
 	return r, nil
 }
@@ -272,12 +272,12 @@ func (r *Server) connectNATS() error {
 				r.log.Warn("nats disconnected", "err", err)
 			}
 		}),
-		nats.ReconnectHandler(func(c *nats.Conn) { r.log.Info("nats reconnected", "url", c.ConnectedUrl()) }))...)
+		nats.ReconnectHandler(func(c *nats.Conn) { r.log.Info("nats reconnected", "url", redactURL(c.ConnectedUrl())) }))...)
 	if err != nil {
-		return fmt.Errorf("nats connect %s: %w", url, err)
+		return fmt.Errorf("nats connect %s: %w", redactURL(url), err)
 	}
 	r.nc = nc
-	r.log.Info("nats connected", "url", nc.ConnectedUrl(), "embedded", r.natsSrv != nil, "took", time.Since(start).Round(time.Millisecond))
+	r.log.Info("nats connected", "url", redactURL(nc.ConnectedUrl()), "embedded", r.natsSrv != nil, "took", time.Since(start).Round(time.Millisecond))
 	return nil
 }
 
@@ -319,11 +319,11 @@ func (r *Server) startDiscovery() error {
 	}()
 	select {
 	case <-w.Synced():
-		r.log.Info("etcd synced", "endpoints", r.cfg.EtcdEndpoints, "workers", r.fleet.len(), "took", time.Since(start).Round(time.Millisecond))
+		r.log.Info("etcd synced", "endpoints", redactURLs(r.cfg.EtcdEndpoints), "workers", r.fleet.len(), "took", time.Since(start).Round(time.Millisecond))
 		return nil
 	case <-time.After(10 * time.Second):
 		// Keep going: readiness stays false until workers appear.
-		r.log.Warn("etcd not synced after 10s; serving without workers until it is", "endpoints", r.cfg.EtcdEndpoints)
+		r.log.Warn("etcd not synced after 10s; serving without workers until it is", "endpoints", redactURLs(r.cfg.EtcdEndpoints))
 		return nil
 	}
 }

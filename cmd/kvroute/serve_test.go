@@ -60,6 +60,10 @@ func TestParseServeFlagsAndEnvironment(t *testing.T) {
 		{name: "no discovery", args: nil, wantErr: "discovery"},
 		{name: "client CA without a certificate", args: []string{"--workers-file", "w.yaml", "--tls-client-ca", "ca.pem"}, wantErr: "tls-cert"},
 		{name: "unknown mode", args: []string{"--workers-file", "w.yaml", "--router-mode", "magic"}, wantErr: "magic"},
+		{name: "wildcard namespace", args: []string{"--workers-file", "w.yaml", "--namespace", "*"}, wantErr: "namespace"},
+		{name: "bad allowed range", args: []string{"--workers-file", "w.yaml", "--allow-address-ranges", "169.254.0.0/99"}, wantErr: "allow-address-ranges"},
+		{name: "missing admin token file", args: []string{"--workers-file", "w.yaml", "--admin-token-file", "/nonexistent/token"}, wantErr: "secret file"},
+		{name: "nats password twice", args: []string{"--workers-file", "w.yaml", "--nats-password", "a", "--nats-password-file", "/x"}, wantErr: "not both"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
