@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -71,5 +72,58 @@ func TestServerClosesIdleStreams(t *testing.T) {
 	}
 	if n := m.idle.Load(); n != 2 {
 		t.Errorf("idle closes counted %d after a talking stream, want still 2", n)
+	}
+}
+
+// Routing header values are checked where they are set: a decision whose
+// cluster or address holds CR/LF, NUL, spaces or other control bytes is
+// refused with 502 (its load freed) instead of reaching Envoy, and bad
+// fallbacks are dropped.
+func TestStreamRefusesInvalidHeaderValues(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		d         Decision
+		status    int
+		fallbacks int
+	}{
+		{"CRLF in cluster", Decision{Cluster: "w0\r\nx-target-worker: kvroute", Address: "10.0.0.1:8000"}, 502, 0},
+		{"NUL in address", Decision{Cluster: "w0", Address: "10.0.0.1:8000\x00"}, 502, 0},
+		{"space in cluster", Decision{Cluster: "w 0", Address: "10.0.0.1:8000"}, 502, 0},
+		{"non-ASCII in cluster", Decision{Cluster: "wö", Address: "10.0.0.1:8000"}, 502, 0},
+		{"empty address", Decision{Cluster: "w0"}, 502, 0},
+		{"bad fallbacks dropped", Decision{Cluster: "w0", Address: "10.0.0.1:8000",
+			Fallbacks: []string{"10.0.0.2:8000", "10.0.0.3:8000\n", "a,b", "10.0.0.4:8000"}}, 0, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFleet()
+			f.workers = []Decision{tc.d}
+			s := NewStream(&Config{}, f)
+			if _, err := s.Step(context.Background(), chatHeaders(ModeBuffered)); err != nil {
+				t.Fatal(err)
+			}
+			out, err := s.Step(context.Background(), reqBody(chatBody, true))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.status != 0 {
+				ir := out[0].GetImmediateResponse()
+				if ir == nil || int(ir.GetStatus().GetCode()) != tc.status || !strings.Contains(string(ir.GetBody()), "invalid_route") {
+					t.Fatalf("response %v, want an immediate %d invalid_route", out, tc.status)
+				}
+				if _, _, _, frees := f.tickets[0].snapshot(); len(frees) != 1 {
+					t.Errorf("refused decision's load freed %d times, want once", len(frees))
+				}
+				return
+			}
+			var dest string
+			for _, h := range out[0].GetRequestBody().GetResponse().GetHeaderMutation().GetSetHeaders() {
+				if h.GetHeader().GetKey() == DestinationHeader {
+					dest = string(h.GetHeader().GetRawValue())
+				}
+			}
+			if got := strings.Count(dest, ","); got != tc.fallbacks || strings.ContainsAny(dest, "\r\n") {
+				t.Errorf("destination %q: %d fallbacks, want %d valid ones", dest, got, tc.fallbacks)
+			}
+		})
 	}
 }
