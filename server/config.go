@@ -126,8 +126,9 @@ type Config struct {
 	// matching at once; a decision without a slot after a second is shed
 	// with 429. 0: no cap.
 	MaxConcurrentDecisions int
-	// MaxStreams caps concurrent ext_proc streams per connection and
-	// StreamIdleTimeout closes silent streams (see extproc.ServerConfig).
+	// MaxStreams caps concurrent ext_proc streams per connection (0: 4096)
+	// and StreamIdleTimeout closes silent streams (see
+	// extproc.ServerConfig; 0: never).
 	MaxStreams        uint32
 	StreamIdleTimeout time.Duration
 	// ReplicaSync shares request lifecycles with peer replicas over NATS.
@@ -200,6 +201,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Fallbacks < 0 {
 		errs = append(errs, fmt.Errorf("fallbacks %d must not be negative", c.Fallbacks))
+	}
+	if c.MaxMessages < 0 || c.MaxPromptBytes < 0 || c.MaxConcurrentDecisions < 0 || c.StreamIdleTimeout < 0 {
+		errs = append(errs, errors.New("max messages, max prompt bytes, max concurrent decisions and the stream idle timeout must not be negative (0 turns each off)"))
 	}
 	if c.BlockSize < 0 {
 		errs = append(errs, fmt.Errorf("block size %d must not be negative", c.BlockSize))

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -158,7 +159,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 
 	r.server, err = extproc.NewServer(extproc.ServerConfig{Stream: cfg.Stream, Decider: r.picker, Metrics: r.metrics, TLS: cfg.TLS, Logger: r.log, KeepaliveMinTime: cfg.KeepaliveMinTime,
-		MaxStreams: cfg.MaxStreams, StreamIdleTimeout: cfg.StreamIdleTimeout})
+		MaxStreams: cfg.MaxStreams, StreamIdleTimeout: cmp.Or(cfg.StreamIdleTimeout, -1)}) // 0: off
 	if err != nil {
 		return nil, err
 	}
