@@ -104,7 +104,10 @@ type Config struct {
 	// decision that finds no slot within DecisionWait is shed with 429
 	// (outcome "overloaded"). 0: no cap.
 	MaxConcurrent int
-	// DecisionWait is how long a decision waits for a slot (default 1 s).
+	// DecisionWait is how long a decision waits for a slot (default 10 s).
+	// Waiting costs no memory beyond the body the stream already holds, so
+	// the wait is long: a burst of long prompts on a busy machine queues
+	// instead of failing; only a sustained overload is shed.
 	DecisionWait time.Duration
 	// Metrics may be nil.
 	Metrics Metrics
@@ -148,7 +151,7 @@ func New(cfg Config) (*Picker, error) {
 		p.slots = make(chan struct{}, cfg.MaxConcurrent)
 	}
 	if p.cfg.DecisionWait <= 0 {
-		p.cfg.DecisionWait = time.Second
+		p.cfg.DecisionWait = 10 * time.Second
 	}
 	return p, nil
 }

@@ -123,7 +123,7 @@ type Config struct {
 	// picker.Config). 0: no cap.
 	MaxMessages, MaxPromptBytes int
 	// MaxConcurrentDecisions caps decisions parsing, tokenizing and
-	// matching at once; a decision without a slot after a second is shed
+	// matching at once; a decision without a slot after 10 s is shed
 	// with 429. 0: no cap.
 	MaxConcurrentDecisions int
 	// MaxStreams caps concurrent ext_proc streams per connection (0: 4096)

@@ -57,7 +57,7 @@ func newServeFlags() (*cli.Command, *serveFlags) {
 	fs.StringVar(&s.allowRanges, "allow-address-ranges", "", "comma-separated `CIDRs` (or IPs) of worker addresses to accept although link-local or metadata (169.254.0.0/16, fe80::/10, ... are refused by default)")
 	fs.IntVar(&c.MaxMessages, "max-messages", c.MaxMessages, "chat requests with more messages are routed by load, not tokenized (0: no cap)")
 	fs.IntVar(&c.MaxPromptBytes, "max-prompt-bytes", c.MaxPromptBytes, "prompts whose rendered text is longer are routed by load, not tokenized (0: no cap)")
-	fs.IntVar(&c.MaxConcurrentDecisions, "max-concurrent-decisions", c.MaxConcurrentDecisions, "routing decisions parsing and tokenizing at once; one that waits a second for a slot is shed with 429 (0: no cap; default 2×GOMAXPROCS, at least 4)")
+	fs.IntVar(&c.MaxConcurrentDecisions, "max-concurrent-decisions", c.MaxConcurrentDecisions, "routing decisions parsing and tokenizing at once; one that waits 10 s for a slot is shed with 429 (0: no cap; default 2×GOMAXPROCS, at least 4)")
 	fs.UintVar(&s.maxStreams, "max-streams", uint(c.MaxStreams), "concurrent ext_proc streams per HTTP/2 connection (Envoy uses one stream per request)")
 	fs.DurationVar(&c.StreamIdleTimeout, "stream-idle-timeout", c.StreamIdleTimeout, "close an ext_proc stream on which Envoy sent nothing for this long (a new stream must send within min(this, 10s)); keep it above the slowest time to first token; 0: never")
 	fs.StringVar(&c.NATSURL, "nats-url", "", "NATS `url` for KV events, load reports and replica sync; empty starts an embedded NATS server")
