@@ -152,7 +152,33 @@ func checkCompose(t *testing.T, c *compose, dir string) error {
 	if err := checkComposeGPU(c); err != nil {
 		return err
 	}
+	if err := checkComposeAdmin(c.Services["kvroute"]); err != nil {
+		return err
+	}
 	return checkComposeEnvoy(c, dir)
+}
+
+// checkComposeAdmin keeps kvroute's admin listener (/debug/*, /admin/*) off
+// the network: on the container's loopback (the default when unset) and
+// not published.
+func checkComposeAdmin(s *service) error {
+	addr, set := s.Environment["KVROUTE_ADMIN_LISTEN"]
+	if !set {
+		addr = "127.0.0.1:9091"
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("kvroute: KVROUTE_ADMIN_LISTEN %q: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return fmt.Errorf("kvroute: the admin listener %q is not on loopback", addr)
+	}
+	for _, p := range s.Ports {
+		if _, ctr, _ := strings.Cut(p, ":"); ctr == port {
+			return fmt.Errorf("kvroute: the admin port %s is published (%q)", port, p)
+		}
+	}
+	return nil
 }
 
 // binaryOf names the kvroute-image binary a service runs ("" for other images).
@@ -303,28 +329,30 @@ func TestDockerCompose(t *testing.T) {
 		t.Fatal(err)
 	}
 	broken := map[string][2]string{
-		"misspelled key":          {"depends_on:\n      nats:", "depend_on:\n      nats:"},
-		"unknown dependency":      {"kvroute: {condition: service_started}", "router: {condition: service_started}"},
-		"healthy without check":   {"kvroute: {condition: service_started}", "kvroute: {condition: service_healthy}"},
-		"bad condition":           {"vllm: {condition: service_started}", "vllm: {condition: started}"},
-		"unpinned image":          {"image: nats:2.12.1-alpine", "image: nats"},
-		"duplicate host port":     {`"9090:9090"`, `"8080:9090"`},
-		"bad port":                {`"8080:8080"`, `"8080"`},
-		"not a kvroute flag":      {"KVROUTE_ROUTER_MODE: kv", "KVROUTE_MODE: kv"},
-		"tokenize's variable":     {"KVROUTE_TOKENIZERS: Qwen", "KVROUTE_TOKENIZER: Qwen"},
-		"not a kvbridge flag":     {"KVROUTE_WORKER_ID: vllm-0", "KVROUTE_WORKER: vllm-0"},
-		"nats on the wrong port":  {"KVROUTE_NATS_URL: nats://nats:4222\n      KVROUTE_ETCD_ENDPOINTS: http://etcd:2379\n      KVROUTE_NAMESPACE: default\n      KVROUTE_WORKER_ID", "KVROUTE_NATS_URL: nats://nats:4223\n      KVROUTE_ETCD_ENDPOINTS: http://etcd:2379\n      KVROUTE_NAMESPACE: default\n      KVROUTE_WORKER_ID"},
-		"etcd not a service":      {"KVROUTE_ETCD_ENDPOINTS: http://etcd:2379\n      KVROUTE_NAMESPACE: default\n      KVROUTE_ROUTER_MODE", "KVROUTE_ETCD_ENDPOINTS: http://127.0.0.1:2379\n      KVROUTE_NAMESPACE: default\n      KVROUTE_ROUTER_MODE"},
-		"no GPU":                  {"capabilities: [gpu]", "capabilities: [compute]"},
-		"no prefix caching":       {"- --enable-prefix-caching\n", ""},
-		"events on another port":  {"KVROUTE_EVENTS_ENDPOINT: tcp://127.0.0.1:5557", "KVROUTE_EVENTS_ENDPOINT: tcp://127.0.0.1:5559"},
-		"bridge off vllm's net":   {`network_mode: "service:vllm"`, `network_mode: "bridge"`},
-		"worker not in bootstrap": {"KVROUTE_WORKER_ID: vllm-0", "KVROUTE_WORKER_ID: vllm-1"},
-		"worker address differs":  {"KVROUTE_ADVERTISE_ADDRESS: vllm:8000", "KVROUTE_ADVERTISE_ADDRESS: vllm:8001"},
-		"kvroute on another port": {`KVROUTE_GRPC_ADDR: ":9002"`, `KVROUTE_GRPC_ADDR: ":9003"`},
-		"bootstrap not mounted":   {"./deploy/compose/envoy.yaml:/etc/envoy/envoy.yaml:ro", "./deploy/compose/envoy.yaml:/etc/envoy.yaml:ro"},
-		"bootstrap missing":       {"./deploy/compose/envoy.yaml:", "./deploy/compose/envoi.yaml:"},
-		"undeclared volume":       {"- hf-cache:/root", "- hf:/root"},
+		"misspelled key":           {"depends_on:\n      nats:", "depend_on:\n      nats:"},
+		"unknown dependency":       {"kvroute: {condition: service_started}", "router: {condition: service_started}"},
+		"healthy without check":    {"kvroute: {condition: service_started}", "kvroute: {condition: service_healthy}"},
+		"bad condition":            {"vllm: {condition: service_started}", "vllm: {condition: started}"},
+		"unpinned image":           {"image: nats:2.12.1-alpine", "image: nats"},
+		"duplicate host port":      {`"9090:9090"`, `"8080:9090"`},
+		"bad port":                 {`"8080:8080"`, `"8080"`},
+		"not a kvroute flag":       {"KVROUTE_ROUTER_MODE: kv", "KVROUTE_MODE: kv"},
+		"tokenize's variable":      {"KVROUTE_TOKENIZERS: Qwen", "KVROUTE_TOKENIZER: Qwen"},
+		"not a kvbridge flag":      {"KVROUTE_WORKER_ID: vllm-0", "KVROUTE_WORKER: vllm-0"},
+		"nats on the wrong port":   {"KVROUTE_NATS_URL: nats://nats:4222\n      KVROUTE_ETCD_ENDPOINTS: http://etcd:2379\n      KVROUTE_NAMESPACE: default\n      KVROUTE_WORKER_ID", "KVROUTE_NATS_URL: nats://nats:4223\n      KVROUTE_ETCD_ENDPOINTS: http://etcd:2379\n      KVROUTE_NAMESPACE: default\n      KVROUTE_WORKER_ID"},
+		"etcd not a service":       {"KVROUTE_ETCD_ENDPOINTS: http://etcd:2379\n      KVROUTE_NAMESPACE: default\n      KVROUTE_ROUTER_MODE", "KVROUTE_ETCD_ENDPOINTS: http://127.0.0.1:2379\n      KVROUTE_NAMESPACE: default\n      KVROUTE_ROUTER_MODE"},
+		"no GPU":                   {"capabilities: [gpu]", "capabilities: [compute]"},
+		"no prefix caching":        {"- --enable-prefix-caching\n", ""},
+		"events on another port":   {"KVROUTE_EVENTS_ENDPOINT: tcp://127.0.0.1:5557", "KVROUTE_EVENTS_ENDPOINT: tcp://127.0.0.1:5559"},
+		"bridge off vllm's net":    {`network_mode: "service:vllm"`, `network_mode: "bridge"`},
+		"worker not in bootstrap":  {"KVROUTE_WORKER_ID: vllm-0", "KVROUTE_WORKER_ID: vllm-1"},
+		"worker address differs":   {"KVROUTE_ADVERTISE_ADDRESS: vllm:8000", "KVROUTE_ADVERTISE_ADDRESS: vllm:8001"},
+		"kvroute on another port":  {`KVROUTE_GRPC_ADDR: ":9002"`, `KVROUTE_GRPC_ADDR: ":9003"`},
+		"bootstrap not mounted":    {"./deploy/compose/envoy.yaml:/etc/envoy/envoy.yaml:ro", "./deploy/compose/envoy.yaml:/etc/envoy.yaml:ro"},
+		"bootstrap missing":        {"./deploy/compose/envoy.yaml:", "./deploy/compose/envoi.yaml:"},
+		"undeclared volume":        {"- hf-cache:/root", "- hf:/root"},
+		"admin on every interface": {`KVROUTE_ADMIN_LISTEN: "127.0.0.1:9091"`, `KVROUTE_ADMIN_LISTEN: ":9091"`},
+		"admin port published":     {`"9090:9090"`, `"9090:9090"` + "\n      - \"9091:9091\""},
 	}
 	for name, r := range broken {
 		if !strings.Contains(string(data), r[0]) {

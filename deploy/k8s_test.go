@@ -134,6 +134,14 @@ func checkKvroute(d *appsv1.Deployment, production bool) error {
 			return fmt.Errorf("probes must be gRPC health checks on 9002")
 		}
 	}
+	// Liveness must not follow readiness: a pod that cannot route for a
+	// while (no workers yet) is not dead, and a restart loses its index.
+	if s := c.LivenessProbe.GRPC.Service; s == nil || *s != "liveness" {
+		return fmt.Errorf("the liveness probe must ask the gRPC health service \"liveness\"")
+	}
+	if s := c.ReadinessProbe.GRPC.Service; s != nil && *s != "" && *s != "readiness" {
+		return fmt.Errorf("the readiness probe asks service %q; want \"\" or \"readiness\"", *s)
+	}
 	if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
 		return fmt.Errorf("kvroute container lacks cpu/memory requests or a memory limit")
 	}
@@ -161,6 +169,9 @@ func TestHardeningCheckCatchesMistakes(t *testing.T) {
 		"root allowed":     func(d *appsv1.Deployment) { f := false; d.Spec.Template.Spec.SecurityContext.RunAsNonRoot = &f },
 		"http probe":       func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].ReadinessProbe.GRPC = nil },
 		"probe on metrics": func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].LivenessProbe.GRPC.Port = 9090 },
+		"liveness probes readiness": func(d *appsv1.Deployment) {
+			d.Spec.Template.Spec.Containers[0].LivenessProbe.GRPC.Service = nil
+		},
 		"no memory limit": func(d *appsv1.Deployment) {
 			delete(d.Spec.Template.Spec.Containers[0].Resources.Limits, corev1.ResourceMemory)
 		},

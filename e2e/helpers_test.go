@@ -151,7 +151,7 @@ func (s *system) direct(t *testing.T, worker string, body []byte) {
 // explain asks the router's /debug/explain what it would do with body.
 func (s *system) explain(t *testing.T, body []byte) picker.Explanation {
 	t.Helper()
-	resp, err := http.Post(s.RouterURL()+"/debug/explain?path="+bench.PathChat, "application/json", bytes.NewReader(body))
+	resp, err := http.Post(s.AdminURL()+"/debug/explain?path="+bench.PathChat, "application/json", bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +203,7 @@ lines:
 // holds it, was stamped after t0.
 func (s *system) reportsSince(t *testing.T, t0 time.Time) int {
 	t.Helper()
-	resp, err := http.Get(s.RouterURL() + "/debug/workers")
+	resp, err := http.Get(s.AdminURL() + "/debug/workers")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,7 +34,7 @@ func TestRestartedReplicaRoutesOnItsPeersIndex(t *testing.T) {
 	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.NATSURL, cfg.EtcdEndpoints = s.NATSURL, s.EtcdEndpoints
 	cfg.Tokenizers = map[string]tokenizer.ModelSource{model: {Dir: qwenDir}}
-	cfg.Recovery.WarmFrom = s.RouterURL()
+	cfg.Recovery.WarmFrom = s.AdminURL()
 	cfg.ShutdownGrace = 2 * time.Second
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -32,8 +32,9 @@ const minLongTimeout = 5 * time.Minute
 //     ORIGINAL_DST needs CLUSTER_PROVIDED and no load assignment, every
 //     referenced cluster exists, the ext_proc and ADS clusters speak HTTP/2;
 //   - kvroute's contract: header names x-target-worker and
-//     x-gateway-destination-endpoint, x-target-worker removed before the
-//     worker sees it, message_timeout set, gRPC health checking of kvroute,
+//     x-gateway-destination-endpoint, both removed from the client's request
+//     by an early header mutation (before ext_proc), x-target-worker removed
+//     before the worker sees it, message_timeout set, gRPC health checking of kvroute,
 //     circuit breakers above 1,024 and timeouts fit for long generations.
 //
 // All failures are reported together.
@@ -184,6 +185,17 @@ func (c *checker) checkListener(v ListenerView) {
 	}
 	if t := v.HCM.GetStreamIdleTimeout(); t == nil || !longEnough(t.AsDuration()) {
 		c.failf("%s: stream_idle_timeout must be set to 0 or at least %v for long generations", where, minLongTimeout)
+	}
+	// A fail-open ext_proc (or one that answers nothing) leaves the
+	// client's own routing headers in place unless they go first.
+	early, err := v.EarlyRemovedHeaders()
+	if err != nil {
+		c.failf("%s: %v", where, err)
+	}
+	for _, h := range []string{TargetHeader, DestinationHeader} {
+		if !slices.Contains(early, h) {
+			c.failf("%s: %s must be removed by an early header mutation (before ext_proc), so a client cannot steer a request kvroute did not answer", where, h)
+		}
 	}
 	rc := v.HCM.GetRouteConfig()
 	if rc == nil {

@@ -133,3 +133,18 @@ func FuzzValidate(f *testing.F) {
 		}
 	})
 }
+
+// Every shipped style drops client copies of the routing headers before
+// ext_proc; a bootstrap that forgets one is refused.
+func TestValidateRequiresEarlyStripOfRoutingHeaders(t *testing.T) {
+	for _, style := range Styles {
+		src := readShipped(t, style)
+		for _, h := range []string{TargetHeader, DestinationHeader} {
+			broken := breakVariant(t, src, "              - remove: "+h+"\n", "")
+			_, err := Validate([]byte(broken))
+			if err == nil || !strings.Contains(err.Error(), h+" must be removed by an early header mutation") {
+				t.Errorf("%s without the early removal of %s: %v", style, h, err)
+			}
+		}
+	}
+}

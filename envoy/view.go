@@ -2,6 +2,7 @@ package envoy
 
 import (
 	"fmt"
+	"strings"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -10,6 +11,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	earlyhmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/http/early_header_mutation/header_mutation/v3"
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 )
 
@@ -47,6 +49,25 @@ func (v ListenerView) ExtProcConfig() *extprocv3.ExternalProcessor {
 		}
 	}
 	return nil
+}
+
+// EarlyRemovedHeaders lists the request headers the listener's HCM removes
+// in its early header mutations, before routing and before any filter (so
+// before ext_proc). Extensions other than header_mutation are an error.
+func (v ListenerView) EarlyRemovedHeaders() ([]string, error) {
+	var out []string
+	for _, ext := range v.HCM.GetEarlyHeaderMutationExtensions() {
+		var hm earlyhmv3.HeaderMutation
+		if ext.GetTypedConfig() == nil || ext.GetTypedConfig().UnmarshalTo(&hm) != nil {
+			return nil, fmt.Errorf("early header mutation %q: only %s is understood", ext.GetName(), "envoy.http.early_header_mutation.header_mutation")
+		}
+		for _, m := range hm.GetMutations() {
+			if r := m.GetRemove(); r != "" {
+				out = append(out, strings.ToLower(r))
+			}
+		}
+	}
+	return out, nil
 }
 
 // ListenerViews unpacks the HTTP connection manager and its HTTP filters of

@@ -196,7 +196,10 @@ func (s *XDSServer) Serve(ctx context.Context, lis net.Listener) error {
 	err := gs.Serve(lis)
 	close(done)
 	wg.Wait()
-	if ctx.Err() != nil && (err == nil || errors.Is(err, grpc.ErrServerStopped)) {
+	// After ctx ends, the owner may close lis before GracefulStop marks the
+	// server stopped; Serve then sees its own listener's closing, which is
+	// the shutdown it was asked for, not a failure.
+	if ctx.Err() != nil && (err == nil || errors.Is(err, grpc.ErrServerStopped) || errors.Is(err, net.ErrClosed)) {
 		return nil
 	}
 	if err != nil {

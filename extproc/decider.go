@@ -146,6 +146,13 @@ func errTooLarge(limit int) *HTTPError {
 		Message: fmt.Sprintf("request body exceeds the router's limit of %d bytes", limit)}
 }
 
+// errInvalidRoute is the 502 for a decision whose worker cannot be named
+// in a header (a record that should have been refused at discovery).
+func errInvalidRoute() *HTTPError {
+	return &HTTPError{Status: http.StatusBadGateway, Type: "server_error", Code: "invalid_route",
+		Message: "the router chose a worker whose cluster or address is not a valid header value"}
+}
+
 // asHTTPError turns any Decide error into the rejection the client sees.
 func asHTTPError(err error) *HTTPError {
 	var he *HTTPError

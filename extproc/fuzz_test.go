@@ -56,3 +56,33 @@ func FuzzStream(f *testing.F) {
 		}
 	})
 }
+
+// FuzzRouteHeaders: whatever cluster, address and fallback a Decider
+// returns, the stream never sets a header value with control bytes, and
+// it either routes or refuses (freeing the load once).
+func FuzzRouteHeaders(f *testing.F) {
+	f.Add("w0", "10.0.0.1:8000", "10.0.0.2:8000")
+	f.Add("w0\r\nx: y", "10.0.0.1:8000", "")
+	f.Add("w0", "\x00", "a,b")
+	f.Fuzz(func(t *testing.T, cluster, address, fallback string) {
+		fl := newFleet()
+		fl.workers = []Decision{{Cluster: cluster, Address: address, Fallbacks: []string{fallback}}}
+		s := NewStream(&Config{}, fl)
+		if _, err := s.Step(context.Background(), chatHeaders(ModeBuffered)); err != nil {
+			t.Fatal(err)
+		}
+		out, err := s.Step(context.Background(), reqBody(chatBody, true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range out[0].GetRequestBody().GetResponse().GetHeaderMutation().GetSetHeaders() {
+			if v := string(h.GetHeader().GetRawValue()); !validHeaderValue(v) {
+				t.Fatalf("header %s set to invalid value %q", h.GetHeader().GetKey(), v)
+			}
+		}
+		s.Close(nil)
+		if _, _, _, frees := fl.tickets[0].snapshot(); len(frees) != 1 {
+			t.Fatalf("load freed %d times", len(frees))
+		}
+	})
+}

@@ -44,6 +44,21 @@ func headerValue(hm *corev3.HeaderMap, name string) string {
 	return ""
 }
 
+// validHeaderValue reports whether v can be a routing header value: not
+// empty, at most 1 KiB, and only visible ASCII (no CR, LF, NUL or other
+// control bytes, no spaces). Cluster names and ip:port lists need no more.
+func validHeaderValue(v string) bool {
+	if v == "" || len(v) > 1024 {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c <= ' ' || c >= 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
 // setHeader writes with raw_value only, replacing any copy the client sent.
 func setHeader(name, value string) *corev3.HeaderValueOption {
 	return &corev3.HeaderValueOption{

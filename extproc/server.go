@@ -35,6 +35,8 @@ type Metrics interface {
 	StreamEnded(code codes.Code)
 	// Rejected counts an immediate response by HTTP status.
 	Rejected(status int)
+	// StreamIdle counts a stream closed by the stream idle timeout.
+	StreamIdle()
 }
 
 type nopMetrics struct{}
@@ -44,6 +46,7 @@ var _ Metrics = nopMetrics{}
 func (nopMetrics) StreamStarted()         {}
 func (nopMetrics) StreamEnded(codes.Code) {}
 func (nopMetrics) Rejected(int)           {}
+func (nopMetrics) StreamIdle()            {}
 
 // ServerConfig configures the gRPC edge.
 type ServerConfig struct {
@@ -61,7 +64,21 @@ type ServerConfig struct {
 	// server tolerates, with or without open streams (default 1 s, well under
 	// the intervals Envoy's connection_keepalive is set to in practice).
 	KeepaliveMinTime time.Duration
+	// MaxStreams caps concurrent streams per HTTP/2 connection
+	// (grpc.MaxConcurrentStreams; default 4096). Envoy sends each HTTP
+	// request on its own stream, so this must exceed the requests one
+	// Envoy connection carries at once.
+	MaxStreams uint32
+	// StreamIdleTimeout closes a stream on which Envoy sent nothing for
+	// this long (default 5 min: above a slow prefill's wait for the first
+	// response byte). A new stream must send its first message within
+	// min(StreamIdleTimeout, 10 s). Negative disables both.
+	StreamIdleTimeout time.Duration
 }
+
+// firstMessageTimeout bounds the wait for a new stream's request headers,
+// which Envoy sends as it opens the stream.
+const firstMessageTimeout = 10 * time.Second
 
 // Server is the ext_proc gRPC server with the standard health service.
 // Health answers for "" and ServiceName (ready or not), "liveness"
@@ -73,6 +90,9 @@ type Server struct {
 	metrics Metrics
 	log     *slog.Logger
 	ready   atomic.Bool
+	// stopping is set when Shutdown begins: a listener closed after that
+	// is the shutdown, not a serve failure.
+	stopping atomic.Bool
 }
 
 var _ pb.ExternalProcessorServer = (*Server)(nil)
@@ -94,6 +114,12 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if s.cfg.KeepaliveMinTime <= 0 {
 		s.cfg.KeepaliveMinTime = time.Second
 	}
+	if s.cfg.MaxStreams == 0 {
+		s.cfg.MaxStreams = 4096
+	}
+	if s.cfg.StreamIdleTimeout == 0 {
+		s.cfg.StreamIdleTimeout = 5 * time.Minute
+	}
 	opts := []grpc.ServerOption{
 		// The body arrives in one message in BUFFERED mode; leave room for
 		// headers and metadata around it.
@@ -103,6 +129,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		// (5 min, no pings without streams) would answer with GOAWAY.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: s.cfg.KeepaliveMinTime, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.MaxConcurrentStreams(s.cfg.MaxStreams),
 	}
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
@@ -135,7 +162,11 @@ func (s *Server) GRPC() *grpc.Server { return s.grpc }
 
 // Serve accepts connections on lis until Shutdown.
 func (s *Server) Serve(lis net.Listener) error {
-	if err := s.grpc.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+	err := s.grpc.Serve(lis)
+	if s.stopping.Load() && errors.Is(err, net.ErrClosed) {
+		return nil
+	}
+	if err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 		return fmt.Errorf("extproc: serve: %w", err)
 	}
 	return nil
@@ -144,6 +175,7 @@ func (s *Server) Serve(lis net.Listener) error {
 // Shutdown turns every health status NOT_SERVING, lets open streams finish
 // until ctx ends, then stops hard.
 func (s *Server) Shutdown(ctx context.Context) {
+	s.stopping.Store(true)
 	s.ready.Store(false)
 	s.health.Shutdown()
 	done := make(chan struct{})
@@ -172,10 +204,21 @@ func (s *Server) Process(srv grpc.BidiStreamingServer[pb.ProcessingRequest, pb.P
 			s.log.Warn("ext_proc stream failed", "phase", st.Phase(), "err", err)
 		}
 	}()
+	recv := srv.Recv
+	if s.cfg.StreamIdleTimeout > 0 {
+		var stop func()
+		recv, stop = idleRecv(ctx, srv.Recv, s.cfg.StreamIdleTimeout)
+		defer stop()
+	}
 	for {
-		m, rerr := srv.Recv()
+		m, rerr := recv()
 		if errors.Is(rerr, io.EOF) {
 			return nil
+		}
+		if errors.Is(rerr, errStreamIdle) {
+			ended = rerr
+			s.metrics.StreamIdle()
+			return status.Error(codes.DeadlineExceeded, rerr.Error())
 		}
 		if rerr != nil {
 			ended = rerr
@@ -199,6 +242,56 @@ func (s *Server) Process(srv grpc.BidiStreamingServer[pb.ProcessingRequest, pb.P
 			}
 		}
 	}
+}
+
+// errStreamIdle ends a stream on which Envoy sent nothing for too long.
+var errStreamIdle = errors.New("ext_proc stream idle: nothing received within the stream idle timeout")
+
+type recvResult struct {
+	m   *pb.ProcessingRequest
+	err error
+}
+
+// idleRecv wraps a stream's Recv so that a wait longer than idle (or, for
+// the first message, min(idle, firstMessageTimeout)) fails with
+// errStreamIdle. One goroutine per stream receives; it ends when the
+// stream does (its Recv fails once the handler has returned) or when stop
+// is called and the handler is gone.
+func idleRecv(ctx context.Context, recv func() (*pb.ProcessingRequest, error), idle time.Duration) (func() (*pb.ProcessingRequest, error), func()) {
+	ch := make(chan recvResult)
+	done := make(chan struct{})
+	go func() {
+		for {
+			m, err := recv()
+			select {
+			case ch <- recvResult{m, err}:
+			case <-done:
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	timer := time.NewTimer(min(idle, firstMessageTimeout))
+	first := true
+	next := func() (*pb.ProcessingRequest, error) {
+		if !first {
+			timer.Reset(idle)
+		}
+		first = false
+		select {
+		case r := <-ch:
+			timer.Stop()
+			return r.m, r.err
+		case <-timer.C:
+			return nil, errStreamIdle
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, ctx.Err()
+		}
+	}
+	return next, func() { close(done); timer.Stop() }
 }
 
 // LoadTLS builds a server TLS config from PEM files. With clientCA set,

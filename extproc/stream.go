@@ -3,7 +3,9 @@ package extproc
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
+	"strings"
 
 	extprocmode "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -279,6 +281,17 @@ func (s *Stream) decide(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The values become request headers: checked once more here, where
+	// they are set, whatever the Decider and its records let through.
+	if !validHeaderValue(d.Cluster) || !validHeaderValue(d.Address) {
+		if d.Ticket != nil {
+			d.Ticket.Free(OutcomeReset)
+		}
+		s.cfg.logger().Warn("ext_proc: decision refused: worker cluster or address is not a valid header value",
+			"cluster", strconv.Quote(d.Cluster), "address", strconv.Quote(d.Address))
+		return errInvalidRoute()
+	}
+	d.Fallbacks = slices.DeleteFunc(d.Fallbacks, func(f string) bool { return !validHeaderValue(f) || strings.ContainsRune(f, ',') })
 	s.decision, s.routed = d, true
 	return nil
 }

@@ -1,6 +1,7 @@
 package picker
 
 import (
+	"context"
 	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/scoring"
 )
@@ -27,8 +28,13 @@ type Explanation struct {
 // load and without counting metrics, and returns every candidate's terms.
 // (A stateful mode such as round_robin still advances its counter.)
 func (p *Picker) Explain(req *extproc.Request) (*Explanation, error) {
+	return p.ExplainContext(context.Background(), req)
+}
+
+// ExplainContext is Explain that stops when ctx ends.
+func (p *Picker) ExplainContext(ctx context.Context, req *extproc.Request) (*Explanation, error) {
 	r := p.Scheduler()
-	pl, err := p.plan(r, req, nopMetrics{})
+	pl, err := p.plan(ctx, r, req, nopMetrics{})
 	if err != nil {
 		return nil, err
 	}

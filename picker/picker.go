@@ -40,7 +40,9 @@ func ParseBadBodyPolicy(s string) (BadBodyPolicy, error) {
 // be safe for concurrent use.
 type Metrics interface {
 	// Decided counts one decision by outcome: "routed", "no_worker",
-	// "shed", "bad_body", "cancelled" or "error".
+	// "shed", "overloaded" (no decision slot, MaxConcurrent), "bad_body",
+	// "cancelled" (the request ended mid-decision: work stopped) or
+	// "error".
 	Decided(model, worker, mode, outcome string)
 	// Phase records how long one phase took: "parse", "tokenize", "match"
 	// or "pick" (pick includes any wait in the admission queue).
@@ -49,7 +51,8 @@ type Metrics interface {
 	Overlap(ratio float64, cachedTokens int)
 	// ByLoad counts a request routed without its prompt, by reason:
 	// "no_body", "not_json", "truncated", "other_path", "no_tokenizer",
-	// "no_prompt", "template_error", "tokenizer_error".
+	// "no_prompt", "template_error", "tokenizer_error", and the caps:
+	// "too_many_messages", "prompt_too_large".
 	ByLoad(model, reason string)
 	// Finished counts a routed request's end by outcome.
 	Finished(outcome extproc.Outcome)
@@ -93,6 +96,24 @@ type Config struct {
 	// hashed with the images' identities (docs/architecture.md §3.5);
 	// image requests for other models are routed by load.
 	Multimodal map[string]MultimodalModel
+	// MaxMessages caps the messages of a chat request that the router
+	// renders and tokenizes; a longer chat is routed by load
+	// ("too_many_messages"). 0: no cap.
+	MaxMessages int
+	// MaxPromptBytes caps the rendered chat prompt (or completion prompt
+	// text) the router tokenizes; a longer one is routed by load
+	// ("prompt_too_large"). 0: no cap.
+	MaxPromptBytes int
+	// MaxConcurrent caps decisions in their parse, tokenize and match
+	// phases at once (the queue wait of the pick is not counted). A
+	// decision that finds no slot within DecisionWait is shed with 429
+	// (outcome "overloaded"). 0: no cap.
+	MaxConcurrent int
+	// DecisionWait is how long a decision waits for a slot (default 10 s).
+	// Waiting costs no memory beyond the body the stream already holds, so
+	// the wait is long: a burst of long prompts on a busy machine queues
+	// instead of failing; only a sustained overload is shed.
+	DecisionWait time.Duration
 	// Metrics may be nil.
 	Metrics Metrics
 	// Logger may be nil (slog.Default()). The decision line goes out at
@@ -111,6 +132,7 @@ type Picker struct {
 	log     *slog.Logger
 	seq     atomic.Uint64
 	idBase  string
+	slots   chan struct{} // nil: no concurrency cap
 
 	completions completionEncoder
 	mmSpecs     mmSpecs
@@ -131,6 +153,12 @@ func New(cfg Config) (*Picker, error) {
 		p.log = slog.Default()
 	}
 	p.idBase = strconv.FormatInt(time.Now().UnixNano(), 36) + "-"
+	if cfg.MaxConcurrent > 0 {
+		p.slots = make(chan struct{}, cfg.MaxConcurrent)
+	}
+	if p.cfg.DecisionWait <= 0 {
+		p.cfg.DecisionWait = 10 * time.Second
+	}
 	return p, nil
 }
 
@@ -140,7 +168,12 @@ func (p *Picker) Scheduler() *scoring.Scheduler { return p.sched }
 // Decide implements Decider.
 func (p *Picker) Decide(ctx context.Context, req *extproc.Request) (extproc.Decision, error) {
 	r := p.sched
-	pl, err := p.plan(r, req, p.metrics)
+	if err := p.acquire(ctx); err != nil {
+		p.metrics.Decided("", "", r.Mode().Name(), outcomeOf(err))
+		return extproc.Decision{}, err
+	}
+	pl, err := p.plan(ctx, r, req, p.metrics)
+	p.release()
 	if err != nil {
 		p.metrics.Decided(pl.sreq.Model, "", r.Mode().Name(), outcomeOf(err))
 		return extproc.Decision{}, err
@@ -183,6 +216,39 @@ func (p *Picker) Decide(ctx context.Context, req *extproc.Request) (extproc.Deci
 	}, nil
 }
 
+// acquire takes a decision slot, waiting up to DecisionWait; it fails with
+// a 429 when none frees up, or with ctx's error.
+func (p *Picker) acquire(ctx context.Context) error {
+	if p.slots == nil {
+		return nil
+	}
+	select {
+	case p.slots <- struct{}{}:
+		return nil
+	default:
+	}
+	t := time.NewTimer(p.cfg.DecisionWait)
+	defer t.Stop()
+	select {
+	case p.slots <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return &extproc.HTTPError{Status: 429, Type: "rate_limit_error", Code: codeOverloaded,
+			Message: fmt.Sprintf("the router is busy with %d routing decisions; retry shortly", cap(p.slots))}
+	}
+}
+
+func (p *Picker) release() {
+	if p.slots != nil {
+		<-p.slots
+	}
+}
+
+// codeOverloaded is the error code of a decision shed by MaxConcurrent.
+const codeOverloaded = "router_overloaded"
+
 // routeError maps scoring's errors to what the client sees.
 func (p *Picker) routeError(model string, err error) error {
 	var shed *scoring.ShedError
@@ -209,6 +275,9 @@ func outcomeOf(err error) string {
 		case 503:
 			return "no_worker"
 		case 429:
+			if he.Code == codeOverloaded {
+				return "overloaded"
+			}
 			return "shed"
 		case 400:
 			return "bad_body"

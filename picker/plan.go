@@ -1,6 +1,7 @@
 package picker
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -79,7 +80,10 @@ func explainsInOrder(exp *scoring.Explanation, cands []scoring.Candidate) bool {
 
 // plan parses, tokenizes, finds the candidates and their overlap. The
 // error is an *HTTPError for the client.
-func (p *Picker) plan(r *scoring.Scheduler, req *extproc.Request, metrics Metrics) (*plan, error) {
+//
+// ctx is checked between phases, and between messages while tokenizing;
+// once it ends, plan stops and returns its error.
+func (p *Picker) plan(ctx context.Context, r *scoring.Scheduler, req *extproc.Request, metrics Metrics) (*plan, error) {
 	pl := &plan{api: apiOf(req.Path)}
 	start := time.Now()
 	var oa openAIRequest
@@ -112,6 +116,9 @@ func (p *Picker) plan(r *scoring.Scheduler, req *extproc.Request, metrics Metric
 		}
 	}
 	metrics.Phase("parse", time.Since(start))
+	if err := ctx.Err(); err != nil {
+		return pl, err
+	}
 
 	if err := p.candidates(r, req, pl); err != nil {
 		return pl, err
@@ -120,17 +127,20 @@ func (p *Picker) plan(r *scoring.Scheduler, req *extproc.Request, metrics Metric
 	start = time.Now()
 	buf := getTokenBuffer()
 	defer putTokenBuffer(buf)
-	tokens := p.tokenize(r, pl, &oa, buf, req.Body)
+	tokens, err := p.tokenize(ctx, pl, &oa, buf, req.Body)
 	metrics.Phase("tokenize", time.Since(start))
+	if err != nil {
+		return pl, err
+	}
 	if pl.byLoad != "" {
 		metrics.ByLoad(pl.sreq.Model, pl.byLoad)
 	}
 	pl.sreq.PromptTokens = len(tokens)
 
 	start = time.Now()
-	p.overlap(r, pl, oa.cacheSalt, tokens)
+	err = p.overlap(ctx, r, pl, oa.cacheSalt, tokens)
 	metrics.Phase("match", time.Since(start))
-	return pl, nil
+	return pl, err
 }
 
 // candidates lists the workers that serve the model and pass the subset
@@ -194,7 +204,16 @@ func (p *Picker) candidates(r *scoring.Scheduler, req *extproc.Request, pl *plan
 // tokenize returns the prompt's token ids as the model server will see
 // them, or nil (routing by load) with pl.byLoad saying why. Encoded ids go
 // into *buf (grown there), so they are only valid until buf is released.
-func (p *Picker) tokenize(r *scoring.Scheduler, pl *plan, oa *openAIRequest, buf *[]uint32, body []byte) []uint32 {
+// The error is ctx's, when it ended.
+func (p *Picker) tokenize(ctx context.Context, pl *plan, oa *openAIRequest, buf *[]uint32, body []byte) ([]uint32, error) {
+	ids := p.tokenizeCapped(ctx, pl, oa, buf, body)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return ids, nil
+}
+
+func (p *Picker) tokenizeCapped(ctx context.Context, pl *plan, oa *openAIRequest, buf *[]uint32, body []byte) []uint32 {
 	if pl.byLoad != "" {
 		return nil
 	}
@@ -208,6 +227,15 @@ func (p *Picker) tokenize(r *scoring.Scheduler, pl *plan, oa *openAIRequest, buf
 		}
 		if !oa.hasPrompt {
 			pl.byLoad = "no_prompt"
+			return nil
+		}
+		if p.cfg.MaxPromptBytes > 0 && len(oa.promptText) > p.cfg.MaxPromptBytes {
+			pl.byLoad = "prompt_too_large"
+			return nil
+		}
+	case APIChat:
+		if p.cfg.MaxMessages > 0 && oa.messages > p.cfg.MaxMessages {
+			pl.byLoad = "too_many_messages"
 			return nil
 		}
 	}
@@ -236,10 +264,17 @@ func (p *Picker) tokenize(r *scoring.Scheduler, pl *plan, oa *openAIRequest, buf
 	}
 	if err == nil {
 		var ids []uint32
-		if ids, err = chat.AppendEncodeChat((*buf)[:0], creq); err == nil {
+		if ids, err = chat.AppendEncodeChatContext(ctx, (*buf)[:0], creq, p.cfg.MaxPromptBytes); err == nil {
 			*buf = ids
 			return ids
 		}
+	}
+	switch {
+	case ctx.Err() != nil:
+		return nil
+	case errors.Is(err, tokenizer.ErrPromptTooLarge):
+		pl.byLoad = "prompt_too_large"
+		return nil
 	}
 	pl.byLoad = "template_error"
 	p.log.Debug("chat prompt not rendered; routing by load", "model", pl.sreq.Model, "err", err)
@@ -248,9 +283,9 @@ func (p *Picker) tokenize(r *scoring.Scheduler, pl *plan, oa *openAIRequest, buf
 
 // overlap hashes the prompt per (base model, block size) group of
 // candidates and fills in their matched and cached blocks.
-func (p *Picker) overlap(r *scoring.Scheduler, pl *plan, salt string, tokens []uint32) {
+func (p *Picker) overlap(ctx context.Context, r *scoring.Scheduler, pl *plan, salt string, tokens []uint32) error {
 	if len(tokens) == 0 {
-		return
+		return nil
 	}
 	var m kvindex.Matcher
 	switch r.Mode().Overlap() {
@@ -270,6 +305,9 @@ func (p *Picker) overlap(r *scoring.Scheduler, pl *plan, salt string, tokens []u
 	for i := range pl.cands {
 		if done[i] {
 			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return err
 		}
 		base, bs := pl.bases[i], pl.blockSize[i]
 		ids, idx = ids[:0], idx[:0]
@@ -310,6 +348,7 @@ func (p *Picker) overlap(r *scoring.Scheduler, pl *plan, salt string, tokens []u
 			pl.cands[j].HostBlocks, pl.cands[j].DiskBlocks = res[k].HostBlocks, res[k].DiskBlocks
 		}
 	}
+	return nil
 }
 
 // tokenizeImages encodes a chat with image parts for a declared

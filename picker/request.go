@@ -55,6 +55,8 @@ type openAIRequest struct {
 	promptIDs  []uint32
 	hasIDs     bool
 	hasPrompt  bool
+	// messages is the length of a chat's messages list (0 when absent).
+	messages int
 }
 
 // parseOpenAI decodes body for api. A body that is not a JSON object
@@ -92,6 +94,11 @@ func parseOpenAI(api API, body []byte) (openAIRequest, error) {
 	}
 	if api == APICompletion {
 		r.readPrompt()
+	}
+	if m, ok := top.Get("messages"); ok {
+		if list, ok := m.([]any); ok {
+			r.messages = len(list)
+		}
 	}
 	return r, nil
 }

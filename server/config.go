@@ -12,9 +12,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
+	"runtime"
 	"time"
 
 	"github.com/kvroute/kvroute/extproc"
+	"github.com/kvroute/kvroute/internal/discovery"
 	"github.com/kvroute/kvroute/picker"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/tokenizer"
@@ -27,9 +30,15 @@ type Config struct {
 	Namespace string
 	// GRPCAddr is the ext_proc listen address (default ":9002").
 	GRPCAddr string
-	// HTTPAddr serves /metrics, /healthz, /readyz, /debug/* and /admin/*
-	// (default ":9090"); "-" disables it.
+	// HTTPAddr serves /metrics, /healthz and /readyz (default ":9090");
+	// "-" disables it.
 	HTTPAddr string
+	// AdminAddr serves /debug/* and /admin/* (default "127.0.0.1:9091",
+	// loopback only); "-" or "" disables it.
+	AdminAddr string
+	// AdminToken, when set, is the bearer token the admin listener
+	// requires (Authorization: Bearer <token>). Never logged.
+	AdminToken string
 
 	// NATSURL is the NATS server to use; empty starts an embedded one on
 	// EmbeddedNATSAddr.
@@ -37,6 +46,14 @@ type Config struct {
 	// NATSCredsFile is a NATS credentials file (JWT and NKey seed, as `nsc`
 	// writes it) used to connect to NATSURL; empty: none.
 	NATSCredsFile string
+	// NATSUser and NATSPassword authenticate to NATSURL with a user and
+	// password; NATSNKeySeedFile with an NKey (a seed file, as `nk -gen
+	// user` writes it). Never logged.
+	NATSUser, NATSPassword string
+	NATSNKeySeedFile       string
+	// NATSTLS is the client TLS for NATSURL (CA, optional client
+	// certificate), or nil.
+	NATSTLS *tls.Config
 	// EmbeddedNATSAddr is where the embedded NATS server listens (default
 	// "127.0.0.1:4222"; port 0 picks a free one).
 	EmbeddedNATSAddr string
@@ -51,6 +68,10 @@ type Config struct {
 	WorkersFile string
 	// WorkersFileInterval is how often WorkersFile is checked (default 2 s).
 	WorkersFileInterval time.Duration
+	// AllowAddressRanges accepts worker addresses in these ranges although
+	// they are link-local or metadata addresses, which are refused by
+	// default (--allow-address-ranges).
+	AllowAddressRanges []netip.Prefix
 
 	// XDSAddr, when set, serves the discovered workers to Envoy over ADS
 	// there: one cluster per worker (WorkerSpec.ClusterName, its address), for
@@ -101,6 +122,19 @@ type Config struct {
 	// KeepaliveMinTime is the shortest client ping interval tolerated on the
 	// ext_proc server (default 1 s).
 	KeepaliveMinTime time.Duration
+	// MaxMessages and MaxPromptBytes cap what a decision renders and
+	// tokenizes; above a cap the request is routed by load (see
+	// picker.Config). 0: no cap.
+	MaxMessages, MaxPromptBytes int
+	// MaxConcurrentDecisions caps decisions parsing, tokenizing and
+	// matching at once; a decision without a slot after 10 s is shed
+	// with 429. 0: no cap.
+	MaxConcurrentDecisions int
+	// MaxStreams caps concurrent ext_proc streams per connection (0: 4096)
+	// and StreamIdleTimeout closes silent streams (see
+	// extproc.ServerConfig; 0: never).
+	MaxStreams        uint32
+	StreamIdleTimeout time.Duration
 	// ReplicaSync shares request lifecycles with peer replicas over NATS.
 	ReplicaSync bool
 	// RouterID names this replica for replica sync (default: $POD_NAME,
@@ -121,18 +155,34 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// Default caps on what one decision renders and tokenizes: well above
+// real chats (agent sessions run to a few hundred messages; a 128k-token
+// context renders to ~0.5 MB), far below what exhausts memory.
+const (
+	DefaultMaxMessages    = 4096
+	DefaultMaxPromptBytes = 4 << 20
+)
+
 // DefaultConfig returns the documented defaults.
 func DefaultConfig() Config {
 	return Config{
 		Namespace:        "default",
 		GRPCAddr:         ":9002",
 		HTTPAddr:         ":9090",
+		AdminAddr:        "127.0.0.1:9091",
 		EmbeddedNATSAddr: "127.0.0.1:4222",
 		Scoring:          scoring.DefaultOptions(),
 		KVEvents:         true,
 		Fallbacks:        2,
 		ShutdownGrace:    15 * time.Second,
 		Recovery:         DefaultRecoveryConfig(),
+		MaxMessages:      DefaultMaxMessages,
+		MaxPromptBytes:   DefaultMaxPromptBytes,
+		// Decisions are CPU-bound: more at once than cores only adds memory
+		// (each holds its parsed body, ~9× the body's bytes).
+		MaxConcurrentDecisions: max(4, 2*runtime.GOMAXPROCS(0)),
+		MaxStreams:             4096,
+		StreamIdleTimeout:      5 * time.Minute,
 		// Envoy before 1.33 sends no protocol_config; BUFFERED is what such
 		// deployments configure.
 		Stream: extproc.Config{DefaultRequestMode: extproc.ModeBuffered},
@@ -144,6 +194,10 @@ func (c *Config) Validate() error {
 	var errs []error
 	if c.Namespace == "" {
 		errs = append(errs, errors.New("namespace is empty"))
+	} else if !discovery.ValidName(c.Namespace) {
+		// A namespace is a NATS subject token: '*' or '>' would subscribe
+		// to every namespace's events.
+		errs = append(errs, fmt.Errorf("namespace %q: want 1-%d characters of [A-Za-z0-9_-] (no wildcards)", c.Namespace, discovery.MaxIDLen))
 	}
 	if c.GRPCAddr == "" {
 		errs = append(errs, errors.New("grpc address is empty"))
@@ -156,6 +210,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Fallbacks < 0 {
 		errs = append(errs, fmt.Errorf("fallbacks %d must not be negative", c.Fallbacks))
+	}
+	if c.MaxMessages < 0 || c.MaxPromptBytes < 0 || c.MaxConcurrentDecisions < 0 || c.StreamIdleTimeout < 0 {
+		errs = append(errs, errors.New("max messages, max prompt bytes, max concurrent decisions and the stream idle timeout must not be negative (0 turns each off)"))
 	}
 	if c.BlockSize < 0 {
 		errs = append(errs, fmt.Errorf("block size %d must not be negative", c.BlockSize))

@@ -79,7 +79,7 @@ func TestShippedOriginalDstBootstrapReachesTheChosenWorker(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := testConfig(t)
-			cfg.WorkersFile, cfg.Fallbacks, cfg.HTTPAddr = wf, tt.fallbacks, "-"
+			cfg.WorkersFile, cfg.Fallbacks, cfg.HTTPAddr, cfg.AdminAddr = wf, tt.fallbacks, "-", "-"
 			r := start(t, cfg)
 			eventually(t, "ready", r.Ready)
 			gw, err := envoytest.LoadGatewayFile("../envoy/original-dst.yaml", envoytest.GatewayOptions{

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"io"
@@ -18,26 +19,44 @@ type endpoint struct {
 	Method      string `json:"method"`
 	Path        string `json:"path"`
 	Description string `json:"description"`
+	// admin endpoints are served on the admin listener (--admin-listen).
+	admin bool
 }
 
 // endpoints are the operator endpoints, in the order GET / lists them.
+// Metrics and health stay on the HTTP port that probes and scrapers reach;
+// debug and admin endpoints move to the admin listener (loopback by
+// default, optional bearer token), since they read the fleet and switch
+// the router's mode.
 var endpoints = []endpoint{
-	{"GET", "/", "this list"},
-	{"GET", "/metrics", "Prometheus metrics (kvroute_*)"},
-	{"GET", "/healthz", "liveness: ok while the process runs"},
-	{"GET", "/readyz", "readiness: 200 with tokenizers loaded, a worker and NATS; else 503 and the reason"},
-	{"GET", "/debug/workers", "every worker: its record, live load and index holdings"},
-	{"POST", "/debug/explain", "an OpenAI body in, the decision with every candidate's terms out, without side effects (?path=/v1/completions)"},
-	{"GET", SnapshotPath, "the KV index as a versioned binary snapshot, for a restarting replica's --warm-from"},
-	{"GET", "/admin/mode", "the router mode and the valid ones"},
-	{"POST", "/admin/mode", `switch the router mode at runtime: {"mode": NAME} or ?mode=NAME`},
+	{"GET", "/", "this list", false},
+	{"GET", "/metrics", "Prometheus metrics (kvroute_*)", false},
+	{"GET", "/healthz", "liveness: ok while the process runs", false},
+	{"GET", "/readyz", "readiness: 200 once discovery synced with a worker and ext_proc is up (a NATS outage only shows in \"degraded\"); else 503 and the reason", false},
+	{"GET", "/", "this list", true},
+	{"GET", "/debug/workers", "every worker: its record, live load and index holdings; \"degraded\" lists components the router runs without (nats)", true},
+	{"POST", "/debug/explain", "an OpenAI body in, the decision with every candidate's terms out, without side effects (?path=/v1/completions)", true},
+	{"GET", SnapshotPath, "the KV index as a versioned binary snapshot, for a restarting replica's --warm-from", true},
+	{"GET", "/admin/mode", "the router mode and the valid ones", true},
+	{"POST", "/admin/mode", `switch the router mode at runtime: {"mode": NAME} or ?mode=NAME`, true},
 }
 
-// httpHandler serves the operator endpoints.
+// listed returns the endpoints one listener serves.
+func listed(admin bool) []endpoint {
+	var out []endpoint
+	for _, e := range endpoints {
+		if e.admin == admin {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// httpHandler serves metrics and health on the HTTP port.
 func (r *Server) httpHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]any{"service": "kvroute", "endpoints": endpoints})
+		writeJSON(w, http.StatusOK, map[string]any{"service": "kvroute", "endpoints": listed(false)})
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(r.cfg.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -45,32 +64,71 @@ func (r *Server) httpHandler() http.Handler {
 		_, _ = io.WriteString(w, "ok\n")
 	})
 	mux.HandleFunc("GET /readyz", r.handleReady)
+	mux.HandleFunc("/", unknownOn(false))
+	return mux
+}
+
+// adminHandler serves the debug and admin endpoints on the admin
+// listener, behind the bearer token when one is set.
+func (r *Server) adminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"service": "kvroute admin", "endpoints": listed(true)})
+	})
 	mux.HandleFunc("GET /debug/workers", r.handleWorkers)
 	mux.HandleFunc("POST /debug/explain", r.handleExplain)
 	mux.HandleFunc("GET "+SnapshotPath, r.handleSnapshot)
 	mux.HandleFunc("GET /admin/mode", r.handleMode)
 	mux.HandleFunc("POST /admin/mode", r.handleMode)
-	mux.HandleFunc("/", handleUnknown)
-	return mux
+	mux.HandleFunc("/", unknownOn(true))
+	if r.cfg.AdminToken == "" {
+		return mux
+	}
+	want := []byte("Bearer " + r.cfg.AdminToken)
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		got := []byte(req.Header.Get("Authorization"))
+		if subtle.ConstantTimeCompare(got, want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="kvroute admin"`)
+			writeError(w, &extproc.HTTPError{Status: http.StatusUnauthorized, Type: "authentication_error", Code: "unauthorized",
+				Message: "the admin listener needs Authorization: Bearer <token> (--admin-token-file)"})
+			return
+		}
+		mux.ServeHTTP(w, req)
+	})
 }
 
-// handleUnknown answers a path or method no endpoint serves, in the
-// shared error shape.
-func handleUnknown(w http.ResponseWriter, req *http.Request) {
-	var methods []string
-	for _, e := range endpoints {
-		if e.Path == req.URL.Path {
-			methods = append(methods, e.Method)
+// unknownOn answers a path or method no endpoint of that listener serves,
+// in the shared error shape; a path served by the other listener says so.
+func unknownOn(admin bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, req *http.Request) {
+		var methods []string
+		other := false
+		for _, e := range endpoints {
+			if e.Path != req.URL.Path {
+				continue
+			}
+			if e.admin == admin {
+				methods = append(methods, e.Method)
+			} else {
+				other = true
+			}
+		}
+		switch {
+		case len(methods) > 0:
+			w.Header().Set("Allow", strings.Join(methods, ", "))
+			writeError(w, &extproc.HTTPError{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error", Code: "method_not_allowed",
+				Message: req.Method + " " + req.URL.Path + ": use " + strings.Join(methods, " or ")})
+		case other && !admin:
+			writeError(w, &extproc.HTTPError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",
+				Message: req.URL.Path + " is served on the admin listener (--admin-listen), not here"})
+		case other:
+			writeError(w, &extproc.HTTPError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",
+				Message: req.URL.Path + " is served on the HTTP port (--http-addr), not on the admin listener"})
+		default:
+			writeError(w, &extproc.HTTPError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",
+				Message: "no endpoint " + req.URL.Path + "; GET / lists them"})
 		}
 	}
-	if len(methods) > 0 {
-		w.Header().Set("Allow", strings.Join(methods, ", "))
-		writeError(w, &extproc.HTTPError{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error", Code: "method_not_allowed",
-			Message: req.Method + " " + req.URL.Path + ": use " + strings.Join(methods, " or ")})
-		return
-	}
-	writeError(w, &extproc.HTTPError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",
-		Message: "no endpoint " + req.URL.Path + "; GET / lists them"})
 }
 
 // writeError answers with the OpenAI-style error the data path uses
@@ -99,7 +157,7 @@ func (r *Server) handleReady(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "reason": reason}) // a probe's answer, not an error
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"ready": true, "workers": r.fleet.len()})
+	writeJSON(w, http.StatusOK, map[string]any{"ready": true, "workers": r.fleet.len(), "degraded": r.degradedList()})
 }
 
 // workerView is one worker on /debug/workers.
@@ -125,7 +183,7 @@ func (r *Server) handleWorkers(w http.ResponseWriter, _ *http.Request) {
 		out = append(out, v)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
-		"mode": r.Mode(), "ready": r.Ready(), "workers": out,
+		"mode": r.Mode(), "ready": r.Ready(), "degraded": r.degradedList(), "workers": out,
 		"index": map[string]int{"workers": st.Workers, "blocks": st.Blocks, "entries": st.Entries, "bytes": st.Bytes},
 	})
 }
@@ -152,7 +210,7 @@ func (r *Server) handleExplain(w http.ResponseWriter, req *http.Request) {
 			headers[strings.ToLower(k)] = v[0]
 		}
 	}
-	exp, err := r.picker.Explain(&extproc.Request{Method: "POST", Path: path, Headers: headers, Body: body, HasBody: true})
+	exp, err := r.picker.ExplainContext(req.Context(), &extproc.Request{Method: "POST", Path: path, Headers: headers, Body: body, HasBody: true})
 	if err != nil {
 		var he *extproc.HTTPError
 		if errors.As(err, &he) {
@@ -186,4 +244,12 @@ func (r *Server) handleMode(w http.ResponseWriter, req *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"mode": r.Mode(), "modes": scoring.ModeNames()})
+}
+
+// degradedList is Degraded as a JSON list ([] rather than null).
+func (r *Server) degradedList() []string {
+	if d := r.Degraded(); d != nil {
+		return d
+	}
+	return []string{}
 }

@@ -42,6 +42,7 @@ type Metrics struct {
 	immediate     *prometheus.CounterVec
 	badRecords    *prometheus.CounterVec
 	health        healthMetrics // metrics_health.go
+	guard         guardMetrics
 }
 
 var (
@@ -57,7 +58,7 @@ func newMetrics(reg *prometheus.Registry, r *Server) *Metrics {
 	f := func(c prometheus.Collector) { reg.MustRegister(c) }
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_requests_total",
-			Help: "Routing decisions by model, chosen worker, router mode and outcome (routed, no_worker, shed, bad_body, cancelled, error)."},
+			Help: "Routing decisions by model, chosen worker, router mode and outcome (routed, no_worker, shed, overloaded, bad_body, cancelled, error)."},
 			[]string{"model", "worker", "mode", "outcome"}),
 		phase: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "kvroute_decision_duration_seconds",
 			Help: "Time spent per decision phase: parse, tokenize, match, pick (pick includes admission-queue waits).", Buckets: latencyBuckets},
@@ -67,7 +68,7 @@ func newMetrics(reg *prometheus.Registry, r *Server) *Metrics {
 		cachedTokens: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvroute_cached_tokens",
 			Help: "Prompt tokens already cached on the chosen worker.", Buckets: prometheus.ExponentialBuckets(16, 4, 8)}),
 		byLoad: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_routed_by_load_total",
-			Help: "Requests routed without their prompt, by reason (no_tokenizer, not_json, no_body, other_path, ...)."}, []string{"model", "reason"}),
+			Help: "Requests routed without their prompt, by reason (no_tokenizer, not_json, no_body, other_path, too_many_messages, prompt_too_large, ...)."}, []string{"model", "reason"}),
 		finished: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_requests_finished_total",
 			Help: "Routed requests whose load was freed, by outcome (ok, error_status, upstream_error, reset)."}, []string{"outcome"}),
 		routed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_scoring_routed_total",
@@ -106,6 +107,8 @@ func newMetrics(reg *prometheus.Registry, r *Server) *Metrics {
 		f(c)
 	}
 	m.health.register(f)
+	m.guard = newGuardMetrics(r)
+	f(m.guard)
 	f(collectors.NewGoCollector())
 	f(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -44,8 +45,8 @@ type Server struct {
 	nc      *nats.Conn
 	etcd    *clientv3.Client
 
-	grpcLis, httpLis net.Listener
-	httpSrv          *http.Server
+	grpcLis, httpLis, adminLis net.Listener
+	httpSrv, adminSrv          *http.Server
 
 	xds        *envoy.XDSServer // nil unless cfg.XDSAddr
 	xdsLis     net.Listener
@@ -59,6 +60,8 @@ type Server struct {
 	schedDone []<-chan struct{}                 // the scheduler's background work
 
 	draining atomic.Bool
+	synced   atomic.Bool // the first discovery pass was applied
+	grpcUp   atomic.Bool // the ext_proc listener is bound and served
 	done     chan struct{}
 	errOnce  sync.Once
 	err      error
@@ -136,7 +139,8 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		Scheduler: sched, Index: r.index, Approx: r.approx, Tokenizers: r.toks,
 		BlockSize: cfg.BlockSize, Fallbacks: cfg.Fallbacks, OnBadBody: cfg.OnBadBody,
 		ModelHeader: cfg.ModelHeader, Metrics: r.metrics, Logger: r.log,
-		Multimodal: cfg.Multimodal,
+		Multimodal:  cfg.Multimodal,
+		MaxMessages: cfg.MaxMessages, MaxPromptBytes: cfg.MaxPromptBytes, MaxConcurrent: cfg.MaxConcurrentDecisions,
 	})
 	if err != nil {
 		return nil, err
@@ -170,29 +174,26 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		r.goRun(func() error { r.runResync(); return nil })
 	}
 
-	r.server, err = extproc.NewServer(extproc.ServerConfig{Stream: cfg.Stream, Decider: r.picker, Metrics: r.metrics, TLS: cfg.TLS, Logger: r.log, KeepaliveMinTime: cfg.KeepaliveMinTime})
+	r.server, err = extproc.NewServer(extproc.ServerConfig{Stream: cfg.Stream, Decider: r.picker, Metrics: r.metrics, TLS: cfg.TLS, Logger: r.log, KeepaliveMinTime: cfg.KeepaliveMinTime,
+		MaxStreams: cfg.MaxStreams, StreamIdleTimeout: cmp.Or(cfg.StreamIdleTimeout, -1)}) // 0: off
 	if err != nil {
 		return nil, err
 	}
 	if r.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
 		return nil, fmt.Errorf("ext_proc listen: %w", err)
 	}
-	if cfg.HTTPAddr != "-" && cfg.HTTPAddr != "" {
-		if r.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
-			return nil, fmt.Errorf("http listen: %w", err)
-		}
-		r.httpSrv = &http.Server{Handler: r.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
-		r.goRun(func() error {
-			if err := r.httpSrv.Serve(r.httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				return fmt.Errorf("http: %w", err)
-			}
-			return nil
-		})
+	if r.httpLis, r.httpSrv, err = r.serveHTTP("http", cfg.HTTPAddr, r.httpHandler()); err != nil {
+		return nil, err
 	}
+	if r.adminLis, r.adminSrv, err = r.serveHTTP("admin", cfg.AdminAddr, r.adminHandler()); err != nil {
+		return nil, err
+	}
+	r.grpcUp.Store(true) // bound: connections queue until Serve accepts them
 	r.goRun(func() error { return r.server.Serve(r.grpcLis) })
 	r.goRun(func() error { r.watchReadiness(); return nil })
 	go r.shutdownOn(ctx)
-	r.log.Info("kvroute serving", "grpc", r.GRPCAddr(), "http", r.HTTPAddr(), "nats", r.NATSURL(),
+	r.log.Info("kvroute config", "config", cfg) // secrets redacted by Config.LogValue
+	r.log.Info("kvroute serving", "grpc", r.GRPCAddr(), "http", r.HTTPAddr(), "admin", r.AdminAddr(), "admin_token", r.cfg.AdminToken != "", "nats", redactURL(r.NATSURL()),
 		"mode", sched.Mode().Name(), "namespace", cfg.Namespace, "tokenizers", r.toks.Models())
 	return r, nil
 }
@@ -209,6 +210,40 @@ func defaultRouterID() string {
 		return host
 	}
 	return "kvroute-" + strconv.Itoa(os.Getpid())
+}
+
+// HTTP server timeouts: a client that trickles its headers or body, or
+// keeps an idle connection, cannot hold a goroutine and a socket for long.
+const (
+	httpReadHeaderTimeout = 10 * time.Second
+	httpReadTimeout       = 30 * time.Second // /debug/explain bodies up to the body limit
+	httpWriteTimeout      = 60 * time.Second
+	httpIdleTimeout       = 120 * time.Second
+)
+
+// serveHTTP binds addr and serves h there until shutdown; "-" or ""
+// serves nothing (nil listener and server).
+func (r *Server) serveHTTP(name, addr string, h http.Handler) (net.Listener, *http.Server, error) {
+	if addr == "-" || addr == "" {
+		return nil, nil, nil
+	}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s listen: %w", name, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: httpReadHeaderTimeout, ReadTimeout: httpReadTimeout,
+		WriteTimeout: httpWriteTimeout, IdleTimeout: httpIdleTimeout}
+	r.goRun(func() error {
+		err := srv.Serve(lis)
+		if r.ctx.Err() != nil && errors.Is(err, net.ErrClosed) {
+			return nil // our own listener, closed by shutdown
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		return nil
+	})
+	return lis, srv, nil
 }
 
 // goRun runs fn until it returns; an error ends the router.
@@ -254,8 +289,12 @@ func (r *Server) connectNATS() error {
 		r.natsSrv, url = srv, srv.ClientURL()
 	}
 	opts := []nats.Option{nats.Name("kvroute " + r.cfg.RouterID), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}
-	if r.cfg.NATSCredsFile != "" && r.natsSrv == nil {
-		opts = append(opts, nats.UserCredentials(r.cfg.NATSCredsFile))
+	if r.natsSrv == nil {
+		auth, err := r.cfg.natsAuth()
+		if err != nil {
+			return err
+		}
+		opts = append(opts, auth...)
 	}
 	start := time.Now()
 	nc, err := nats.Connect(url, append(opts,
@@ -264,24 +303,25 @@ func (r *Server) connectNATS() error {
 				r.log.Warn("nats disconnected", "err", err)
 			}
 		}),
-		nats.ReconnectHandler(func(c *nats.Conn) { r.log.Info("nats reconnected", "url", c.ConnectedUrl()) }))...)
+		nats.ReconnectHandler(func(c *nats.Conn) { r.log.Info("nats reconnected", "url", redactURL(c.ConnectedUrl())) }))...)
 	if err != nil {
-		return fmt.Errorf("nats connect %s: %w", url, err)
+		return fmt.Errorf("nats connect %s: %w", redactURL(url), err)
 	}
 	r.nc = nc
-	r.log.Info("nats connected", "url", nc.ConnectedUrl(), "embedded", r.natsSrv != nil, "took", time.Since(start).Round(time.Millisecond))
+	r.log.Info("nats connected", "url", redactURL(nc.ConnectedUrl()), "embedded", r.natsSrv != nil, "took", time.Since(start).Round(time.Millisecond))
 	return nil
 }
 
 func (r *Server) startDiscovery() error {
 	if r.cfg.WorkersFile != "" {
 		fw, err := discovery.NewFileWatcher(r.cfg.WorkersFile, r.fleet, discovery.FileOptions{
-			Interval: r.cfg.WorkersFileInterval, Logger: r.log,
+			Interval: r.cfg.WorkersFileInterval, Logger: r.log, Policy: &discovery.AddressPolicy{Allow: r.cfg.AllowAddressRanges},
 			OnBadFile: func(error) { r.metrics.badRecords.WithLabelValues("file").Inc() },
 		})
 		if err != nil {
 			return err
 		}
+		r.synced.Store(true)
 		r.log.Info("workers file loaded", "path", r.cfg.WorkersFile, "workers", r.fleet.len(), "reload_every", r.cfg.WorkersFileInterval)
 		r.goRun(func() error { _ = fw.Run(r.ctx); return nil })
 		return nil
@@ -297,16 +337,24 @@ func (r *Server) startDiscovery() error {
 	r.etcd = cli
 	w := discovery.NewWatcher(cli, r.cfg.Namespace, r.fleet, discovery.WatchOptions{
 		Logger:     r.log,
+		Policy:     &discovery.AddressPolicy{Allow: r.cfg.AllowAddressRanges},
 		OnBadValue: func(string, error) { r.metrics.badRecords.WithLabelValues("etcd").Inc() },
 	})
 	r.goRun(func() error { _ = w.Run(r.ctx); return nil })
+	go func() {
+		select {
+		case <-w.Synced():
+			r.synced.Store(true)
+		case <-r.ctx.Done():
+		}
+	}()
 	select {
 	case <-w.Synced():
-		r.log.Info("etcd synced", "endpoints", r.cfg.EtcdEndpoints, "workers", r.fleet.len(), "took", time.Since(start).Round(time.Millisecond))
+		r.log.Info("etcd synced", "endpoints", redactURLs(r.cfg.EtcdEndpoints), "workers", r.fleet.len(), "took", time.Since(start).Round(time.Millisecond))
 		return nil
 	case <-time.After(10 * time.Second):
 		// Keep going: readiness stays false until workers appear.
-		r.log.Warn("etcd not synced after 10s; serving without workers until it is", "endpoints", r.cfg.EtcdEndpoints)
+		r.log.Warn("etcd not synced after 10s; serving without workers until it is", "endpoints", redactURLs(r.cfg.EtcdEndpoints))
 		return nil
 	}
 }
@@ -328,23 +376,37 @@ func (r *Server) watchReadiness() {
 	}
 }
 
-// Ready reports readiness: tokenizers loaded (Start did), at least one
-// worker, and the event bus connected.
-func (r *Server) Ready() bool {
-	return !r.draining.Load() && r.ctx.Err() == nil && r.fleet.len() > 0 && r.nc.IsConnected()
-}
+// Ready reports whether the router can route: tokenizers loaded (Start
+// did), discovery synced with at least one worker, and the ext_proc server
+// up. A NATS outage is not a readiness failure: routing goes on by load and
+// the index it has (see Degraded); failing readiness would take every
+// replica out of a fail-closed Envoy at once.
+func (r *Server) Ready() bool { return r.NotReadyReason() == "" }
 
 // NotReadyReason says why Ready is false ("" when it is true).
 func (r *Server) NotReadyReason() string {
 	switch {
 	case r.draining.Load() || r.ctx.Err() != nil:
 		return "shutting down"
+	case !r.synced.Load():
+		return "worker discovery not synced"
 	case r.fleet.len() == 0:
 		return "no workers discovered"
-	case !r.nc.IsConnected():
-		return "event bus (NATS) not connected"
+	case !r.grpcUp.Load():
+		return "ext_proc server not up"
 	}
 	return ""
+}
+
+// Degraded lists what the router runs without while it still routes:
+// "nats" when the event bus is disconnected (no KV events, load reports or
+// replica sync until it reconnects). Empty when nothing is missing.
+func (r *Server) Degraded() []string {
+	var out []string
+	if r.nc != nil && !r.nc.IsConnected() {
+		out = append(out, "nats")
+	}
+	return out
 }
 
 func (r *Server) shutdownOn(ctx context.Context) {
@@ -366,8 +428,10 @@ func (r *Server) shutdownOn(ctx context.Context) {
 	gctx, cancel := context.WithTimeout(context.Background(), r.cfg.ShutdownGrace)
 	defer cancel()
 	r.server.Shutdown(gctx) // NOT_SERVING, GracefulStop, then Stop at the deadline
-	if r.httpSrv != nil {
-		_ = r.httpSrv.Shutdown(gctx)
+	for _, hs := range []*http.Server{r.httpSrv, r.adminSrv} {
+		if hs != nil {
+			_ = hs.Shutdown(gctx)
+		}
 	}
 	r.teardown()
 	r.wg.Wait()
@@ -392,7 +456,7 @@ func (r *Server) teardown() {
 		r.natsSrv.Shutdown()
 		r.natsSrv.WaitForShutdown()
 	}
-	for _, l := range []net.Listener{r.grpcLis, r.httpLis, r.xdsLis} {
+	for _, l := range []net.Listener{r.grpcLis, r.httpLis, r.adminLis, r.xdsLis} {
 		if l != nil {
 			_ = l.Close()
 		}
@@ -421,6 +485,15 @@ func (r *Server) HTTPAddr() string {
 		return ""
 	}
 	return r.httpLis.Addr().String()
+}
+
+// AdminAddr is the bound admin address (/debug/*, /admin/*), or "" when
+// disabled.
+func (r *Server) AdminAddr() string {
+	if r.adminLis == nil {
+		return ""
+	}
+	return r.adminLis.Addr().String()
 }
 
 // NATSURL is the NATS server in use (the embedded one's when embedded).

@@ -55,7 +55,7 @@ func workersFile(t *testing.T, n int) string {
 // testConfig is a router on free loopback ports with the Qwen3 tokenizer.
 func testConfig(t *testing.T) Config {
 	cfg := DefaultConfig()
-	cfg.GRPCAddr, cfg.HTTPAddr, cfg.EmbeddedNATSAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	cfg.GRPCAddr, cfg.HTTPAddr, cfg.AdminAddr, cfg.EmbeddedNATSAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	cfg.Tokenizers = map[string]tokenizer.ModelSource{model: {Dir: qwenDir}}
 	cfg.Logger = quiet()
 	cfg.ShutdownGrace = time.Second
@@ -215,10 +215,10 @@ func TestRouterEventsOverNATSChangeTheNextDecision(t *testing.T) {
 		t.Fatalf("after events on %s the request went to %s (%d)", target, got, status)
 	}
 
-	base := "http://" + r.HTTPAddr()
+	base, admin := "http://"+r.HTTPAddr(), "http://"+r.AdminAddr()
 	t.Run("explain shows every worker's terms without side effects", func(t *testing.T) {
 		eventually(t, "earlier streams freed", func() bool { return activeRequests(r) == 0 })
-		resp, err := http.Post(base+"/debug/explain", "application/json", strings.NewReader(body))
+		resp, err := http.Post(admin+"/debug/explain", "application/json", strings.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -248,7 +248,7 @@ func TestRouterEventsOverNATSChangeTheNextDecision(t *testing.T) {
 	t.Run("health, readiness and workers", func(t *testing.T) {
 		get(t, base+"/healthz", 200)
 		get(t, base+"/readyz", 200)
-		if w := get(t, base+"/debug/workers", 200); !strings.Contains(w, `"w2"`) || !strings.Contains(w, `"prefill_rate":`) {
+		if w := get(t, admin+"/debug/workers", 200); !strings.Contains(w, `"w2"`) || !strings.Contains(w, `"prefill_rate":`) {
 			t.Errorf("workers: %s", w)
 		}
 	})
@@ -256,17 +256,20 @@ func TestRouterEventsOverNATSChangeTheNextDecision(t *testing.T) {
 		var index struct {
 			Endpoints []struct{ Method, Path string } `json:"endpoints"`
 		}
-		if err := json.Unmarshal([]byte(get(t, base+"/", 200)), &index); err != nil || len(index.Endpoints) < 6 {
-			t.Fatalf("GET / = %+v, %v", index, err)
+		if err := json.Unmarshal([]byte(get(t, base+"/", 200)), &index); err != nil || len(index.Endpoints) != 4 {
+			t.Fatalf("GET / = %+v, %v; want the 4 metrics and health endpoints", index, err)
 		}
-		resp, err := http.Post(base+"/debug/explain", "application/json", strings.NewReader(body))
+		if err := json.Unmarshal([]byte(get(t, admin+"/", 200)), &index); err != nil || len(index.Endpoints) != 5 {
+			t.Fatalf("admin GET / = %+v, %v; want the 5 debug and admin endpoints", index, err)
+		}
+		resp, err := http.Post(admin+"/debug/explain", "application/json", strings.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
 		}
 		explain, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		for path, doc := range map[string]string{"/debug/workers": get(t, base+"/debug/workers", 200), "/debug/explain": string(explain),
-			"/admin/mode": get(t, base+"/admin/mode", 200), "/readyz": get(t, base+"/readyz", 200)} {
+		for path, doc := range map[string]string{"/debug/workers": get(t, admin+"/debug/workers", 200), "/debug/explain": string(explain),
+			"/admin/mode": get(t, admin+"/admin/mode", 200), "/readyz": get(t, base+"/readyz", 200)} {
 			var v any
 			if err := json.Unmarshal([]byte(doc), &v); err != nil {
 				t.Fatalf("%s: %v", path, err)
@@ -276,16 +279,20 @@ func TestRouterEventsOverNATSChangeTheNextDecision(t *testing.T) {
 			}
 		}
 		for _, tc := range []struct {
-			method, path, body string
-			status             int
+			method, url, path, body string
+			status                  int
 		}{
-			{"GET", "/nope", "", 404},
-			{"DELETE", "/debug/workers", "", 405},
-			{"POST", "/admin/mode?mode=nonsense", "", 400},
-			{"POST", "/admin/mode", "{", 400},
-			{"POST", "/debug/explain", "not json", 400},
+			{"GET", base, "/nope", "", 404},
+			{"GET", admin, "/nope", "", 404},
+			{"GET", base, "/debug/workers", "", 404}, // on the admin listener only
+			{"POST", base, "/admin/mode", "", 404},
+			{"GET", admin, "/metrics", "", 404},
+			{"DELETE", admin, "/debug/workers", "", 405},
+			{"POST", admin, "/admin/mode?mode=nonsense", "", 400},
+			{"POST", admin, "/admin/mode", "{", 400},
+			{"POST", admin, "/debug/explain", "not json", 400},
 		} {
-			req, _ := http.NewRequest(tc.method, base+tc.path, strings.NewReader(tc.body))
+			req, _ := http.NewRequest(tc.method, tc.url+tc.path, strings.NewReader(tc.body))
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				t.Fatal(err)
@@ -303,7 +310,7 @@ func TestRouterEventsOverNATSChangeTheNextDecision(t *testing.T) {
 		}
 	})
 	t.Run("mode switch at runtime", func(t *testing.T) {
-		resp, err := http.Post(base+"/admin/mode", "application/json", strings.NewReader(`{"mode":"round_robin"}`))
+		resp, err := http.Post(admin+"/admin/mode", "application/json", strings.NewReader(`{"mode":"round_robin"}`))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -319,7 +326,7 @@ func TestRouterEventsOverNATSChangeTheNextDecision(t *testing.T) {
 		if len(seen) != 3 {
 			t.Errorf("round robin used %v", seen)
 		}
-		resp, err = http.Post(base+"/admin/mode?mode=nonsense", "", nil)
+		resp, err = http.Post(admin+"/admin/mode?mode=nonsense", "", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -457,7 +464,9 @@ func TestRouterResponsePathDrivesTheLoad(t *testing.T) {
 func TestRouterDrainsOnShutdown(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.WorkersFile = workersFile(t, 1)
-	cfg.DrainDelay = 2 * time.Second
+	// A drain far longer than the test: the checks below happen inside it
+	// however slow the machine, and Shutdown ends it early.
+	cfg.DrainDelay = 5 * time.Minute
 	ctx, cancel := context.WithCancel(context.Background())
 	r, err := Start(ctx, cfg)
 	if err != nil {
@@ -475,7 +484,7 @@ func TestRouterDrainsOnShutdown(t *testing.T) {
 	if w, status := route(t, cc, chatBody(3)); status != 200 || w != "w0" {
 		t.Fatalf("during drain: %q %d", w, status)
 	}
-	if err := r.Wait(); err != nil {
+	if err := r.Shutdown(); err != nil {
 		t.Fatal(err)
 	}
 }

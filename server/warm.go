@@ -76,6 +76,10 @@ func (r *Server) fetchSnapshot(ctx context.Context, url string) (kvindex.LoadSta
 	if err != nil {
 		return kvindex.LoadStats{}, nil, err
 	}
+	if r.cfg.AdminToken != "" {
+		// Replicas of one deployment share the admin token.
+		req.Header.Set("Authorization", "Bearer "+r.cfg.AdminToken)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return kvindex.LoadStats{}, nil, err

@@ -52,7 +52,7 @@ func TestWarmStartLoadsPeerIndexThenLiveTail(t *testing.T) {
 
 	cfgB := testConfig(t)
 	cfgB.WorkersFile, cfgB.NATSURL = file, n.URL
-	cfgB.Recovery.WarmFrom = "http://" + a.HTTPAddr()
+	cfgB.Recovery.WarmFrom = "http://" + a.AdminAddr()
 	b := start(t, cfgB)
 	if got := b.Index().Stats().Entries; got != 2*per {
 		t.Fatalf("warm replica holds %d entries when Start returns, want the peer's %d", got, 2*per)

@@ -82,7 +82,7 @@ func TestXDSServesEtcdRegisteredWorkersAsClusters(t *testing.T) {
 	testenv.Quiet()
 	e := testenv.StartEtcd(t)
 	cfg := testConfig(t)
-	cfg.EtcdEndpoints, cfg.XDSAddr, cfg.HTTPAddr = e.Endpoints, "127.0.0.1:0", "-"
+	cfg.EtcdEndpoints, cfg.XDSAddr, cfg.HTTPAddr, cfg.AdminAddr = e.Endpoints, "127.0.0.1:0", "-", "-"
 	r := start(t, cfg)
 	ads := dialCDS(t, r.XDSAddr())
 	ads.until() // no workers yet: an empty cluster set

@@ -97,9 +97,16 @@ func (c *PrefixCache) Encode(text string) []uint32 { return c.AppendEncode(nil, 
 // A caller that only reads the ids (to hash them into blocks) can reuse one
 // buffer across requests instead of allocating ~4 bytes per token each time.
 func (c *PrefixCache) AppendEncode(dst []uint32, text string) []uint32 {
+	ids, _ := c.appendEncode(nil, dst, text)
+	return ids
+}
+
+// appendEncode is AppendEncode that stops with done's error, checked
+// between chunks (one chunk per chat message), when done is not nil.
+func (c *PrefixCache) appendEncode(done func() error, dst []uint32, text string) ([]uint32, error) {
 	cuts := c.bounds.cuts(text)
 	if len(cuts) == 0 {
-		return appendIDs(dst, c.tok.Encode(text, false))
+		return appendIDs(dst, c.tok.Encode(text, false)), nil
 	}
 	// The chunks' ids are gathered first so that the result is allocated
 	// once at its exact size: a guess from the text length overshoots by
@@ -115,10 +122,15 @@ func (c *PrefixCache) AppendEncode(dst []uint32, text string) []uint32 {
 		if end == start {
 			continue
 		}
+		if done != nil {
+			if err := done(); err != nil {
+				return dst, err
+			}
+		}
 		ids, ok := c.chunk(lead, leadID, text[start:end])
 		if !ok {
 			c.fallbacks.Add(1)
-			return appendIDs(dst, c.tok.Encode(text, false))
+			return appendIDs(dst, c.tok.Encode(text, false)), nil
 		}
 		parts, n = append(parts, ids), n+len(ids)
 		if i < len(cuts) {
@@ -129,7 +141,7 @@ func (c *PrefixCache) AppendEncode(dst []uint32, text string) []uint32 {
 	for _, ids := range parts {
 		dst = append(dst, ids...)
 	}
-	return dst
+	return dst, nil
 }
 
 // appendIDs appends ids, a fresh slice, to dst; with no dst it is the result.

@@ -2,12 +2,14 @@ package tokenizer
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"slices"
 	"strings"
 	"sync"
+	"unicode/utf8"
 	"unsafe"
 )
 
@@ -173,13 +175,17 @@ var reservedKwargs = map[string]bool{"messages": true, "chat_template": true, "t
 // ApplyChatTemplate renders req into the prompt text the model server would
 // build. A template's raise_exception comes back as a *TemplateError.
 func (c *Chat) ApplyChatTemplate(req ChatRequest) (string, error) {
-	return c.apply(req, nil)
+	return c.apply(req, nil, nil)
 }
 
 // apply renders req. With scratch nil the text is a new string; otherwise it
 // is rendered into scratch and the text shares scratch's memory, so it is
 // valid only until scratch is reset.
-func (c *Chat) apply(req ChatRequest, scratch *bytes.Buffer) (string, error) {
+//
+// guard, when not nil (and scratch is), bounds the render: it stops the
+// template as soon as the output passes guard.max bytes or guard.done
+// reports an error, and apply returns that error.
+func (c *Chat) apply(req ChatRequest, scratch *bytes.Buffer, guard *renderGuard) (string, error) {
 	tools := req.Tools
 	if v, ok := req.ChatTemplateKwargs.Get("tools"); ok {
 		tl, _ := v.([]any)
@@ -228,6 +234,14 @@ func (c *Chat) apply(req ChatRequest, scratch *bytes.Buffer) (string, error) {
 	var text string
 	if scratch == nil {
 		text, err = tpl.Render(vars)
+	} else if guard != nil {
+		guard.Buffer = scratch
+		if err = tpl.renderTo(guard, vars); guard.err != nil {
+			err = guard.err
+		}
+		if err == nil {
+			text = unsafe.String(unsafe.SliceData(scratch.Bytes()), scratch.Len())
+		}
 	} else if err = tpl.renderTo(scratch, vars); err == nil {
 		text = unsafe.String(unsafe.SliceData(scratch.Bytes()), scratch.Len())
 	}
@@ -278,11 +292,104 @@ func (c *Chat) AppendEncodeChat(dst []uint32, req ChatRequest) ([]uint32, error)
 	// keys, the prefix cache keeps hashes), so the buffer can be reused.
 	buf := renderBuffers.Get().(*bytes.Buffer)
 	defer putRenderBuffer(buf)
-	text, err := c.apply(req, buf)
+	text, err := c.apply(req, buf, nil)
 	if err != nil {
 		return dst, err
 	}
 	return c.AppendEncodePrompt(dst, text), nil
+}
+
+// ErrPromptTooLarge is returned by AppendEncodeChatContext for a rendered
+// prompt over its byte limit.
+var ErrPromptTooLarge = errors.New("chat: rendered prompt exceeds the byte limit")
+
+// AppendEncodeChatContext is AppendEncodeChat bounded for input from the
+// network: it stops with ctx's error when ctx ends (checked after
+// rendering and between the prompt's chunks, one per message, not per
+// token), and refuses a rendered prompt over maxBytes (0: no limit) with
+// ErrPromptTooLarge before encoding it.
+func (c *Chat) AppendEncodeChatContext(ctx context.Context, dst []uint32, req ChatRequest, maxBytes int) ([]uint32, error) {
+	if err := ctx.Err(); err != nil {
+		return dst, err
+	}
+	buf := renderBuffers.Get().(*bytes.Buffer)
+	defer putRenderBuffer(buf)
+	text, err := c.apply(req, buf, &renderGuard{done: ctx.Err, max: maxBytes})
+	if err != nil {
+		return dst, err
+	}
+	if err := ctx.Err(); err != nil {
+		return dst, err
+	}
+	if c.cache == nil {
+		return appendIDs(dst, c.tok.Encode(text, false)), nil
+	}
+	n := len(dst)
+	out, err := c.cache.appendEncode(ctx.Err, dst, text)
+	if err != nil {
+		return out[:n], err
+	}
+	return out, nil
+}
+
+// renderGuard is the render's output buffer, bounded: a write that would
+// pass max bytes, or that finds done failing (checked every few writes;
+// templates write a message in a handful of pieces), fails, which ends
+// the template's execution there.
+type renderGuard struct {
+	*bytes.Buffer
+	done   func() error
+	max    int
+	writes int
+	err    error
+}
+
+func (g *renderGuard) Write(p []byte) (int, error) {
+	if err := g.check(len(p)); err != nil {
+		return 0, err
+	}
+	return g.Buffer.Write(p)
+}
+
+// WriteString shadows bytes.Buffer's, which a writer may be asked for
+// directly (io.StringWriter), so every write is checked.
+func (g *renderGuard) WriteString(s string) (int, error) {
+	if err := g.check(len(s)); err != nil {
+		return 0, err
+	}
+	return g.Buffer.WriteString(s)
+}
+
+// WriteByte and WriteRune shadow bytes.Buffer's for the same reason.
+func (g *renderGuard) WriteByte(c byte) error {
+	if err := g.check(1); err != nil {
+		return err
+	}
+	return g.Buffer.WriteByte(c)
+}
+
+func (g *renderGuard) WriteRune(r rune) (int, error) {
+	if err := g.check(utf8.RuneLen(r)); err != nil {
+		return 0, err
+	}
+	return g.Buffer.WriteRune(r)
+}
+
+func (g *renderGuard) check(n int) error {
+	if g.err != nil {
+		return g.err
+	}
+	if g.max > 0 && g.Len()+n > g.max {
+		g.err = fmt.Errorf("%w: over %d bytes", ErrPromptTooLarge, g.max)
+		return g.err
+	}
+	if g.writes++; g.writes%32 == 0 && g.done != nil {
+		if err := g.done(); err != nil {
+			g.err = err
+			return err
+		}
+	}
+	return nil
 }
 
 var renderBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}

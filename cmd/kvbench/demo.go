@@ -181,7 +181,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	defer env.Close()
 	fmt.Fprintf(stdout, "system up in %.1fs: gateway %s, kvroute ext_proc %s, admin %s\n",
-		time.Since(t0).Seconds(), env.URL(), env.Router.GRPCAddr(), env.RouterURL())
+		time.Since(t0).Seconds(), env.URL(), env.Router.GRPCAddr(), env.AdminURL())
 
 	client := bench.NewClient(env.URL())
 	defer client.Close()

@@ -66,7 +66,8 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer env.Close()
 	fmt.Fprintf(stdout, `kvbench up: %d kvsim workers (%s, %d blocks of %d tokens), kvroute (%s), embedded NATS and etcd, up in %s
   gateway (OpenAI API)  %s
-  kvroute HTTP          %s   (GET / lists the endpoints)
+  kvroute HTTP          %s   (metrics and health; GET / lists the endpoints)
+  kvroute admin         %s   (/debug/*, /admin/*)
   NATS                  %s
   etcd                  %s
 try:
@@ -75,7 +76,7 @@ try:
   curl -s %s/debug/workers
 Ctrl-C stops everything.
 `, u.workers, bench.DefaultModel, u.kvBlocks, u.blockSize, u.mode, cli.Since(start),
-		env.URL(), env.RouterURL(), env.NATSURL, env.EtcdEndpoints[0], env.URL(), bench.DefaultModel, env.RouterURL())
+		env.URL(), env.RouterURL(), env.AdminURL(), env.NATSURL, env.EtcdEndpoints[0], env.URL(), bench.DefaultModel, env.AdminURL())
 	<-ctx.Done()
 	fmt.Fprintln(stdout, "kvbench up: stopping")
 	return nil

@@ -60,7 +60,7 @@ func TestEndToEndKvsimZMQThroughBridgeToRouter(t *testing.T) {
 	defer cli.Close()
 
 	rcfg := server.DefaultConfig()
-	rcfg.GRPCAddr, rcfg.HTTPAddr = "127.0.0.1:0", "-"
+	rcfg.GRPCAddr, rcfg.HTTPAddr, rcfg.AdminAddr = "127.0.0.1:0", "-", "-"
 	rcfg.NATSURL = natsSrv.URL
 	rcfg.EtcdEndpoints = etcd.Endpoints
 	rcfg.Tokenizers = map[string]tokenizer.ModelSource{e2eModel: {Dir: qwenDir}}

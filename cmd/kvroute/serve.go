@@ -14,6 +14,7 @@ import (
 	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/internal/cli"
 	"github.com/kvroute/kvroute/internal/costflag"
+	"github.com/kvroute/kvroute/internal/discovery"
 	"github.com/kvroute/kvroute/picker"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/server"
@@ -30,10 +31,15 @@ type serveFlags struct {
 	etcdCert, etcdKey, etcdCA string
 	noKVEvents                bool
 	etcdPasswordFile          string
+	maxStreams                uint
 	targetValue               string
 	onBadBody                 string
 	defaultBodyMode           string
 	tlsCert, tlsKey, tlsCA    string
+	adminTokenFile            string
+	allowRanges               string
+	natsPasswordFile          string
+	natsCA, natsCert, natsKey string
 	log                       *cli.LogFlags
 	cost                      *costflag.Flags
 }
@@ -47,9 +53,24 @@ func newServeFlags() (*cli.Command, *serveFlags) {
 
 	fs.StringVar(&c.Namespace, "namespace", c.Namespace, "fleet namespace: etcd keys /kvroute/<ns>/workers/ and NATS subjects kvroute.<ns>.*")
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "ext_proc gRPC (and gRPC health) listen `address`")
-	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP `address` for /metrics, /healthz, /readyz, /debug/workers, /debug/explain, /admin/mode (\"-\" disables). POST /admin/mode {\"mode\":\"...\"} switches the router mode at runtime: requests in flight and queued move to the new mode; worker load reports refill within ~250 ms")
+	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP `address` for /metrics, /healthz and /readyz (\"-\" disables)")
+	fs.StringVar(&c.AdminAddr, "admin-listen", c.AdminAddr, "`address` of the admin listener: /debug/workers, /debug/explain, /admin/mode (\"-\" disables). Loopback by default; POST /admin/mode {\"mode\":\"...\"} switches the router mode at runtime: requests in flight and queued move to the new mode; worker load reports refill within ~250 ms")
+	fs.StringVar(&s.adminTokenFile, "admin-token-file", "", "`file` holding a bearer token the admin listener requires (Authorization: Bearer <token>); empty: none")
+	fs.StringVar(&s.allowRanges, "allow-address-ranges", "", "comma-separated `CIDRs` (or IPs) of worker addresses to accept although link-local or metadata (169.254.0.0/16, fe80::/10, ... are refused by default)")
+	fs.IntVar(&c.MaxMessages, "max-messages", c.MaxMessages, "chat requests with more messages are routed by load, not tokenized (0: no cap)")
+	fs.IntVar(&c.MaxPromptBytes, "max-prompt-bytes", c.MaxPromptBytes, "prompts whose rendered text is longer are routed by load, not tokenized (0: no cap)")
+	fs.IntVar(&c.MaxConcurrentDecisions, "max-concurrent-decisions", c.MaxConcurrentDecisions, "routing decisions parsing and tokenizing at once; one that waits 10 s for a slot is shed with 429 (0: no cap; default 2×GOMAXPROCS, at least 4)")
+	fs.UintVar(&s.maxStreams, "max-streams", uint(c.MaxStreams), "concurrent ext_proc streams per HTTP/2 connection (Envoy uses one stream per request)")
+	fs.DurationVar(&c.StreamIdleTimeout, "stream-idle-timeout", c.StreamIdleTimeout, "close an ext_proc stream on which Envoy sent nothing for this long (a new stream must send within min(this, 10s)); keep it above the slowest time to first token; 0: never")
 	fs.StringVar(&c.NATSURL, "nats-url", "", "NATS `url` for KV events, load reports and replica sync; empty starts an embedded NATS server")
 	fs.StringVar(&c.NATSCredsFile, "nats-creds", "", "NATS credentials `file` (JWT and NKey seed, as nsc writes it) for --nats-url")
+	fs.StringVar(&c.NATSNKeySeedFile, "nats-nkey", "", "NATS NKey seed `file` for --nats-url")
+	fs.StringVar(&c.NATSUser, "nats-user", "", "NATS user for --nats-url")
+	fs.StringVar(&c.NATSPassword, "nats-password", "", "NATS password (prefer --nats-password-file)")
+	fs.StringVar(&s.natsPasswordFile, "nats-password-file", "", "`file` holding the NATS password (trailing newline ignored)")
+	fs.StringVar(&s.natsCA, "nats-tls-ca", "", "CA `file` that signs the NATS server certificate (enables TLS)")
+	fs.StringVar(&s.natsCert, "nats-tls-cert", "", "client certificate `file` for NATS TLS")
+	fs.StringVar(&s.natsKey, "nats-tls-key", "", "client key `file` for NATS TLS")
 	fs.StringVar(&c.EmbeddedNATSAddr, "embedded-nats-addr", c.EmbeddedNATSAddr, "listen `address` of the embedded NATS server (workers publish here)")
 	fs.StringVar(&s.etcdEndpoints, "etcd-endpoints", "", "comma-separated etcd `urls` to discover workers from (leased records)")
 	fs.StringVar(&c.EtcdUsername, "etcd-username", "", "etcd user")
@@ -116,15 +137,26 @@ func (s *serveFlags) config(stderr io.Writer) (server.Config, error) {
 		fmt.Fprintln(stderr, "kvroute: --no-kv-events is deprecated; use --kv-events=false")
 		c.KVEvents = false
 	}
-	if s.etcdPasswordFile != "" {
-		if c.EtcdPassword != "" {
-			return c, cli.Usagef("give --etcd-password or --etcd-password-file, not both")
+	if c.EtcdPassword, err = secretFrom("etcd-password", c.EtcdPassword, s.etcdPasswordFile); err != nil {
+		return c, err
+	}
+	if c.NATSPassword, err = secretFrom("nats-password", c.NATSPassword, s.natsPasswordFile); err != nil {
+		return c, err
+	}
+	if c.AdminToken, err = secretFrom("", "", s.adminTokenFile); err != nil {
+		return c, err
+	}
+	if s.adminTokenFile != "" && c.AdminToken == "" {
+		return c, fmt.Errorf("--admin-token-file %s is empty", s.adminTokenFile)
+	}
+	if c.AllowAddressRanges, err = discovery.ParseAllowRanges(s.allowRanges); err != nil {
+		return c, cli.Usagef("--allow-address-ranges: %v", err)
+	}
+	c.MaxStreams = uint32(min(s.maxStreams, 1<<31))
+	if s.natsCA != "" || s.natsCert != "" {
+		if c.NATSTLS, err = clientTLS("nats", s.natsCert, s.natsKey, s.natsCA); err != nil {
+			return c, err
 		}
-		b, err := os.ReadFile(s.etcdPasswordFile)
-		if err != nil {
-			return c, fmt.Errorf("--etcd-password-file: %w", err)
-		}
-		c.EtcdPassword = strings.TrimRight(string(b), "\r\n")
 	}
 	switch s.targetValue {
 	case "cluster":
@@ -155,7 +187,7 @@ func (s *serveFlags) config(stderr io.Writer) (server.Config, error) {
 		return c, errors.New("--tls-client-ca needs --tls-cert and --tls-key")
 	}
 	if s.etcdCA != "" || s.etcdCert != "" {
-		if c.EtcdTLS, err = etcdTLS(s.etcdCert, s.etcdKey, s.etcdCA); err != nil {
+		if c.EtcdTLS, err = clientTLS("etcd", s.etcdCert, s.etcdKey, s.etcdCA); err != nil {
 			return c, err
 		}
 	}
@@ -168,23 +200,40 @@ func (s *serveFlags) config(stderr io.Writer) (server.Config, error) {
 	return c, nil
 }
 
-func etcdTLS(cert, key, ca string) (*tls.Config, error) {
+// secretFrom returns the secret given inline or read from file (trailing
+// newline dropped); both at once is a usage error naming flag.
+func secretFrom(flag, inline, file string) (string, error) {
+	if file == "" {
+		return inline, nil
+	}
+	if inline != "" {
+		return "", cli.Usagef("give --%s or --%s-file, not both", flag, flag)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("secret file: %w", err)
+	}
+	return strings.TrimRight(string(b), "\r\n"), nil
+}
+
+// clientTLS builds the client TLS of a connection to etcd or NATS.
+func clientTLS(what, cert, key, ca string) (*tls.Config, error) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
 	if cert != "" {
 		pair, err := tls.LoadX509KeyPair(cert, key)
 		if err != nil {
-			return nil, fmt.Errorf("etcd client certificate: %w", err)
+			return nil, fmt.Errorf("%s client certificate: %w", what, err)
 		}
 		cfg.Certificates = []tls.Certificate{pair}
 	}
 	if ca != "" {
 		pem, err := os.ReadFile(ca)
 		if err != nil {
-			return nil, fmt.Errorf("etcd CA: %w", err)
+			return nil, fmt.Errorf("%s CA: %w", what, err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("etcd CA %s holds no PEM certificate", ca)
+			return nil, fmt.Errorf("%s CA %s holds no PEM certificate", what, ca)
 		}
 		cfg.RootCAs = pool
 	}

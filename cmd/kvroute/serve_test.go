@@ -64,6 +64,10 @@ func TestParseServeFlagsAndEnvironment(t *testing.T) {
 			env: map[string]string{"KVROUTE_MM_MODEL": "google/gemma-3-4b-it=gemma3"}},
 		{name: "unknown multimodal family", args: []string{"--workers-file", "w.yaml", "--mm-model", "m=llava"}, wantErr: "llava"},
 		{name: "multimodal model without family", args: []string{"--workers-file", "w.yaml", "--mm-model", "m"}, wantErr: "MODEL=FAMILY"},
+		{name: "wildcard namespace", args: []string{"--workers-file", "w.yaml", "--namespace", "*"}, wantErr: "namespace"},
+		{name: "bad allowed range", args: []string{"--workers-file", "w.yaml", "--allow-address-ranges", "169.254.0.0/99"}, wantErr: "allow-address-ranges"},
+		{name: "missing admin token file", args: []string{"--workers-file", "w.yaml", "--admin-token-file", "/nonexistent/token"}, wantErr: "secret file"},
+		{name: "nats password twice", args: []string{"--workers-file", "w.yaml", "--nats-password", "a", "--nats-password-file", "/x"}, wantErr: "not both"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

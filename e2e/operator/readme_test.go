@@ -46,7 +46,7 @@ func TestReadmeRecipe(t *testing.T) {
 	if !strings.Contains(blocks[0], "go install ./cmd/...") {
 		t.Errorf("the install block does not go install the binaries:\n%s", blocks[0])
 	}
-	for _, addr := range []string{"127.0.0.1:4222", "127.0.0.1:8080", "127.0.0.1:8100", "127.0.0.1:8101", "127.0.0.1:9002", "127.0.0.1:9090"} {
+	for _, addr := range []string{"127.0.0.1:4222", "127.0.0.1:8080", "127.0.0.1:8100", "127.0.0.1:8101", "127.0.0.1:9002", "127.0.0.1:9090", "127.0.0.1:9091"} {
 		if l, err := net.Listen("tcp", addr); err != nil {
 			t.Skipf("the recipe's port %s is taken on this machine: %v", addr, err)
 		} else {

@@ -22,6 +22,8 @@
 //     client; message_timeout and failure_mode_allow (504 or 500 when closed);
 //     a spurious message or a processor that closes its side stops processing
 //     and the request goes on without it;
+//   - the HCM's early header mutations (header_mutation, remove only),
+//     applied before routing and before ext_proc;
 //   - routing by cluster_header (the name read when the route is picked) or
 //     through an ORIGINAL_DST cluster by header (one ip:port, as Envoy parses
 //     it); request_headers_to_remove applied after host selection; router

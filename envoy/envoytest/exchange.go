@@ -67,6 +67,10 @@ type exchange struct {
 
 func (x *exchange) run() {
 	x.hs = requestHeaderMap(x.r)
+	// Early header mutations run first, before routing and every filter.
+	for _, h := range x.g.cfg.earlyRemove {
+		x.hs.remove(h)
+	}
 	// Envoy picks the route before any filter runs; only clear_route_cache
 	// makes it look again.
 	x.choice, x.routeOK = x.g.cfg.routes.match(x.hs)

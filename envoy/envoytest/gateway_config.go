@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
@@ -15,6 +16,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	earlyhmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/http/early_header_mutation/header_mutation/v3"
 	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -23,6 +25,9 @@ import (
 // gatewayConfig is the part of a bootstrap the Gateway implements, checked
 // and turned into plain values.
 type gatewayConfig struct {
+	// earlyRemove are the request headers the HCM's early header
+	// mutations remove, before routing and before ext_proc.
+	earlyRemove []string
 	listenAddr  string
 	bufferLimit int64
 	routes      routeTable
@@ -97,8 +102,20 @@ func buildGatewayConfig(b *bootstrapv3.Bootstrap, opts GatewayOptions) (*gateway
 	// Accepted and not enforced: the timeouts are long and the Gateway is
 	// not a production proxy.
 	if err := onlyFields(v.HCM, "http_connection_manager", "stat_prefix", "codec_type", "request_timeout",
-		"stream_idle_timeout", "route_config", "http_filters"); err != nil {
+		"stream_idle_timeout", "route_config", "http_filters", "early_header_mutation_extensions"); err != nil {
 		return nil, err
+	}
+	for _, ext := range v.HCM.GetEarlyHeaderMutationExtensions() {
+		var hm earlyhmv3.HeaderMutation
+		if ext.GetTypedConfig() == nil || ext.GetTypedConfig().UnmarshalTo(&hm) != nil {
+			return nil, fmt.Errorf("envoy gateway: early header mutation %q is not header_mutation", ext.GetName())
+		}
+		for _, m := range hm.GetMutations() {
+			if m.GetRemove() == "" {
+				return nil, fmt.Errorf("envoy gateway: early header mutation %q: only remove is supported", ext.GetName())
+			}
+			cfg.earlyRemove = append(cfg.earlyRemove, strings.ToLower(m.GetRemove()))
+		}
 	}
 	if len(v.Filters) != 2 || v.Filters[0].ExtProc == nil || !v.Filters[1].Router {
 		return nil, fmt.Errorf("envoy gateway: http filters must be exactly [%s, %s]", envoy.ExtProcFilterName, envoy.RouterFilterName)

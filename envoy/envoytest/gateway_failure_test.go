@@ -188,3 +188,38 @@ func TestBufferedBodyOverLimitIs413(t *testing.T) {
 		t.Fatalf("small body: status %d worker %q", resp.StatusCode, got.Worker)
 	}
 }
+
+// With kvroute down and the cluster-header bootstrap failing open, a
+// client's own x-target-worker (naming a worker, or kvroute's own cluster)
+// and x-gateway-destination-endpoint do not steer the request: the early
+// header mutation drops them before routing and ext_proc, so the request
+// takes the fallback route. (A bootstrap without that mutation does not
+// load: envoy.Validate refuses it.)
+func TestClientRoutingHeadersCannotSteerAFailOpenGateway(t *testing.T) {
+	f := startFleet(t)
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadAddr := dead.Addr().String()
+	dead.Close()
+	target := envoy.ExampleWorkers[1].Cluster
+	for _, tc := range []struct {
+		name, header string
+		want         string
+	}{
+		{"a worker by cluster name", target, "fallback"},
+		{"kvroute's own cluster", envoy.ExtProcClusterName, "fallback"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := startGateway(t, envoy.StyleClusterHeader, nil, f.endpoints(deadAddr))
+			resp, got := post(t, g.URL(), `{}`, envoy.TargetHeader, tc.header, envoy.DestinationHeader, hostOf(f.workers[target]))
+			if resp.StatusCode != 200 || got.Worker != tc.want {
+				t.Fatalf("status %d, served by %q; want 200 from %q", resp.StatusCode, got.Worker, tc.want)
+			}
+			if h := http.Header(got.Headers); tc.want == "fallback" && (h.Get(envoy.TargetHeader) != "" || h.Get(envoy.DestinationHeader) != "") {
+				t.Errorf("the worker saw client routing headers: %v", got.Headers)
+			}
+		})
+	}
+}

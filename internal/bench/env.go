@@ -155,7 +155,7 @@ func StartEnv(ctx context.Context, cfg EnvConfig) (_ *Env, err error) {
 		return nil, fmt.Errorf("start workers: %w", err)
 	}
 	rcfg := server.DefaultConfig()
-	rcfg.GRPCAddr, rcfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
+	rcfg.GRPCAddr, rcfg.HTTPAddr, rcfg.AdminAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	rcfg.NATSURL, rcfg.EtcdEndpoints = e.NATSURL, e.EtcdEndpoints
 	rcfg.KVEvents = !cfg.NoEvents
 	rcfg.Scoring.Mode = cfg.Mode
@@ -217,8 +217,11 @@ func (e *Env) startGateway(ctx context.Context) (*envoytest.Gateway, error) {
 // URL is the gateway's base URL, where clients send OpenAI requests.
 func (e *Env) URL() string { return e.Gateway.URL() }
 
-// RouterURL is the router's operator HTTP base URL (/debug/*, /admin/*).
+// RouterURL is the router's HTTP base URL (/metrics, /healthz, /readyz).
 func (e *Env) RouterURL() string { return "http://" + e.Router.HTTPAddr() }
+
+// AdminURL is the router's admin listener base URL (/debug/*, /admin/*).
+func (e *Env) AdminURL() string { return "http://" + e.Router.AdminAddr() }
 
 // DebugWorkers is the part of the router's /debug/workers this package reads.
 type DebugWorkers struct {
@@ -237,7 +240,7 @@ type DebugWorkers struct {
 // Workers fetches the router's /debug/workers.
 func (e *Env) Workers(ctx context.Context) (DebugWorkers, error) {
 	var out DebugWorkers
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.RouterURL()+"/debug/workers", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.AdminURL()+"/debug/workers", nil)
 	if err != nil {
 		return out, err
 	}
@@ -263,7 +266,7 @@ func (e *Env) WaitWorkers(ctx context.Context, n int, timeout time.Duration) err
 // SetMode switches the router mode through its admin endpoint, as an
 // operator would.
 func (e *Env) SetMode(ctx context.Context, mode string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.RouterURL()+"/admin/mode?mode="+mode, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.AdminURL()+"/admin/mode?mode="+mode, nil)
 	if err != nil {
 		return err
 	}

@@ -19,9 +19,15 @@ type workersFile struct {
 	Workers []scoring.WorkerSpec `json:"workers"`
 }
 
-// ParseWorkersFile decodes a static workers file, YAML or JSON, and
-// validates every record. Duplicate ids are an error.
+// ParseWorkersFile is ParseWorkersFileWith under the default address
+// policy.
 func ParseWorkersFile(data []byte) ([]scoring.WorkerSpec, error) {
+	return ParseWorkersFileWith(data, nil)
+}
+
+// ParseWorkersFileWith decodes a static workers file, YAML or JSON, and
+// validates every record. Duplicate ids are an error.
+func ParseWorkersFileWith(data []byte, policy *AddressPolicy) ([]scoring.WorkerSpec, error) {
 	var recs []scoring.WorkerSpec
 	js, err := yaml.YAMLToJSON(data)
 	if err != nil {
@@ -45,7 +51,7 @@ func ParseWorkersFile(data []byte) ([]scoring.WorkerSpec, error) {
 	seen := make(map[string]bool, len(recs))
 	var errs []error
 	for i, r := range recs {
-		if err := ValidateRecord(r); err != nil {
+		if err := ValidateRecordWith(r, policy); err != nil {
 			errs = append(errs, fmt.Errorf("entry %d: %w", i, err))
 			continue
 		}
@@ -82,6 +88,8 @@ type FileOptions struct {
 	OnBadFile func(err error)
 	// Logger receives reload events. Nil means slog.Default().
 	Logger *slog.Logger
+	// Policy refuses worker addresses; nil is the default policy.
+	Policy *AddressPolicy
 }
 
 // FileWatcher mirrors a static workers file into a Sink, reloading it when
@@ -142,7 +150,7 @@ func (fw *FileWatcher) reload() (bool, error) {
 	if fw.last != nil && bytes.Equal(data, fw.last) {
 		return false, nil
 	}
-	recs, err := ParseWorkersFile(data)
+	recs, err := ParseWorkersFileWith(data, fw.opts.Policy)
 	if err != nil {
 		fw.last = data // report a bad file once, not every tick
 		return false, fmt.Errorf("%s: %w", fw.path, err)

@@ -21,7 +21,7 @@ func TestParseWorkersFile(t *testing.T) {
 		{name: "json list", data: `[{"id":"w0","model":"m","address":"10.0.0.1:8000","block_size":16}]`, ids: []string{"w0"}},
 		{name: "json object", data: `{"workers":[{"id":"w0","model":"m","address":"10.0.0.1:8000","block_size":16}]}`, ids: []string{"w0"}},
 		{name: "empty file", data: "\n", ids: nil},
-		{name: "invalid record", data: `[{"id":"w0","model":"m","address":"nope","block_size":16}]`, wantErr: "not ip:port"},
+		{name: "invalid record", data: `[{"id":"w0","model":"m","address":"nope","block_size":16}]`, wantErr: "not host:port"},
 		{name: "duplicate id", data: `[{"id":"w0","model":"m","address":"1.1.1.1:1","block_size":16},{"id":"w0","model":"m","address":"1.1.1.1:2","block_size":16}]`, wantErr: "duplicate"},
 		{name: "typo in a field name", data: "- {id: w0, model: m, address: '1.1.1.1:1', blocksize: 16}\n", wantErr: "blocksize"},
 		{name: "not yaml", data: "workers: [", wantErr: "workers file"},

@@ -33,6 +33,8 @@ type WatchOptions struct {
 	OnBadValue func(key string, err error)
 	// Logger receives watch events. Nil means slog.Default().
 	Logger *slog.Logger
+	// Policy refuses worker addresses; nil is the default policy.
+	Policy *AddressPolicy
 }
 
 // Watcher mirrors a namespace's worker records from etcd into a Sink: an
@@ -140,7 +142,7 @@ func (w *Watcher) put(key string, value []byte) (string, bool) {
 		w.badValue(key, err)
 		return "", false
 	}
-	rec, err := ParseRecord(value)
+	rec, err := ParseRecordWith(value, w.opts.Policy)
 	if err == nil && rec.ID != id {
 		err = fmt.Errorf("record id %q does not match its key's id %q", rec.ID, id)
 	}

@@ -21,6 +21,7 @@ import (
 type NATS struct {
 	Server *natsserver.Server
 	URL    string
+	port   int // set by Stop
 }
 
 // StartNATS starts a NATS server on a free loopback port and stops it when t
@@ -34,10 +35,21 @@ func StartNATS(t testing.TB) *NATS {
 // clients can exercise their reconnect logic.
 func (n *NATS) Restart(t testing.TB) {
 	t.Helper()
-	port := n.Server.Addr().(*net.TCPAddr).Port
+	n.Stop()
+	n.Resume(t)
+}
+
+// Stop shuts n's server down (an outage) and remembers its port for Resume.
+func (n *NATS) Stop() {
+	n.port = n.Server.Addr().(*net.TCPAddr).Port
 	n.Server.Shutdown()
 	n.Server.WaitForShutdown()
-	fresh := startNATSOn(t, port)
+}
+
+// Resume starts a new server on the port Stop freed.
+func (n *NATS) Resume(t testing.TB) {
+	t.Helper()
+	fresh := startNATSOn(t, n.port)
 	n.Server, n.URL = fresh.Server, fresh.URL
 }
 
