@@ -259,8 +259,8 @@ func TestRouterEventsOverNATSChangeTheNextDecision(t *testing.T) {
 		if err := json.Unmarshal([]byte(get(t, base+"/", 200)), &index); err != nil || len(index.Endpoints) != 4 {
 			t.Fatalf("GET / = %+v, %v; want the 4 metrics and health endpoints", index, err)
 		}
-		if err := json.Unmarshal([]byte(get(t, admin+"/", 200)), &index); err != nil || len(index.Endpoints) != 5 {
-			t.Fatalf("admin GET / = %+v, %v; want the 5 debug and admin endpoints", index, err)
+		if err := json.Unmarshal([]byte(get(t, admin+"/", 200)), &index); err != nil || len(index.Endpoints) != 6 {
+			t.Fatalf("admin GET / = %+v, %v; want the 6 debug, snapshot and admin endpoints", index, err)
 		}
 		resp, err := http.Post(admin+"/debug/explain", "application/json", strings.NewReader(body))
 		if err != nil {

@@ -77,7 +77,7 @@ func TestWarmStartLoadsPeerIndexThenLiveTail(t *testing.T) {
 
 func TestSnapshotEndpointServesAVersionedSnapshot(t *testing.T) {
 	r, _ := startReady(t, 2)
-	resp, err := http.Get("http://" + r.HTTPAddr() + SnapshotPath)
+	resp, err := http.Get("http://" + r.AdminAddr() + SnapshotPath)
 	if err != nil {
 		t.Fatal(err)
 	}
