@@ -17,6 +17,7 @@ import (
 	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/internal/bus"
 	"github.com/kvroute/kvroute/internal/discovery"
+	"github.com/kvroute/kvroute/internal/enginefeed"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/picker"
 	"github.com/kvroute/kvroute/scoring"
@@ -38,6 +39,7 @@ type Server struct {
 	approx  *kvindex.Approx
 	toks    *tokenizer.Registry
 	fleet   *fleet
+	feeds   *enginefeed.Feeds // nil unless engines are followed directly
 
 	natsSrv *natsserver.Server
 	nc      *nats.Conn
@@ -123,6 +125,11 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	r.sched.Store(sched)
 	r.fleet = &fleet{blockSize: cfg.BlockSize, log: r.log, records: map[string]scoring.WorkerSpec{},
 		listeners: []fleetListener{poolListener{sched.Pool(), r.log}, indexListener{r.index}, approxListener{r.approx}, xdsListener{r}}}
+	if r.feeds, err = r.newEngineFeeds(); err != nil {
+		return nil, err
+	} else if r.feeds != nil {
+		r.fleet.listeners = append(r.fleet.listeners, r.feeds)
+	}
 
 	if err = r.connectNATS(); err != nil {
 		return nil, err
@@ -139,7 +146,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.KVEvents {
+	if cfg.KVEvents && r.nc != nil && cfg.EngineEvents != EngineEventsZMQ {
 		cons := bus.NewEventConsumer(r.nc, bus.EventConsumerConfig{Namespace: cfg.Namespace, Index: r.index, Metrics: r.metrics, Logger: r.log})
 		if err = cons.Start(r.ctx); err != nil {
 			return nil, fmt.Errorf("kv events: %w", err)
@@ -199,6 +206,10 @@ func (r *Server) fail(err error) {
 }
 
 func (r *Server) connectNATS() error {
+	if !r.cfg.needsNATS() {
+		r.log.Info("no NATS: KV events and load come straight from the engines and replica sync is off")
+		return nil
+	}
 	url := r.cfg.NATSURL
 	if url == "" {
 		host, portStr, err := net.SplitHostPort(r.cfg.EmbeddedNATSAddr)
@@ -244,6 +255,9 @@ func (r *Server) connectNATS() error {
 }
 
 func (r *Server) startDiscovery() error {
+	if r.cfg.PoolName != "" {
+		return r.startPoolDiscovery()
+	}
 	if r.cfg.WorkersFile != "" {
 		fw, err := discovery.NewFileWatcher(r.cfg.WorkersFile, r.fleet, discovery.FileOptions{
 			Interval: r.cfg.WorkersFileInterval, Logger: r.log,
@@ -301,7 +315,7 @@ func (r *Server) watchReadiness() {
 // Ready reports readiness: tokenizers loaded (Start did), at least one
 // worker, and the event bus connected.
 func (r *Server) Ready() bool {
-	return !r.draining.Load() && r.ctx.Err() == nil && r.fleet.len() > 0 && r.nc.IsConnected()
+	return !r.draining.Load() && r.ctx.Err() == nil && r.fleet.len() > 0 && (r.nc == nil || r.nc.IsConnected())
 }
 
 // NotReadyReason says why Ready is false ("" when it is true).
@@ -311,7 +325,7 @@ func (r *Server) NotReadyReason() string {
 		return "shutting down"
 	case r.fleet.len() == 0:
 		return "no workers discovered"
-	case !r.nc.IsConnected():
+	case r.nc != nil && !r.nc.IsConnected():
 		return "event bus (NATS) not connected"
 	}
 	return ""
@@ -349,6 +363,9 @@ func (r *Server) shutdownOn(ctx context.Context) {
 func (r *Server) teardown() {
 	r.cancel()
 	r.stopScheduler()
+	if r.feeds != nil {
+		r.feeds.Close()
+	}
 	if r.etcd != nil {
 		_ = r.etcd.Close()
 	}
@@ -390,8 +407,14 @@ func (r *Server) HTTPAddr() string {
 	return r.httpLis.Addr().String()
 }
 
-// NATSURL is the NATS server in use (the embedded one's when embedded).
-func (r *Server) NATSURL() string { return r.nc.ConnectedUrl() }
+// NATSURL is the NATS server in use (the embedded one's when embedded), or
+// "" when the router runs without NATS.
+func (r *Server) NATSURL() string {
+	if r.nc == nil {
+		return ""
+	}
+	return r.nc.ConnectedUrl()
+}
 
 // Picker exposes the decision path (Explain, the scoring router).
 func (r *Server) Picker() *picker.Picker { return r.picker }
