@@ -113,3 +113,7 @@ func (r *Server) startPoolDiscovery() error {
 	}
 	return nil
 }
+
+// EngineFeeds exposes the engine followers (nil unless --engine-events zmq
+// or --engine-load scrape).
+func (r *Server) EngineFeeds() *enginefeed.Feeds { return r.feeds }
