@@ -18,6 +18,9 @@ import (
 
 const model = "test/model"
 
+// engineIP is not 127.0.0.1: a pod has its own address, not the router's.
+var engineIP = "127.0.0.2"
+
 func freePort(t *testing.T) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -37,7 +40,7 @@ func engine(t *testing.T) (*sim.Worker, int, int) {
 	w, err := sim.StartWorker(ctx, sim.WorkerConfig{
 		ID: "w0", Model: model, Speedup: 100,
 		Engine:      sim.EngineConfig{NumGPUBlocks: 512, BlockSize: 16},
-		ZMQEndpoint: fmt.Sprintf("tcp://127.0.0.1:%d", pub), ZMQReplayEndpoint: fmt.Sprintf("tcp://127.0.0.1:%d", rep),
+		ZMQEndpoint: fmt.Sprintf("tcp://%s:%d", engineIP, pub), ZMQReplayEndpoint: fmt.Sprintf("tcp://%s:%d", engineIP, rep), ListenAddr: engineIP + ":0",
 	})
 	if err != nil {
 		cancel()
@@ -111,18 +114,20 @@ func TestFeedFollowsEngine(t *testing.T) {
 	})
 
 	t.Run("a gap is replayed", func(t *testing.T) {
-		before := blocks(ix, spec.ID)
 		heals := f.Stats().Heals.Load()
 		w.DropNextZMQBatches(1)
 		complete(t, w, strings.Repeat("a prompt lost on the wire ", 20))
-		complete(t, w, strings.Repeat("the prompt after it ", 20))
-		eventually(t, "the gap healed by replay", func() bool { return f.Stats().Heals.Load() > heals })
-		if f.Stats().HealFailures.Load() != 0 {
-			t.Fatalf("%d gaps were not healed", f.Stats().HealFailures.Load())
+		// The gap shows with the next batch the engine sends; keep it busy
+		// until one does.
+		i := 0
+		eventually(t, "the gap healed by replay", func() bool {
+			i++
+			complete(t, w, fmt.Sprintf("%d %s", i, strings.Repeat("a later prompt ", 20)))
+			return f.Stats().Heals.Load() > heals
+		})
+		if st := f.Stats().Snapshot(); st.HealFailures != 0 || st.Replayed == 0 {
+			t.Fatalf("counters %+v: want the missing batch replayed, no gap left unfilled", st)
 		}
-		// Both prompts' full blocks are indexed (520 and 400 byte tokens:
-		// 32 + 25 blocks of 16): the dropped batch came through replay.
-		eventually(t, "both prompts indexed", func() bool { return blocks(ix, spec.ID) >= before+57 })
 	})
 
 	t.Run("removal stops the follower", func(t *testing.T) {
