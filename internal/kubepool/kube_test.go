@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvroute/kvroute/internal/kubepool"
 	"github.com/kvroute/kvroute/internal/kubepool/kubetest"
+	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/scoring"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -191,4 +192,99 @@ func BenchmarkKubeAPIServerDiscover500(b *testing.B) {
 		}
 		b.ReportMetric(took.Seconds(), "s/discover500")
 	}
+}
+
+// fleetSink mirrors the fleet into a real scheduler pool and KV index, as
+// the router's fleet does.
+type fleetSink struct {
+	pool *scoring.Pool
+	ix   *kvindex.Index
+	*recorder
+}
+
+func (s fleetSink) Upsert(w scoring.WorkerSpec) {
+	_ = s.pool.Upsert(w)
+	s.ix.AddWorker(w.ID, w.Model, w.BlockSize)
+	s.recorder.Upsert(w)
+}
+
+func (s fleetSink) Remove(id string) {
+	s.pool.Remove(id)
+	s.ix.RemoveWorker(id)
+	s.recorder.Remove(id)
+}
+
+// BenchmarkKubeAPIServerPickUnderChurn measures a routing decision over a
+// 500-pod pool discovered from the API server, quiet and while pods are
+// replaced at 50 per second (one deleted, one created Ready, every 20 ms).
+func BenchmarkKubeAPIServerPickUnderChurn(b *testing.B) {
+	const pods = 500
+	c := kubetest.Start(b, "llm")
+	vllm := map[string]string{"app": "vllm"}
+	c.ApplyPool(b, "vllm", vllm, 8000)
+	create := func(i int) {
+		c.CreatePod(b, fmt.Sprintf("vllm-%04d", i), vllm, nil, fmt.Sprintf("10.%d.%d.%d", 1+i/62500, i/250%250, i%250+1))
+	}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for i := range pods {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() { defer wg.Done(); defer func() { <-sem }(); create(i) }()
+	}
+	wg.Wait()
+	sched, err := scoring.NewScheduler(scoring.DefaultOptions())
+	if err != nil {
+		b.Fatal(err)
+	}
+	sink := fleetSink{sched.Pool(), kvindex.New(kvindex.Config{}), newRecorder()}
+	w, err := kubepool.New(kubepool.Config{PoolName: "vllm", PoolNamespace: c.NS, REST: c.REST, Sink: sink,
+		Defaults: kubepool.Defaults{Model: "m", BlockSize: 16, KVTotalBlocks: 4096}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = w.Run(ctx) }()
+	<-w.Synced()
+	req := &scoring.Request{ID: "r", Model: "m", PromptTokens: 2048}
+	pick := func(b *testing.B) {
+		var cs []scoring.Candidate
+		b.ReportAllocs()
+		b.ResetTimer()
+		for b.Loop() {
+			cs = sched.Pool().AppendCandidates(cs[:0], "m")
+			if _, err := sched.Pick(req, cs, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1e3, "µs/pick")
+	}
+	b.Run("quiet", pick)
+	b.Run("churn=50/s", func(b *testing.B) {
+		cctx, stop := context.WithCancel(ctx)
+		done := make(chan int)
+		go func() {
+			t := time.NewTicker(20 * time.Millisecond)
+			defer t.Stop()
+			next, oldest, n := pods, 0, 0
+			for {
+				select {
+				case <-cctx.Done():
+					done <- n
+					return
+				case <-t.C:
+				}
+				_ = c.Kube.CoreV1().Pods(c.NS).Delete(cctx, fmt.Sprintf("vllm-%04d", oldest), metav1.DeleteOptions{})
+				if cctx.Err() == nil {
+					create(next)
+				}
+				oldest, next, n = oldest+1, next+1, n+1
+			}
+		}()
+		time.Sleep(200 * time.Millisecond) // churn under way
+		pick(b)
+		stop()
+		b.ReportMetric(float64(<-done), "pods-replaced")
+	})
 }
