@@ -9,7 +9,7 @@ BENCH     ?= .
 BENCHTIME ?= 1s
 FUZZTIME  ?= 10s
 
-.PHONY: all build static install test test-main test-deploy testdeps vet bench fuzz demo clean help
+.PHONY: all build static install test test-main test-deploy test-kubeapiserver kube-apiserver testdeps vet bench fuzz demo clean help
 
 all: build
 
@@ -40,7 +40,7 @@ vet: ## go vet and gofmt
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './node_modules/*')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-test: vet testdeps test-main test-deploy ## vet, then the whole suite (race detector) and the deploy/ checks
+test: vet testdeps test-main test-deploy test-kubeapiserver ## vet, then the whole suite (race detector) and the deploy/ checks
 
 test-main:
 	$(GO) test $(TEST_FLAGS) $(PKGS)
@@ -49,6 +49,19 @@ test-main:
 # stay out of the router's module.
 test-deploy:
 	cd deploy && $(GO) vet ./... && $(GO) test -count=1 -timeout 9m ./...
+
+# The InferencePool tests run against a real kube-apiserver, built once from
+# tools/kube-apiserver (a nested module) into the user cache by
+# scripts/kube-apiserver.sh: about 10 minutes cold on 2 cores, then reused.
+# They carry the kubeapiserver build tag, so plain `go test ./...` skips them.
+KUBE_TEST_PKGS ?= ./internal/kubepool/... ./e2e/
+kube-apiserver: ## build the real kube-apiserver for the InferencePool tests (once; cached outside the repo)
+	@./scripts/kube-apiserver.sh
+
+test-kubeapiserver: ## the InferencePool discovery tests and e2e against a real kube-apiserver
+	@bin=$$(./scripts/kube-apiserver.sh) && \
+	$(GO) vet -tags kubeapiserver $(KUBE_TEST_PKGS) && \
+	KVROUTE_KUBE_APISERVER=$$bin $(GO) test $(TEST_FLAGS) -tags kubeapiserver -run KubeAPIServer $(KUBE_TEST_PKGS)
 
 # The libzmq interop test (internal/vllmzmq) talks to real libzmq through
 # Debian's pyzmq; install it when we can, as CI runs as root on Debian.

@@ -7,19 +7,22 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // builtin maps apiVersion/kind of the built-in objects we ship to their Go type.
 var builtin = map[string]func() any{
-	"v1/ConfigMap":             func() any { return new(corev1.ConfigMap) },
-	"v1/Namespace":             func() any { return new(corev1.Namespace) },
-	"v1/Service":               func() any { return new(corev1.Service) },
-	"v1/ServiceAccount":        func() any { return new(corev1.ServiceAccount) },
-	"apps/v1/Deployment":       func() any { return new(appsv1.Deployment) },
-	"apps/v1/StatefulSet":      func() any { return new(appsv1.StatefulSet) },
-	"v1/Secret":                func() any { return new(corev1.Secret) },
-	"v1/PersistentVolumeClaim": func() any { return new(corev1.PersistentVolumeClaim) },
+	"v1/ConfigMap":                             func() any { return new(corev1.ConfigMap) },
+	"v1/Namespace":                             func() any { return new(corev1.Namespace) },
+	"v1/Service":                               func() any { return new(corev1.Service) },
+	"v1/ServiceAccount":                        func() any { return new(corev1.ServiceAccount) },
+	"apps/v1/Deployment":                       func() any { return new(appsv1.Deployment) },
+	"apps/v1/StatefulSet":                      func() any { return new(appsv1.StatefulSet) },
+	"v1/Secret":                                func() any { return new(corev1.Secret) },
+	"v1/PersistentVolumeClaim":                 func() any { return new(corev1.PersistentVolumeClaim) },
+	"rbac.authorization.k8s.io/v1/Role":        func() any { return new(rbacv1.Role) },
+	"rbac.authorization.k8s.io/v1/RoleBinding": func() any { return new(rbacv1.RoleBinding) },
 }
 
 // checkObject strictly decodes a built-in object into its k8s.io/api type, or

@@ -23,7 +23,7 @@ type Object struct {
 func (o Object) String() string { return o.Kind + "/" + o.Name }
 
 // overlays are every kustomization users apply; each must render.
-var overlays = []string{"base", "overlays/dev", "overlays/vllm", "overlays/gateway-api", "overlays/istio"}
+var overlays = []string{"base", "overlays/dev", "overlays/vllm", "overlays/gateway-api", "overlays/istio", "overlays/inferencepool"}
 
 var (
 	renderMu    sync.Mutex

@@ -18,6 +18,7 @@ import (
 
 	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/internal/discovery"
+	"github.com/kvroute/kvroute/internal/kubepool"
 	"github.com/kvroute/kvroute/picker"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/tokenizer"
@@ -72,6 +73,36 @@ type Config struct {
 	// they are link-local or metadata addresses, which are refused by
 	// default (--allow-address-ranges).
 	AllowAddressRanges []netip.Prefix
+
+	// PoolName, when set, discovers workers from the Gateway API Inference
+	// Extension InferencePool of that name in PoolNamespace (GIE's
+	// --pool-name/--pool-namespace): its selector's Ready pods, one worker
+	// per target port (internal/kubepool).
+	PoolName string
+	// PoolNamespace is the InferencePool's namespace (default "default").
+	PoolNamespace string
+	// Kubeconfig reaches the API server from outside a cluster; empty uses
+	// the in-cluster service account.
+	Kubeconfig string
+	// PoolDefaults fill what pod annotations do not say (model, block size,
+	// KV capacity).
+	PoolDefaults kubepool.Defaults
+	// EngineEvents is where KV events come from: "nats" (the default;
+	// kvbridge or kvsim publish them) or "zmq", subscribing to every
+	// worker's engine directly (internal/enginefeed).
+	EngineEvents string
+	// EngineEventsPort and EngineReplayPort are the engines' ZMQ publisher
+	// and replay ports for rank 0 with EngineEvents "zmq" (defaults 5557 and
+	// 5558; a negative replay port: none).
+	EngineEventsPort, EngineReplayPort int
+	// EngineEventsTopic is the ZMQ subscription filter ("" takes all).
+	EngineEventsTopic string
+	// EngineLoad is where load reports come from: "nats" (the default) or
+	// "scrape", reading every worker's /metrics each 250 ms.
+	EngineLoad string
+	// Engine names the engines' metric dialect for EngineLoad "scrape":
+	// "vllm" (default) or "sglang".
+	Engine string
 
 	// XDSAddr, when set, serves the discovered workers to Envoy over ADS
 	// there: one cluster per worker (WorkerSpec.ClusterName, its address), for
@@ -202,12 +233,7 @@ func (c *Config) Validate() error {
 	if c.GRPCAddr == "" {
 		errs = append(errs, errors.New("grpc address is empty"))
 	}
-	if len(c.EtcdEndpoints) > 0 && c.WorkersFile != "" {
-		errs = append(errs, errors.New("use either etcd endpoints or a workers file, not both"))
-	}
-	if len(c.EtcdEndpoints) == 0 && c.WorkersFile == "" {
-		errs = append(errs, errors.New("no worker discovery: give etcd endpoints or a workers file"))
-	}
+	errs = append(errs, c.validateDiscovery()...)
 	if c.Fallbacks < 0 {
 		errs = append(errs, fmt.Errorf("fallbacks %d must not be negative", c.Fallbacks))
 	}

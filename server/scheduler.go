@@ -50,6 +50,9 @@ func (r *Server) startScheduler(s *scoring.Scheduler) error {
 	sweep := make(chan struct{})
 	go func() { defer close(sweep); s.Run(r.ctx) }()
 	r.schedDone = append(r.schedDone, sweep)
+	if r.nc == nil {
+		return nil // no NATS: load comes from the engines (server/kube.go)
+	}
 	lr := bus.NewLoadReports(r.nc, r.cfg.Namespace, s.Pool())
 	if err := lr.Start(r.ctx); err != nil {
 		return fmt.Errorf("load reports: %w", err)

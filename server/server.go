@@ -18,6 +18,7 @@ import (
 	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/internal/bus"
 	"github.com/kvroute/kvroute/internal/discovery"
+	"github.com/kvroute/kvroute/internal/enginefeed"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/picker"
 	"github.com/kvroute/kvroute/scoring"
@@ -40,6 +41,7 @@ type Server struct {
 	toks    *tokenizer.Registry
 	fleet   *fleet
 	events  *bus.EventConsumer // nil without KV events
+	feeds   *enginefeed.Feeds  // nil unless engines are followed directly
 
 	natsSrv *natsserver.Server
 	nc      *nats.Conn
@@ -127,6 +129,11 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	r.fleet = &fleet{blockSize: cfg.BlockSize, log: r.log, records: map[string]scoring.WorkerSpec{},
 		listeners: []fleetListener{poolListener{sched.Pool(), r.log}, xdsListener{r}},
 		kept:      []fleetListener{indexListener{r.index}, approxListener{r.approx}}, flapGrace: cfg.Recovery.LeaseFlapGrace}
+	if r.feeds, err = r.newEngineFeeds(); err != nil {
+		return nil, err
+	} else if r.feeds != nil {
+		r.fleet.listeners = append(r.fleet.listeners, r.feeds)
+	}
 
 	if err = r.connectNATS(); err != nil {
 		return nil, err
@@ -149,7 +156,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if cfg.Recovery.WarmFrom != "" {
 		hold = make(chan struct{})
 	}
-	if cfg.KVEvents {
+	if cfg.KVEvents && r.nc != nil && cfg.EngineEvents != EngineEventsZMQ {
 		ccfg := bus.EventConsumerConfig{Namespace: cfg.Namespace, Index: r.index, Metrics: r.metrics, Logger: r.log}
 		if hold != nil {
 			ccfg.Hold, ccfg.Buffer = hold, 1<<16
@@ -170,7 +177,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if hold != nil {
 		r.warmStart(hold) // after discovery: the snapshot loads known workers only
 	}
-	if cfg.KVEvents && cfg.Recovery.ResyncInterval > 0 {
+	if r.events != nil && cfg.Recovery.ResyncInterval > 0 { // resync asks over NATS; ZMQ feeds replay by themselves
 		r.goRun(func() error { r.runResync(); return nil })
 	}
 
@@ -264,6 +271,10 @@ func (r *Server) fail(err error) {
 }
 
 func (r *Server) connectNATS() error {
+	if !r.cfg.needsNATS() {
+		r.log.Info("no NATS: KV events and load come straight from the engines and replica sync is off")
+		return nil
+	}
 	url := r.cfg.NATSURL
 	if url == "" {
 		host, portStr, err := net.SplitHostPort(r.cfg.EmbeddedNATSAddr)
@@ -313,6 +324,9 @@ func (r *Server) connectNATS() error {
 }
 
 func (r *Server) startDiscovery() error {
+	if r.cfg.PoolName != "" {
+		return r.startPoolDiscovery()
+	}
 	if r.cfg.WorkersFile != "" {
 		fw, err := discovery.NewFileWatcher(r.cfg.WorkersFile, r.fleet, discovery.FileOptions{
 			Interval: r.cfg.WorkersFileInterval, Logger: r.log, Policy: &discovery.AddressPolicy{Allow: r.cfg.AllowAddressRanges},
@@ -446,6 +460,9 @@ func (r *Server) teardown() {
 		r.fleet.stop()
 	}
 	r.stopScheduler()
+	if r.feeds != nil {
+		r.feeds.Close()
+	}
 	if r.etcd != nil {
 		_ = r.etcd.Close()
 	}
@@ -496,8 +513,14 @@ func (r *Server) AdminAddr() string {
 	return r.adminLis.Addr().String()
 }
 
-// NATSURL is the NATS server in use (the embedded one's when embedded).
-func (r *Server) NATSURL() string { return r.nc.ConnectedUrl() }
+// NATSURL is the NATS server in use (the embedded one's when embedded), or
+// "" when the router runs without NATS.
+func (r *Server) NATSURL() string {
+	if r.nc == nil {
+		return ""
+	}
+	return r.nc.ConnectedUrl()
+}
 
 // Picker exposes the decision path (Explain, the scoring router).
 func (r *Server) Picker() *picker.Picker { return r.picker }

@@ -98,7 +98,9 @@ For every request Envoy sends over ext_proc, kvroute tokenizes the OpenAI body
 as the model server will, finds how many leading KV blocks each worker holds
 (from vLLM KV events on NATS), weighs that against load, and sets
 x-target-worker, x-gateway-destination-endpoint and envoy.lb metadata.
-Workers come from etcd (--etcd-endpoints) or a static file (--workers-file).
+Workers come from etcd (--etcd-endpoints), a static file (--workers-file) or
+a Gateway API InferencePool (--pool-name; with --engine-events zmq and
+--engine-load scrape it needs no NATS, etcd or sidecar).
 Every flag can also be set with the environment variable shown. Note that
 serve's tokenizers are KVROUTE_TOKENIZERS=MODEL=DIR[,MODEL=DIR...] (and
 KVROUTE_CHAT_TEMPLATES=MODEL=FILE,...): KVROUTE_TOKENIZER and

@@ -74,7 +74,11 @@ func newNATSEvents(nc *nats.Conn, ns string) *natsEvents {
 	return &natsEvents{nc: nc, ns: ns, next: map[string]uint64{}}
 }
 
-func (p *natsEvents) publish(worker string, payload []byte) error {
+// Connected implements EventSink.
+func (p *natsEvents) Connected() bool { return p.nc.IsConnected() }
+
+// Publish implements EventSink.
+func (p *natsEvents) Publish(worker string, payload []byte) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	seq := p.next[worker]
@@ -102,13 +106,58 @@ func clearPayload(rank int) ([]byte, error) {
 	})
 }
 
-// stream carries one engine endpoint (one data-parallel rank) to NATS. One
+// EventSink receives the batches a stream forwards, in the engine's order:
+// live ones, replayed ones, and the synthetic AllBlocksCleared that stands
+// for a gap replay could not fill. The bridge's sink is NATS; a router that
+// follows engines itself applies them to its index.
+type EventSink interface {
+	// Publish hands one batch for worker on. An error marks the worker's
+	// view suspect: the stream clears and rebuilds it from the engine's
+	// replay buffer once Connected is true again.
+	Publish(worker string, payload []byte) error
+	// Connected reports whether Publish can succeed now.
+	Connected() bool
+}
+
+// FollowConfig configures Follow.
+type FollowConfig struct {
+	// Sub is the engine endpoint (one data-parallel rank) to follow.
+	Sub *vllmzmq.Subscriber
+	// Rank is the endpoint's data-parallel rank, used for batches that do
+	// not name theirs.
+	Rank int
+	// WorkerID maps a batch's data-parallel rank to its worker id; false
+	// drops the batch.
+	WorkerID func(rank int) (string, bool)
+	// Sink receives the batches.
+	Sink EventSink
+	// Stats counts what happened; nil keeps private counters.
+	Stats *Stats
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Follow carries one engine endpoint's KV events to a sink until ctx ends,
+// with the bridge's sequence handling: the first batch clears the worker
+// and replays the engine's buffer, a gap is filled from the replay socket
+// or, when it cannot be, the worker is cleared and the log says so.
+func Follow(ctx context.Context, c FollowConfig) error {
+	if c.Stats == nil {
+		c.Stats = new(Stats)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return newStream(c.Rank, c.WorkerID, c.Sub, c.Sink, c.Stats, c.Logger).run(ctx)
+}
+
+// stream carries one engine endpoint (one data-parallel rank) to a sink. One
 // goroutine owns it: run.
 type stream struct {
 	rank     int
 	workerID func(rank int) (string, bool)
 	sub      *vllmzmq.Subscriber
-	out      *natsEvents
+	out      EventSink
 	stats    *Stats
 	log      *slog.Logger
 	resync   chan struct{}
@@ -120,7 +169,7 @@ type stream struct {
 	touched map[int]string // ranks (and their worker ids) this stream published to
 }
 
-func newStream(rank int, workerID func(int) (string, bool), sub *vllmzmq.Subscriber, out *natsEvents, stats *Stats, log *slog.Logger) *stream {
+func newStream(rank int, workerID func(int) (string, bool), sub *vllmzmq.Subscriber, out EventSink, stats *Stats, log *slog.Logger) *stream {
 	return &stream{
 		rank: rank, workerID: workerID, sub: sub, out: out, stats: stats,
 		log:     log.With("dp_rank", rank),
@@ -198,7 +247,7 @@ func (s *stream) handle(ctx context.Context, ev vllmzmq.Event) {
 	act := s.seq.Step(ev.Seq)
 	s.seq.Live(ev.Seq)
 	if s.dirty && act != Drop {
-		if !s.out.nc.IsConnected() {
+		if !s.out.Connected() {
 			// Rebuilding now would only fail again; the first batch after
 			// NATS is back does it.
 			s.stats.HeldWhileDisconnected.Add(1)
@@ -298,7 +347,7 @@ func (s *stream) forward(seq uint64, payload []byte, replayed bool) {
 		return
 	}
 	s.touched[rank] = worker
-	if err := s.out.publish(worker, payload); err != nil {
+	if err := s.out.Publish(worker, payload); err != nil {
 		s.stats.PublishErrors.Add(1)
 		s.dirty = true
 		s.log.Warn("NATS publish failed; the worker will be cleared and replayed", "err", err)
@@ -321,7 +370,7 @@ func (s *stream) clear() {
 	for rank, worker := range s.touched {
 		payload, err := clearPayload(rank)
 		if err == nil {
-			err = s.out.publish(worker, payload)
+			err = s.out.Publish(worker, payload)
 		}
 		if err != nil {
 			s.stats.PublishErrors.Add(1)

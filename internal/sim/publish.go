@@ -81,6 +81,7 @@ type eventPublisher struct {
 	buf []byte
 
 	dropNext, dupNext atomic.Int64
+	dropNextZMQ       atomic.Int64
 	published         atomic.Uint64
 	dropped           atomic.Uint64
 	failures          atomic.Uint64
@@ -181,9 +182,15 @@ func (p *eventPublisher) publish(evs []kvindex.Event) {
 	p.seq++
 	if p.zmq != nil {
 		// The ZMQ publisher numbers batches itself (the same 0, 1, 2, ...) and
-		// keeps payloads for replay, so it gets its own copy. Faults apply to
-		// NATS only: ZMQ consumers have replay to test against instead.
-		if _, err := p.zmq.Publish(append([]byte(nil), p.buf...)); err != nil {
+		// keeps payloads for replay, so it gets its own copy. A dropped ZMQ
+		// batch is numbered and kept for replay but never sent, as a batch
+		// lost on the wire would be: consumers see the gap and can replay it.
+		publish := p.zmq.Publish
+		if takeOne(&p.dropNextZMQ) {
+			publish = p.zmq.PublishDropped
+			p.log.Info("fault: dropped KV event batch on ZMQ (kept for replay)", "seq", seq)
+		}
+		if _, err := publish(append([]byte(nil), p.buf...)); err != nil {
 			p.failures.Add(1)
 			p.log.Warn("publish KV events to ZMQ", "seq", seq, "err", err)
 		}

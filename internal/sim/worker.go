@@ -69,7 +69,7 @@ type WorkerConfig struct {
 	LoadInterval time.Duration
 	// ZMQEndpoint, when set, also publishes KV events as vLLM does on a ZMQ
 	// PUB socket bound there (e.g. "tcp://*:5557"), with replay on
-	// ZMQReplayEndpoint. Faults (drop, duplicate) apply to NATS only.
+	// ZMQReplayEndpoint. DropNextZMQBatches is the one ZMQ fault.
 	ZMQEndpoint       string
 	ZMQReplayEndpoint string
 	ZMQTopic          string
@@ -341,6 +341,11 @@ func (w *Worker) Resync() { w.run.submit(command{kind: cmdResync}) }
 // DropNextBatches makes the next n KV event batches vanish from NATS. Their
 // sequence numbers are still used, so consumers see a gap.
 func (w *Worker) DropNextBatches(n int) { w.events.dropNext.Add(int64(n)) }
+
+// DropNextZMQBatches keeps the next n KV event batches off the ZMQ PUB
+// socket while still numbering them and buffering them for replay, so a
+// subscriber sees a gap its replay request can fill.
+func (w *Worker) DropNextZMQBatches(n int) { w.events.dropNextZMQ.Add(int64(n)) }
 
 // DuplicateNextBatches publishes each of the next n KV event batches twice
 // on NATS with the same sequence number.

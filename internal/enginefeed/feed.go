@@ -1,0 +1,241 @@
+// Package enginefeed lets the router follow its workers' engines itself, with
+// no kvbridge sidecar and no NATS in between: for every worker the fleet
+// holds it subscribes to the engine's ZMQ KV-event publisher (kvbridge's
+// vllmzmq code and gap handling, in-process) and applies the batches to the
+// KV index, and it scrapes the engine's /metrics every 250 ms into the
+// scoring pool's load reports.
+//
+// Feeds mirrors the fleet: the server adds it as one more fleet listener,
+// so a worker's feeds start when discovery adds it and stop the moment
+// discovery removes it.
+package enginefeed
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/kvroute/kvroute/internal/bridge"
+	"github.com/kvroute/kvroute/internal/bus"
+	"github.com/kvroute/kvroute/internal/vllmzmq"
+	"github.com/kvroute/kvroute/kvindex"
+	"github.com/kvroute/kvroute/scoring"
+)
+
+// Defaults for Config.
+const (
+	DefaultEventsPort     = 5557
+	DefaultReplayPort     = 5558
+	DefaultScrapeInterval = bridge.DefaultScrapeInterval
+)
+
+// Config configures Feeds.
+type Config struct {
+	// Events subscribes to each engine's ZMQ KV events when true.
+	Events bool
+	// EventsPort is the engine's ZMQ PUB port for data-parallel rank 0;
+	// rank r publishes on EventsPort+r, as vLLM does (default 5557).
+	EventsPort int
+	// ReplayPort is the engine's replay ROUTER port for rank 0 (default
+	// 5558); negative: the engines have none, and every gap clears the
+	// worker's view.
+	ReplayPort int
+	// Topic is the ZMQ subscription filter (vLLM's kv-events-config topic).
+	Topic string
+	// Load scrapes each engine's /metrics into load reports when true.
+	Load bool
+	// Engine picks the metric names (vllm or sglang; default vllm).
+	Engine bridge.Engine
+	// ScrapeInterval is how often /metrics is read (default 250 ms).
+	ScrapeInterval time.Duration
+	// Index receives the KV events; required with Events.
+	Index *kvindex.Index
+	// Pool receives the load reports; required with Load.
+	Pool *scoring.Pool
+	// Metrics counts the batches as the NATS consumer does; nil: none.
+	Metrics bus.EventMetrics
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Feeds runs one engine follower per worker. Its methods are safe for
+// concurrent use; Upsert and Remove never block on the network.
+type Feeds struct {
+	cfg  Config
+	http *scraper
+	ctx  context.Context
+	stop context.CancelFunc
+
+	mu      sync.Mutex
+	workers map[string]*follower
+	wg      sync.WaitGroup
+	stats   bridge.Stats
+}
+
+type follower struct {
+	spec   scoring.WorkerSpec
+	cancel context.CancelFunc
+}
+
+// New returns Feeds that run until Close.
+func New(cfg Config) (*Feeds, error) {
+	if cfg.EventsPort == 0 {
+		cfg.EventsPort = DefaultEventsPort
+	}
+	if cfg.ReplayPort == 0 {
+		cfg.ReplayPort = DefaultReplayPort
+	}
+	if cfg.ScrapeInterval <= 0 {
+		cfg.ScrapeInterval = DefaultScrapeInterval
+	}
+	if cfg.Engine == "" {
+		cfg.Engine = bridge.EngineVLLM
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = bus.NopEventMetrics{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if _, err := bridge.ParseEngine(string(cfg.Engine)); err != nil {
+		return nil, fmt.Errorf("engine feeds: %w", err)
+	}
+	if cfg.EventsPort < 1 || cfg.EventsPort > 65535 || cfg.ReplayPort > 65535 {
+		return nil, fmt.Errorf("engine feeds: events port %d or replay port %d out of range", cfg.EventsPort, cfg.ReplayPort)
+	}
+	if cfg.Events && cfg.Index == nil {
+		return nil, fmt.Errorf("engine feeds: events need an index")
+	}
+	if cfg.Load && cfg.Pool == nil {
+		return nil, fmt.Errorf("engine feeds: load needs a pool")
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	return &Feeds{cfg: cfg, http: newScraper(cfg.Engine), ctx: ctx, stop: stop, workers: map[string]*follower{}}, nil
+}
+
+// Stats returns the event streams' counters, summed over every worker.
+func (f *Feeds) Stats() *bridge.Stats { return &f.stats }
+
+// Upsert starts following a worker's engine, or restarts when its address
+// or rank changed.
+func (f *Feeds) Upsert(spec scoring.WorkerSpec) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ctx.Err() != nil {
+		return
+	}
+	if old, ok := f.workers[spec.ID]; ok {
+		if old.spec.Address == spec.Address && old.spec.DPRank == spec.DPRank && old.spec.BlockSize == spec.BlockSize {
+			old.spec = spec
+			return
+		}
+		old.cancel()
+	}
+	ctx, cancel := context.WithCancel(f.ctx)
+	f.workers[spec.ID] = &follower{spec: spec, cancel: cancel}
+	if f.cfg.Events {
+		f.wg.Add(1)
+		go func() { defer f.wg.Done(); f.followEvents(ctx, spec) }()
+	}
+	if f.cfg.Load {
+		f.wg.Add(1)
+		go func() { defer f.wg.Done(); f.scrapeLoad(ctx, spec) }()
+	}
+}
+
+// Remove stops following a worker at once.
+func (f *Feeds) Remove(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if w, ok := f.workers[id]; ok {
+		w.cancel()
+		delete(f.workers, id)
+	}
+}
+
+// Followed counts the workers being followed.
+func (f *Feeds) Followed() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.workers)
+}
+
+// Close stops every follower and waits for them.
+func (f *Feeds) Close() {
+	f.mu.Lock()
+	f.stop()
+	f.workers = map[string]*follower{}
+	f.mu.Unlock()
+	f.wg.Wait()
+}
+
+// endpoint is tcp://host:(port+rank).
+func endpoint(address string, port, rank int) (string, error) {
+	host, _, err := net.SplitHostPort(address)
+	if err != nil {
+		return "", fmt.Errorf("worker address %q: %w", address, err)
+	}
+	return "tcp://" + net.JoinHostPort(host, strconv.Itoa(port+rank)), nil
+}
+
+func (f *Feeds) followEvents(ctx context.Context, spec scoring.WorkerSpec) {
+	log := f.cfg.Logger.With("worker", spec.ID)
+	ep, err := endpoint(spec.Address, f.cfg.EventsPort, spec.DPRank)
+	if err != nil {
+		log.Warn("not following KV events", "err", err)
+		return
+	}
+	rep := ""
+	if f.cfg.ReplayPort > 0 {
+		if rep, err = endpoint(spec.Address, f.cfg.ReplayPort, spec.DPRank); err != nil {
+			log.Warn("not following KV events", "err", err)
+			return
+		}
+	}
+	sub, err := vllmzmq.Dial(ctx, vllmzmq.SubscriberConfig{Endpoint: ep, ReplayEndpoint: rep, Topic: f.cfg.Topic, Logger: log.With("endpoint", ep)})
+	if err != nil {
+		log.Warn("not following KV events", "err", err)
+		return
+	}
+	defer sub.Close()
+	log.Info("following engine KV events", "endpoint", ep, "replay", rep)
+	// One endpoint is one worker, whatever rank its batches name.
+	id := func(int) (string, bool) { return spec.ID, true }
+	err = bridge.Follow(ctx, bridge.FollowConfig{Sub: sub, Rank: spec.DPRank, WorkerID: id,
+		Sink: indexSink{f.cfg.Index, f.cfg.Metrics, log}, Stats: &f.stats, Logger: log})
+	if err != nil && ctx.Err() == nil {
+		log.Warn("KV event stream ended", "err", err)
+	}
+}
+
+// indexSink applies batches to the index exactly as the NATS consumer does
+// once a batch is in order: the stream has already healed or cleared gaps.
+type indexSink struct {
+	ix      *kvindex.Index
+	metrics bus.EventMetrics
+	log     *slog.Logger
+}
+
+func (s indexSink) Connected() bool { return true }
+
+func (s indexSink) Publish(worker string, payload []byte) error {
+	b, err := kvindex.DecodeBatch(payload)
+	if err != nil {
+		// Counted and dropped, never fatal; the stream goes on.
+		s.metrics.Batch(worker, bus.BatchDecodeError)
+		s.log.Warn("dropping KV event batch", "bytes", len(payload), "err", err)
+		return nil
+	}
+	st := s.ix.Apply(worker, b)
+	if st.UnknownWorker {
+		s.metrics.Batch(worker, bus.BatchUnknownWorker)
+		return nil
+	}
+	s.metrics.Batch(worker, bus.BatchApplied)
+	s.metrics.Applied(worker, st)
+	return nil
+}

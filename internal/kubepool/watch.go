@@ -1,0 +1,308 @@
+package kubepool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/kvroute/kvroute/internal/discovery"
+	"github.com/kvroute/kvroute/scoring"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	listersv1 "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// Config configures a Watcher.
+type Config struct {
+	// PoolName and PoolNamespace name the InferencePool (GIE's --pool-name
+	// and --pool-namespace). Both are required.
+	PoolName, PoolNamespace string
+	// REST reaches the API server (RESTConfig builds it).
+	REST *rest.Config
+	// Defaults fill what pod annotations do not say.
+	Defaults Defaults
+	// Sink receives the workers.
+	Sink discovery.Sink
+	// OnBadPod is called when a matching pod cannot be turned into workers
+	// (it then serves nothing); optional.
+	OnBadPod func(pod string, err error)
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// RESTConfig returns the in-cluster configuration when kubeconfig is
+// empty, else the current context of that kubeconfig file.
+func RESTConfig(kubeconfig string) (*rest.Config, error) {
+	var (
+		cfg *rest.Config
+		err error
+	)
+	if kubeconfig == "" {
+		cfg, err = rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("kubernetes in-cluster config (outside a cluster, give --kubeconfig): %w", err)
+		}
+	} else if cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig); err != nil {
+		return nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
+	}
+	cfg.UserAgent = "kvroute"
+	// Informers list once and then watch; the default 5 QPS only slows the
+	// first list of a large namespace.
+	cfg.QPS, cfg.Burst = 50, 100
+	return cfg, nil
+}
+
+// Watcher mirrors an InferencePool's Ready pods into a Sink.
+type Watcher struct {
+	cfg    Config
+	log    *slog.Logger
+	dyn    dynamic.Interface
+	kube   kubernetes.Interface
+	synced chan struct{}
+
+	mu    sync.Mutex // serialises the two informers' handlers
+	spec  *Spec      // nil: no (valid) pool
+	pods  listersv1.PodLister
+	known map[string][]scoring.WorkerSpec // pod name → its workers in the Sink
+}
+
+// New checks cfg and builds the clients; Run starts watching.
+func New(cfg Config) (*Watcher, error) {
+	var errs []error
+	if cfg.PoolName == "" {
+		errs = append(errs, errors.New("pool name is empty"))
+	}
+	if cfg.PoolNamespace == "" {
+		errs = append(errs, errors.New("pool namespace is empty"))
+	}
+	if cfg.REST == nil {
+		errs = append(errs, errors.New("no API server configuration"))
+	}
+	if cfg.Sink == nil {
+		errs = append(errs, errors.New("no sink"))
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("inferencepool discovery: %w", errors.Join(errs...))
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	dyn, err := dynamic.NewForConfig(cfg.REST)
+	if err != nil {
+		return nil, fmt.Errorf("inferencepool discovery: %w", err)
+	}
+	kube, err := kubernetes.NewForConfig(cfg.REST)
+	if err != nil {
+		return nil, fmt.Errorf("inferencepool discovery: %w", err)
+	}
+	return &Watcher{
+		cfg: cfg, log: cfg.Logger.With("inferencepool", cfg.PoolNamespace+"/"+cfg.PoolName),
+		dyn: dyn, kube: kube, synced: make(chan struct{}), known: map[string][]scoring.WorkerSpec{},
+	}, nil
+}
+
+// Synced is closed once both informers have listed and every pod then
+// known has been applied to the Sink.
+func (w *Watcher) Synced() <-chan struct{} { return w.synced }
+
+// Run watches until ctx ends and returns ctx's error. Informers retry on
+// their own when the API server is away.
+func (w *Watcher) Run(ctx context.Context) error {
+	poolF := dynamicinformer.NewFilteredDynamicSharedInformerFactory(w.dyn, 0, w.cfg.PoolNamespace,
+		func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", w.cfg.PoolName).String()
+		})
+	poolInf := poolF.ForResource(PoolGVR).Informer()
+	podF := informers.NewSharedInformerFactoryWithOptions(w.kube, 0, informers.WithNamespace(w.cfg.PoolNamespace))
+	podInf := podF.Core().V1().Pods()
+	w.mu.Lock()
+	w.pods = podInf.Lister()
+	w.mu.Unlock()
+
+	if _, err := poolInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { w.poolChanged(o) },
+		UpdateFunc: func(_, o any) { w.poolChanged(o) },
+		DeleteFunc: func(any) { w.setSpec(nil, "InferencePool deleted") },
+	}); err != nil {
+		return fmt.Errorf("inferencepool discovery: %w", err)
+	}
+	if _, err := podInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { w.podChanged(o) },
+		UpdateFunc: func(_, o any) { w.podChanged(o) },
+		DeleteFunc: func(o any) { w.podDeleted(o) },
+	}); err != nil {
+		return fmt.Errorf("inferencepool discovery: %w", err)
+	}
+	poolF.Start(ctx.Done())
+	podF.Start(ctx.Done())
+	start := time.Now()
+	if !cache.WaitForCacheSync(ctx.Done(), poolInf.HasSynced, podInf.Informer().HasSynced) {
+		poolF.Shutdown()
+		podF.Shutdown()
+		return ctx.Err()
+	}
+	// Handlers run on their own goroutines; apply everything listed so far
+	// once more under the lock so Synced means "the Sink holds the fleet".
+	w.resyncAll()
+	w.log.Info("inferencepool synced", "workers", w.Workers(), "took", time.Since(start).Round(time.Millisecond))
+	close(w.synced)
+	<-ctx.Done()
+	poolF.Shutdown()
+	podF.Shutdown()
+	return ctx.Err()
+}
+
+// Workers counts the workers currently in the Sink.
+func (w *Watcher) Workers() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, ws := range w.known {
+		n += len(ws)
+	}
+	return n
+}
+
+func (w *Watcher) poolChanged(o any) {
+	u, ok := o.(*unstructured.Unstructured)
+	if !ok {
+		return
+	}
+	spec, err := ParseSpec(u)
+	if err != nil {
+		// A pool we cannot read selects nothing: serving a stale selector
+		// would route to pods the operator took out.
+		w.setSpec(nil, err.Error())
+		return
+	}
+	w.setSpec(&spec, "")
+}
+
+func (w *Watcher) setSpec(spec *Spec, why string) {
+	w.mu.Lock()
+	changed := !sameSpec(w.spec, spec)
+	w.spec = spec
+	w.mu.Unlock()
+	if !changed {
+		return
+	}
+	if spec == nil {
+		w.log.Warn("InferencePool selects no pods", "reason", why)
+	} else {
+		w.log.Info("InferencePool read", "selector", spec.Selector, "target_ports", spec.Ports)
+	}
+	w.resyncAll()
+}
+
+func sameSpec(a, b *Spec) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	if !slices.Equal(a.Ports, b.Ports) || len(a.Selector) != len(b.Selector) {
+		return false
+	}
+	for k, v := range a.Selector {
+		if bv, ok := b.Selector[k]; !ok || bv != v {
+			return false
+		}
+	}
+	return true
+}
+
+// resyncAll recomputes every pod's workers from the informer's cache.
+func (w *Watcher) resyncAll() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.pods == nil {
+		return
+	}
+	pods, err := w.pods.List(labels.Everything())
+	if err != nil {
+		w.log.Warn("listing cached pods", "err", err)
+		return
+	}
+	present := make(map[string]bool, len(pods))
+	for _, p := range pods {
+		present[p.Name] = true
+		w.applyLocked(p.Name, p)
+	}
+	for name := range w.known {
+		if !present[name] {
+			w.applyLocked(name, nil)
+		}
+	}
+}
+
+func (w *Watcher) podChanged(o any) {
+	p, ok := o.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.applyLocked(p.Name, p)
+}
+
+func (w *Watcher) podDeleted(o any) {
+	if t, ok := o.(cache.DeletedFinalStateUnknown); ok {
+		o = t.Obj
+	}
+	p, ok := o.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.applyLocked(p.Name, nil)
+}
+
+// applyLocked makes the Sink hold exactly pod's workers (none for nil).
+func (w *Watcher) applyLocked(name string, p *corev1.Pod) {
+	var want []scoring.WorkerSpec
+	if p != nil && w.spec != nil {
+		var err error
+		if want, err = Workers(p, *w.spec, w.cfg.Defaults); err != nil {
+			w.log.Warn("pod serves nothing", "pod", name, "err", err)
+			if w.cfg.OnBadPod != nil {
+				w.cfg.OnBadPod(name, err)
+			}
+			want = nil
+		}
+	}
+	old := w.known[name]
+	for _, o := range old {
+		if !slices.ContainsFunc(want, func(n scoring.WorkerSpec) bool { return n.ID == o.ID }) {
+			w.cfg.Sink.Remove(o.ID)
+		}
+	}
+	for _, n := range want {
+		i := slices.IndexFunc(old, func(o scoring.WorkerSpec) bool { return o.ID == n.ID })
+		if i < 0 || !sameWorker(old[i], n) {
+			w.cfg.Sink.Upsert(n)
+		}
+	}
+	if len(want) == 0 {
+		delete(w.known, name)
+	} else {
+		w.known[name] = want
+	}
+}
+
+func sameWorker(a, b scoring.WorkerSpec) bool {
+	return a.ID == b.ID && a.Model == b.Model && a.Address == b.Address && a.BlockSize == b.BlockSize &&
+		a.KVTotalBlocks == b.KVTotalBlocks && a.DPRank == b.DPRank
+}
