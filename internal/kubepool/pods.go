@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 
 	"github.com/kvroute/kvroute/internal/discovery"
 	"github.com/kvroute/kvroute/scoring"
@@ -34,8 +35,12 @@ type Defaults struct {
 
 // WorkerID names the worker behind a pod's rank-th target port: the pod
 // name alone when the pool has one port, "<pod>-dp<rank>" otherwise (the
-// kvbridge convention for data-parallel ranks).
+// kvbridge convention for data-parallel ranks). A pod name may hold dots
+// (a Deployment named after "llama-3.1-8b"), which worker ids may not, as
+// they name NATS subjects; dots become underscores, which pod names never
+// hold, so distinct pods keep distinct ids.
 func WorkerID(pod string, rank, ports int) string {
+	pod = strings.ReplaceAll(pod, ".", "_")
 	if ports <= 1 {
 		return pod
 	}

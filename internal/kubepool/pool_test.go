@@ -113,7 +113,7 @@ func TestWorkers(t *testing.T) {
 		{"not selected", readyPod("p", "10.0.0.1", true, map[string]string{"app": "web"}, nil), one, nil, nil, ""},
 		{"IPv6", readyPod("p", "fd00::1", true, vllm, nil), one, []string{"p"}, []string{"[fd00::1]:8000"}, ""},
 		{"bad annotation", readyPod("p", "10.0.0.1", true, vllm, map[string]string{AnnotationBlockSize: "big"}), one, nil, nil, "not a number"},
-		{"dotted pod name", readyPod("p.1", "10.0.0.1", true, vllm, nil), one, nil, nil, "not allowed"},
+		{"dotted pod name", readyPod("llama-3.1-0", "10.0.0.1", true, vllm, nil), one, []string{"llama-3_1-0"}, []string{"10.0.0.1:8000"}, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
