@@ -1,10 +1,13 @@
 package discovery
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
+	"sync"
 	"testing"
 	"time"
 
@@ -89,6 +92,13 @@ func TestRegisterComesBackAfterAnEtcdOutageLongerThanTheTTL(t *testing.T) {
 	defer cli.Close()
 	opts := quietOpts(time.Second)
 	opts.RequestTimeout = time.Second
+	var logs syncBuffer
+	opts.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("registration log:\n%s", logs.String())
+		}
+	})
 	reg, err := Register(context.Background(), cli, "ns", testRecord("w9"), opts)
 	if err != nil {
 		t.Fatal(err)
@@ -115,4 +125,22 @@ func TestRegisterComesBackAfterAnEtcdOutageLongerThanTheTTL(t *testing.T) {
 	if _, _, ok := getRecord(t, cli, bus.WorkerKey("ns", "w9")); !ok {
 		t.Fatal("record lost after re-registration")
 	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the registration's goroutine.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
