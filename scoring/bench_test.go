@@ -3,6 +3,7 @@ package scoring
 import (
 	"fmt"
 	"testing"
+	"time"
 )
 
 // benchRouter returns a router over n workers, each carrying some load,
@@ -99,4 +100,54 @@ func BenchmarkLifecycle(b *testing.B) {
 		i++
 	}
 	b.ReportMetric(4*float64(b.N)/b.Elapsed().Seconds()/1e6, "Mops/s")
+}
+
+// BenchmarkPickUnderChurn is the pool-side half of the InferencePool churn
+// figure: one decision over 500 workers (candidates gathered from the pool
+// each time, as the picker does), quiet and while workers are replaced at
+// 50 per second (one removed, one added, every 20 ms). It isolates what
+// churn costs Pick through the pool's locks from the CPU an API server and
+// its informers take on a shared machine
+// (internal/kubepool's BenchmarkKubeAPIServerPickUnderChurn measures both).
+func BenchmarkPickUnderChurn(b *testing.B) {
+	const workers = 500
+	r := newTestScheduler(b, DefaultOptions(), workers)
+	req := &Request{ID: "r", Model: "m", PromptTokens: 2048}
+	pick := func(b *testing.B) {
+		var cs []Candidate
+		b.ReportAllocs()
+		b.ResetTimer()
+		for b.Loop() {
+			cs = r.Pool().AppendCandidates(cs[:0], "m")
+			if _, err := r.Pick(req, cs, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1e3, "µs/pick")
+	}
+	b.Run("quiet", pick)
+	b.Run("churn=50/s", func(b *testing.B) {
+		stop, done := make(chan struct{}), make(chan int)
+		go func() {
+			t := time.NewTicker(20 * time.Millisecond)
+			defer t.Stop()
+			oldest, next, n := 0, workers, 0
+			for {
+				select {
+				case <-stop:
+					done <- n
+					return
+				case <-t.C:
+				}
+				r.Pool().Remove(fmt.Sprintf("w%d", oldest))
+				if err := r.Pool().Upsert(spec(fmt.Sprintf("w%d", next))); err != nil {
+					panic(err)
+				}
+				oldest, next, n = oldest+1, next+1, n+1
+			}
+		}()
+		pick(b)
+		close(stop)
+		b.ReportMetric(float64(<-done), "replaced")
+	})
 }

@@ -105,6 +105,13 @@ func (r *Server) startPoolDiscovery() error {
 	}
 	start := time.Now()
 	r.goRun(func() error { _ = w.Run(r.ctx); return nil })
+	go func() {
+		select {
+		case <-w.Synced():
+			r.synced.Store(true) // readiness: discovery synced
+		case <-r.ctx.Done():
+		}
+	}()
 	select {
 	case <-w.Synced():
 		r.log.Info("inferencepool synced", "pool", ns+"/"+r.cfg.PoolName, "workers", r.fleet.len(), "took", time.Since(start).Round(time.Millisecond))

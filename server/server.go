@@ -128,7 +128,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	r.sched.Store(sched)
 	r.fleet = &fleet{blockSize: cfg.BlockSize, log: r.log, records: map[string]scoring.WorkerSpec{},
 		listeners: []fleetListener{poolListener{sched.Pool(), r.log}, xdsListener{r}},
-		kept:      []fleetListener{indexListener{r.index}, approxListener{r.approx}}, flapGrace: cfg.Recovery.LeaseFlapGrace}
+		kept:      []fleetListener{indexListener{r.index}, approxListener{r.approx}}, flapGrace: leaseFlapGrace(cfg)}
 	if r.feeds, err = r.newEngineFeeds(); err != nil {
 		return nil, err
 	} else if r.feeds != nil {
@@ -251,6 +251,17 @@ func (r *Server) serveHTTP(name, addr string, h http.Handler) (net.Listener, *ht
 		return nil
 	})
 	return lis, srv, nil
+}
+
+// leaseFlapGrace is how long a removed worker's index entries are kept:
+// only etcd leases flap (a worker that lost its lease re-registers the same
+// record); a worker removed from a workers file, or a pod deleted or no
+// longer Ready in an InferencePool, is purged at once.
+func leaseFlapGrace(cfg Config) time.Duration {
+	if cfg.PoolName != "" || cfg.WorkersFile != "" {
+		return 0
+	}
+	return cfg.Recovery.LeaseFlapGrace
 }
 
 // goRun runs fn until it returns; an error ends the router.

@@ -15,7 +15,7 @@ func registerRecoveryFlags(fs *flag.FlagSet, c *server.Config) {
 	fs.DurationVar(&o.EjectBackoff, "eject-backoff", o.EjectBackoff, "passive health: first ejection's length, doubled on each further ejection without a success")
 	fs.DurationVar(&o.EjectBackoffMax, "eject-backoff-max", o.EjectBackoffMax, "passive health: longest ejection")
 	fs.DurationVar(&rc.SyncHeartbeat, "sync-heartbeat", rc.SyncHeartbeat, "replica sync heartbeat period; a peer silent for 3 periods has its in-flight load dropped")
-	fs.DurationVar(&rc.LeaseFlapGrace, "lease-flap-grace", rc.LeaseFlapGrace, "keep a removed worker's index entries this long, so a worker whose etcd lease lapsed and came back (same record) keeps its blocks; 0 drops them at once")
+	fs.DurationVar(&rc.LeaseFlapGrace, "lease-flap-grace", rc.LeaseFlapGrace, "keep a removed worker's index entries this long, so a worker whose etcd lease lapsed and came back (same record) keeps its blocks; 0 drops them at once (etcd discovery only: a workers file or InferencePool removal purges at once)")
 	fs.DurationVar(&rc.ResyncInterval, "resync-interval", rc.ResyncInterval, "ask a stale worker's publisher to resync (NATS request) at most this often while it stays stale; 0 turns resync requests off")
 	fs.StringVar(&rc.WarmFrom, "warm-from", "", "peer replica `url` (http://host:port of its admin listener, --admin-listen; the --admin-token-file token is sent): load its KV index snapshot before turning ready; empty starts cold")
 	fs.DurationVar(&rc.WarmTimeout, "warm-timeout", rc.WarmTimeout, "give up a --warm-from start after this long and start cold")
