@@ -150,7 +150,10 @@ func TestKubeAPIServerInferencePoolEndToEnd(t *testing.T) {
 
 	t.Run("prefix-cache routing", func(t *testing.T) {
 		w, err := bench.ChatWorkload(bench.ChatOptions{Model: model, Sessions: 16, Turns: 4, SystemPrompts: 4, SystemWords: 300,
-			UserWords: 30, ReplyWords: 30, OutputTokens: 16, Think: 50 * time.Millisecond, Seed: 3})
+			// The think time leaves the ZMQ events of a turn time to reach the
+			// index before the next turn on a loaded machine (beside four
+			// CPU-bound loops, 50 ms gave overlap_exact under 0.95).
+			UserWords: 30, ReplyWords: 30, OutputTokens: 16, Think: 250 * time.Millisecond, Seed: 3})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -165,7 +168,11 @@ func TestKubeAPIServerInferencePoolEndToEnd(t *testing.T) {
 			t.Fatalf("%d errors (first: %s)", m.Errors, m.FirstError)
 		}
 		if m.OverlapExact == nil || *m.OverlapExact < 0.95 {
-			t.Fatalf("overlap_exact %v over %d predicted requests, want >= 0.95", m.OverlapExact, m.Predicted)
+			exact := -1.0 // none predicted
+			if m.OverlapExact != nil {
+				exact = *m.OverlapExact
+			}
+			t.Fatalf("overlap_exact %.3f over %d predicted requests, want >= 0.95", exact, m.Predicted)
 		}
 		t.Logf("overlap_exact %.3f over %d requests, hit rate %.2f", *m.OverlapExact, m.Predicted, m.HitRate)
 	})
