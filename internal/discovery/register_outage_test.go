@@ -3,11 +3,14 @@ package discovery
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/url"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -29,6 +32,28 @@ type outageEtcd struct {
 
 func newOutageEtcd(t *testing.T) *outageEtcd {
 	t.Helper()
+	var err error
+	// A port picked free can be taken by another test process before etcd
+	// binds it; pick again then.
+	for range 5 {
+		o := &outageEtcd{cfg: outageConfig(t)}
+		if err = o.tryStart(); err == nil {
+			t.Cleanup(func() {
+				if o.e != nil {
+					o.e.Close()
+				}
+			})
+			return o
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) && !strings.Contains(err.Error(), "address already in use") {
+			break
+		}
+	}
+	t.Fatalf("start etcd: %v", err)
+	return nil
+}
+
+func outageConfig(t *testing.T) *embed.Config {
 	port := func() int {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -46,28 +71,29 @@ func newOutageEtcd(t *testing.T) *outageEtcd {
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
 	cfg.InitialCluster = cfg.Name + "=" + pu.String()
-	o := &outageEtcd{cfg: cfg}
-	o.start(t)
-	t.Cleanup(func() {
-		if o.e != nil {
-			o.e.Close()
-		}
-	})
-	return o
+	return cfg
 }
 
 func (o *outageEtcd) start(t *testing.T) {
 	t.Helper()
+	if err := o.tryStart(); err != nil {
+		t.Fatalf("start etcd: %v", err)
+	}
+}
+
+func (o *outageEtcd) tryStart() error {
 	e, err := embed.StartEtcd(o.cfg)
 	if err != nil {
-		t.Fatalf("start etcd: %v", err)
+		return err
 	}
 	select {
 	case <-e.Server.ReadyNotify():
 	case <-time.After(30 * time.Second):
-		t.Fatal("etcd not ready")
+		e.Close()
+		return errors.New("etcd not ready after 30 s")
 	}
 	o.e = e
+	return nil
 }
 
 func (o *outageEtcd) stop() {
@@ -113,7 +139,7 @@ func TestRegisterComesBackAfterAnEtcdOutageLongerThanTheTTL(t *testing.T) {
 	time.Sleep(2500 * time.Millisecond)
 	et.start(t)
 
-	waitFor(t, "re-registration after the outage", 30*time.Second, func() bool {
+	waitFor(t, "re-registration after the outage", 60*time.Second, func() bool {
 		_, lease, ok := getRecord(t, cli, bus.WorkerKey("ns", "w9"))
 		return ok && lease != old && lease == reg.Lease()
 	})
