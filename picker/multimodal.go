@@ -142,101 +142,95 @@ func imagePartBraces(body []byte) ([]partBrace, error) {
 }
 
 func messagesParts(dec *json.Decoder, out []partBrace) ([]partBrace, error) {
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, err
-	}
-	if tok != json.Delim('[') {
-		return out, skipRest(dec, tok)
-	}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil, err
-		}
-		if tok != json.Delim('{') {
-			if err := skipRest(dec, tok); err != nil {
-				return nil, err
-			}
-			continue
-		}
+	err := eachObject(dec, func() error {
 		for dec.More() {
 			key, err := keyOf(dec)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			if key != "content" {
 				if err := skipValue(dec); err != nil {
-					return nil, err
+					return err
 				}
 				continue
 			}
 			if out, err = contentParts(dec, out); err != nil {
-				return nil, err
+				return err
 			}
 		}
-		if _, err := dec.Token(); err != nil { // '}'
-			return nil, err
-		}
-	}
-	_, err = dec.Token() // ']'
+		return nil
+	})
 	return out, err
 }
 
 func contentParts(dec *json.Decoder, out []partBrace) ([]partBrace, error) {
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, err
-	}
-	if tok != json.Delim('[') {
-		return out, skipRest(dec, tok)
-	}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil, err
-		}
-		if tok != json.Delim('{') {
-			if err := skipRest(dec, tok); err != nil {
-				return nil, err
-			}
-			continue
-		}
+	err := eachObject(dec, func() error {
 		b := partBrace{after: int(dec.InputOffset()), empty: !dec.More()}
 		isImage := false
 		for dec.More() {
 			key, err := keyOf(dec)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			switch key {
 			case "type":
 				v, err := dec.Token()
 				if err != nil {
-					return nil, err
+					return err
 				}
 				if s, ok := v.(string); ok && s == "image_url" {
 					isImage = true
 				} else if err := skipRest(dec, v); err != nil {
-					return nil, err
+					return err
 				}
 				continue
 			case "uuid":
 				b.hasUUID = true
 			}
 			if err := skipValue(dec); err != nil {
-				return nil, err
+				return err
 			}
-		}
-		if _, err := dec.Token(); err != nil { // '}'
-			return nil, err
 		}
 		if isImage {
 			out = append(out, b)
 		}
+		return nil
+	})
+	return out, err
+}
+
+// eachObject walks the array that is the decoder's next value: for each
+// element that is an object it calls fn just after the element's '{' (fn
+// reads the members) and then consumes the closing '}'. A value that is
+// not an array, and elements that are not objects, are skipped.
+func eachObject(dec *json.Decoder, fn func() error) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	if tok != json.Delim('[') {
+		return skipRest(dec, tok)
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		if tok != json.Delim('{') {
+			if err := skipRest(dec, tok); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := fn(); err != nil {
+			return err
+		}
+		if _, err := dec.Token(); err != nil { // '}'
+			return err
+		}
 	}
 	_, err = dec.Token() // ']'
-	return out, err
+	return err
 }
 
 func expectDelim(dec *json.Decoder, d json.Delim) error {
