@@ -39,44 +39,63 @@ func (pl *plan) blockSizeOf(i int) int {
 	return pl.blockSize[i]
 }
 
-// fallbacks lists up to n next-best endpoints after the chosen one: by
-// logit when the mode explained itself, else in candidate order.
+// fallbacks lists up to n next-best endpoints after the chosen one, for a
+// data plane to retry on (the Gateway API endpoint list). With an
+// explanation they are the workers the mode weighed, by logit: the mode
+// weighs only the best health tier, so an ejected or silent worker never
+// follows a healthy primary. Without one, candidate order. A worker at the
+// chosen worker's address is no fallback.
 func (pl *plan) fallbacks(exp *scoring.Explanation, d scoring.Decision, n int) []string {
 	if n <= 0 || len(pl.cands) < 2 {
 		return nil
 	}
-	order := make([]int, 0, len(pl.cands))
-	for i := range pl.cands {
-		if i != d.Index {
-			order = append(order, i)
+	if exp != nil && len(exp.Workers) > 0 {
+		order := make([]int, 0, len(exp.Workers))
+		for i := range exp.Workers {
+			if exp.Workers[i].Worker != d.Worker {
+				order = append(order, i)
+			}
 		}
-	}
-	// The explanation lists the candidates in the order they were given.
-	if exp != nil && explainsInOrder(exp, pl.cands) {
 		sort.SliceStable(order, func(a, b int) bool {
 			return exp.Workers[order[a]].Logit < exp.Workers[order[b]].Logit
 		})
+		out := make([]string, 0, min(n, len(order)))
+		for _, i := range order {
+			if len(out) == n {
+				break
+			}
+			if c := pl.candIndex(exp.Workers[i].Worker, i); c >= 0 && pl.addrs[c] != d.Address {
+				out = append(out, pl.addrs[c])
+			}
+		}
+		return out
 	}
-	out := make([]string, 0, min(n, len(order)))
-	for _, i := range order[:min(n, len(order))] {
-		out = append(out, pl.addrs[i])
+	out := make([]string, 0, n)
+	for i := range pl.cands {
+		if len(out) == n {
+			break
+		}
+		if i != d.Index && pl.addrs[i] != d.Address {
+			out = append(out, pl.addrs[i])
+		}
 	}
 	return out
 }
 
-// explainsInOrder reports whether exp has one entry per candidate, in
-// candidate order.
-func explainsInOrder(exp *scoring.Explanation, cands []scoring.Candidate) bool {
-	if len(exp.Workers) != len(cands) {
-		return false
+// candIndex finds a worker among the candidates, trying hint first (the
+// explanation lists candidates in order when it lists all of them).
+func (pl *plan) candIndex(worker string, hint int) int {
+	if hint < len(pl.cands) && pl.cands[hint].Worker == worker {
+		return hint
 	}
-	for i := range cands {
-		if exp.Workers[i].Worker != cands[i].Worker {
-			return false
+	for i := range pl.cands {
+		if pl.cands[i].Worker == worker {
+			return i
 		}
 	}
-	return true
+	return -1
 }
+
 
 // plan parses, tokenizes, finds the candidates and their overlap. The
 // error is an *HTTPError for the client.
