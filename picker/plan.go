@@ -96,7 +96,6 @@ func (pl *plan) candIndex(worker string, hint int) int {
 	return -1
 }
 
-
 // plan parses, tokenizes, finds the candidates and their overlap. The
 // error is an *HTTPError for the client.
 //
