@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
 	"time"
 
 	"github.com/kvroute/kvroute/extproc"
@@ -50,23 +49,46 @@ func (pl *plan) fallbacks(exp *scoring.Explanation, d scoring.Decision, n int) [
 		return nil
 	}
 	if exp != nil && len(exp.Workers) > 0 {
-		order := make([]int, 0, len(exp.Workers))
-		for i := range exp.Workers {
-			if exp.Workers[i].Worker != d.Worker {
-				order = append(order, i)
-			}
+		// The n lowest logits, ties in explanation order: a partial
+		// selection, since n is tiny and a full sort of a large fleet would
+		// cost more than the pick.
+		type ranked struct {
+			cand  int
+			logit float64
 		}
-		sort.SliceStable(order, func(a, b int) bool {
-			return exp.Workers[order[a]].Logit < exp.Workers[order[b]].Logit
-		})
-		out := make([]string, 0, min(n, len(order)))
-		for _, i := range order {
-			if len(out) == n {
-				break
+		var buf [4]ranked
+		best := buf[:0]
+		if n > len(buf) {
+			best = make([]ranked, 0, n)
+		}
+		ci := 0 // the explanation lists candidates in candidate order
+		for i := range exp.Workers {
+			w := &exp.Workers[i]
+			for ci < len(pl.cands) && pl.cands[ci].Worker != w.Worker {
+				ci++
 			}
-			if c := pl.candIndex(exp.Workers[i].Worker, i); c >= 0 && pl.addrs[c] != d.Address {
-				out = append(out, pl.addrs[c])
+			c := ci
+			if c == len(pl.cands) {
+				c, ci = pl.candIndex(w.Worker), 0
 			}
+			if c < 0 || w.Worker == d.Worker || pl.addrs[c] == d.Address {
+				continue
+			}
+			if len(best) == n && w.Logit >= best[n-1].logit {
+				continue
+			}
+			if len(best) < n {
+				best = append(best, ranked{})
+			}
+			j := len(best) - 1 // the free (or dropped) last slot
+			for ; j > 0 && best[j-1].logit > w.Logit; j-- {
+				best[j] = best[j-1]
+			}
+			best[j] = ranked{cand: c, logit: w.Logit}
+		}
+		out := make([]string, len(best))
+		for i, r := range best {
+			out[i] = pl.addrs[r.cand]
 		}
 		return out
 	}
@@ -82,12 +104,8 @@ func (pl *plan) fallbacks(exp *scoring.Explanation, d scoring.Decision, n int) [
 	return out
 }
 
-// candIndex finds a worker among the candidates, trying hint first (the
-// explanation lists candidates in order when it lists all of them).
-func (pl *plan) candIndex(worker string, hint int) int {
-	if hint < len(pl.cands) && pl.cands[hint].Worker == worker {
-		return hint
-	}
+// candIndex finds a worker among the candidates, or -1.
+func (pl *plan) candIndex(worker string) int {
 	for i := range pl.cands {
 		if pl.cands[i].Worker == worker {
 			return i
