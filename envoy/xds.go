@@ -33,8 +33,9 @@ const DefaultNodeID = "kvroute-envoy"
 
 // XDSServer serves the fleet's worker clusters to Envoy over ADS (the
 // bootstrap of StyleXDS). Each worker becomes one cluster named by its
-// Cluster with its Address as the only endpoint, configured as
-// cluster-header.yaml configures its static worker clusters. SetWorkers
+// Cluster, with its Address at priority 0 and the other workers at
+// priority 1 (where a retry goes), configured as cluster-header.yaml
+// configures its static worker clusters (see WorkerClusters). SetWorkers
 // replaces the whole set; Envoy sees clusters appear and disappear on its
 // open ADS stream. The zero value is not usable; call NewXDSServer.
 type XDSServer struct {
@@ -83,7 +84,8 @@ func (s *XDSServer) Version() string {
 	return strconv.FormatUint(s.version, 10)
 }
 
-// SetWorkers replaces the served clusters with one per worker. An invalid
+// SetWorkers replaces the served clusters with one per worker
+// (WorkerClusters). An invalid
 // set (empty or duplicate cluster names, a name the bootstrap reserves, a
 // bad address) is refused as a whole and the previous set stays served.
 func (s *XDSServer) SetWorkers(workers []Worker) error {

@@ -211,8 +211,8 @@ type attempts struct {
 	excluded []bool   // priorities excluded by previous_priorities
 }
 
-// pick chooses the host of the next attempt, as the cluster's load
-// balancer does. lookup reads the request's headers and dynamic metadata
+// pickAttempt chooses the host of the next attempt, as the cluster's load
+// balancer does, and records it for the retry predicates. lookup reads the request's headers and dynamic metadata
 // for override_host. ok is false when the cluster has no host.
 func (c *upstreamCluster) pickAttempt(st *attempts, lookup func(hostSource) (string, bool)) (string, bool) {
 	host, pri, ok := c.choose(st, lookup)
