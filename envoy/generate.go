@@ -42,6 +42,9 @@ const (
 	FallbackClusterName = "kvroute_fallback"
 	// OriginalDstClusterName is the ORIGINAL_DST cluster of the original-dst style.
 	OriginalDstClusterName = "original_destination_cluster"
+	// OverrideHostPolicyName is Envoy's load balancing policy that takes the
+	// hosts from kvroute's endpoint list, one per attempt.
+	OverrideHostPolicyName = "envoy.load_balancing_policies.override_host"
 )
 
 // Worker is one backend as the bootstraps see it.
@@ -141,6 +144,9 @@ type workerData struct {
 	Cluster string
 	Type    string
 	Addr    hostPort
+	// Others are the other workers' addresses, the cluster's priority 1:
+	// where a retry can go (see the "override-host" template).
+	Others []hostPort
 }
 
 type templateData struct {
@@ -214,6 +220,14 @@ func Generate(style string, workers []Worker, opts Options) ([]byte, error) {
 			}
 			d.Workers = append(d.Workers, workerData{Cluster: w.Cluster, Type: discoveryType(hp), Addr: hp})
 		}
+		for i := range d.Workers {
+			d.Workers[i].Others = otherAddrs(d.Workers, i)
+			for _, o := range d.Workers[i].Others {
+				if !o.IsIP { // a STATIC cluster takes IP literals only
+					d.Workers[i].Type = "STRICT_DNS"
+				}
+			}
+		}
 	case StyleOriginalDst:
 	case StyleXDS:
 		x, err := parseHostPort("xds address", opts.XDSAddress)
@@ -235,6 +249,20 @@ func Generate(style string, workers []Worker, opts Options) ([]byte, error) {
 		return nil, fmt.Errorf("envoy: generated %s bootstrap is invalid: %w", style, err)
 	}
 	return buf.Bytes(), nil
+}
+
+// otherAddrs lists the addresses of every worker but ws[i], each once and
+// never ws[i]'s own (Envoy keys a cluster's hosts by address).
+func otherAddrs(ws []workerData, i int) []hostPort {
+	var out []hostPort
+	seen := map[hostPort]bool{ws[i].Addr: true}
+	for _, w := range ws {
+		if !seen[w.Addr] {
+			seen[w.Addr] = true
+			out = append(out, w.Addr)
+		}
+	}
+	return out
 }
 
 // ExampleWorkers are the four local workers the shipped cluster-header.yaml

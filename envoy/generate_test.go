@@ -70,8 +70,14 @@ func TestGenerateOutputValidatesForEveryStyle(t *testing.T) {
 				if got := clusters["gpu-c"].GetType().String(); got != "STRICT_DNS" {
 					t.Fatalf("host-name worker got cluster type %s", got)
 				}
-				if got := clusters["gpu-a"].GetType().String(); got != "STATIC" {
-					t.Fatalf("IP worker got cluster type %s", got)
+				// gpu-a is an IP literal, but its priority 1 (where a retry
+				// goes) holds gpu-c's host name, which STATIC cannot resolve.
+				if got := clusters["gpu-a"].GetType().String(); got != "STRICT_DNS" {
+					t.Fatalf("IP worker beside a host-name worker got cluster type %s", got)
+				}
+				eps := clusters["gpu-a"].GetLoadAssignment().GetEndpoints()
+				if len(eps) != 2 || eps[0].GetPriority() != 0 || len(eps[0].GetLbEndpoints()) != 1 || eps[1].GetPriority() != 1 || len(eps[1].GetLbEndpoints()) != 2 {
+					t.Fatalf("gpu-a endpoints: want itself at priority 0 and the two others at priority 1, got %v", eps)
 				}
 				if n := len(clusters[FallbackClusterName].GetLoadAssignment().GetEndpoints()[0].GetLbEndpoints()); n != 3 {
 					t.Fatalf("fallback cluster has %d endpoints, want 3", n)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
@@ -11,6 +12,8 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	overridehostv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/override_host/v3"
+	metadatav3 "github.com/envoyproxy/go-control-plane/envoy/type/metadata/v3"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -35,7 +38,10 @@ const minLongTimeout = 5 * time.Minute
 //     x-gateway-destination-endpoint, both removed from the client's request
 //     by an early header mutation (before ext_proc), x-target-worker removed
 //     before the worker sees it, message_timeout set, gRPC health checking of kvroute,
-//     circuit breakers above 1,024 and timeouts fit for long generations.
+//     circuit breakers above 1,024 and timeouts fit for long generations;
+//   - routes to worker clusters (cluster_header) retry connect-failure at
+//     least once, retry_on names only conditions Envoy knows, and an
+//     override_host policy reads kvroute's endpoint list.
 //
 // All failures are reported together.
 func Validate(data []byte) (*bootstrapv3.Bootstrap, error) {
@@ -112,6 +118,7 @@ func (c *checker) checkClusters(b *bootstrapv3.Bootstrap) {
 		if od := cl.GetOriginalDstLbConfig(); od.GetHttpHeaderName() != "" && !od.GetUseHttpHeader() {
 			c.failf("cluster %q: http_header_name is set but use_http_header is false", name)
 		}
+		c.checkOverrideHost(cl)
 		if !breakersRaised(cl) {
 			c.failf("cluster %q: circuit breakers must raise max_connections, max_pending_requests and max_requests above %d", name, minBreaker)
 		}
@@ -256,11 +263,79 @@ func (c *checker) checkRoutes(where string, rc *routev3.RouteConfiguration) {
 				if spec.ClusterHeader != TargetHeader {
 					c.failf("%s: cluster_header is %q, kvroute writes %q", rw, spec.ClusterHeader, TargetHeader)
 				}
+				// kvroute's contract: a worker that refuses the connection
+				// costs no client error, the request goes to the runner-up.
+				if !retriesConnectFailure(ra.GetRetryPolicy()) {
+					c.failf("%s: a route to kvroute's worker clusters needs a retry_policy with retry_on connect-failure and num_retries >= 1", rw)
+				}
 			default:
 				c.failf("%s: route by cluster or cluster_header, not %T", rw, spec)
 			}
+			if rp := ra.GetRetryPolicy(); rp != nil {
+				for _, on := range strings.Split(rp.GetRetryOn(), ",") {
+					if on = strings.TrimSpace(on); on != "" && !envoyRetryOn[on] {
+						c.failf("%s: retry_on %q is not a condition Envoy knows", rw, on)
+					}
+				}
+			}
 		}
 	}
+}
+
+// envoyRetryOn are the x-envoy-retry-on and x-envoy-retry-grpc-on
+// conditions Envoy accepts in a route's retry_on.
+var envoyRetryOn = map[string]bool{
+	"5xx": true, "gateway-error": true, "reset": true, "reset-before-request": true, "connect-failure": true,
+	"envoy-ratelimited": true, "retriable-4xx": true, "refused-stream": true, "retriable-status-codes": true,
+	"retriable-headers": true, "http3-post-connect-failure": true,
+	"cancelled": true, "deadline-exceeded": true, "internal": true, "resource-exhausted": true, "unavailable": true,
+}
+
+// retriesConnectFailure reports whether rp retries a refused connection.
+func retriesConnectFailure(rp *routev3.RetryPolicy) bool {
+	if rp.GetNumRetries() != nil && rp.GetNumRetries().GetValue() < 1 {
+		return false // Envoy's default is 1 when num_retries is unset
+	}
+	for _, on := range strings.Split(rp.GetRetryOn(), ",") {
+		if strings.TrimSpace(on) == "connect-failure" {
+			return true
+		}
+	}
+	return false
+}
+
+// checkOverrideHost checks a cluster's override_host policy the way Envoy
+// loads it (each source names exactly one of header and metadata) and that
+// it reads kvroute's endpoint list.
+func (c *checker) checkOverrideHost(cl *clusterv3.Cluster) {
+	for _, p := range cl.GetLoadBalancingPolicy().GetPolicies() {
+		tc := p.GetTypedExtensionConfig().GetTypedConfig()
+		var oh overridehostv3.OverrideHost
+		if tc == nil || !tc.MessageIs(&oh) {
+			continue
+		}
+		if err := tc.UnmarshalTo(&oh); err != nil {
+			c.failf("cluster %q: override_host: %v", cl.GetName(), err)
+			continue
+		}
+		readsList := false
+		for i, src := range oh.GetOverrideHostSources() {
+			hasHeader, hasMeta := src.GetHeader() != "", src.GetMetadata() != nil
+			if hasHeader == hasMeta {
+				c.failf("cluster %q: override_host source %d must set exactly one of header and metadata", cl.GetName(), i)
+			}
+			readsList = readsList || strings.EqualFold(src.GetHeader(), DestinationHeader) ||
+				isLBKey(src.GetMetadata(), DestinationHeader)
+		}
+		if !readsList {
+			c.failf("cluster %q: override_host must read kvroute's endpoint list (%s header or %s metadata)", cl.GetName(), DestinationHeader, LBMetadataNamespace)
+		}
+	}
+}
+
+// isLBKey reports whether k is envoy.lb/<key>.
+func isLBKey(k *metadatav3.MetadataKey, key string) bool {
+	return k.GetKey() == LBMetadataNamespace && len(k.GetPath()) == 1 && k.GetPath()[0].GetKey() == key
 }
 
 func longEnough(d time.Duration) bool { return d == 0 || d >= minLongTimeout }

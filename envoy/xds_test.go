@@ -234,11 +234,12 @@ func TestWorkerClusterMatchesClusterHeaderBootstrap(t *testing.T) {
 	for _, c := range b.GetStaticResources().GetClusters() {
 		static[c.GetName()] = c
 	}
-	for _, w := range workers {
-		got, err := WorkerCluster(w)
-		if err != nil {
-			t.Fatal(err)
-		}
+	all, err := WorkerClusters(workers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, w := range workers {
+		got := all[i]
 		if !proto.Equal(got, static[w.Cluster]) {
 			t.Errorf("xDS cluster %s\n%v\ndiffers from cluster-header.yaml's\n%v", w.Cluster, got, static[w.Cluster])
 		}

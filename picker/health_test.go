@@ -110,3 +110,39 @@ func TestFallbackServedCountsAgainstThePrimary(t *testing.T) {
 	}
 	t.Fatalf("%s not ejected after its requests were served by fallbacks", primary)
 }
+
+// The fallback a data plane retries on is healthy: an ejected worker is
+// never named, so a retry does not land on a worker known to be dead.
+func TestFallbacksLeaveOutEjectedWorkers(t *testing.T) {
+	rg := newRig(t, nil)
+	body := longChat(50)
+	d, err := rg.picker.Decide(context.Background(), chatReq(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Ticket.Free(extproc.OutcomeOK)
+	if len(d.Fallbacks) < 2 {
+		t.Fatalf("want at least two fallbacks before the ejection, got %v", d.Fallbacks)
+	}
+	victim, ok := rg.sched.Pool().WorkerByAddress(d.Fallbacks[0])
+	if !ok {
+		t.Fatalf("fallback %s is no worker", d.Fallbacks[0])
+	}
+	for !rg.sched.Pool().Observe(victim, false) {
+	}
+	for range 20 {
+		d, err := rg.picker.Decide(context.Background(), chatReq(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Ticket.Free(extproc.OutcomeOK)
+		if len(d.Fallbacks) == 0 {
+			t.Fatal("no fallback left although healthy workers remain")
+		}
+		for _, f := range append([]string{d.Address}, d.Fallbacks...) {
+			if w, _ := rg.sched.Pool().WorkerByAddress(f); w == victim {
+				t.Fatalf("ejected %s (%s) named in %s %v", victim, f, d.Address, d.Fallbacks)
+			}
+		}
+	}
+}

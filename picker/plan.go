@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
 	"time"
 
 	"github.com/kvroute/kvroute/extproc"
@@ -39,43 +38,80 @@ func (pl *plan) blockSizeOf(i int) int {
 	return pl.blockSize[i]
 }
 
-// fallbacks lists up to n next-best endpoints after the chosen one: by
-// logit when the mode explained itself, else in candidate order.
+// fallbacks lists up to n next-best endpoints after the chosen one, for a
+// data plane to retry on (the Gateway API endpoint list). With an
+// explanation they are the workers the mode weighed, by logit: the mode
+// weighs only the best health tier, so an ejected or silent worker never
+// follows a healthy primary. Without one, candidate order. A worker at the
+// chosen worker's address is no fallback.
 func (pl *plan) fallbacks(exp *scoring.Explanation, d scoring.Decision, n int) []string {
 	if n <= 0 || len(pl.cands) < 2 {
 		return nil
 	}
-	order := make([]int, 0, len(pl.cands))
-	for i := range pl.cands {
-		if i != d.Index {
-			order = append(order, i)
+	if exp != nil && len(exp.Workers) > 0 {
+		// The n lowest logits, ties in explanation order: a partial
+		// selection, since n is tiny and a full sort of a large fleet would
+		// cost more than the pick.
+		type ranked struct {
+			cand  int
+			logit float64
 		}
+		var buf [4]ranked
+		best := buf[:0]
+		if n > len(buf) {
+			best = make([]ranked, 0, n)
+		}
+		ci := 0 // the explanation lists candidates in candidate order
+		for i := range exp.Workers {
+			w := &exp.Workers[i]
+			for ci < len(pl.cands) && pl.cands[ci].Worker != w.Worker {
+				ci++
+			}
+			c := ci
+			if c == len(pl.cands) {
+				c, ci = pl.candIndex(w.Worker), 0
+			}
+			if c < 0 || w.Worker == d.Worker || pl.addrs[c] == d.Address {
+				continue
+			}
+			if len(best) == n && w.Logit >= best[n-1].logit {
+				continue
+			}
+			if len(best) < n {
+				best = append(best, ranked{})
+			}
+			j := len(best) - 1 // the free (or dropped) last slot
+			for ; j > 0 && best[j-1].logit > w.Logit; j-- {
+				best[j] = best[j-1]
+			}
+			best[j] = ranked{cand: c, logit: w.Logit}
+		}
+		out := make([]string, len(best))
+		for i, r := range best {
+			out[i] = pl.addrs[r.cand]
+		}
+		return out
 	}
-	// The explanation lists the candidates in the order they were given.
-	if exp != nil && explainsInOrder(exp, pl.cands) {
-		sort.SliceStable(order, func(a, b int) bool {
-			return exp.Workers[order[a]].Logit < exp.Workers[order[b]].Logit
-		})
-	}
-	out := make([]string, 0, min(n, len(order)))
-	for _, i := range order[:min(n, len(order))] {
-		out = append(out, pl.addrs[i])
+	out := make([]string, 0, n)
+	for i := range pl.cands {
+		if len(out) == n {
+			break
+		}
+		if i != d.Index && pl.addrs[i] != d.Address {
+			out = append(out, pl.addrs[i])
+		}
 	}
 	return out
 }
 
-// explainsInOrder reports whether exp has one entry per candidate, in
-// candidate order.
-func explainsInOrder(exp *scoring.Explanation, cands []scoring.Candidate) bool {
-	if len(exp.Workers) != len(cands) {
-		return false
-	}
-	for i := range cands {
-		if exp.Workers[i].Worker != cands[i].Worker {
-			return false
+// candIndex finds a worker among the candidates, or -1.
+func (pl *plan) candIndex(worker string) int {
+	for i := range pl.cands {
+		if pl.cands[i].Worker == worker {
+			return i
 		}
 	}
-	return true
+	return -1
 }
 
 // plan parses, tokenizes, finds the candidates and their overlap. The

@@ -23,6 +23,10 @@ envoy/ (Envoy's protos, every Any unpacked and validated, kvroute's rules).
   original-dst    an ORIGINAL_DST cluster on x-gateway-destination-endpoint (Gateway API style)
   xds             worker clusters served by kvroute's ADS server (kvroute --xds-addr)
 
+cluster-header and xds retry a refused connection (or a reset before the
+response headers) once, on the next endpoint of kvroute's list (its runner-up,
+see --fallbacks); original-dst cannot retry on another worker.
+
 Unlike serve, envoy-config reads no environment variables: it is run once to
 write a file, and KVROUTE_ADMIN_ADDR or KVROUTE_XDS_ADDR meant for another
 command must not change that file.`

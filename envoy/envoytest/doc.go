@@ -28,6 +28,23 @@
 //     through an ORIGINAL_DST cluster by header (one ip:port, as Envoy parses
 //     it); request_headers_to_remove applied after host selection; router
 //     local replies (404, 503, 504) pass through the response path;
+//   - route retry_policy as Envoy's router runs it: retry_on connect-failure
+//     (a refused or timed-out connect) and reset (any other failure before
+//     the response head), num_retries (default 1), a back-off below Envoy's
+//     25 ms base interval, the route timeout spanning all attempts, the
+//     request body kept and sent again (no retry once it outgrew the buffer
+//     limit); the previous_hosts predicate (round robin re-picks up to
+//     host_selection_retry_max_attempts times) and previous_priorities
+//     (attempted priorities leave the load every update_frequency attempts;
+//     all excluded means the original load);
+//   - endpoint priorities, and the override_host load balancing policy: the
+//     endpoint list from its header or metadata sources, read at the first
+//     pick and consumed one host per attempt, hosts the cluster does not
+//     hold skipped, then the round robin fallback; the host picked last is
+//     written to selected_host_key;
+//   - dynamic metadata: what the processor writes into a receiving namespace
+//     is merged into the request's metadata; envoy.lb is forwarded (when
+//     configured) with the request headers and the response headers;
 //   - response headers, body (STREAMED or FULL_DUPLEX_STREAMED) and trailers
 //     sent to the processor as the mode asks, each chunk flushed to the
 //     client as it comes; at the end the stream is half-closed and given
@@ -42,12 +59,13 @@
 // grpc_service.timeout, health_checks (every endpoint counts as healthy),
 // circuit_breakers, dns_lookup_family and lb_policy (static endpoints are
 // picked round robin). The Gateway does not speak xDS: for xds.yaml the
-// worker clusters are given in GatewayOptions.Endpoints. In
+// worker clusters are given in GatewayOptions.Clusters (what kvroute's xDS
+// server sends) or GatewayOptions.Endpoints. Host names are not resolved,
+// so override_host matches listed ip:port against endpoints as written. In
 // FULL_DUPLEX_STREAMED the request-headers timer starts once the whole body
 // has been handed to the processor, since the processor may wait for it.
-// Dynamic metadata from the processor is accepted and not used (no cluster
-// in the shipped bootstraps reads it). The only forwarded metadata is the
-// Inference Extension's envoy.lb.subset_hint, supplied per request through
+// Besides envoy.lb, the only forwarded metadata is the Inference
+// Extension's envoy.lb.subset_hint, supplied per request through
 // GatewayOptions.SubsetHint in place of the gateway implementation that
 // would set it.
 package envoytest

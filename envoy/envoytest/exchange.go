@@ -14,6 +14,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -63,10 +64,14 @@ type exchange struct {
 	routeOK    bool
 	clearRoute bool
 	wroteHead  bool
+	// meta is the request's dynamic metadata that the Gateway models (see
+	// lbMetadata).
+	meta lbMetadata
 }
 
 func (x *exchange) run() {
 	x.hs = requestHeaderMap(x.r)
+	x.meta = lbMetadata{}
 	// Early header mutations run first, before routing and every filter.
 	for _, h := range x.g.cfg.earlyRemove {
 		x.hs.remove(h)
@@ -85,7 +90,7 @@ func (x *exchange) run() {
 				Headers: x.hs.proto(), EndOfStream: !hasBody,
 			}},
 			Attributes:      x.requestAttributes(),
-			MetadataContext: x.metadataContext(),
+			MetadataContext: x.metadataContext(true),
 		})
 		if err != nil && x.procFail(err) {
 			return
@@ -143,6 +148,9 @@ func (x *exchange) step(armed <-chan struct{}, want ...phase) (*extprocsvc.Proce
 	if err != nil {
 		return nil, x.procFail(err)
 	}
+	// Envoy keeps what the processor writes into a receiving namespace,
+	// whatever the message.
+	x.meta.merge(resp.GetDynamicMetadata(), x.pc.receive)
 	if ir := resp.GetImmediateResponse(); ir != nil {
 		x.proc.abort()
 		x.proc = nil
@@ -321,22 +329,28 @@ const (
 )
 
 // metadataContext carries the forwarded filter metadata: the subset hint,
-// when the bootstrap forwards it and one is set for this request.
-func (x *exchange) metadataContext() *corev3.Metadata {
-	if !x.pc.forwardSubsetHint || x.g.subsetHint == nil {
+// when the bootstrap forwards it and one is set for this request (request
+// path only), and the envoy.lb namespace as it stands, when forwarded.
+func (x *exchange) metadataContext(requestPath bool) *corev3.Metadata {
+	md := map[string]*structpb.Struct{}
+	if requestPath && x.pc.forwardSubsetHint && x.g.subsetHint != nil {
+		if hint := x.g.subsetHint(x.r); hint != nil {
+			list := make([]*structpb.Value, len(hint))
+			for i, h := range hint {
+				list[i] = structpb.NewStringValue(h)
+			}
+			md[subsetHintNamespace] = &structpb.Struct{Fields: map[string]*structpb.Value{subsetHintKey: structpb.NewListValue(&structpb.ListValue{Values: list})}}
+		}
+	}
+	if x.pc.forwardLB {
+		if lb := x.meta[envoy.LBMetadataNamespace]; len(lb.GetFields()) > 0 {
+			md[envoy.LBMetadataNamespace] = proto.Clone(lb).(*structpb.Struct)
+		}
+	}
+	if len(md) == 0 {
 		return nil
 	}
-	hint := x.g.subsetHint(x.r)
-	if hint == nil {
-		return nil
-	}
-	list := make([]*structpb.Value, len(hint))
-	for i, h := range hint {
-		list[i] = structpb.NewStringValue(h)
-	}
-	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
-		subsetHintNamespace: {Fields: map[string]*structpb.Value{subsetHintKey: structpb.NewListValue(&structpb.ListValue{Values: list})}},
-	}}
+	return &corev3.Metadata{FilterMetadata: md}
 }
 
 func portValue(addr string) *structpb.Value {

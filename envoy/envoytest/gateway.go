@@ -13,6 +13,7 @@ import (
 	"time"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -29,6 +30,11 @@ type GatewayOptions struct {
 	// ADS (xds.yaml), clusters it does not define are added: the Gateway does
 	// not speak xDS, so the test or demo supplies what kvroute would serve.
 	Endpoints map[string][]string
+	// Clusters are clusters as kvroute's xDS server delivers them
+	// (envoy.WorkerClusters), for a bootstrap with CDS over ADS; the
+	// Gateway does not speak xDS. Endpoints, when it names one of them,
+	// replaces its endpoints.
+	Clusters []*clusterv3.Cluster
 	// Logger receives one line per failed exchange; nil discards.
 	Logger *slog.Logger
 	// SubsetHint stands in for the gateway implementation that fills the
@@ -106,9 +112,8 @@ func StartGateway(ctx context.Context, style string, workers []envoy.Worker, ext
 	}
 	opts := GatewayOptions{ListenAddress: "127.0.0.1:0"}
 	if style == envoy.StyleXDS {
-		opts.Endpoints = make(map[string][]string, len(workers))
-		for _, w := range workers {
-			opts.Endpoints[w.Cluster] = []string{w.Address}
+		if opts.Clusters, err = envoy.WorkerClusters(workers); err != nil {
+			return nil, err
 		}
 	}
 	g, err := LoadGateway(data, opts)

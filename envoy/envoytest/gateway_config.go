@@ -49,6 +49,11 @@ type procConfig struct {
 	deferredClose    time.Duration
 	// forwardSubsetHint: metadata_options forwards envoy.lb.subset_hint.
 	forwardSubsetHint bool
+	// forwardLB: metadata_options forwards envoy.lb (the endpoint list and
+	// the endpoint override_host selected).
+	forwardLB bool
+	// receive are the untyped namespaces ext_proc may write.
+	receive []string
 }
 
 // onlyFields fails when msg sets a field outside allowed: the Gateway would
@@ -134,6 +139,22 @@ func buildGatewayConfig(b *bootstrapv3.Bootstrap, opts GatewayOptions) (*gateway
 		}
 		cfg.clusters[uc.name] = uc
 	}
+	if len(opts.Clusters) > 0 && !hasCDS {
+		return nil, fmt.Errorf("envoy gateway: clusters given, but the bootstrap takes none over CDS")
+	}
+	for _, c := range opts.Clusters {
+		if _, ok := cfg.clusters[c.GetName()]; ok {
+			return nil, fmt.Errorf("envoy gateway: CDS cluster %q clashes with a static cluster", c.GetName())
+		}
+		if err := c.ValidateAll(); err != nil {
+			return nil, fmt.Errorf("envoy gateway: CDS cluster %q: %w", c.GetName(), err)
+		}
+		uc, err := buildCluster(c)
+		if err != nil {
+			return nil, err
+		}
+		cfg.clusters[uc.name] = uc
+	}
 	for name, eps := range opts.Endpoints {
 		uc, ok := cfg.clusters[name]
 		if !ok {
@@ -150,7 +171,7 @@ func buildGatewayConfig(b *bootstrapv3.Bootstrap, opts GatewayOptions) (*gateway
 		if len(eps) == 0 {
 			return nil, fmt.Errorf("envoy gateway: empty endpoint list for cluster %q", name)
 		}
-		uc.endpoints = slices.Clone(eps)
+		uc.setEndpoints(slices.Clone(eps))
 	}
 	pc, ok := cfg.clusters[cfg.proc.cluster]
 	if !ok || len(pc.endpoints) == 0 {
@@ -231,13 +252,18 @@ func buildProc(ep *extprocv3.ExternalProcessor) (procConfig, error) {
 			}
 		}
 		for _, n := range mo.GetForwardingNamespaces().GetUntyped() {
-			if n != subsetHintNamespace {
-				return pc, fmt.Errorf("envoy gateway: forwarding metadata namespace %q is not supported (only %s)", n, subsetHintNamespace)
+			switch n {
+			case subsetHintNamespace:
+				pc.forwardSubsetHint = true
+			case envoy.LBMetadataNamespace:
+				pc.forwardLB = true
+			default:
+				return pc, fmt.Errorf("envoy gateway: forwarding metadata namespace %q is not supported (only %s and %s)", n, subsetHintNamespace, envoy.LBMetadataNamespace)
 			}
-			pc.forwardSubsetHint = true
 		}
-		// Received dynamic metadata is accepted and not used: no cluster in
-		// the shipped bootstraps reads it.
+		// Received namespaces are merged into the request's dynamic
+		// metadata, where override_host reads them.
+		pc.receive = mo.GetReceivingNamespaces().GetUntyped()
 	}
 	var err error
 	pc.rules, err = buildRules(ep.GetMutationRules())
@@ -294,7 +320,7 @@ func buildCluster(c *clusterv3.Cluster) (*upstreamCluster, error) {
 	where := fmt.Sprintf("cluster %q", c.GetName())
 	// health_checks and circuit_breakers are accepted and not enforced: the
 	// Gateway assumes every endpoint healthy and never sheds.
-	if err := onlyFields(c, where, "name", "type", "connect_timeout", "lb_policy", "load_assignment",
+	if err := onlyFields(c, where, "name", "type", "connect_timeout", "lb_policy", "load_balancing_policy", "load_assignment",
 		"original_dst_lb_config", "typed_extension_protocol_options", "http2_protocol_options",
 		"health_checks", "circuit_breakers", "dns_lookup_family"); err != nil {
 		return nil, err
@@ -323,14 +349,27 @@ func buildCluster(c *clusterv3.Cluster) (*upstreamCluster, error) {
 	default:
 		return nil, fmt.Errorf("envoy gateway: %s: type %s is not supported", where, c.GetType())
 	}
+	if err := buildLBPolicy(where, c, uc); err != nil {
+		return nil, err
+	}
 	for _, le := range c.GetLoadAssignment().GetEndpoints() {
+		if err := onlyFields(le, where+" locality endpoints", "lb_endpoints", "priority"); err != nil {
+			return nil, err
+		}
+		pri := int(le.GetPriority())
+		for len(uc.priorities) <= pri {
+			uc.priorities = append(uc.priorities, nil)
+		}
 		for _, lb := range le.GetLbEndpoints() {
 			sa := lb.GetEndpoint().GetAddress().GetSocketAddress()
 			if sa == nil || sa.GetProtocol() != corev3.SocketAddress_TCP {
 				return nil, fmt.Errorf("envoy gateway: %s: only TCP socket addresses are supported", where)
 			}
-			uc.endpoints = append(uc.endpoints, net.JoinHostPort(sa.GetAddress(), strconv.Itoa(int(sa.GetPortValue()))))
+			uc.priorities[pri] = append(uc.priorities[pri], net.JoinHostPort(sa.GetAddress(), strconv.Itoa(int(sa.GetPortValue()))))
 		}
+	}
+	if len(uc.priorities) > 0 {
+		uc.endpoints = uc.priorities[0]
 	}
 	return uc, nil
 }
@@ -396,7 +435,11 @@ func buildRoute(where string, r *routev3.Route) (route, error) {
 		rt.headers = append(rt.headers, h)
 	}
 	ra := r.GetRoute()
-	if err := onlyFields(ra, where+" action", "cluster", "cluster_header", "timeout", "cluster_not_found_response_code"); err != nil {
+	if err := onlyFields(ra, where+" action", "cluster", "cluster_header", "timeout", "cluster_not_found_response_code", "retry_policy"); err != nil {
+		return rt, err
+	}
+	var err error
+	if rt.retry, err = buildRetryPolicy(where, ra.GetRetryPolicy()); err != nil {
 		return rt, err
 	}
 	rt.cluster, rt.clusterHeader = ra.GetCluster(), ra.GetClusterHeader()

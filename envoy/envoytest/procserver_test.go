@@ -12,6 +12,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocsvc "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // procServer is a real ext_proc gRPC server playing kvroute's part. Each
@@ -168,8 +169,10 @@ func streamed(body []byte, eos bool) *extprocsvc.CommonResponse {
 // stream's body modes need, and passes the response through unchanged
 // (transform may rewrite duplex response chunks).
 type router struct {
-	decide     func(headers *corev3.HeaderMap, body []byte) *extprocsvc.HeaderMutation
-	clear      bool
+	decide func(headers *corev3.HeaderMap, body []byte) *extprocsvc.HeaderMutation
+	clear  bool
+	// meta, when set, is the dynamic_metadata sent with the routing answer.
+	meta       func(headers *corev3.HeaderMap, body []byte) *structpb.Struct
 	transform  func([]byte) []byte
 	reqChunker func([]byte) [][]byte // how the duplex body is streamed back upstream
 }
@@ -181,9 +184,15 @@ func (rt router) script(s *procSession) error {
 	duplex := func(m extprocv3.ProcessingMode_BodySendMode) bool {
 		return m == extprocv3.ProcessingMode_FULL_DUPLEX_STREAMED
 	}
+	dynMeta := func() *structpb.Struct {
+		if rt.meta == nil {
+			return nil
+		}
+		return rt.meta(headers, body)
+	}
 	answerHeaders := func() error {
 		return s.send(&extprocsvc.ProcessingResponse{Response: &extprocsvc.ProcessingResponse_RequestHeaders{
-			RequestHeaders: &extprocsvc.HeadersResponse{Response: common(rt.decide(headers, body), rt.clear)}}})
+			RequestHeaders: &extprocsvc.HeadersResponse{Response: common(rt.decide(headers, body), rt.clear)}}, DynamicMetadata: dynMeta()})
 	}
 	streamBody := func(eos bool) error {
 		chunks := [][]byte{body}
@@ -228,7 +237,7 @@ func (rt router) script(s *procSession) error {
 				}
 			case !duplex(cfg.GetRequestBodyMode()):
 				err = s.send(&extprocsvc.ProcessingResponse{Response: &extprocsvc.ProcessingResponse_RequestBody{
-					RequestBody: &extprocsvc.BodyResponse{Response: common(rt.decide(headers, body), rt.clear)}}})
+					RequestBody: &extprocsvc.BodyResponse{Response: common(rt.decide(headers, body), rt.clear)}}, DynamicMetadata: dynMeta()})
 			}
 		case *extprocsvc.ProcessingRequest_RequestTrailers:
 			if err = answerHeaders(); err == nil {

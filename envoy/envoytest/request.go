@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -189,6 +190,9 @@ type upstreamCall struct {
 	resp     *http.Response
 	err      error
 	timedOut bool
+	// cluster and served are the cluster and the host of the last attempt.
+	cluster *upstreamCluster
+	served  string
 }
 
 func (c *upstreamCall) wait() {
@@ -200,8 +204,9 @@ func (c *upstreamCall) wait() {
 }
 
 // startUpstream resolves the route (again, if the route cache was cleared),
-// picks the host and starts the upstream request. It returns nil after
-// replying itself when there is no route, cluster or host.
+// picks the host and starts the upstream request, retried as the route's
+// retry_policy says. It returns nil after replying itself when there is no
+// route, cluster or host.
 func (x *exchange) startUpstream(body io.Reader, contentLength int64, trailer http.Header) *upstreamCall {
 	if x.clearRoute {
 		x.choice, x.routeOK = x.g.cfg.routes.match(x.hs)
@@ -216,7 +221,17 @@ func (x *exchange) startUpstream(body io.Reader, contentLength int64, trailer ht
 		x.routerReply(rt.notFound, "")
 		return nil
 	}
-	endpoint, ok := cluster.pick(x.hs)
+	// The load balancer reads the request's headers and dynamic metadata as
+	// they are when the router starts; later attempts see the same.
+	downstream, meta := x.hs.clone(), x.meta.snapshot()
+	lookup := func(s hostSource) (string, bool) {
+		if s.header != "" {
+			return downstream.get(s.header)
+		}
+		return meta.get(s.ns, s.key)
+	}
+	st := &attempts{policy: rt.retry}
+	endpoint, ok := cluster.pickAttempt(st, lookup)
 	if !ok {
 		x.routerReply(http.StatusServiceUnavailable, "no healthy upstream")
 		return nil
@@ -230,39 +245,71 @@ func (x *exchange) startUpstream(body io.Reader, contentLength int64, trailer ht
 	authority, _ := hs.get(":authority")
 	ctx, cancel := context.WithCancel(x.ctx)
 	if rt.timeout > 0 {
+		// The route timeout spans every attempt, as in Envoy.
 		ctx, cancel = context.WithTimeout(x.ctx, rt.timeout)
 	}
 	if !strings.HasPrefix(path, "/") {
 		path = "/" + path
 	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+endpoint+path, body)
-	if err != nil {
+	if _, err := url.ParseRequestURI("http://" + endpoint + path); err != nil {
 		cancel()
 		x.routerReply(http.StatusBadRequest, "")
 		return nil
 	}
-	req.Host = authority
-	req.ContentLength = contentLength
-	if contentLength == 0 {
-		req.Body = http.NoBody
+	// While a retry is possible the router keeps the body to send it again.
+	var replay *replayBody
+	if rt.retry != nil && rt.retry.numRetries > 0 && contentLength != 0 {
+		replay = newReplayBody(body, x.g.cfg.bufferLimit)
 	}
-	for _, e := range hs {
-		if strings.HasPrefix(e.key, ":") || hopByHop[e.key] || e.key == "host" || e.key == "content-length" {
-			continue
-		}
-		req.Header[http.CanonicalHeaderKey(e.key)] = append(req.Header[http.CanonicalHeaderKey(e.key)], e.value)
-	}
-	req.Trailer = trailer
-	call := &upstreamCall{done: make(chan struct{}), cancel: cancel}
+	call := &upstreamCall{done: make(chan struct{}), cancel: cancel, cluster: cluster}
 	rtp := cluster.roundTripper()
 	go func() {
 		defer close(call.done)
-		call.resp, call.err = rtp.RoundTrip(req)
-		if call.err != nil {
-			call.timedOut = errors.Is(ctx.Err(), context.DeadlineExceeded)
-			if pr, ok := body.(*io.PipeReader); ok {
-				pr.CloseWithError(call.err) // unblock the body writer
+		for attempt := 0; ; attempt++ {
+			attemptBody := body
+			var cur *bodyCursor
+			if replay != nil {
+				cur = replay.cursor()
+				attemptBody = cur
 			}
+			req, err := http.NewRequestWithContext(ctx, method, "http://"+endpoint+path, attemptBody)
+			if err != nil {
+				call.err = err
+				break
+			}
+			req.Host = authority
+			req.ContentLength = contentLength
+			if contentLength == 0 {
+				req.Body = http.NoBody
+			}
+			for _, e := range hs {
+				if strings.HasPrefix(e.key, ":") || hopByHop[e.key] || e.key == "host" || e.key == "content-length" {
+					continue
+				}
+				req.Header[http.CanonicalHeaderKey(e.key)] = append(req.Header[http.CanonicalHeaderKey(e.key)], e.value)
+			}
+			req.Trailer = trailer
+			call.served = endpoint
+			call.resp, call.err = rtp.RoundTrip(req)
+			if call.err == nil {
+				return
+			}
+			if cur != nil {
+				_ = cur.Close()
+			}
+			if ctx.Err() != nil || attempt >= rt.retry.maxRetries() || !rt.retry.retriable(call.err) ||
+				replay != nil && replay.overflowed() || !retryBackoff(ctx) {
+				break
+			}
+			next, ok := cluster.pickAttempt(st, lookup)
+			if !ok {
+				break
+			}
+			endpoint = next
+		}
+		call.timedOut = errors.Is(ctx.Err(), context.DeadlineExceeded)
+		if pr, ok := body.(*io.PipeReader); ok {
+			pr.CloseWithError(call.err) // unblock the body writer
 		}
 	}()
 	return call
@@ -273,6 +320,10 @@ func (x *exchange) startUpstream(body io.Reader, contentLength int64, trailer ht
 func (x *exchange) finishUpstream(call *upstreamCall) {
 	<-call.done
 	defer call.wait()
+	if o := call.cluster.override; o != nil && o.selectedKey != "" && call.served != "" {
+		// override_host writes the host it picked for the last attempt.
+		x.meta.set(o.selectedNS, o.selectedKey, call.served)
+	}
 	if call.err != nil {
 		if x.ctx.Err() != nil {
 			return

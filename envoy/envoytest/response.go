@@ -40,7 +40,8 @@ func (x *exchange) responsePhase(resp *http.Response) {
 			Request: &extprocsvc.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocsvc.HttpHeaders{
 				Headers: hs.proto(), EndOfStream: !hasBody,
 			}},
-			Attributes: x.responseAttributes(resp.StatusCode),
+			Attributes:      x.responseAttributes(resp.StatusCode),
+			MetadataContext: x.metadataContext(false),
 		})
 		if err != nil && x.procFail(err) {
 			return

@@ -32,6 +32,7 @@ type route struct {
 	timeout       time.Duration
 	notFound      int
 	remove        []string
+	retry         *retryPolicy // nil: no retries
 }
 
 type headerMatch struct {
@@ -128,10 +129,13 @@ const (
 
 // upstreamCluster is a cluster's endpoints and the HTTP transport to them.
 type upstreamCluster struct {
-	name           string
-	kind           clusterKind
+	name string
+	kind clusterKind
+	// endpoints are priority 0's; priorities holds every level, in order.
 	endpoints      []string
-	headerName     string // ORIGINAL_DST: the header naming the destination
+	priorities     [][]string
+	override       *overrideHost // the override_host policy, or nil
+	headerName     string        // ORIGINAL_DST: the header naming the destination
 	h2             bool
 	connectTimeout time.Duration
 
@@ -140,25 +144,20 @@ type upstreamCluster struct {
 	transport *http.Transport
 }
 
-// pick chooses the endpoint for one request: round robin over static
-// endpoints, or the destination header for ORIGINAL_DST (first value, one
-// ip:port, as Envoy parses it). ok is false when there is no healthy host.
-func (c *upstreamCluster) pick(hs headerMap) (string, bool) {
-	if c.kind == clusterOriginalDst {
-		v, ok := hs.get(strings.ToLower(c.headerName))
-		if !ok {
-			return "", false
-		}
-		ap, err := netip.ParseAddrPort(v)
-		if err != nil {
-			return "", false
-		}
-		return ap.String(), true
-	}
-	if len(c.endpoints) == 0 {
+// setEndpoints replaces every priority with one level of eps.
+func (c *upstreamCluster) setEndpoints(eps []string) {
+	c.endpoints = eps
+	c.priorities = [][]string{eps}
+}
+
+// parseHost reads one ip:port as Envoy's ORIGINAL_DST and override_host
+// parse it.
+func parseHost(v string) (string, bool) {
+	ap, err := netip.ParseAddrPort(strings.TrimSpace(v))
+	if err != nil {
 		return "", false
 	}
-	return c.endpoints[int(c.next.Add(1)-1)%len(c.endpoints)], true
+	return ap.String(), true
 }
 
 func (c *upstreamCluster) roundTripper() *http.Transport {
