@@ -104,8 +104,10 @@ func (m *bpeModel) encodeWord(st *encodeState, s string, dst []uint32) []uint32 
 	cacheable := m.cache != nil && len(s) < maxCachedPiece
 	if cacheable {
 		if ids, ok := m.cache.get(s); ok {
+			st.cacheHits++
 			return append(dst, ids...)
 		}
+		st.cacheMisses++
 	}
 	var syms []uint32
 	if m.byteMode {

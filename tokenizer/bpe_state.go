@@ -15,6 +15,8 @@ type encodeState struct {
 	// heap merge scratch
 	next, prev []int32
 	heap       []mergeEntry
+	// piece-cache lookups of pieces that needed merges, for benchmarks
+	cacheHits, cacheMisses int
 }
 
 var statePool = sync.Pool{New: func() any { return new(encodeState) }}
@@ -39,5 +41,6 @@ func putEncodeState(st *encodeState) {
 	if cap(st.syms) > keep || cap(st.heap) > keep || cap(st.locs) > keep {
 		st.syms, st.ranks, st.newIDs, st.next, st.prev, st.heap, st.locs = nil, nil, nil, nil, nil, nil, nil
 	}
+	st.cacheHits, st.cacheMisses = 0, 0
 	statePool.Put(st)
 }

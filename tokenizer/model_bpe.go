@@ -45,7 +45,7 @@ func parseModel(j bpeJSON, byteLevel bool) (*bpeModel, error) {
 		byteFallback: j.ByteFallback,
 		fuseUnk:      j.FuseUnk,
 		unk:          -1,
-		cache:        newPieceCache(min(defaultCacheSlots, max(1024, len(j.Vocab)))),
+		cache:        newPieceCache(min(DefaultPieceCacheSlots, max(1024, len(j.Vocab)))),
 	}
 	if j.ContinuingSubwordPrefix != nil {
 		m.prefix = *j.ContinuingSubwordPrefix
