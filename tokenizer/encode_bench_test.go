@@ -145,7 +145,9 @@ func preTokenizeOnly(t *Tokenizer, st *encodeState, text string) int {
 			continue
 		}
 		s := seg.text
-		if t.normalizer != nil {
+		if un, ok := t.normalizer.(unicodeNorm); ok {
+			s = un.normalizeScratch(st, s)
+		} else if t.normalizer != nil {
 			s = t.normalizer.normalize(s)
 		}
 		if t.added.norm.empty() {

@@ -98,7 +98,9 @@ func (t *Tokenizer) encodeInto(st *encodeState, text string, dst []uint32) []uin
 			continue
 		}
 		s := seg.text
-		if t.normalizer != nil {
+		if un, ok := t.normalizer.(unicodeNorm); ok {
+			s = un.normalizeScratch(st, s)
+		} else if t.normalizer != nil {
 			s = t.normalizer.normalize(s)
 		}
 		if t.added.norm.empty() {
