@@ -150,6 +150,16 @@ func (m *bpeModel) setupByteMode() {
 		m.byteID[b] = id
 	}
 	m.byteMode = true
+	m.bytePair = new([1 << 16]uint64)
+	for a := 0; a < 256; a++ {
+		for b := 0; b < 256; b++ {
+			v, ok := m.merges.get(uint64(m.byteID[a])<<32 | uint64(m.byteID[b]))
+			if !ok {
+				v = uint64(noRank) << 32
+			}
+			m.bytePair[a<<8|b] = v
+		}
+	}
 	var self func(string, uint32) bool
 	if !m.ignoreMerges {
 		st := &encodeState{}
