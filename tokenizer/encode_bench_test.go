@@ -211,3 +211,80 @@ func BenchmarkLoad(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkModelPerPiece splits uncached Encode's model half by piece: the
+// corpus is pre-tokenized once, then each iteration runs, over every piece,
+//   - "model": the BPE model (no piece cache), what Encode adds to
+//     pre-tokenizing;
+//   - "lookup": only the raw-byte vocabulary lookup every piece of two or
+//     more bytes gets;
+//   - "hash": only packing the piece's first bytes and hashing them, the
+//     least any table lookup keyed by the piece costs.
+//
+// Each reports CPU ns per piece ("cpu-ns/piece", steadier than wall time
+// on a shared machine), to set against pre-tokenizing's (BenchmarkPreTokenize's
+// cpu-MB/s turned into time for the corpus, divided by the same piece count).
+func BenchmarkModelPerPiece(b *testing.B) {
+	corpus := readCorpus(b)
+	for _, fam := range []string{"llama3", "qwen3"} {
+		tok := uncached(loadFamily(b, fam))
+		s := corpus
+		if tok.normalizer != nil {
+			s = tok.normalizer.normalize(s)
+		}
+		var pieces []string
+		isolateEach(s, tok.pre.soleIsolate(), func(a, c int) { pieces = append(pieces, s[a:c]) })
+		m := tok.model
+		perPiece := func(b *testing.B, cpu cpuClock) {
+			spent := processCPU() - cpu.start
+			b.ReportMetric(float64(spent.Nanoseconds())/float64(b.N)/float64(len(pieces)), "cpu-ns/piece")
+			b.ReportMetric(float64(len(pieces)), "pieces")
+		}
+		b.Run(fam+"/model", func(b *testing.B) {
+			st := getEncodeState()
+			defer putEncodeState(st)
+			dst := make([]uint32, 0, len(s))
+			cpu := startCPUClock()
+			for b.Loop() {
+				dst = dst[:0]
+				for _, p := range pieces {
+					dst = m.encodePiece(st, p, dst)
+				}
+			}
+			perPiece(b, cpu)
+		})
+		b.Run(fam+"/lookup", func(b *testing.B) {
+			found := 0
+			cpu := startCPUClock()
+			for b.Loop() {
+				found = 0
+				for _, p := range pieces {
+					if len(p) > 1 {
+						if _, _, ok := m.raw.get(p); ok {
+							found++
+						}
+					}
+				}
+			}
+			perPiece(b, cpu)
+			if found == 0 {
+				b.Fatal("no piece found")
+			}
+		})
+		b.Run(fam+"/hash", func(b *testing.B) {
+			var sum uint64
+			cpu := startCPUClock()
+			for b.Loop() {
+				for _, p := range pieces {
+					if len(p) > 1 {
+						sum += m.raw.hash(p, rawHead(p))
+					}
+				}
+			}
+			perPiece(b, cpu)
+			if sum == 0 {
+				b.Fatal("no hash")
+			}
+		})
+	}
+}
