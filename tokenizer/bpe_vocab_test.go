@@ -153,3 +153,41 @@ func TestSmallPieceCacheConcurrent(t *testing.T) {
 		t.Error(e)
 	}
 }
+
+// TestPairFilter checks the pair table's filter: every merge is still found
+// with its value, and most pairs that do not merge are turned away by it.
+func TestPairFilter(t *testing.T) {
+	for _, fam := range []string{"llama3", "qwen3"} {
+		pt := loadFamily(t, fam).model.merges
+		if pt.filter == nil {
+			t.Fatalf("%s: no filter", fam)
+		}
+		keys := 0
+		for _, s := range pt.slots {
+			if s.key == emptyPair {
+				continue
+			}
+			keys++
+			if v, ok := pt.get(s.key); !ok || v != s.val {
+				t.Fatalf("%s: get(%#x) = %#x, %v; want %#x", fam, s.key, v, ok, s.val)
+			}
+		}
+		r := rand.New(rand.NewPCG(5, 6))
+		passed, absent := 0, 0
+		for k := 0; k < 100000; k++ {
+			key := uint64(r.IntN(1<<17))<<32 | uint64(r.IntN(1<<17))
+			if _, ok := pt.get(key); ok {
+				continue
+			}
+			absent++
+			if w, b := pt.filterBits(key); pt.filter[w]&b == b {
+				passed++
+			}
+		}
+		if rate := float64(passed) / float64(absent); rate > 0.2 {
+			t.Fatalf("%s: the filter lets %.0f %% of absent pairs through", fam, 100*rate)
+		} else {
+			t.Logf("%s: %d merges, filter %d KB, %.1f %% of absent pairs pass it", fam, keys, len(pt.filter)*8/1024, 100*rate)
+		}
+	}
+}

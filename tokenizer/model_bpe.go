@@ -101,6 +101,7 @@ func parseModel(j bpeJSON, byteLevel bool) (*bpeModel, error) {
 		}
 		m.merges.put(uint64(a)<<32|uint64(b), uint64(rank)<<32|uint64(nid))
 	}
+	m.merges.seal()
 	if byteLevel && m.prefix == "" && m.suffix == "" {
 		m.setupByteMode()
 	}
