@@ -42,6 +42,7 @@ func (t *pairTable) index(key uint64) uint64 {
 // put inserts or replaces key; a later merge for the same pair wins, as in
 // the reference's map.
 func (t *pairTable) put(key, val uint64) {
+	t.filter = nil
 	mask := uint64(len(t.slots) - 1)
 	for i := t.index(key); ; i = (i + 1) & mask {
 		s := &t.slots[i]
@@ -61,12 +62,12 @@ func (t *pairTable) filterBits(key uint64) (uint64, uint64) {
 }
 
 // pairFilterBits is the filter's size per key, rounded up to a power of two
-// in all: measured against 2, 8 and 16, four gave the fastest merges (about
-// 5 % false positives in 128–256 KB for Qwen3 and Llama 3).
+// in all: measured against 2, 8 and 16, four gave the fastest merges (6–7 %
+// false positives in 128–256 KB for Qwen3 and Llama 3).
 const pairFilterBits = 4
 
-// seal builds the filter once every key is in; a later put must call it
-// again.
+// seal builds the filter once every key is in. put drops it, so a table
+// changed after seal is only slower until sealed again, never wrong.
 func (t *pairTable) seal() {
 	n := 0
 	for _, s := range t.slots {
