@@ -32,6 +32,12 @@ type bpeModel struct {
 	byteID   [256]uint32
 	// raw, in byte mode, finds a piece's token by the piece's bytes.
 	raw *rawVocab
+	// bytePair, in byte mode, is the merge of every pair of bytes (indexed
+	// by first<<8 | second) as rank<<32 | new id, or ^0 when the pair does
+	// not merge: the first round of merges on a piece reads this dense
+	// table, whose rows for letters stay in the CPU's cache, instead of
+	// probing the pair table.
+	bytePair *[1 << 16]uint64
 
 	ignoreMerges bool
 	byteFallback bool
@@ -104,22 +110,28 @@ func (m *bpeModel) encodeWord(st *encodeState, s string, dst []uint32) []uint32 
 	cacheable := m.cache != nil && len(s) < maxCachedPiece
 	if cacheable {
 		if ids, ok := m.cache.get(s); ok {
+			st.cacheHits++
 			return append(dst, ids...)
 		}
+		st.cacheMisses++
 	}
 	var syms []uint32
-	if m.byteMode {
+	switch {
+	case m.byteMode && len(s) <= heapThreshold:
+		syms = m.mergeBytes(st, s)
+	case m.byteMode:
 		syms = st.syms[:0]
 		for i := 0; i < len(s); i++ {
 			syms = append(syms, m.byteID[s[i]])
 		}
-	} else {
-		syms = m.initialSymbols(s, st.syms[:0])
-	}
-	if len(syms) > heapThreshold {
 		syms = m.mergeHeap(st, syms)
-	} else {
-		syms = m.mergeLinear(st, syms)
+	default:
+		syms = m.initialSymbols(s, st.syms[:0])
+		if len(syms) > heapThreshold {
+			syms = m.mergeHeap(st, syms)
+		} else {
+			syms = m.mergeLinear(st, syms)
+		}
 	}
 	st.syms = syms[:0]
 	if cacheable {
@@ -212,6 +224,33 @@ func (m *bpeModel) mergeLinear(st *encodeState, syms []uint32) []uint32 {
 	for i := 0; i < n-1; i++ {
 		ranks[i], newIDs[i] = m.pair(syms[i], syms[i+1])
 	}
+	return m.mergeRanked(syms, ranks, newIDs)
+}
+
+// mergeBytes is mergeLinear on the bytes of s (byte mode, at least two
+// bytes), taking the first round of pair ranks from the dense byte-pair
+// table.
+func (m *bpeModel) mergeBytes(st *encodeState, s string) []uint32 {
+	n := len(s)
+	syms := grow(st.syms, n)
+	ranks := grow(st.ranks, n)
+	newIDs := grow(st.newIDs, n)
+	st.syms, st.ranks, st.newIDs = syms, ranks, newIDs
+	bp := m.bytePair
+	for i := 0; i < n-1; i++ {
+		v := bp[uint16(s[i])<<8|uint16(s[i+1])]
+		syms[i], ranks[i], newIDs[i] = m.byteID[s[i]], uint32(v>>32), uint32(v)
+	}
+	syms[n-1] = m.byteID[s[n-1]]
+	return m.mergeRanked(syms, ranks, newIDs)
+}
+
+// mergeRanked runs the merges on syms given the rank and new id of every
+// adjacent pair (ranks[i] for syms[i], syms[i+1]; noRank when it does not
+// merge): it merges the lowest-ranked, then leftmost, pair until none is
+// left.
+func (m *bpeModel) mergeRanked(syms, ranks, newIDs []uint32) []uint32 {
+	n := len(syms)
 	for n > 1 {
 		best, bi := noRank, -1
 		for i := 0; i < n-1; i++ {

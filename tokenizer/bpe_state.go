@@ -1,6 +1,10 @@
 package tokenizer
 
-import "sync"
+import (
+	"sync"
+
+	"golang.org/x/text/unicode/norm"
+)
 
 // encodeState holds the scratch buffers of one Encode call; it is pooled so
 // that steady-state encoding allocates little more than the result.
@@ -15,6 +19,11 @@ type encodeState struct {
 	// heap merge scratch
 	next, prev []int32
 	heap       []mergeEntry
+	// normalizer scratch: the normalized text and the form's state
+	normBuf  []byte
+	normIter *norm.Iter
+	// piece-cache lookups of pieces that needed merges, for benchmarks
+	cacheHits, cacheMisses int
 }
 
 var statePool = sync.Pool{New: func() any { return new(encodeState) }}
@@ -36,8 +45,12 @@ func putEncodeState(st *encodeState) {
 	if cap(st.segs) > keep || cap(st.inner) > keep {
 		st.segs, st.inner = nil, nil
 	}
+	if cap(st.normBuf) > 4*keep {
+		st.normBuf = nil
+	}
 	if cap(st.syms) > keep || cap(st.heap) > keep || cap(st.locs) > keep {
 		st.syms, st.ranks, st.newIDs, st.next, st.prev, st.heap, st.locs = nil, nil, nil, nil, nil, nil, nil
 	}
+	st.cacheHits, st.cacheMisses = 0, 0
 	statePool.Put(st)
 }

@@ -1,8 +1,10 @@
 package tokenizer
 
 import (
+	"cmp"
 	"hash/maphash"
 	"math/bits"
+	"slices"
 )
 
 // rawVocab maps the raw bytes of a byte-level model's tokens to their ids,
@@ -20,6 +22,11 @@ type rawVocab struct {
 	bytes string // the tokens' bytes, back to back
 	// long holds the rare tokens too long for a slot, by their bytes.
 	long map[string]rawLong
+	// hot is a small direct-mapped copy of the slots of the lowest-id tokens
+	// of at most 8 bytes, the most frequent merges, so that most lookups hit
+	// a table that stays in the CPU's cache; a miss goes on to slots.
+	hot     []rawVocabSlot
+	hotMask uint64
 }
 
 type rawVocabSlot struct {
@@ -87,23 +94,77 @@ func newRawVocab(vocab map[string]uint32, self func(raw string, id uint32) bool)
 		v.insert(raw, rawVocabSlot{head: rawHead(raw), id: ids[k], meta: meta})
 	}
 	v.bytes = string(arena)
+	v.buildHot()
 	return v
 }
 
-// rawHead packs the first 8 bytes of s.
-func rawHead(s string) uint64 {
-	var w uint64
-	for k := 0; k < len(s) && k < 8; k++ {
-		w |= uint64(s[k]) << (8 * k)
+// rawHotSlots is the size of the hot table: 16 Ki slots of 16 bytes.
+const rawHotSlots = 1 << 14
+
+// buildHot fills the hot table with short tokens in id order, a token
+// taking its slot only when no lower id holds it.
+func (v *rawVocab) buildHot() {
+	v.hot = make([]rawVocabSlot, rawHotSlots)
+	v.hotMask = rawHotSlots - 1
+	short := make([]rawVocabSlot, 0, len(v.slots))
+	for _, s := range v.slots {
+		if s.meta != 0 && s.meta&0xFF <= 8 {
+			short = append(short, s)
+		}
 	}
-	return w
+	slices.SortFunc(short, func(a, b rawVocabSlot) int { return cmp.Compare(a.id, b.id) })
+	for _, s := range short {
+		h := v.hashHead(s.head, int(s.meta&0xFF)) & v.hotMask
+		if v.hot[h].meta == 0 {
+			v.hot[h] = s
+		}
+	}
+}
+
+// rawHead packs the first 8 bytes of s, zero-padded. It uses at most two
+// overlapping loads instead of a loop, so that it costs the same few
+// instructions for every length and branches on length classes only.
+func rawHead(s string) uint64 {
+	switch n := len(s); {
+	case n >= 8:
+		return load64(s)
+	case n >= 4:
+		return uint64(load32(s)) | uint64(load32(s[n-4:]))<<(8*(n-4))
+	case n >= 2:
+		return uint64(load16(s)) | uint64(load16(s[n-2:]))<<(8*(n-2))
+	case n == 1:
+		return uint64(s[0])
+	}
+	return 0
+}
+
+// load64, load32 and load16 read the first bytes of s little-endian; each
+// compiles to one load.
+func load64(s string) uint64 {
+	_ = s[7]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+}
+
+func load32(s string) uint32 {
+	_ = s[3]
+	return uint32(s[0]) | uint32(s[1])<<8 | uint32(s[2])<<16 | uint32(s[3])<<24
+}
+
+func load16(s string) uint16 {
+	_ = s[1]
+	return uint16(s[0]) | uint16(s[1])<<8
 }
 
 func (v *rawVocab) hash(s string, head uint64) uint64 {
 	if len(s) > 8 {
 		return maphash.String(v.seed, s)
 	}
-	hi, lo := bits.Mul64(head^uint64(len(s))<<59, 0x9e3779b97f4a7c15)
+	return v.hashHead(head, len(s))
+}
+
+func (v *rawVocab) hashHead(head uint64, n int) uint64 {
+	hi, lo := bits.Mul64(head^uint64(n)<<59, 0x9e3779b97f4a7c15)
 	return hi ^ lo
 }
 
@@ -124,7 +185,13 @@ func (v *rawVocab) get(raw string) (id uint32, self, ok bool) {
 		return l.id, l.self, ok
 	}
 	head := rawHead(raw)
-	for i := v.hash(raw, head) & v.mask; ; i = (i + 1) & v.mask {
+	h := v.hash(raw, head)
+	if len(raw) <= 8 {
+		if s := &v.hot[h&v.hotMask]; s.head == head && int(s.meta&0xFF) == len(raw) {
+			return s.id, s.meta&(1<<8) != 0, true
+		}
+	}
+	for i := h & v.mask; ; i = (i + 1) & v.mask {
 		s := &v.slots[i]
 		if s.meta == 0 {
 			break

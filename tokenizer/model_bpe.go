@@ -45,7 +45,7 @@ func parseModel(j bpeJSON, byteLevel bool) (*bpeModel, error) {
 		byteFallback: j.ByteFallback,
 		fuseUnk:      j.FuseUnk,
 		unk:          -1,
-		cache:        newPieceCache(min(defaultCacheSlots, max(1024, len(j.Vocab)))),
+		cache:        newPieceCache(min(DefaultPieceCacheSlots, max(1024, len(j.Vocab)))),
 	}
 	if j.ContinuingSubwordPrefix != nil {
 		m.prefix = *j.ContinuingSubwordPrefix
@@ -101,6 +101,7 @@ func parseModel(j bpeJSON, byteLevel bool) (*bpeModel, error) {
 		}
 		m.merges.put(uint64(a)<<32|uint64(b), uint64(rank)<<32|uint64(nid))
 	}
+	m.merges.seal()
 	if byteLevel && m.prefix == "" && m.suffix == "" {
 		m.setupByteMode()
 	}
@@ -150,6 +151,16 @@ func (m *bpeModel) setupByteMode() {
 		m.byteID[b] = id
 	}
 	m.byteMode = true
+	m.bytePair = new([1 << 16]uint64)
+	for a := 0; a < 256; a++ {
+		for b := 0; b < 256; b++ {
+			v, ok := m.merges.get(uint64(m.byteID[a])<<32 | uint64(m.byteID[b]))
+			if !ok {
+				v = uint64(noRank) << 32
+			}
+			m.bytePair[a<<8|b] = v
+		}
+	}
 	var self func(string, uint32) bool
 	if !m.ignoreMerges {
 		st := &encodeState{}

@@ -4,10 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"unicode"
 	"unicode/utf8"
+	"unsafe"
 
 	"golang.org/x/text/unicode/norm"
 )
@@ -73,8 +75,36 @@ func newUnicodeNorm(form norm.Form) unicodeNorm {
 // character before it, so every ASCII byte is a boundary the form cannot
 // move text across, and each run can be normalized on its own.
 func (n unicodeNorm) normalize(s string) string {
-	var out []byte // nil while s is unchanged so far
-	done := 0      // s[:done] is in out (when out is not nil)
+	var it norm.Iter
+	out, changed := n.appendNormalized(nil, s, &it)
+	if !changed {
+		return s
+	}
+	return string(out)
+}
+
+// normalizeScratch is normalize writing into st's buffer, reused from call
+// to call, instead of a new string: the result, when s changes, is only
+// valid until st normalizes again or goes back to the pool.
+func (n unicodeNorm) normalizeScratch(st *encodeState, s string) string {
+	if st.normIter == nil {
+		st.normIter = new(norm.Iter)
+	}
+	out, changed := n.appendNormalized(st.normBuf[:0], s, st.normIter)
+	if !changed {
+		return s
+	}
+	st.normBuf = out
+	return unsafe.String(unsafe.SliceData(out), len(out))
+}
+
+// appendNormalized appends s in the form to out and reports whether it
+// differs from s; when it does not, out is returned unchanged. it holds the
+// normalizer's state, so a reused one makes normalizing allocate nothing.
+func (n unicodeNorm) appendNormalized(out []byte, s string, it *norm.Iter) ([]byte, bool) {
+	base := len(out)
+	changed := false
+	done := 0 // s[:done] is in out (when changed)
 	for i := 0; ; {
 		i = skipASCII(s, i)
 		if i == len(s) {
@@ -88,17 +118,21 @@ func (n unicodeNorm) normalize(s string) string {
 		if n.allInert(run) || n.form.QuickSpanString(run) == len(run) {
 			continue
 		}
-		if out == nil {
-			out = make([]byte, 0, len(s)+len(s)/8)
+		if !changed {
+			changed = true
+			out = slices.Grow(out, len(s)+len(s)/8)
 		}
 		out = append(out, s[done:start]...)
-		out = n.form.AppendString(out, run)
+		it.InitString(n.form, run)
+		for !it.Done() {
+			out = append(out, it.Next()...)
+		}
 		done = i
 	}
-	if out == nil {
-		return s
+	if !changed {
+		return out[:base], false
 	}
-	return string(append(out, s[done:]...))
+	return append(out, s[done:]...), true
 }
 
 // allInert reports whether every rune of s is ASCII or inert.

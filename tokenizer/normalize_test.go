@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"golang.org/x/text/unicode/norm"
 )
@@ -23,6 +24,7 @@ func TestUnicodeNormMatchesForm(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(17, 1))
 	forms := []norm.Form{norm.NFC, norm.NFD, norm.NFKC, norm.NFKD}
+	st := &encodeState{}
 	for k := 0; k < 20000; k++ {
 		var b strings.Builder
 		for n := rng.IntN(24); n > 0; n-- {
@@ -33,9 +35,47 @@ func TestUnicodeNormMatchesForm(t *testing.T) {
 		}
 		s := b.String()
 		for _, f := range forms {
-			if got, want := newUnicodeNorm(f).normalize(s), f.String(s); got != want {
+			want := f.String(s)
+			if got := newUnicodeNorm(f).normalize(s); got != want {
 				t.Fatalf("form %v of %q: got %q, want %q", f, s, got, want)
+			}
+			if got := newUnicodeNorm(f).normalizeScratch(st, s); got != want {
+				t.Fatalf("form %v of %q into scratch: got %q, want %q", f, s, got, want)
 			}
 		}
 	}
+	// More than 30 combining marks in a row: the form inserts U+034F.
+	long := "a" + strings.Repeat("\u0301\u0323", 40) + " b"
+	for _, f := range forms {
+		if got, want := newUnicodeNorm(f).normalizeScratch(st, long), f.String(long); got != want {
+			t.Fatalf("form %v of 80 marks: got %q, want %q", f, got, want)
+		}
+	}
+}
+
+// FuzzNormalize checks both ways of normalizing (a new string, or into a
+// reused scratch buffer) against the form applied to the whole text. Only
+// valid UTF-8 is normalized: Encode replaces invalid bytes first.
+func FuzzNormalize(f *testing.F) {
+	for _, s := range fuzzSeeds {
+		f.Add(s)
+	}
+	f.Add("a" + strings.Repeat("\u0301", 35))
+	forms := []norm.Form{norm.NFC, norm.NFD, norm.NFKC, norm.NFKD}
+	st := &encodeState{}
+	f.Fuzz(func(t *testing.T, s string) {
+		if !utf8.ValidString(s) {
+			return
+		}
+		for _, form := range forms {
+			want := form.String(s)
+			n := newUnicodeNorm(form)
+			if got := n.normalize(s); got != want {
+				t.Fatalf("form %v of %q: got %q, want %q", form, s, got, want)
+			}
+			if got := n.normalizeScratch(st, s); got != want {
+				t.Fatalf("form %v of %q into scratch: got %q, want %q", form, s, got, want)
+			}
+		}
+	})
 }

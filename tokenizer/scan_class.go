@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"math/bits"
 	"sync"
 	"unicode"
 	"unicode/utf8"
@@ -143,6 +144,33 @@ func runNone(s string, i int, mask uint16) int {
 		i += n
 	}
 	return i
+}
+
+// runLetters is runAny(s, i, clL), the run of \p{L}, checking eight ASCII
+// bytes at a time: a word of up to seven ASCII letters ends within the first
+// word-sized load, without a branch per letter. Bytes below the first
+// non-ASCII one see no carry from it, so the first byte flagged as not a
+// letter is exact; from a non-ASCII byte on, runAny decodes runes.
+func runLetters(s string, i int) int {
+	const (
+		ones = 0x0101010101010101
+		high = 0x8080808080808080
+	)
+	for i+8 <= len(s) {
+		w := load64(s[i:])
+		x := w | 0x20*ones        // ASCII upper case to lower case
+		ge := x + (0x80-'a')*ones // high bit: x >= 'a'
+		gt := x + (0x7F-'z')*ones // high bit: x > 'z'
+		if m := ge &^ gt &^ w & high; m != high {
+			i += bits.TrailingZeros64(^m&high) / 8
+			if s[i] < utf8.RuneSelf {
+				return i
+			}
+			break
+		}
+		i += 8
+	}
+	return runAny(s, i, clL)
 }
 
 // runCRLF returns the end of the run of '\r' and '\n' from s[i:].

@@ -115,11 +115,11 @@ func scanCL100K(s string, i, maxDigits int) int {
 	if c := s[i]; c < utf8.RuneSelf && c != '\'' {
 		cl := asciiClass[c]
 		if cl&clL != 0 {
-			return runAny(s, i+1, clL)
+			return runLetters(s, i+1)
 		}
 		if cl&clN == 0 && c != '\r' && c != '\n' && i+1 < len(s) {
 			if c2 := s[i+1]; c2 < utf8.RuneSelf && asciiClass[c2]&clL != 0 {
-				return runAny(s, i+2, clL)
+				return runLetters(s, i+2)
 			}
 		}
 		if cl&clN != 0 && maxDigits == 1 {
@@ -134,11 +134,11 @@ func scanCL100K(s string, i, maxDigits int) int {
 	}
 	cl := class(r)
 	if cl&clL != 0 {
-		return runAny(s, i+n, clL)
+		return runLetters(s, i+n)
 	}
 	if r != '\r' && r != '\n' && cl&clN == 0 && i+n < len(s) {
 		if r2, n2 := decode(s, i+n); class(r2)&clL != 0 {
-			return runAny(s, i+n+n2, clL)
+			return runLetters(s, i+n+n2)
 		}
 	}
 	if cl&clN != 0 {

@@ -82,3 +82,46 @@ func FuzzScanners(f *testing.F) {
 		}
 	})
 }
+
+// TestRunLettersMatchesRunAny compares the eight-bytes-at-a-time letter run
+// with the byte-by-byte one from every start, on text mixing ASCII letters,
+// every other ASCII byte, non-ASCII letters and marks, and invalid bytes.
+func TestRunLettersMatchesRunAny(t *testing.T) {
+	alphabet := []string{"a", "z", "A", "Z", "m", "@", "[", "`", "{", "~", "\x7f", "\x00", " ", "0", "é", "日", "\u0301", "Я", "\xff", "\xc3", "ß"}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for k := 0; k < 5000; k++ {
+		var b strings.Builder
+		for n := rng.IntN(30); n > 0; n-- {
+			if rng.IntN(3) == 0 {
+				b.WriteString("abcdefghijKLMNOPQRS"[:rng.IntN(19)])
+			}
+			b.WriteString(alphabet[rng.IntN(len(alphabet))])
+		}
+		s := b.String()
+		for i := 0; i < len(s); i++ {
+			if got, want := runLetters(s, i), runAny(s, i, clL); got != want {
+				t.Fatalf("runLetters(%q, %d) = %d, runAny = %d", s, i, got, want)
+			}
+		}
+	}
+	for c := 0; c < 256; c++ {
+		s := "abcdefg" + string([]byte{byte(c)}) + "abcdefgh"
+		if got, want := runLetters(s, 0), runAny(s, 0, clL); got != want {
+			t.Fatalf("byte %#x: runLetters = %d, runAny = %d", c, got, want)
+		}
+	}
+}
+
+// FuzzRunLetters compares runLetters with runAny on arbitrary bytes.
+func FuzzRunLetters(f *testing.F) {
+	f.Add("abcdefghij klm", 0)
+	f.Add("abcdefg\xc3\xa9xyz", 2)
+	f.Fuzz(func(t *testing.T, s string, i int) {
+		if i < 0 || i >= len(s) {
+			return
+		}
+		if got, want := runLetters(s, i), runAny(s, i, clL); got != want {
+			t.Fatalf("runLetters(%q, %d) = %d, runAny = %d", s, i, got, want)
+		}
+	})
+}

@@ -98,7 +98,9 @@ func (t *Tokenizer) encodeInto(st *encodeState, text string, dst []uint32) []uin
 			continue
 		}
 		s := seg.text
-		if t.normalizer != nil {
+		if un, ok := t.normalizer.(unicodeNorm); ok {
+			s = un.normalizeScratch(st, s)
+		} else if t.normalizer != nil {
 			s = t.normalizer.normalize(s)
 		}
 		if t.added.norm.empty() {
@@ -136,6 +138,21 @@ func (t *Tokenizer) encodeSegment(st *encodeState, s string, first bool, dst []u
 		dst = t.model.encodePiece(st, p.text, dst)
 	}
 	return dst
+}
+
+// WithPieceCache returns a tokenizer that shares t's vocabulary and pipeline
+// but has its own piece cache of the given number of slots (rounded up to a
+// power of two); slots <= 0 turns the cache off. The piece cache remembers
+// the ids of pieces that needed BPE merges (one entry per slot, a colliding
+// piece replacing the older one), so repeated words skip the merges; it is
+// shared by concurrent encodes without a lock. A loaded tokenizer has
+// DefaultPieceCacheSlots slots (fewer for a vocabulary below that size).
+func (t *Tokenizer) WithPieceCache(slots int) *Tokenizer {
+	m := *t.model
+	m.cache = newPieceCache(slots)
+	c := *t
+	c.model = &m
+	return &c
 }
 
 // Decode turns ids back into text through the file's decoder, keeping
