@@ -53,7 +53,28 @@ func (n *NATS) Resume(t testing.TB) {
 	n.Server, n.URL = fresh.Server, fresh.URL
 }
 
+// StartJetStream starts a NATS server with JetStream enabled, its store in
+// a temporary directory, and stops it when t ends.
+func StartJetStream(t testing.TB) *NATS {
+	t.Helper()
+	return startNATSWith(t, natsserver.RANDOM_PORT, func(o *natsserver.Options) {
+		o.JetStream, o.StoreDir = true, t.TempDir()
+	})
+}
+
+// StartNATSWith starts a NATS server after edit has changed its options
+// (authorization, TLS, JetStream) and stops it when t ends.
+func StartNATSWith(t testing.TB, edit func(*natsserver.Options)) *NATS {
+	t.Helper()
+	return startNATSWith(t, natsserver.RANDOM_PORT, edit)
+}
+
 func startNATSOn(t testing.TB, port int) *NATS {
+	t.Helper()
+	return startNATSWith(t, port, nil)
+}
+
+func startNATSWith(t testing.TB, port int, edit func(*natsserver.Options)) *NATS {
 	t.Helper()
 	opts := &natsserver.Options{
 		Host:           "127.0.0.1",
@@ -62,6 +83,9 @@ func startNATSOn(t testing.TB, port int) *NATS {
 		NoSigs:         true,
 		MaxControlLine: 4096,
 		MaxPayload:     8 << 20,
+	}
+	if edit != nil {
+		edit(opts)
 	}
 	s, err := natsserver.NewServer(opts)
 	if err != nil {

@@ -1,0 +1,272 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvroute/kvroute/internal/bus"
+	"github.com/kvroute/kvroute/internal/testenv"
+	"github.com/kvroute/kvroute/kvindex"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// chainPublisher publishes one worker's prompt as a chain of BlockStored
+// batches, part by part, the way kvsim does.
+type chainPublisher struct {
+	t      *testing.T
+	nc     *nats.Conn
+	ns     string
+	tokens []uint32
+	per    int
+}
+
+func newChainPublisher(t *testing.T, url, ns string, parts int) *chainPublisher {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	tokens := promptTokens(t, chatBody(300))
+	return &chainPublisher{t: t, nc: nc, ns: ns, tokens: tokens, per: len(tokens) / 16 / parts}
+}
+
+func (p *chainPublisher) publish(worker string, seq uint64, part int) {
+	p.t.Helper()
+	per := p.per
+	hs := make([]kvindex.EngineHash, per)
+	for i := range hs {
+		hs[i] = kvindex.HashInt(int64(part*per + i + 1))
+	}
+	ev := kvindex.BlockStored{BlockHashes: hs, TokenIDs: p.tokens[part*per*16 : (part+1)*per*16], BlockSize: 16}
+	if part > 0 {
+		parent := kvindex.HashInt(int64(part * per))
+		ev.ParentBlockHash = &parent
+	}
+	if err := bus.PublishEvents(p.nc, p.ns, worker, seq, kvindex.EventBatch{TS: 1, Events: []kvindex.Event{ev}}); err != nil {
+		p.t.Fatal(err)
+	}
+	if err := p.nc.Flush(); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+func durableConfig(t *testing.T, natsURL, file string) Config {
+	cfg := testConfig(t)
+	cfg.WorkersFile, cfg.NATSURL = file, natsURL
+	cfg.Recovery.DurableEvents = true
+	cfg.Recovery.SnapshotInterval = 0 // the tests snapshot with SnapshotNow
+	cfg.Recovery.ResyncInterval = 0
+	return cfg
+}
+
+// A router with --durable-events consumes the events the JetStream stream
+// captured from plain core publishes and stores snapshots; a fresh replica
+// (no peer) loads the newest snapshot and replays the stream after it
+// before Start returns, then follows the live tail without a gap or a
+// batch applied twice.
+func TestDurableEventsRecoverFromSnapshotThenStream(t *testing.T) {
+	testenv.Quiet()
+	n := testenv.StartJetStream(t)
+	file := workersFile(t, 3)
+	cfgA := durableConfig(t, n.URL, file)
+	cfgA.RouterID = "a"
+	a := start(t, cfgA)
+	p := newChainPublisher(t, n.URL, cfgA.Namespace, 4)
+	per := p.per
+
+	p.publish("w1", 0, 0)
+	p.publish("w1", 1, 1)
+	eventually(t, "A indexes two batches from the stream", func() bool { return a.Index().Stats().Entries == 2*per })
+	seq, err := a.SnapshotNow(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seq != 2 {
+		t.Fatalf("A's snapshot covers stream sequence %d, want 2", seq)
+	}
+	// After the snapshot: one more batch for w1 and one for w2.
+	p.publish("w1", 2, 2)
+	p.publish("w2", 0, 0)
+	eventually(t, "A applies the batches after its snapshot", func() bool { return a.Index().Stats().Entries == 4*per })
+
+	cfgB := durableConfig(t, n.URL, file)
+	cfgB.RouterID = "b"
+	cfgB.Registry = nil
+	b := start(t, cfgB)
+	if got := b.Index().Stats().Entries; got != 4*per {
+		t.Fatalf("fresh replica holds %d entries when Start returns, want A's %d (snapshot + replay)", got, 4*per)
+	}
+	if got := b.events.StreamSeq(); got != 4 {
+		t.Fatalf("fresh replica's consumer is at stream sequence %d when Start returns, want 4", got)
+	}
+	if got := metricValue(t, b, "kvroute_index_recovery_replayed_messages"); got != 2 {
+		t.Fatalf("recovery replayed %v messages, want the 2 after the snapshot", got)
+	}
+	// The live tail: a repeat of the last w1 batch is skipped, the next
+	// applies, nothing is stale.
+	p.publish("w1", 2, 2)
+	p.publish("w1", 3, 3)
+	eventually(t, "both replicas apply the live tail", func() bool {
+		return a.Index().Stats().Entries == 5*per && b.Index().Stats().Entries == 5*per
+	})
+	for _, w := range []string{"w1", "w2"} {
+		if b.Index().NeedsResync(w) {
+			t.Fatalf("%s stale on the recovered replica", w)
+		}
+	}
+	if st := b.events.Stats(); st.Gaps != 0 || st.Restarts != 0 || st.Duplicates != 1 {
+		t.Fatalf("recovered replica's consumer %+v, want no gap or restart and the repeated batch skipped", st)
+	}
+	if got, want := b.Index().Match(kvindex.HashBlocks(kvindex.Seed(model, "", ""), p.tokens, 16, nil), []string{"w1"}, nil)[0].Blocks, 4*per; got != want {
+		t.Fatalf("recovered replica matches %d blocks of the prompt on w1, want %d", got, want)
+	}
+
+	// Newest wins: B's snapshot (sequence 6) supersedes A's (2) and is the
+	// only one left in the bucket.
+	if seq, err := b.SnapshotNow(context.Background()); err != nil || seq != 6 {
+		t.Fatalf("B's snapshot: seq %d, %v; want 6", seq, err)
+	}
+	js, err := jetstream.New(p.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := bus.OpenSnapshotStore(context.Background(), js, cfgA.Namespace, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta, _, body, err := store.Newest(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer body.Close()
+	if meta.StreamSeq != 6 || meta.Router != "b" {
+		t.Fatalf("newest snapshot %+v, want B's at sequence 6", meta)
+	}
+	if _, err := kvindex.ReadSnapshot(body); err != nil {
+		t.Fatalf("stored snapshot does not decode: %v", err)
+	}
+}
+
+// When stream messages after the newest snapshot are gone (aged out or
+// discarded by the size limit; here: purged), the recovering replica
+// cannot know which workers they touched: it says so, counts them, marks
+// every worker stale and asks each to resync.
+func TestDurableEventsAgedOutMarksWorkersStaleAndResyncs(t *testing.T) {
+	testenv.Quiet()
+	n := testenv.StartJetStream(t)
+	file := workersFile(t, 2)
+	cfgA := durableConfig(t, n.URL, file)
+	cfgA.RouterID = "a"
+	a := start(t, cfgA)
+	p := newChainPublisher(t, n.URL, cfgA.Namespace, 4)
+	p.publish("w1", 0, 0)
+	eventually(t, "A indexes a batch", func() bool { return a.Index().Stats().Entries == p.per })
+	if _, err := a.SnapshotNow(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	p.publish("w1", 1, 1)
+	p.publish("w0", 0, 0)
+	eventually(t, "A applies the batches after its snapshot", func() bool { return a.Index().Stats().Entries == 3*p.per })
+	js, err := jetstream.New(p.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.Stream(context.Background(), bus.EventStreamName(cfgA.Namespace))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Purge(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	var mu sync.Mutex
+	asked := map[string]bool{}
+	for _, w := range []string{"w0", "w1"} {
+		sub, err := bus.ServeResync(p.nc, cfgA.Namespace, w, func(bus.ResyncRequest) error {
+			mu.Lock()
+			asked[w] = true
+			mu.Unlock()
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Unsubscribe()
+	}
+	var logs syncBuffer
+	cfgB := durableConfig(t, n.URL, file)
+	cfgB.RouterID = "b"
+	cfgB.Recovery.ResyncInterval = 100 * time.Millisecond
+	cfgB.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	b := start(t, cfgB)
+	if got := metricValue(t, b, "kvroute_kv_events_aged_out_total"); got != 2 {
+		t.Fatalf("kvroute_kv_events_aged_out_total %v, want the 2 purged messages", got)
+	}
+	if !strings.Contains(logs.String(), "aged out of the stream") {
+		t.Fatalf("no log line says events aged out:\n%s", logs.String())
+	}
+	for _, w := range []string{"w0", "w1"} {
+		if !b.Index().NeedsResync(w) {
+			t.Fatalf("%s is not stale after events were lost", w)
+		}
+	}
+	eventually(t, "both workers are asked to resync", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return asked["w0"] && asked["w1"]
+	})
+	// The re-announcement (AllBlocksCleared first, as kvsim and kvbridge
+	// send it) clears the staleness.
+	if err := bus.PublishEvents(p.nc, cfgA.Namespace, "w1", 2, kvindex.EventBatch{TS: 2, Events: []kvindex.Event{kvindex.AllBlocksCleared{}}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "w1's resync clears its staleness", func() bool { return !b.Index().NeedsResync("w1") })
+}
+
+// --durable-events with the embedded NATS server turns JetStream on in the
+// given store directory.
+func TestDurableEventsWithEmbeddedNATS(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.WorkersFile = workersFile(t, 1)
+	cfg.Recovery.DurableEvents = true
+	cfg.Recovery.JetStreamDir = t.TempDir()
+	r := start(t, cfg)
+	if r.natsSrv == nil || !r.natsSrv.JetStreamEnabled() {
+		t.Fatal("embedded NATS without JetStream under --durable-events")
+	}
+	if got := r.natsSrv.StoreDir(); !strings.HasPrefix(got, cfg.Recovery.JetStreamDir) {
+		t.Fatalf("JetStream store %q, want under %q", got, cfg.Recovery.JetStreamDir)
+	}
+	if _, err := r.SnapshotNow(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDurableEventsConfigRules(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.WorkersFile = "w.yaml"
+	cfg.Recovery.DurableEvents = true
+	cfg.Recovery.WarmFrom = "http://127.0.0.1:9091"
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--durable-events and --warm-from") {
+		t.Fatalf("durable events with warm-from: %v, want a clear refusal", err)
+	}
+	cfg.Recovery.WarmFrom = ""
+	cfg.KVEvents = false
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "needs KV events over NATS") {
+		t.Fatalf("durable events without KV events: %v, want a clear refusal", err)
+	}
+	// Without JetStream on the server, Start says so.
+	n := testenv.StartNATS(t)
+	cfg = durableConfig(t, n.URL, workersFile(t, 1))
+	_, err := Start(context.Background(), cfg)
+	if err == nil || !strings.Contains(err.Error(), "JetStream enabled") {
+		t.Fatalf("durable events against NATS without JetStream: %v, want an error naming JetStream", err)
+	}
+}
+
