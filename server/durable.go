@@ -109,12 +109,14 @@ func (r *Server) durableRecover() error {
 		r.log.Warn("durable events: KV events aged out of the stream before this replica recovered; every worker is stale until it resyncs",
 			"snapshot_seq", covered, "stream_first_seq", first, "lost_messages", lost, "stale_workers", stale)
 	}
-	r.events.SeedStream(covered)
+	// Start at the first message still there: the stale marks stand for
+	// the ones that are gone.
+	replayFrom := max(covered+1, first)
+	r.events.SeedStream(replayFrom - 1)
 	if err := r.events.Start(r.ctx); err != nil {
 		return fmt.Errorf("kv events: %w", err)
 	}
-	replayFrom := max(covered+1, first)
-	for r.events.StreamSeq() < last {
+	for last >= replayFrom && r.events.StreamSeq() < last {
 		select {
 		case <-ctx.Done():
 			r.log.Warn("durable events: the stream replay did not catch up in time; turning ready behind the stream",
