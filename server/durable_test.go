@@ -269,4 +269,3 @@ func TestDurableEventsConfigRules(t *testing.T) {
 		t.Fatalf("durable events against NATS without JetStream: %v, want an error naming JetStream", err)
 	}
 }
-
