@@ -2,7 +2,10 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +16,8 @@ import (
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // chainPublisher publishes one worker's prompt as a chain of BlockStored
@@ -268,4 +273,134 @@ func TestDurableEventsConfigRules(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "JetStream enabled") {
 		t.Fatalf("durable events against NATS without JetStream: %v, want an error naming JetStream", err)
 	}
+}
+
+// BenchmarkDurableRecovery1M measures a --durable-events recovery of
+// 1 M index entries (16 workers × 65,536 blocks, published as 2,048
+// batches of 512 blocks through the stream): replica A applies them and
+// stores its snapshot; 256 more batches (131,072 entries) follow in the
+// stream only; each iteration starts a fresh replica B, which loads the
+// snapshot from the object store and replays the tail before Start
+// returns. recovery_s is kvroute_index_recovery_seconds (snapshot fetch,
+// decode and load, then the replay), snapshot_load_s its first part,
+// start_s all of Start.
+//
+//	go test -run '^$' -bench DurableRecovery1M -benchtime 3x ./server/
+func BenchmarkDurableRecovery1M(b *testing.B) {
+	testenv.Quiet()
+	n := testenv.StartJetStream(b)
+	const workers, perWorker, perBatch, tail = 16, 1 << 16, 512, 256
+	var sb strings.Builder
+	sb.WriteString("workers:\n")
+	for i := range workers {
+		fmt.Fprintf(&sb, "- {id: w%d, model: %q, address: '10.0.0.%d:8000', block_size: 16, kv_total_blocks: 200000, max_num_batched_tokens: 8192}\n", i, model, i+1)
+	}
+	file := filepath.Join(b.TempDir(), "workers.yaml")
+	if err := os.WriteFile(file, []byte(sb.String()), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	config := func(id string) Config {
+		cfg := DefaultConfig()
+		cfg.GRPCAddr, cfg.HTTPAddr, cfg.AdminAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+		cfg.Logger, cfg.ShutdownGrace, cfg.RouterID = quiet(), time.Second, id
+		cfg.WorkersFile, cfg.NATSURL = file, n.URL
+		cfg.Recovery.DurableEvents, cfg.Recovery.SnapshotInterval, cfg.Recovery.ResyncInterval = true, 0, 0
+		cfg.Recovery.EventsMaxBytes = 0
+		return cfg
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a, err := Start(ctx, config("a"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { cancel(); _ = a.Wait() }()
+	nc, err := nats.Connect(n.URL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nc.Close()
+	seqs := map[string]uint64{}
+	chain := 0
+	publish := func(w int) {
+		toks := make([]uint32, perBatch*16)
+		for i := range toks {
+			toks[i] = uint32(chain)*7919 + uint32(i)*31 + 1
+		}
+		hs := make([]kvindex.EngineHash, perBatch)
+		for j := range hs {
+			hs[j] = kvindex.HashUint(uint64(chain)<<24 | uint64(j) + 1)
+		}
+		chain++
+		id := fmt.Sprint("w", w)
+		if err := bus.PublishEvents(nc, "default", id, seqs[id], kvindex.EventBatch{TS: 1, Events: []kvindex.Event{kvindex.BlockStored{BlockHashes: hs, TokenIDs: toks, BlockSize: 16}}}); err != nil {
+			b.Fatal(err)
+		}
+		seqs[id]++
+	}
+	waitEntries := func(r *Server, want int) {
+		deadline := time.Now().Add(5 * time.Minute)
+		for r.Index().Stats().Entries != want {
+			if time.Now().After(deadline) {
+				b.Fatalf("%d entries, want %d", r.Index().Stats().Entries, want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	for w := range workers {
+		for range perWorker / perBatch {
+			publish(w)
+		}
+	}
+	_ = nc.Flush()
+	waitEntries(a, workers*perWorker)
+	if _, err := a.SnapshotNow(ctx); err != nil {
+		b.Fatal(err)
+	}
+	for i := range tail {
+		publish(i % workers)
+	}
+	_ = nc.Flush()
+	want := workers*perWorker + tail*perBatch
+	waitEntries(a, want)
+	b.Logf("snapshot of %d entries: %.1f MB in the object store; %d messages after it", workers*perWorker,
+		gaugeValue(a.metrics.health.snapshotBytes)/1e6, tail)
+
+	var recovery, load, startup float64
+	b.ResetTimer()
+	for range b.N {
+		cfg := config("b")
+		bctx, bcancel := context.WithCancel(context.Background())
+		t0 := time.Now()
+		rb, err := Start(bctx, cfg)
+		if err != nil {
+			bcancel()
+			b.Fatal(err)
+		}
+		startup += time.Since(t0).Seconds()
+		b.StopTimer()
+		if got := rb.Index().Stats().Entries; got != want {
+			b.Fatalf("B holds %d entries when Start returns, want %d", got, want)
+		}
+		if got := gaugeValue(rb.metrics.health.recoveryReplayed); got != tail {
+			b.Fatalf("B replayed %v messages, want %d", got, tail)
+		}
+		recovery += gaugeValue(rb.metrics.health.recoverySeconds)
+		load += rb.durable.loadTook.Seconds()
+		rb.durable = nil // no shutdown snapshot: the next iteration recovers from A's
+		bcancel()
+		_ = rb.Wait()
+		b.StartTimer()
+	}
+	b.ReportMetric(recovery/float64(b.N), "recovery_s")
+	b.ReportMetric(load/float64(b.N), "snapshot_load_s")
+	b.ReportMetric(startup/float64(b.N), "start_s")
+}
+
+func gaugeValue(g prometheus.Gauge) float64 {
+	var m dto.Metric
+	if err := g.Write(&m); err != nil {
+		return -1
+	}
+	return m.GetGauge().GetValue()
 }
