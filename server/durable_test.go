@@ -234,6 +234,49 @@ func TestDurableEventsAgedOutMarksWorkersStaleAndResyncs(t *testing.T) {
 	eventually(t, "w1's resync clears its staleness", func() bool { return !b.Index().NeedsResync("w1") })
 }
 
+// A clean shutdown stores one last snapshot, so the next replica has
+// nothing to replay.
+func TestDurableEventsSnapshotOnCleanShutdown(t *testing.T) {
+	testenv.Quiet()
+	n := testenv.StartJetStream(t)
+	file := workersFile(t, 2)
+	cfgA := durableConfig(t, n.URL, file)
+	cfgA.RouterID = "a"
+	a := start(t, cfgA)
+	p := newChainPublisher(t, n.URL, cfgA.Namespace, 4)
+	p.publish("w1", 0, 0)
+	p.publish("w1", 1, 1)
+	eventually(t, "A indexes two batches", func() bool { return a.Index().Stats().Entries == 2*p.per })
+	if err := a.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(p.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := bus.OpenSnapshotStore(context.Background(), js, cfgA.Namespace, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta, _, body, err := store.Newest(context.Background())
+	if err != nil {
+		t.Fatalf("no snapshot after A's clean shutdown: %v", err)
+	}
+	body.Close()
+	if meta.StreamSeq != 2 || meta.Router != "a" {
+		t.Fatalf("snapshot after shutdown %+v, want A's at stream sequence 2", meta)
+	}
+	cfgB := durableConfig(t, n.URL, file)
+	cfgB.RouterID = "b"
+	b := start(t, cfgB)
+	if got := b.Index().Stats().Entries; got != 2*p.per {
+		t.Fatalf("B holds %d entries, want %d", got, 2*p.per)
+	}
+	if got := metricValue(t, b, "kvroute_index_recovery_replayed_messages"); got != 0 {
+		t.Fatalf("B replayed %v messages after the shutdown snapshot, want 0", got)
+	}
+}
+
 // --durable-events with the embedded NATS server turns JetStream on in the
 // given store directory.
 func TestDurableEventsWithEmbeddedNATS(t *testing.T) {
