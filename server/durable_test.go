@@ -277,6 +277,30 @@ func TestDurableEventsSnapshotOnCleanShutdown(t *testing.T) {
 	}
 }
 
+// The stream consumer survives a NATS restart (same store): the ordered
+// consumer resumes after the last message it delivered, so the batch
+// published after the restart applies without a gap or a repeat.
+func TestDurableEventsSurviveNATSRestart(t *testing.T) {
+	testenv.Quiet()
+	n := testenv.StartJetStream(t)
+	file := workersFile(t, 2)
+	cfg := durableConfig(t, n.URL, file)
+	a := start(t, cfg)
+	p := newChainPublisher(t, n.URL, cfg.Namespace, 4)
+	p.publish("w1", 0, 0)
+	eventually(t, "A indexes a batch", func() bool { return a.Index().Stats().Entries == p.per })
+	n.Restart(t)
+	eventually(t, "A and the publisher reconnect", func() bool { return a.nc.IsConnected() && p.nc.IsConnected() })
+	p.publish("w1", 1, 1)
+	eventually(t, "A applies the batch published after the restart", func() bool { return a.Index().Stats().Entries == 2*p.per })
+	if st := a.events.Stats(); st.Gaps != 0 || st.Duplicates != 0 || st.Applied != 2 {
+		t.Fatalf("consumer after the restart %+v, want 2 applied, no gap or repeat", st)
+	}
+	if got := a.events.StreamSeq(); got != 2 {
+		t.Fatalf("consumer at stream sequence %d, want 2", got)
+	}
+}
+
 // --durable-events with the embedded NATS server turns JetStream on in the
 // given store directory.
 func TestDurableEventsWithEmbeddedNATS(t *testing.T) {

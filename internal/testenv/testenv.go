@@ -22,6 +22,7 @@ type NATS struct {
 	Server *natsserver.Server
 	URL    string
 	port   int // set by Stop
+	edit   func(*natsserver.Options)
 }
 
 // StartNATS starts a NATS server on a free loopback port and stops it when t
@@ -49,7 +50,7 @@ func (n *NATS) Stop() {
 // Resume starts a new server on the port Stop freed.
 func (n *NATS) Resume(t testing.TB) {
 	t.Helper()
-	fresh := startNATSOn(t, n.port)
+	fresh := startNATSWith(t, n.port, n.edit)
 	n.Server, n.URL = fresh.Server, fresh.URL
 }
 
@@ -57,8 +58,9 @@ func (n *NATS) Resume(t testing.TB) {
 // a temporary directory, and stops it when t ends.
 func StartJetStream(t testing.TB) *NATS {
 	t.Helper()
+	dir := t.TempDir() // one store across Restart
 	return startNATSWith(t, natsserver.RANDOM_PORT, func(o *natsserver.Options) {
-		o.JetStream, o.StoreDir = true, t.TempDir()
+		o.JetStream, o.StoreDir = true, dir
 	})
 }
 
@@ -99,7 +101,7 @@ func startNATSWith(t testing.TB, port int, edit func(*natsserver.Options)) *NATS
 		s.Shutdown()
 		s.WaitForShutdown()
 	})
-	return &NATS{Server: s, URL: s.ClientURL()}
+	return &NATS{Server: s, URL: s.ClientURL(), edit: edit}
 }
 
 // Etcd is an embedded single-member etcd.
