@@ -159,8 +159,9 @@ type inMsg struct {
 	seq uint64
 }
 
-// Start subscribes to EventsWildcard(Namespace) and applies batches until
-// ctx ends; the subscription is live on the server when Start returns.
+// Start subscribes to EventsWildcard(Namespace) (or, with JetStream set,
+// creates the ordered stream consumer) and applies batches until ctx
+// ends; the subscription is live on the server when Start returns.
 // Done is closed when the consumer has stopped. Start runs once; a
 // second call returns an error.
 func (c *EventConsumer) Start(ctx context.Context) error {
