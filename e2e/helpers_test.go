@@ -22,6 +22,7 @@ import (
 	"github.com/kvroute/kvroute/internal/sim"
 	"github.com/kvroute/kvroute/internal/testenv"
 	"github.com/kvroute/kvroute/picker"
+	"github.com/kvroute/kvroute/server"
 )
 
 const (
@@ -46,6 +47,10 @@ type options struct {
 	// mmFamily and chatTemplate serve a vision-language model (see
 	// multimodal_test.go).
 	mmFamily, chatTemplate string
+	// jetstream enables JetStream on the NATS server; router edits the
+	// router's configuration (see durable_test.go).
+	jetstream bool
+	router    func(*server.Config)
 }
 
 // start brings up NATS, etcd, workers, kvroute and the gateway, all torn
@@ -58,14 +63,18 @@ func start(t *testing.T, o options) *system {
 	if o.workers == 0 {
 		o.workers = 4
 	}
-	nats := testenv.StartNATS(t)
+	nats := testenv.StartNATS
+	if o.jetstream {
+		nats = testenv.StartJetStream
+	}
+	n := nats(t)
 	etcd := testenv.StartEtcd(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	env, err := bench.StartEnv(ctx, bench.EnvConfig{
-		NATSURL: nats.URL, EtcdEndpoints: etcd.Endpoints, Workers: o.workers, Model: model,
+		NATSURL: n.URL, EtcdEndpoints: etcd.Endpoints, Workers: o.workers, Model: model,
 		Engine:  sim.EngineConfig{NumGPUBlocks: 4096, BlockSize: 16},
 		Speedup: 50, LeaseTTL: o.leaseTTL, TokenizerDir: qwenDir, Mode: o.mode, Style: o.style,
-		MMFamily: o.mmFamily, ChatTemplate: o.chatTemplate,
+		MMFamily: o.mmFamily, ChatTemplate: o.chatTemplate, Router: o.router,
 		// ORIGINAL_DST parses x-gateway-destination-endpoint as a single
 		// ip:port, so the original-dst bootstrap cannot take kvroute's
 		// default fallback list ("ip:port,ip:port"): see the kvbench report.
@@ -81,7 +90,7 @@ func start(t *testing.T, o options) *system {
 		env.Close()
 		cancel()
 	})
-	return &system{Env: env, NATS: nats, client: c}
+	return &system{Env: env, NATS: n, client: c}
 }
 
 // chat returns a streaming chat body: a system prompt, then the turns so

@@ -249,6 +249,9 @@ func (c *Config) Validate() error {
 	if err := c.Recovery.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if c.Recovery.DurableEvents && (!c.KVEvents || c.EngineEvents == EngineEventsZMQ) {
+		errs = append(errs, errors.New("--durable-events needs KV events over NATS (not --kv-events=false or --engine-events zmq)"))
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("router config: %w", errors.Join(errs...))
 	}

@@ -25,20 +25,48 @@ type RecoveryConfig struct {
 	// /debug/index/snapshot). Empty: start cold.
 	WarmFrom string
 	// WarmTimeout bounds the warm start; past it the router starts cold
-	// (default 60 s).
+	// (default 60 s); it also bounds a --durable-events recovery.
 	WarmTimeout time.Duration
+
+	// DurableEvents reads KV events from a JetStream stream (created with
+	// the limits below) instead of the core subscription, writes periodic
+	// index snapshots to a NATS object store, and recovers from the newest
+	// snapshot plus the stream's tail before turning ready.
+	DurableEvents bool
+	// EventsMaxAge and EventsMaxBytes bound the stream (defaults 1 h, 1 GiB;
+	// 0 bytes: unlimited).
+	EventsMaxAge   time.Duration
+	EventsMaxBytes int64
+	// SnapshotInterval is how often the index is written to the object
+	// store (default 5 m; one more on a clean shutdown). 0: only at
+	// shutdown.
+	SnapshotInterval time.Duration
+	// JetStreamReplicas is the stream's and bucket's replica count in a
+	// JetStream cluster (default 1).
+	JetStreamReplicas int
+	// JetStreamDir is the embedded NATS server's JetStream store directory
+	// (used when no NATS URL is given; default <tmp>/kvroute-jetstream).
+	JetStreamDir string
 }
 
 // DefaultRecoveryConfig returns the documented defaults.
 func DefaultRecoveryConfig() RecoveryConfig {
 	return RecoveryConfig{SyncHeartbeat: time.Second, LeaseFlapGrace: 30 * time.Second,
-		ResyncInterval: 5 * time.Second, WarmTimeout: 60 * time.Second}
+		ResyncInterval: 5 * time.Second, WarmTimeout: 60 * time.Second,
+		EventsMaxAge: time.Hour, EventsMaxBytes: 1 << 30, SnapshotInterval: 5 * time.Minute, JetStreamReplicas: 1}
 }
 
 // Validate reports the first setting that cannot work.
 func (c RecoveryConfig) Validate() error {
-	if c.SyncHeartbeat < 0 || c.LeaseFlapGrace < 0 || c.ResyncInterval < 0 || c.WarmTimeout < 0 {
+	if c.SyncHeartbeat < 0 || c.LeaseFlapGrace < 0 || c.ResyncInterval < 0 || c.WarmTimeout < 0 ||
+		c.EventsMaxAge < 0 || c.SnapshotInterval < 0 {
 		return errors.New("recovery durations must not be negative")
+	}
+	if c.DurableEvents && c.WarmFrom != "" {
+		return errors.New("--durable-events and --warm-from both recover the index at start: give one (durable events recover from the stream and the object store, which every replica shares)")
+	}
+	if c.EventsMaxBytes < 0 || c.JetStreamReplicas < 0 {
+		return errors.New("events max bytes and jetstream replicas must not be negative")
 	}
 	if c.WarmFrom != "" {
 		u, err := url.Parse(c.WarmFrom)

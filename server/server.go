@@ -42,6 +42,7 @@ type Server struct {
 	fleet   *fleet
 	events  *bus.EventConsumer // nil without KV events
 	feeds   *enginefeed.Feeds  // nil unless engines are followed directly
+	durable *durable           // nil unless --durable-events
 
 	natsSrv *natsserver.Server
 	nc      *nats.Conn
@@ -161,9 +162,19 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		if hold != nil {
 			ccfg.Hold, ccfg.Buffer = hold, 1<<16
 		}
+		if cfg.Recovery.DurableEvents {
+			// The stream keeps what arrives meanwhile: the consumer starts
+			// after discovery and the snapshot (durableRecover).
+			if err = r.setupDurable(); err != nil {
+				return nil, err
+			}
+			ccfg.JetStream, ccfg.Stream = r.durable.js, bus.EventStreamName(cfg.Namespace)
+		}
 		r.events = bus.NewEventConsumer(r.nc, ccfg)
-		if err = r.events.Start(r.ctx); err != nil {
-			return nil, fmt.Errorf("kv events: %w", err)
+		if r.durable == nil {
+			if err = r.events.Start(r.ctx); err != nil {
+				return nil, fmt.Errorf("kv events: %w", err)
+			}
 		}
 	}
 	if cfg.XDSAddr != "" {
@@ -176,6 +187,12 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	if hold != nil {
 		r.warmStart(hold) // after discovery: the snapshot loads known workers only
+	}
+	if r.durable != nil {
+		if err = r.durableRecover(); err != nil { // after discovery, as the warm start
+			return nil, err
+		}
+		r.goRun(func() error { r.runSnapshots(); return nil })
 	}
 	if r.events != nil && cfg.Recovery.ResyncInterval > 0 { // resync asks over NATS; ZMQ feeds replay by themselves
 		r.goRun(func() error { r.runResync(); return nil })
@@ -299,7 +316,11 @@ func (r *Server) connectNATS() error {
 		if port == 0 {
 			port = natsserver.RANDOM_PORT
 		}
-		srv, err := natsserver.NewServer(&natsserver.Options{Host: host, Port: port, NoLog: true, NoSigs: true, MaxPayload: 8 << 20})
+		nopts := &natsserver.Options{Host: host, Port: port, NoLog: true, NoSigs: true, MaxPayload: 8 << 20}
+		if r.cfg.Recovery.DurableEvents {
+			nopts.JetStream, nopts.StoreDir = true, cmp.Or(r.cfg.Recovery.JetStreamDir, defaultJetStreamDir())
+		}
+		srv, err := natsserver.NewServer(nopts)
 		if err != nil {
 			return fmt.Errorf("embedded nats: %w", err)
 		}
@@ -458,6 +479,7 @@ func (r *Server) shutdownOn(ctx context.Context) {
 			_ = hs.Shutdown(gctx)
 		}
 	}
+	r.finalSnapshot()
 	r.teardown()
 	r.wg.Wait()
 	r.log.Info("kvroute stopped")

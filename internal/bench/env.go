@@ -61,6 +61,9 @@ type EnvConfig struct {
 	Bootstrap []byte
 	// Logger receives the components' logs; nil discards them.
 	Logger *slog.Logger
+	// Router, when set, edits the router's configuration before it starts
+	// (for example --durable-events).
+	Router func(*server.Config)
 }
 
 // Env is a running all-in-one system: NATS, etcd, a fleet of simulated
@@ -173,6 +176,9 @@ func StartEnv(ctx context.Context, cfg EnvConfig) (_ *Env, err error) {
 			return nil, err
 		}
 		rcfg.Multimodal = map[string]picker.MultimodalModel{cfg.Model: {Processor: multimodal.DefaultProcessor(fam), InjectUUID: true}}
+	}
+	if cfg.Router != nil {
+		cfg.Router(&rcfg)
 	}
 	if e.Router, err = server.Start(ctx, rcfg); err != nil {
 		return nil, fmt.Errorf("start kvroute: %w", err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // EventConsumerConfig configures a EventConsumer.
@@ -25,6 +26,13 @@ type EventConsumerConfig struct {
 	// it is closed; they queue (up to Buffer) meanwhile. A warm start
 	// subscribes, loads a peer's snapshot and Seeds, then closes Hold.
 	Hold <-chan struct{}
+	// JetStream, when set, makes the consumer read the durable event
+	// stream Stream (EnsureEventStream) through an ordered consumer,
+	// starting after the stream sequence given to SeedStream, instead of
+	// the core subscription. Publishers do not change: the stream captures
+	// their core publishes.
+	JetStream jetstream.JetStream
+	Stream    string
 }
 
 // EventConsumer applies KV event batches from NATS to an Index. One goroutine
@@ -56,6 +64,9 @@ type EventConsumer struct {
 	calls   chan func()
 	stats   consumerCounters
 	started atomic.Bool
+	// streamSeq is the stream sequence of the last message the loop
+	// handled (applied, skipped or dropped); JetStream mode only.
+	streamSeq atomic.Uint64
 }
 
 type consumerCounters struct {
@@ -109,18 +120,32 @@ func (c *EventConsumer) Seed(seqs map[string]uint64) {
 	}
 }
 
+// SeedStream sets the stream sequence a loaded snapshot covers: a
+// JetStream consumer starts at seq+1 (0: the whole stream). Call it before
+// Start.
+func (c *EventConsumer) SeedStream(seq uint64) { c.streamSeq.Store(seq) }
+
+// StreamSeq is the stream sequence of the last message handled (JetStream
+// mode; inside Do it matches the index and seqs Do passes).
+func (c *EventConsumer) StreamSeq() uint64 { return c.streamSeq.Load() }
+
 // Do runs fn on the consumer's loop, between two batches, and returns
 // when it has run: fn sees the index and the sequence numbers (worker →
 // last applied) consistent with each other. fn must not keep seqs. Do
-// returns ctx's error if ctx ends first, or an error once the consumer
-// has stopped.
+// returns ctx's error if ctx ends first. Once the consumer has stopped
+// (Done closed) nothing applies any more and Do runs fn at once (a final
+// snapshot at shutdown); before Start it returns an error.
 func (c *EventConsumer) Do(ctx context.Context, fn func(seqs map[string]uint64)) error {
+	if !c.started.Load() {
+		return errors.New("kvindex consumer: not started")
+	}
 	ran := make(chan struct{})
 	call := func() { defer close(ran); fn(c.seqs) }
 	select {
 	case c.calls <- call:
 	case <-c.done:
-		return errors.New("kvindex consumer: stopped")
+		fn(c.seqs)
+		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -128,8 +153,15 @@ func (c *EventConsumer) Do(ctx context.Context, fn func(seqs map[string]uint64))
 	return nil
 }
 
-// Start subscribes to EventsWildcard(Namespace) and applies batches until
-// ctx ends; the subscription is live on the server when Start returns.
+// inMsg is one message from the durable stream with its stream sequence.
+type inMsg struct {
+	m   *nats.Msg
+	seq uint64
+}
+
+// Start subscribes to EventsWildcard(Namespace) (or, with JetStream set,
+// creates the ordered stream consumer) and applies batches until ctx
+// ends; the subscription is live on the server when Start returns.
 // Done is closed when the consumer has stopped. Start runs once; a
 // second call returns an error.
 func (c *EventConsumer) Start(ctx context.Context) error {
@@ -139,20 +171,23 @@ func (c *EventConsumer) Start(ctx context.Context) error {
 	if !c.started.CompareAndSwap(false, true) {
 		return errors.New("kvindex consumer: already started")
 	}
-	ch := make(chan *nats.Msg, c.cfg.Buffer)
-	sub, err := c.nc.ChanSubscribe(EventsWildcard(c.cfg.Namespace), ch)
-	if err != nil {
-		return fmt.Errorf("subscribe %s: %w", EventsWildcard(c.cfg.Namespace), err)
+	var core chan *nats.Msg // core subscription; NATS drops messages when it is full
+	var durable chan inMsg  // JetStream: the handler waits while it is full
+	var stop func()
+	var err error
+	if c.cfg.JetStream != nil {
+		durable = make(chan inMsg, c.cfg.Buffer)
+		stop, err = c.consumeStream(ctx, durable)
+	} else {
+		core = make(chan *nats.Msg, c.cfg.Buffer)
+		stop, err = c.subscribe(ctx, core)
 	}
-	fctx, cancel := context.WithTimeout(ctx, flushTimeout)
-	defer cancel()
-	if err := c.nc.FlushWithContext(fctx); err != nil {
-		_ = sub.Unsubscribe()
-		return fmt.Errorf("subscribe %s: flush: %w", EventsWildcard(c.cfg.Namespace), err)
+	if err != nil {
+		return err
 	}
 	go func() {
 		defer close(c.done)
-		defer func() { _ = sub.Unsubscribe() }()
+		defer stop()
 		if c.cfg.Hold != nil {
 			select {
 			case <-ctx.Done():
@@ -164,14 +199,66 @@ func (c *EventConsumer) Start(ctx context.Context) error {
 			select {
 			case <-ctx.Done():
 				return
-			case m := <-ch:
+			case m := <-core:
 				c.handle(m)
+			case m := <-durable:
+				c.handle(m.m)
+				c.streamSeq.Store(m.seq)
 			case fn := <-c.calls:
 				fn()
 			}
 		}
 	}()
 	return nil
+}
+
+func (c *EventConsumer) subscribe(ctx context.Context, ch chan *nats.Msg) (func(), error) {
+	subj := EventsWildcard(c.cfg.Namespace)
+	sub, err := c.nc.ChanSubscribe(subj, ch)
+	if err != nil {
+		return nil, fmt.Errorf("subscribe %s: %w", subj, err)
+	}
+	fctx, cancel := context.WithTimeout(ctx, flushTimeout)
+	defer cancel()
+	if err := c.nc.FlushWithContext(fctx); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, fmt.Errorf("subscribe %s: flush: %w", subj, err)
+	}
+	return func() { _ = sub.Unsubscribe() }, nil
+}
+
+// consumeStream reads the durable event stream from StreamSeq()+1 with an
+// ordered consumer (no server-side state to clean up; it recreates itself
+// after a reconnect from the last sequence delivered). The handler blocks
+// while ch is full, so nothing is dropped.
+func (c *EventConsumer) consumeStream(ctx context.Context, ch chan inMsg) (func(), error) {
+	occ := jetstream.OrderedConsumerConfig{FilterSubjects: []string{EventsWildcard(c.cfg.Namespace)}, DeliverPolicy: jetstream.DeliverAllPolicy}
+	if from := c.streamSeq.Load(); from > 0 {
+		occ.DeliverPolicy, occ.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from+1
+	}
+	cctx, cancel := context.WithTimeout(ctx, flushTimeout)
+	defer cancel()
+	cons, err := c.cfg.JetStream.OrderedConsumer(cctx, c.cfg.Stream, occ)
+	if err != nil {
+		return nil, fmt.Errorf("consume stream %s: %w", c.cfg.Stream, err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		md, err := m.Metadata()
+		if err != nil {
+			c.cfg.Logger.Warn("KV event from the stream without metadata", "subject", m.Subject(), "err", err)
+			return
+		}
+		select {
+		case ch <- inMsg{m: &nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}, seq: md.Sequence.Stream}:
+		case <-ctx.Done():
+		}
+	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		c.cfg.Logger.Debug("KV event stream consumer", "stream", c.cfg.Stream, "err", err)
+	}))
+	if err != nil {
+		return nil, fmt.Errorf("consume stream %s: %w", c.cfg.Stream, err)
+	}
+	return cc.Stop, nil
 }
 
 // Done is closed once the consumer has stopped after its context ended.

@@ -22,6 +22,7 @@ type NATS struct {
 	Server *natsserver.Server
 	URL    string
 	port   int // set by Stop
+	edit   func(*natsserver.Options)
 }
 
 // StartNATS starts a NATS server on a free loopback port and stops it when t
@@ -49,11 +50,33 @@ func (n *NATS) Stop() {
 // Resume starts a new server on the port Stop freed.
 func (n *NATS) Resume(t testing.TB) {
 	t.Helper()
-	fresh := startNATSOn(t, n.port)
+	fresh := startNATSWith(t, n.port, n.edit)
 	n.Server, n.URL = fresh.Server, fresh.URL
 }
 
+// StartJetStream starts a NATS server with JetStream enabled, its store in
+// a temporary directory, and stops it when t ends.
+func StartJetStream(t testing.TB) *NATS {
+	t.Helper()
+	dir := t.TempDir() // one store across Restart
+	return startNATSWith(t, natsserver.RANDOM_PORT, func(o *natsserver.Options) {
+		o.JetStream, o.StoreDir = true, dir
+	})
+}
+
+// StartNATSWith starts a NATS server after edit has changed its options
+// (authorization, TLS, JetStream) and stops it when t ends.
+func StartNATSWith(t testing.TB, edit func(*natsserver.Options)) *NATS {
+	t.Helper()
+	return startNATSWith(t, natsserver.RANDOM_PORT, edit)
+}
+
 func startNATSOn(t testing.TB, port int) *NATS {
+	t.Helper()
+	return startNATSWith(t, port, nil)
+}
+
+func startNATSWith(t testing.TB, port int, edit func(*natsserver.Options)) *NATS {
 	t.Helper()
 	opts := &natsserver.Options{
 		Host:           "127.0.0.1",
@@ -62,6 +85,9 @@ func startNATSOn(t testing.TB, port int) *NATS {
 		NoSigs:         true,
 		MaxControlLine: 4096,
 		MaxPayload:     8 << 20,
+	}
+	if edit != nil {
+		edit(opts)
 	}
 	s, err := natsserver.NewServer(opts)
 	if err != nil {
@@ -75,7 +101,7 @@ func startNATSOn(t testing.TB, port int) *NATS {
 		s.Shutdown()
 		s.WaitForShutdown()
 	})
-	return &NATS{Server: s, URL: s.ClientURL()}
+	return &NATS{Server: s, URL: s.ClientURL(), edit: edit}
 }
 
 // Etcd is an embedded single-member etcd.
