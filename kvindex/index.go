@@ -248,28 +248,46 @@ func (w *workerState) countOff(r uint64, mask uint8, d int) {
 	}
 }
 
-// matchChunk is how many lookups walk issues before using their results:
-// independent loads let the CPU overlap their cache misses.
-const matchChunk = 16
+// matchChunk is how many lookups walk resolves before using their results,
+// and walkAhead how many chunks ahead of those it prefetches. Two chunks
+// ahead kept the 512-block benchmark at its floor; one was 5 % slower.
+const (
+	matchChunk = 16
+	walkAhead  = 2
+)
 
 // walk sets depth[b] for every bit b of alive to the number of leading
-// hashes whose set in t contains b.
+// hashes whose set in t contains b. It prefetches the buckets of the
+// hashes walkAhead chunks ahead of the chunk it resolves, so the cache
+// misses of several chunks overlap; it stops as soon as no bit is alive,
+// wasting at most those prefetches.
 func walk(t *bitTable, hashes []uint64, alive uint64, depth []int32) {
 	n := len(hashes)
-	for d := 0; d < n; d += matchChunk {
-		end := min(d+matchChunk, n)
+	// at holds the home slots of the chunks in flight, chunk c in ring
+	// entry c % walkRing.
+	const walkRing = 4
+	var at [walkRing][matchChunk]int
+	chunk := func(c int) []uint64 {
+		return hashes[min(c*matchChunk, n):min((c+1)*matchChunk, n)]
+	}
+	for c := 0; c < walkAhead; c++ {
+		t.prefetch(chunk(c), at[c%walkRing][:])
+	}
+	for c, d := 0, 0; d < n; c, d = c+1, d+matchChunk {
+		t.prefetch(chunk(c+walkAhead), at[(c+walkAhead)%walkRing][:])
+		keys := chunk(c)
 		var got [matchChunk]uint64
-		t.getMany(hashes[d:end], got[:end-d])
-		for j := d; j < end; j++ {
-			dying := alive &^ got[j-d]
+		t.resolve(keys, at[c%walkRing][:], got[:])
+		for j := range keys {
+			dying := alive &^ got[j]
 			for dying != 0 {
 				b := bits.TrailingZeros64(dying)
 				dying &= dying - 1
 				if b < len(depth) {
-					depth[b] = int32(j)
+					depth[b] = int32(d + j)
 				}
 			}
-			alive &= got[j-d]
+			alive &= got[j]
 			if alive == 0 {
 				return
 			}

@@ -40,33 +40,45 @@ func (t *bitTable) clear(key, bit uint64) (had bool) {
 	return had
 }
 
-// getMany is get for several keys, written so that cache misses overlap:
-// the home buckets of all keys are loaded back to back, each key is then
-// looked for in its bucket (in cache by then), and the few keys whose bucket
-// is full without them have their next bucket loaded, again back to back,
-// before they go on probing.
-func (t *bitTable) getMany(keys, out []uint64) {
-	var home [matchChunk]int
-	var first [matchChunk]uint64 // key of each home slot: the load that misses
+// prefetch computes the home slot of each key into at and asks the CPU to
+// start loading those buckets without waiting for them: walk prefetches a
+// few chunks ahead of the ones it resolves, so that many cache misses are
+// in flight at once. Plain loads would do the same only as far as the
+// CPU's reorder window reaches (about one chunk of Match's code): each
+// missing load holds up every instruction after it until it arrives, a
+// prefetch holds up nothing.
+func (t *bitTable) prefetch(keys []uint64, at []int) {
+	at = at[:len(keys)]
 	for i, k := range keys {
-		h := t.home(k)
-		home[i] = h
-		first[i] = t.slots[h].key
+		at[i] = t.home(k)
 	}
+	if len(at) > 0 {
+		prefetchSlots(t.slots, at)
+	}
+}
+
+// resolve looks up keys (at most matchChunk) whose home slots are at,
+// writing each key's set (or 0) to out. Each key is looked for in its home
+// bucket, in cache by then if prefetch loaded it; the few keys whose bucket
+// is full without them have their next bucket loaded, back to back so that
+// those misses overlap, before they go on probing.
+func (t *bitTable) resolve(keys []uint64, at []int, out []uint64) {
+	at = at[:len(keys)]
+	out = out[:len(keys)]
 	var over [matchChunk]uint8 // keys to probe past their home bucket
 	nover := 0
 	for i, k := range keys {
-		h := home[i]
+		h := at[i]
 		b := (*[bucketSlots]oaSlot)(t.slots[h : h+bucketSlots])
 		// Branch-free: where in its bucket a key sits is random, and a
 		// mispredicted branch here would stall the loads still in flight.
-		v := b[0].val & -b2u(first[i] == k)
+		v := b[0].val & -b2u(b[0].key == k)
 		v |= b[1].val & -b2u(b[1].key == k)
 		v |= b[2].val & -b2u(b[2].key == k)
 		v |= b[3].val & -b2u(b[3].key == k)
 		out[i] = v
-		full := b2u(first[i] != 0) & b2u(b[1].key != 0) & b2u(b[2].key != 0) & b2u(b[3].key != 0)
-		if v == 0 && full != 0 {
+		full := b2u(b[0].key != 0) & b2u(b[1].key != 0) & b2u(b[2].key != 0) & b2u(b[3].key != 0)
+		if v == 0 && full != 0 && nover < len(over) {
 			over[nover] = uint8(i)
 			nover++
 		}
@@ -76,19 +88,20 @@ func (t *bitTable) getMany(keys, out []uint64) {
 	}
 	// The next buckets of those keys, loaded back to back as well.
 	var next [matchChunk]uint64
+	var home [matchChunk]int
 	for j, i := range over[:nover] {
-		h := home[i] + bucketSlots
+		h := at[i] + bucketSlots
 		if h == len(t.slots) {
 			h = 0
 		}
-		home[i] = h
+		home[j] = h
 		next[j] = t.slots[h].key
 	}
 	for j, i := range over[:nover] {
 		if next[j] == 0 {
 			continue // out[i] is 0 already
 		}
-		out[i] = t.probeFrom(keys[i], home[i])
+		out[i] = t.probeFrom(keys[i], home[j])
 	}
 }
 
