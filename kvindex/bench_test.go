@@ -377,7 +377,9 @@ func partialPrompts(f *matchFixture) [][]uint64 {
 // prompt once, then walks the floor over every prompt once, each timed in
 // CPU time. Taking the ratio within a round cancels most of what a shared
 // machine does to both; it reports the medians of each side and of the
-// per-round ratios, and the range of the ratios. Run it with -benchtime Nx
+// per-round ratios, and the range of the ratios. It also walks a second
+// floor that prefetches like walk does (floorWalkPrefetched): Match's
+// distance from the best walk using the same technique. Run it with -benchtime Nx
 // for N rounds (at least 3).
 func BenchmarkMatchVsFloor(b *testing.B) {
 	f := loadMatchFixture(b)
@@ -390,7 +392,7 @@ func BenchmarkMatchVsFloor(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			out := make([]MatchResult, 0, len(f.workers))
 			var depth [64]int32
-			var matchNs, floorNs, ratios []float64
+			var matchNs, floorNs, ratios, pfNs, pfRatios []float64
 			n := float64(len(tc.prompts))
 			b.ResetTimer()
 			for r := 0; r < b.N; r++ {
@@ -404,9 +406,16 @@ func BenchmarkMatchVsFloor(b *testing.B) {
 					floorWalk(fl.flat, p, slots[k], ^uint64(0), depth[:])
 				}
 				fw, _ := cpu.stop()
-				if m <= 0 || fw <= 0 {
+				cpu = startCPU()
+				for k, p := range tc.prompts {
+					floorWalkPrefetched(fl.flat, p, slots[k], ^uint64(0), depth[:])
+				}
+				pw, _ := cpu.stop()
+				if m <= 0 || fw <= 0 || pw <= 0 {
 					b.Skip("no thread CPU clock here")
 				}
+				pfNs = append(pfNs, float64(pw.Nanoseconds())/n)
+				pfRatios = append(pfRatios, float64(m)/float64(pw))
 				matchNs = append(matchNs, float64(m.Nanoseconds())/n)
 				floorNs = append(floorNs, float64(fw.Nanoseconds())/n)
 				ratios = append(ratios, float64(m)/float64(fw))
@@ -417,6 +426,8 @@ func BenchmarkMatchVsFloor(b *testing.B) {
 			b.ReportMetric(median(ratios), "x-floor")
 			b.ReportMetric(slices.Min(ratios), "x-floor-min")
 			b.ReportMetric(slices.Max(ratios), "x-floor-max")
+			b.ReportMetric(median(pfNs), "pf-floor-cpu-ns")
+			b.ReportMetric(median(pfRatios), "x-pf-floor")
 		})
 	}
 }
@@ -433,6 +444,56 @@ func median(xs []float64) float64 {
 func floorWalk(slots []oaSlot, hashes []uint64, at []int32, alive uint64, depth []int32) {
 	n := len(hashes)
 	for d := 0; d < n; d += matchChunk {
+		end := min(d+matchChunk, n)
+		var got [matchChunk]uint64
+		for j := d; j < end; j++ {
+			if k := at[j]; k >= 0 && slots[k].key == hashes[j] {
+				got[j-d] = slots[k].val
+			}
+		}
+		for j := d; j < end; j++ {
+			dying := alive &^ got[j-d]
+			for dying != 0 {
+				b := bits.TrailingZeros64(dying)
+				dying &= dying - 1
+				depth[b] = int32(j)
+			}
+			alive &= got[j-d]
+			if alive == 0 {
+				return
+			}
+		}
+	}
+	for alive != 0 {
+		b := bits.TrailingZeros64(alive)
+		alive &= alive - 1
+		depth[b] = int32(n)
+	}
+}
+
+// floorWalkPrefetched is floorWalk prefetching walkAhead chunks ahead, as
+// walk does: not the floor BenchmarkMatchFloor reports, but the same
+// technique applied to the ideal walk.
+func floorWalkPrefetched(slots []oaSlot, hashes []uint64, at []int32, alive uint64, depth []int32) {
+	n := len(hashes)
+	prefetch := func(c int) {
+		var pos [matchChunk]int
+		m := 0
+		for _, k := range at[min(c*matchChunk, n):min((c+1)*matchChunk, n)] {
+			if k >= 0 {
+				pos[m] = int(k)
+				m++
+			}
+		}
+		if m > 0 {
+			prefetchSlots(slots, pos[:m])
+		}
+	}
+	for c := 0; c < walkAhead; c++ {
+		prefetch(c)
+	}
+	for c, d := 0, 0; d < n; c, d = c+1, d+matchChunk {
+		prefetch(c + walkAhead)
 		end := min(d+matchChunk, n)
 		var got [matchChunk]uint64
 		for j := d; j < end; j++ {

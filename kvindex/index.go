@@ -257,37 +257,56 @@ const (
 )
 
 // walk sets depth[b] for every bit b of alive to the number of leading
-// hashes whose set in t contains b. It prefetches the buckets of the
-// hashes walkAhead chunks ahead of the chunk it resolves, so the cache
-// misses of several chunks overlap; it stops as soon as no bit is alive,
-// wasting at most those prefetches.
+// hashes whose set in t contains b. It works on chunks of matchChunk
+// hashes in three stages: it prefetches the buckets of chunk c+walkAhead,
+// resolves chunk c (whose buckets are in cache by then) and finishes and
+// uses chunk c-1, whose few keys that lay past their home bucket had that
+// next bucket prefetched a chunk ago. So the cache misses of several chunks
+// overlap. It stops as soon as no bit is alive, having wasted at most a
+// chunk's lookups and the prefetches ahead of it.
 func walk(t *bitTable, hashes []uint64, alive uint64, depth []int32) {
 	n := len(hashes)
-	// at holds the home slots of the chunks in flight, chunk c in ring
-	// entry c % walkRing.
+	// Chunk c's home slots are in at[c%walkRing], its sets in
+	// got[c%2] and the keys resolve left to finish in over[c%2].
 	const walkRing = 4
-	var at [walkRing][matchChunk]int
+	var (
+		at    [walkRing][matchChunk]int
+		got   [2][matchChunk]uint64
+		over  [2][matchChunk]uint8
+		nover [2]int
+	)
 	chunk := func(c int) []uint64 {
 		return hashes[min(c*matchChunk, n):min((c+1)*matchChunk, n)]
 	}
 	for c := 0; c < walkAhead; c++ {
 		t.prefetch(chunk(c), at[c%walkRing][:])
 	}
-	for c, d := 0, 0; d < n; c, d = c+1, d+matchChunk {
-		t.prefetch(chunk(c+walkAhead), at[(c+walkAhead)%walkRing][:])
+	for c := 0; ; c++ {
 		keys := chunk(c)
-		var got [matchChunk]uint64
-		t.resolve(keys, at[c%walkRing][:], got[:])
-		for j := range keys {
-			dying := alive &^ got[j]
+		if len(keys) > 0 {
+			t.prefetch(chunk(c+walkAhead), at[(c+walkAhead)%walkRing][:])
+			nover[c%2] = t.resolve(keys, at[c%walkRing][:], got[c%2][:], &over[c%2])
+		}
+		if c == 0 {
+			continue
+		}
+		p := c - 1
+		pkeys := chunk(p)
+		if len(pkeys) == 0 {
+			break
+		}
+		g := &got[p%2]
+		t.finish(pkeys, at[p%walkRing][:], g[:], over[p%2][:nover[p%2]])
+		for j := range pkeys {
+			dying := alive &^ g[j]
 			for dying != 0 {
 				b := bits.TrailingZeros64(dying)
 				dying &= dying - 1
 				if b < len(depth) {
-					depth[b] = int32(d + j)
+					depth[b] = int32(p*matchChunk + j)
 				}
 			}
-			alive &= got[j]
+			alive &= g[j]
 			if alive == 0 {
 				return
 			}

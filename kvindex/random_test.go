@@ -294,7 +294,7 @@ func TestBitTableAgreesWithMap(t *testing.T) {
 					t.Fatalf("step %d: get(%d) = %b, want %b", step, k, tb.get(k), ref[k])
 				}
 			}
-			// Match's path: prefetch and resolve a chunk at a time.
+			// Match's path: prefetch, resolve and finish a chunk at a time.
 			keys := make([]uint64, matchChunk)
 			for k0 := uint64(1); k0 <= 5000; k0 += matchChunk {
 				keys = keys[:0]
@@ -303,8 +303,10 @@ func TestBitTableAgreesWithMap(t *testing.T) {
 				}
 				var at [matchChunk]int
 				var got [matchChunk]uint64
+				var over [matchChunk]uint8
 				tb.prefetch(keys, at[:])
-				tb.resolve(keys, at[:], got[:])
+				nover := tb.resolve(keys, at[:], got[:], &over)
+				tb.finish(keys, at[:], got[:], over[:nover])
 				for i, k := range keys {
 					if got[i] != ref[k] {
 						t.Fatalf("step %d: resolve(%d) = %b, want %b", step, k, got[i], ref[k])

@@ -58,15 +58,15 @@ func (t *bitTable) prefetch(keys []uint64, at []int) {
 }
 
 // resolve looks up keys (at most matchChunk) whose home slots are at,
-// writing each key's set (or 0) to out. Each key is looked for in its home
-// bucket, in cache by then if prefetch loaded it; the few keys whose bucket
-// is full without them have their next bucket loaded, back to back so that
-// those misses overlap, before they go on probing.
-func (t *bitTable) resolve(keys []uint64, at []int, out []uint64) {
+// writing each key's set (or 0) to out: each key is looked for in its home
+// bucket, in cache by then if prefetch loaded it. A key whose bucket is
+// full without it may lie further on: resolve lists it in over, moves its
+// at to the next bucket and prefetches that bucket, and returns how many
+// it listed; finish completes those lookups. Walk calls finish a chunk
+// later, so the second miss overlaps other work instead of stalling.
+func (t *bitTable) resolve(keys []uint64, at []int, out []uint64, over *[matchChunk]uint8) (nover int) {
 	at = at[:len(keys)]
 	out = out[:len(keys)]
-	var over [matchChunk]uint8 // keys to probe past their home bucket
-	nover := 0
 	for i, k := range keys {
 		h := at[i]
 		b := (*[bucketSlots]oaSlot)(t.slots[h : h+bucketSlots])
@@ -84,24 +84,26 @@ func (t *bitTable) resolve(keys []uint64, at []int, out []uint64) {
 		}
 	}
 	if nover == 0 {
-		return
+		return 0
 	}
-	// The next buckets of those keys, loaded back to back as well.
-	var next [matchChunk]uint64
-	var home [matchChunk]int
+	var next [matchChunk]int
 	for j, i := range over[:nover] {
 		h := at[i] + bucketSlots
 		if h == len(t.slots) {
 			h = 0
 		}
-		home[j] = h
-		next[j] = t.slots[h].key
+		at[i] = h
+		next[j] = h
 	}
-	for j, i := range over[:nover] {
-		if next[j] == 0 {
-			continue // out[i] is 0 already
-		}
-		out[i] = t.probeFrom(keys[i], home[j])
+	prefetchSlots(t.slots, next[:nover])
+	return nover
+}
+
+// finish completes the lookups that resolve listed in over, probing on
+// from their at.
+func (t *bitTable) finish(keys []uint64, at []int, out []uint64, over []uint8) {
+	for _, i := range over {
+		out[i] = t.probeFrom(keys[i], at[i])
 	}
 }
 
