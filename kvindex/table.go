@@ -70,15 +70,28 @@ func (t *bitTable) resolve(keys []uint64, at []int, out []uint64, over *[matchCh
 	for i, k := range keys {
 		h := at[i]
 		b := (*[bucketSlots]oaSlot)(t.slots[h : h+bucketSlots])
-		// Branch-free: where in its bucket a key sits is random, and a
-		// mispredicted branch here would stall the loads still in flight.
-		v := b[0].val & -b2u(b[0].key == k)
-		v |= b[1].val & -b2u(b[1].key == k)
-		v |= b[2].val & -b2u(b[2].key == k)
-		v |= b[3].val & -b2u(b[3].key == k)
+		// Branch-free (conditional moves): where in its bucket a key sits
+		// is random, and a mispredicted branch here would stall the loads
+		// still in flight.
+		k0, k1, k2, k3 := b[0].key, b[1].key, b[2].key, b[3].key
+		v0, v1, v2, v3 := b[0].val, b[1].val, b[2].val, b[3].val
+		v := uint64(0)
+		if k0 == k {
+			v = v0
+		}
+		if k1 == k {
+			v = v1
+		}
+		if k2 == k {
+			v = v2
+		}
+		if k3 == k {
+			v = v3
+		}
 		out[i] = v
-		full := b2u(b[0].key != 0) & b2u(b[1].key != 0) & b2u(b[2].key != 0) & b2u(b[3].key != 0)
-		if v == 0 && full != 0 && nover < len(over) {
+		// Whether the bucket is full matters only for a key not found,
+		// rare on a prompt's shared prefix.
+		if v == 0 && k0 != 0 && k1 != 0 && k2 != 0 && k3 != 0 && nover < len(over) {
 			over[nover] = uint8(i)
 			nover++
 		}
