@@ -195,7 +195,7 @@ func (ix *Index) Match(hashes []uint64, candidates []string, out []MatchResult) 
 	refs := buf.refs(len(ws))
 	for i, w := range ws {
 		if w == nil {
-			out[i] = MatchResult{Worker: candidates[i]}
+			out[i].reset(candidates[i], false, false, 0)
 			refs[i] = workerRef{idx: -1}
 			continue
 		}
@@ -203,7 +203,7 @@ func (ix *Index) Match(hashes []uint64, candidates []string, out []MatchResult) 
 		if candidates != nil {
 			name = candidates[i]
 		}
-		out[i] = MatchResult{Worker: name, Known: true, Stale: w.stale, Cached: w.blocks}
+		out[i].reset(name, true, w.stale, w.blocks)
 		refs[i] = workerRef{idx: w.idx, word: w.word, bit: w.bit}
 	}
 	matchWords(ix.words, len(ix.slots), hashes, refs, out)
