@@ -259,12 +259,12 @@ const (
 
 // walk sets depth[b] for every bit b of alive to the number of leading
 // hashes whose set in t contains b. It works on chunks of matchChunk
-// hashes in three stages: it prefetches the buckets of chunk c+walkAhead,
-// resolves chunk c (whose buckets are in cache by then) and finishes and
-// uses chunk c-1, whose few keys that lay past their home bucket had that
-// next bucket prefetched a chunk ago. So the cache misses of several chunks
+// hashes in three stages: it resolves chunk c (whose buckets are in cache
+// by then), finishes and uses chunk c-1, whose few keys that lay past their
+// home bucket had that next bucket prefetched a chunk ago, and prefetches
+// the buckets of chunk c+walkAhead. So the cache misses of several chunks
 // overlap. It stops as soon as no bit is alive, having wasted at most a
-// chunk's lookups and the prefetches ahead of it.
+// chunk's lookups and the prefetches of walkAhead-1 chunks.
 func walk(t *bitTable, hashes []uint64, alive uint64, depth []int32) {
 	n := len(hashes)
 	// Chunk c's home slots are in at[c%walkRing], its sets in
@@ -285,33 +285,32 @@ func walk(t *bitTable, hashes []uint64, alive uint64, depth []int32) {
 	for c := 0; ; c++ {
 		keys := chunk(c)
 		if len(keys) > 0 {
-			t.prefetch(chunk(c+walkAhead), at[(c+walkAhead)%walkRing][:])
 			nover[c%2] = t.resolve(keys, at[c%walkRing][:], got[c%2][:], &over[c%2])
 		}
-		if c == 0 {
-			continue
-		}
-		p := c - 1
-		pkeys := chunk(p)
-		if len(pkeys) == 0 {
-			break
-		}
-		g := &got[p%2]
-		t.finish(pkeys, at[p%walkRing][:], g[:], over[p%2][:nover[p%2]])
-		for j := range pkeys {
-			dying := alive &^ g[j]
-			for dying != 0 {
-				b := bits.TrailingZeros64(dying)
-				dying &= dying - 1
-				if b < len(depth) {
-					depth[b] = int32(p*matchChunk + j)
+		if p := c - 1; p >= 0 {
+			pkeys := chunk(p)
+			if len(pkeys) == 0 {
+				break
+			}
+			g := &got[p%2]
+			t.finish(pkeys, at[p%walkRing][:], g[:], over[p%2][:nover[p%2]])
+			for j := range pkeys {
+				dying := alive &^ g[j]
+				for dying != 0 {
+					b := bits.TrailingZeros64(dying)
+					dying &= dying - 1
+					if b < len(depth) {
+						depth[b] = int32(p*matchChunk + j)
+					}
+				}
+				alive &= g[j]
+				if alive == 0 {
+					return
 				}
 			}
-			alive &= g[j]
-			if alive == 0 {
-				return
-			}
 		}
+		// Only now, so that a walk that just ended prefetched no more.
+		t.prefetch(chunk(c+walkAhead), at[(c+walkAhead)%walkRing][:])
 	}
 	for alive != 0 {
 		b := bits.TrailingZeros64(alive)
