@@ -263,8 +263,8 @@ const (
 // by then), finishes and uses chunk c-1, whose few keys that lay past their
 // home bucket had that next bucket prefetched a chunk ago, and prefetches
 // the buckets of chunk c+walkAhead. So the cache misses of several chunks
-// overlap. It stops as soon as no bit is alive, having wasted at most a
-// chunk's lookups and the prefetches of walkAhead-1 chunks.
+// overlap. It stops as soon as no bit is alive, having prefetched at most
+// walkAhead chunks, and resolved at most one, that it did not need.
 func walk(t *bitTable, hashes []uint64, alive uint64, depth []int32) {
 	n := len(hashes)
 	// Chunk c's home slots are in at[c%walkRing], its sets in

@@ -120,13 +120,6 @@ func (t *bitTable) finish(keys []uint64, at []int, out []uint64, over []uint8) {
 	}
 }
 
-func b2u(b bool) uint64 {
-	if b {
-		return 1
-	}
-	return 0
-}
-
 // probeFrom is get continuing at slot i < len(t.slots).
 func (t *bitTable) probeFrom(key uint64, i int) uint64 {
 	n := len(t.slots)
