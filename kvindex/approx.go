@@ -225,7 +225,7 @@ func (a *Approx) Match(hashes []uint64, candidates []string, out []MatchResult) 
 	refs := buf.refs(len(ws))
 	for i, w := range ws {
 		if w == nil {
-			out[i] = MatchResult{Worker: candidates[i]}
+			out[i].reset(candidates[i], false, false, 0)
 			refs[i] = workerRef{idx: -1}
 			continue
 		}
@@ -233,7 +233,7 @@ func (a *Approx) Match(hashes []uint64, candidates []string, out []MatchResult) 
 		if candidates != nil {
 			name = candidates[i]
 		}
-		out[i] = MatchResult{Worker: name, Known: true, Cached: len(w.held)}
+		out[i].reset(name, true, false, len(w.held))
 		refs[i] = workerRef{idx: w.idx, word: w.word, bit: w.bit}
 	}
 	matchWords(a.words, len(a.slots), hashes, refs, out)

@@ -5,6 +5,7 @@ import (
 	"math/bits"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 )
@@ -161,14 +162,10 @@ func BenchmarkMatch(b *testing.B) {
 	if f.entries < 9_900_000 {
 		b.Fatalf("fixture holds %d entries, want 10 M", f.entries)
 	}
-	partial := make([][]uint64, len(f.prompts))
-	for i, p := range f.prompts {
-		partial[i] = append(append([]uint64{}, p[:100]...), HashBlocks(p[99], make([]uint32, 412*benchBS), benchBS, nil)...)
-	}
 	for _, tc := range []struct {
 		name    string
 		prompts [][]uint64
-	}{{"full", f.prompts}, {"partial", partial}} {
+	}{{"full", f.prompts}, {"partial", partialPrompts(f)}} {
 		b.Run(tc.name, func(b *testing.B) {
 			out := make([]MatchResult, 0, len(f.workers))
 			matched := 0
@@ -302,37 +299,12 @@ func BenchmarkApproxMatch(b *testing.B) {
 // figure divided by this one is how far it is from the limit.
 func BenchmarkMatchFloor(b *testing.B) {
 	f := loadMatchFixture(b)
-	t := f.ix.words[0]
-	var flat []oaSlot
-	pos := make(map[uint64]int32, t.count)
-	for _, s := range t.slots {
-		if s.key != 0 {
-			pos[s.key] = int32(len(flat))
-			flat = append(flat, s)
-		}
-	}
-	slotsOf := func(prompts [][]uint64) [][]int32 {
-		out := make([][]int32, len(prompts))
-		for i, p := range prompts {
-			for _, h := range p {
-				k, ok := pos[h]
-				if !ok {
-					k = -1
-				}
-				out[i] = append(out[i], k)
-			}
-		}
-		return out
-	}
-	partial := make([][]uint64, len(f.prompts))
-	for i, p := range f.prompts {
-		partial[i] = append(append([]uint64{}, p[:100]...), HashBlocks(p[99], make([]uint32, 412*benchBS), benchBS, nil)...)
-	}
+	fl := newMatchFloor(f)
 	for _, tc := range []struct {
 		name    string
 		prompts [][]uint64
-	}{{"full", f.prompts}, {"partial", partial}} {
-		slots := slotsOf(tc.prompts)
+	}{{"full", f.prompts}, {"partial", partialPrompts(f)}} {
+		slots := fl.slotsOf(tc.prompts)
 		b.Run(tc.name, func(b *testing.B) {
 			var depth [64]int32
 			matched := int32(0)
@@ -341,7 +313,7 @@ func BenchmarkMatchFloor(b *testing.B) {
 			cpu := startCPU()
 			for i := 0; i < b.N; i++ {
 				k := i % len(tc.prompts)
-				floorWalk(flat, tc.prompts[k], slots[k], ^uint64(0), depth[:])
+				floorWalk(fl.flat, tc.prompts[k], slots[k], ^uint64(0), depth[:])
 				for _, d := range depth {
 					matched = max(matched, d)
 				}
@@ -355,10 +327,173 @@ func BenchmarkMatchFloor(b *testing.B) {
 	}
 }
 
+// matchFloor is the fixture's block table packed flat, every entry once,
+// in the table's slot order, with each key's position.
+type matchFloor struct {
+	flat []oaSlot
+	pos  map[uint64]int32
+}
+
+func newMatchFloor(f *matchFixture) *matchFloor {
+	t := f.ix.words[0]
+	fl := &matchFloor{pos: make(map[uint64]int32, t.count)}
+	for _, s := range t.slots {
+		if s.key != 0 {
+			fl.pos[s.key] = int32(len(fl.flat))
+			fl.flat = append(fl.flat, s)
+		}
+	}
+	return fl
+}
+
+// slotsOf returns the flat positions of every prompt's keys, -1 where a
+// key is not in the table.
+func (fl *matchFloor) slotsOf(prompts [][]uint64) [][]int32 {
+	out := make([][]int32, len(prompts))
+	for i, p := range prompts {
+		for _, h := range p {
+			k, ok := fl.pos[h]
+			if !ok {
+				k = -1
+			}
+			out[i] = append(out[i], k)
+		}
+	}
+	return out
+}
+
+// partialPrompts are the fixture's prompts sharing their first 100 blocks
+// and then diverging.
+func partialPrompts(f *matchFixture) [][]uint64 {
+	partial := make([][]uint64, len(f.prompts))
+	for i, p := range f.prompts {
+		partial[i] = append(append([]uint64{}, p[:100]...), HashBlocks(p[99], make([]uint32, 412*benchBS), benchBS, nil)...)
+	}
+	return partial
+}
+
+// BenchmarkMatchVsFloor runs BenchmarkMatch and BenchmarkMatchFloor
+// interleaved in one process: each of b.N rounds matches every fixture
+// prompt once, then walks the floor over every prompt once, each timed in
+// CPU time. Taking the ratio within a round cancels most of what a shared
+// machine does to both; it reports the medians of each side and of the
+// per-round ratios, and the range of the ratios. It also walks a second
+// floor that prefetches like walk does (floorWalkPrefetched): Match's
+// distance from the best walk using the same technique. Run it with -benchtime Nx
+// for N rounds (at least 3).
+func BenchmarkMatchVsFloor(b *testing.B) {
+	f := loadMatchFixture(b)
+	fl := newMatchFloor(f)
+	for _, tc := range []struct {
+		name    string
+		prompts [][]uint64
+	}{{"full", f.prompts}, {"partial", partialPrompts(f)}} {
+		slots := fl.slotsOf(tc.prompts)
+		b.Run(tc.name, func(b *testing.B) {
+			out := make([]MatchResult, 0, len(f.workers))
+			var depth [64]int32
+			var matchNs, floorNs, ratios, pfNs, pfRatios []float64
+			n := float64(len(tc.prompts))
+			b.ResetTimer()
+			for r := 0; r < b.N; r++ {
+				cpu := startCPU()
+				for _, p := range tc.prompts {
+					out = f.ix.Match(p, f.workers, out)
+				}
+				m, _ := cpu.stop()
+				cpu = startCPU()
+				for k, p := range tc.prompts {
+					floorWalk(fl.flat, p, slots[k], ^uint64(0), depth[:])
+				}
+				fw, _ := cpu.stop()
+				cpu = startCPU()
+				for k, p := range tc.prompts {
+					floorWalkPrefetched(fl.flat, p, slots[k], ^uint64(0), depth[:])
+				}
+				pw, _ := cpu.stop()
+				if m <= 0 || fw <= 0 || pw <= 0 {
+					b.Skip("no thread CPU clock here")
+				}
+				pfNs = append(pfNs, float64(pw.Nanoseconds())/n)
+				pfRatios = append(pfRatios, float64(m)/float64(pw))
+				matchNs = append(matchNs, float64(m.Nanoseconds())/n)
+				floorNs = append(floorNs, float64(fw.Nanoseconds())/n)
+				ratios = append(ratios, float64(m)/float64(fw))
+			}
+			b.StopTimer()
+			b.ReportMetric(median(matchNs), "match-cpu-ns")
+			b.ReportMetric(median(floorNs), "floor-cpu-ns")
+			b.ReportMetric(median(ratios), "x-floor")
+			b.ReportMetric(slices.Min(ratios), "x-floor-min")
+			b.ReportMetric(slices.Max(ratios), "x-floor-max")
+			b.ReportMetric(median(pfNs), "pf-floor-cpu-ns")
+			b.ReportMetric(median(pfRatios), "x-pf-floor")
+		})
+	}
+}
+
+func median(xs []float64) float64 {
+	s := slices.Sorted(slices.Values(xs))
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
 // floorWalk is walk with the slot of every key given: one load per key.
 func floorWalk(slots []oaSlot, hashes []uint64, at []int32, alive uint64, depth []int32) {
 	n := len(hashes)
 	for d := 0; d < n; d += matchChunk {
+		end := min(d+matchChunk, n)
+		var got [matchChunk]uint64
+		for j := d; j < end; j++ {
+			if k := at[j]; k >= 0 && slots[k].key == hashes[j] {
+				got[j-d] = slots[k].val
+			}
+		}
+		for j := d; j < end; j++ {
+			dying := alive &^ got[j-d]
+			for dying != 0 {
+				b := bits.TrailingZeros64(dying)
+				dying &= dying - 1
+				depth[b] = int32(j)
+			}
+			alive &= got[j-d]
+			if alive == 0 {
+				return
+			}
+		}
+	}
+	for alive != 0 {
+		b := bits.TrailingZeros64(alive)
+		alive &= alive - 1
+		depth[b] = int32(n)
+	}
+}
+
+// floorWalkPrefetched is floorWalk prefetching walkAhead chunks ahead, as
+// walk does: not the floor BenchmarkMatchFloor reports, but the same
+// technique applied to the ideal walk.
+func floorWalkPrefetched(slots []oaSlot, hashes []uint64, at []int32, alive uint64, depth []int32) {
+	n := len(hashes)
+	prefetch := func(c int) {
+		var pos [matchChunk]int
+		m := 0
+		for _, k := range at[min(c*matchChunk, n):min((c+1)*matchChunk, n)] {
+			if k >= 0 {
+				pos[m] = int(k)
+				m++
+			}
+		}
+		if m > 0 {
+			prefetchSlots(slots, pos[:m])
+		}
+	}
+	for c := 0; c < walkAhead; c++ {
+		prefetch(c)
+	}
+	for c, d := 0, 0; d < n; c, d = c+1, d+matchChunk {
+		prefetch(c + walkAhead)
 		end := min(d+matchChunk, n)
 		var got [matchChunk]uint64
 		for j := d; j < end; j++ {

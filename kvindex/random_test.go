@@ -294,10 +294,77 @@ func TestBitTableAgreesWithMap(t *testing.T) {
 					t.Fatalf("step %d: get(%d) = %b, want %b", step, k, tb.get(k), ref[k])
 				}
 			}
+			// Match's path: prefetch, resolve and finish a chunk at a time.
+			keys := make([]uint64, matchChunk)
+			for k0 := uint64(1); k0 <= 5000; k0 += matchChunk {
+				keys = keys[:0]
+				for k := k0; k < k0+matchChunk && k <= 5000; k++ {
+					keys = append(keys, k)
+				}
+				var at [matchChunk]int
+				var got [matchChunk]uint64
+				var over [matchChunk]uint8
+				tb.prefetch(keys, at[:])
+				nover := tb.resolve(keys, at[:], got[:], &over)
+				tb.finish(keys, at[:], got[:], over[:nover])
+				for i, k := range keys {
+					if got[i] != ref[k] {
+						t.Fatalf("step %d: resolve(%d) = %b, want %b", step, k, got[i], ref[k])
+					}
+				}
+			}
 		}
 	}
 	if len(tb.slots) > 4096 {
 		t.Fatalf("table did not shrink: %d slots for %d keys", len(tb.slots), tb.count)
+	}
+}
+
+// TestWalkAgreesWithGet checks walk, which prefetches chunks ahead and stops
+// early, against looking every hash up in turn, on a crowded table (many
+// keys past their home bucket) with prompts shorter and longer than the
+// chunks it keeps in flight.
+func TestWalkAgreesWithGet(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	tb := newBitTable(0)
+	const nkeys = 3000
+	for k := uint64(1); k <= nkeys; k++ {
+		for b := 0; b < 8; b++ {
+			if rng.IntN(128) != 0 { // so that walks often go deep
+				tb.set(k, 1<<b)
+			}
+		}
+	}
+	for trial := 0; trial < 2000; trial++ {
+		n := rng.IntN(5 * matchChunk * walkAhead)
+		hashes := make([]uint64, n)
+		for i := range hashes {
+			hashes[i] = uint64(rng.IntN(nkeys+nkeys/300)) + 1 // a few not in the table
+		}
+		alive := rng.Uint64() & 0x3ff // bits 8, 9 are in no set
+		var want [10]int32
+		live := alive
+		for j, h := range hashes {
+			v := tb.get(h)
+			for b := range want {
+				if live&(1<<b) != 0 && v&(1<<b) == 0 {
+					want[b] = int32(j)
+				}
+			}
+			live &= v
+		}
+		for b := range want {
+			if live&(1<<b) != 0 {
+				want[b] = int32(n)
+			}
+		}
+		var got [10]int32
+		walk(tb, hashes, alive, got[:])
+		for b := range want {
+			if alive&(1<<b) != 0 && got[b] != want[b] {
+				t.Fatalf("trial %d (%d hashes): bit %d walked %d deep, want %d", trial, n, b, got[b], want[b])
+			}
+		}
 	}
 }
 

@@ -40,63 +40,84 @@ func (t *bitTable) clear(key, bit uint64) (had bool) {
 	return had
 }
 
-// getMany is get for several keys, written so that cache misses overlap:
-// the home buckets of all keys are loaded back to back, each key is then
-// looked for in its bucket (in cache by then), and the few keys whose bucket
-// is full without them have their next bucket loaded, again back to back,
-// before they go on probing.
-func (t *bitTable) getMany(keys, out []uint64) {
-	var home [matchChunk]int
-	var first [matchChunk]uint64 // key of each home slot: the load that misses
+// prefetch computes the home slot of each key into at and asks the CPU to
+// start loading those buckets without waiting for them: walk prefetches a
+// few chunks ahead of the ones it resolves, so that many cache misses are
+// in flight at once. Plain loads would do the same only as far as the
+// CPU's reorder window reaches (about one chunk of Match's code): each
+// missing load holds up every instruction after it until it arrives, a
+// prefetch holds up nothing.
+func (t *bitTable) prefetch(keys []uint64, at []int) {
+	at = at[:len(keys)]
 	for i, k := range keys {
-		h := t.home(k)
-		home[i] = h
-		first[i] = t.slots[h].key
+		at[i] = t.home(k)
 	}
-	var over [matchChunk]uint8 // keys to probe past their home bucket
-	nover := 0
+	if len(at) > 0 {
+		prefetchSlots(t.slots, at)
+	}
+}
+
+// resolve looks up keys (at most matchChunk) whose home slots are at,
+// writing each key's set (or 0) to out: each key is looked for in its home
+// bucket, in cache by then if prefetch loaded it. A key whose bucket is
+// full without it may lie further on: resolve lists it in over, moves its
+// at to the next bucket and prefetches that bucket, and returns how many
+// it listed; finish completes those lookups. Walk calls finish a chunk
+// later, so the second miss overlaps other work instead of stalling.
+func (t *bitTable) resolve(keys []uint64, at []int, out []uint64, over *[matchChunk]uint8) (nover int) {
+	at = at[:len(keys)]
+	out = out[:len(keys)]
 	for i, k := range keys {
-		h := home[i]
+		h := at[i]
 		b := (*[bucketSlots]oaSlot)(t.slots[h : h+bucketSlots])
-		// Branch-free: where in its bucket a key sits is random, and a
-		// mispredicted branch here would stall the loads still in flight.
-		v := b[0].val & -b2u(first[i] == k)
-		v |= b[1].val & -b2u(b[1].key == k)
-		v |= b[2].val & -b2u(b[2].key == k)
-		v |= b[3].val & -b2u(b[3].key == k)
+		// Branch-free (conditional moves): where in its bucket a key sits
+		// is random, and a mispredicted branch here would stall the loads
+		// still in flight.
+		k0, k1, k2, k3 := b[0].key, b[1].key, b[2].key, b[3].key
+		v0, v1, v2, v3 := b[0].val, b[1].val, b[2].val, b[3].val
+		v := uint64(0)
+		if k0 == k {
+			v = v0
+		}
+		if k1 == k {
+			v = v1
+		}
+		if k2 == k {
+			v = v2
+		}
+		if k3 == k {
+			v = v3
+		}
 		out[i] = v
-		full := b2u(first[i] != 0) & b2u(b[1].key != 0) & b2u(b[2].key != 0) & b2u(b[3].key != 0)
-		if v == 0 && full != 0 {
+		// Whether the bucket is full matters only for a key not found,
+		// rare on a prompt's shared prefix.
+		if v == 0 && k0 != 0 && k1 != 0 && k2 != 0 && k3 != 0 && nover < len(over) {
 			over[nover] = uint8(i)
 			nover++
 		}
 	}
 	if nover == 0 {
-		return
+		return 0
 	}
-	// The next buckets of those keys, loaded back to back as well.
-	var next [matchChunk]uint64
+	var next [matchChunk]int
 	for j, i := range over[:nover] {
-		h := home[i] + bucketSlots
+		h := at[i] + bucketSlots
 		if h == len(t.slots) {
 			h = 0
 		}
-		home[i] = h
-		next[j] = t.slots[h].key
+		at[i] = h
+		next[j] = h
 	}
-	for j, i := range over[:nover] {
-		if next[j] == 0 {
-			continue // out[i] is 0 already
-		}
-		out[i] = t.probeFrom(keys[i], home[i])
-	}
+	prefetchSlots(t.slots, next[:nover])
+	return nover
 }
 
-func b2u(b bool) uint64 {
-	if b {
-		return 1
+// finish completes the lookups that resolve listed in over, probing on
+// from their at.
+func (t *bitTable) finish(keys []uint64, at []int, out []uint64, over []uint8) {
+	for _, i := range over {
+		out[i] = t.probeFrom(keys[i], at[i])
 	}
-	return 0
 }
 
 // probeFrom is get continuing at slot i < len(t.slots).

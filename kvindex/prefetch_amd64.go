@@ -1,0 +1,15 @@
+package kvindex
+
+import "unsafe"
+
+// prefetchSlots asks the CPU to bring the cache lines of slots[at[i]] into
+// cache, without waiting for them. Every at[i] must be a valid index of
+// slots.
+func prefetchSlots(slots []oaSlot, at []int) {
+	prefetchLines(unsafe.Pointer(unsafe.SliceData(slots)), unsafe.SliceData(at), len(at))
+}
+
+// prefetchLines issues PREFETCHT0 for base+16*at[i], i < n.
+//
+//go:noescape
+func prefetchLines(base unsafe.Pointer, at *int, n int)

@@ -1,0 +1,15 @@
+//go:build !amd64
+
+package kvindex
+
+// prefetchSlots loads the first key of slots[at[i]] for every i, back to
+// back, so that their cache misses at least overlap with each other; only
+// amd64 has a prefetch that does not wait (prefetch_amd64.s).
+//
+//go:noinline
+func prefetchSlots(slots []oaSlot, at []int) (sink uint64) {
+	for _, i := range at {
+		sink ^= slots[i].key
+	}
+	return sink
+}
