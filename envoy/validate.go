@@ -45,8 +45,9 @@ const minLongTimeout = 5 * time.Minute
 //     kvroute's endpoint list;
 //   - a bootstrap that takes clusters over ADS (style xds) routes to
 //     kvroute_workers, the one cluster kvroute serves, and never by
-//     cluster_header (kvroute serves no per-worker clusters); a static
-//     bootstrap must define every cluster it routes to.
+//     cluster_header (kvroute serves no per-worker clusters), with
+//     validate_clusters: false (the cluster arrives after the listener
+//     loads); a static bootstrap must define every cluster it routes to.
 //
 // All failures are reported together.
 func Validate(data []byte) (*bootstrapv3.Bootstrap, error) {
@@ -268,6 +269,12 @@ func (c *checker) checkRoutes(where string, rc *routev3.RouteConfiguration) {
 				switch {
 				case spec.Cluster == WorkersClusterName && c.ads && !static:
 					// Served by kvroute over ADS: the route to the workers.
+					// Envoy checks a static route table's clusters when the
+					// listener loads (validate_clusters defaults to true
+					// there), before CDS has delivered this one.
+					if vc := rc.GetValidateClusters(); vc == nil || vc.GetValue() {
+						c.failf("%s: cluster %q comes over CDS after the listener loads: the route_config needs validate_clusters: false, or Envoy refuses it as an unknown cluster", rw, spec.Cluster)
+					}
 					if !retriesConnectFailure(ra.GetRetryPolicy()) {
 						c.failf("%s: a route to kvroute's worker cluster needs a retry_policy with retry_on connect-failure and num_retries >= 1", rw)
 					}

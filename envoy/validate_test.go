@@ -60,6 +60,8 @@ func TestValidateRejectsBrokenVariants(t *testing.T) {
 		{"default circuit breakers", StyleOriginalDst, "max_requests: 100000", "max_requests: 1024", "circuit breakers"},
 		{"worker route without retries", StyleClusterHeader, "retry_on: connect-failure,reset", "retry_on: reset", "retry_on connect-failure"},
 		{"worker route with no retry", StyleXDS, "num_retries: 1", "num_retries: 0", "num_retries >= 1"},
+		{"xds validates clusters at load", StyleXDS, "validate_clusters: false\n", "validate_clusters: true\n", "validate_clusters: false"},
+		{"xds validate_clusters unset", StyleXDS, "            validate_clusters: false\n", "", "validate_clusters: false"},
 		{"xds routes by cluster_header", StyleXDS, "cluster: kvroute_workers\n", "cluster_header: x-target-worker\n", "no per-worker clusters"},
 		{"xds routes to an unserved cluster", StyleXDS, "cluster: kvroute_workers\n", "cluster: w0\n", "kvroute serves only \"kvroute_workers\""},
 		{"static bootstrap routes to the served cluster", StyleClusterHeader, "cluster: kvroute_fallback\n", "cluster: kvroute_workers\n", "\"kvroute_workers\" does not exist among the static clusters"},
