@@ -20,7 +20,9 @@ const (
 	// StyleOriginalDst routes through an ORIGINAL_DST cluster on
 	// x-gateway-destination-endpoint, as the Gateway API Inference Extension does.
 	StyleOriginalDst = "original-dst"
-	// StyleXDS routes on x-target-worker to clusters served by kvroute over ADS.
+	// StyleXDS routes to one shared worker cluster (WorkersClusterName)
+	// served by kvroute over ADS; override_host picks the host from kvroute's
+	// endpoint list.
 	StyleXDS = "xds"
 )
 
@@ -40,6 +42,9 @@ const (
 	XDSClusterName = "kvroute_xds"
 	// FallbackClusterName spreads requests over all workers when kvroute gave no answer.
 	FallbackClusterName = "kvroute_fallback"
+	// WorkersClusterName is the one worker cluster kvroute's xDS server
+	// serves (style xds): every worker once, picked by override_host.
+	WorkersClusterName = "kvroute_workers"
 	// OriginalDstClusterName is the ORIGINAL_DST cluster of the original-dst style.
 	OriginalDstClusterName = "original_destination_cluster"
 	// OverrideHostPolicyName is Envoy's load balancing policy that takes the
@@ -49,7 +54,9 @@ const (
 
 // Worker is one backend as the bootstraps see it.
 type Worker struct {
-	// Cluster is the Envoy cluster name, the value kvroute writes into x-target-worker.
+	// Cluster is the Envoy cluster name, the value kvroute writes into
+	// x-target-worker (the cluster-header style routes on it; the xds style
+	// serves every worker in the one cluster WorkersClusterName instead).
 	Cluster string
 	// Address is the worker's "host:port"; an IP literal gives a STATIC
 	// cluster, a host name a STRICT_DNS one.
@@ -157,6 +164,7 @@ type templateData struct {
 	DestinationHeader string
 	ExtProc, XDS      grpcClusterData
 	Workers           []workerData
+	WorkersCluster    string
 	FallbackType      string
 }
 
@@ -173,6 +181,7 @@ func Generate(style string, workers []Worker, opts Options) ([]byte, error) {
 		TargetHeader:      TargetHeader,
 		DestinationHeader: DestinationHeader,
 		FallbackType:      "STATIC",
+		WorkersCluster:    WorkersClusterName,
 	}
 	if opts.MessageTimeout < time.Millisecond || opts.MessageTimeout >= time.Hour {
 		return nil, fmt.Errorf("envoy: message timeout %v outside Envoy's range [1ms, 1h)", opts.MessageTimeout)
@@ -202,7 +211,7 @@ func Generate(style string, workers []Worker, opts Options) ([]byte, error) {
 		if len(workers) == 0 {
 			return nil, fmt.Errorf("envoy: style %s needs at least one worker", style)
 		}
-		seen := map[string]bool{ExtProcClusterName: true, FallbackClusterName: true, XDSClusterName: true}
+		seen := map[string]bool{ExtProcClusterName: true, FallbackClusterName: true, XDSClusterName: true, WorkersClusterName: true}
 		for _, w := range workers {
 			if w.Cluster == "" {
 				return nil, fmt.Errorf("envoy: worker at %q has no cluster name", w.Address)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"flag"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -136,5 +137,29 @@ func TestGenerateKeepsOddClusterNames(t *testing.T) {
 	c, ok := staticClusters(b)[name]
 	if !ok || c.GetLoadAssignment().GetClusterName() != name {
 		t.Fatalf("cluster %q lost in rendering", name)
+	}
+}
+
+// BenchmarkGenerateClusterHeader shows why the cluster-header style is for
+// small static fleets: every worker cluster holds every worker, so the
+// bootstrap (and its validation) grows with workers².
+func BenchmarkGenerateClusterHeader(b *testing.B) {
+	for _, n := range []int{50, 200} {
+		b.Run(strconv.Itoa(n)+"-workers", func(b *testing.B) {
+			ws := make([]Worker, n)
+			for i := range ws {
+				ws[i] = Worker{Cluster: "w" + strconv.Itoa(i), Address: "10.0." + strconv.Itoa(i/250) + "." + strconv.Itoa(i%250+1) + ":8000"}
+			}
+			var size int
+			for b.Loop() {
+				out, err := Generate(StyleClusterHeader, ws, Options{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				size = len(out)
+			}
+			b.ReportMetric(float64(size), "yaml-bytes")
+			b.ReportMetric(float64(n*n), "endpoints")
+		})
 	}
 }

@@ -39,9 +39,15 @@ const minLongTimeout = 5 * time.Minute
 //     by an early header mutation (before ext_proc), x-target-worker removed
 //     before the worker sees it, message_timeout set, gRPC health checking of kvroute,
 //     circuit breakers above 1,024 and timeouts fit for long generations;
-//   - routes to worker clusters (cluster_header) retry connect-failure at
-//     least once, retry_on names only conditions Envoy knows, and an
-//     override_host policy reads kvroute's endpoint list.
+//   - routes to worker clusters (cluster_header, or the shared
+//     kvroute_workers cluster) retry connect-failure at least once, retry_on
+//     names only conditions Envoy knows, and an override_host policy reads
+//     kvroute's endpoint list;
+//   - a bootstrap that takes clusters over ADS (style xds) routes to
+//     kvroute_workers, the one cluster kvroute serves, and never by
+//     cluster_header (kvroute serves no per-worker clusters), with
+//     validate_clusters: false (the cluster arrives after the listener
+//     loads); a static bootstrap must define every cluster it routes to.
 //
 // All failures are reported together.
 func Validate(data []byte) (*bootstrapv3.Bootstrap, error) {
@@ -75,7 +81,7 @@ func ValidateBootstrap(b *bootstrapv3.Bootstrap) error {
 	if err != nil {
 		return fmt.Errorf("envoy: %w", err)
 	}
-	c := &checker{clusters: staticClusters(b)}
+	c := &checker{clusters: staticClusters(b), ads: b.GetDynamicResources().GetCdsConfig().GetAds() != nil}
 	c.checkClusters(b)
 	c.checkADS(b)
 	for _, v := range views {
@@ -89,7 +95,10 @@ func ValidateBootstrap(b *bootstrapv3.Bootstrap) error {
 
 type checker struct {
 	clusters map[string]*clusterv3.Cluster
-	errs     []error
+	// ads: clusters also come over ADS from kvroute, which serves exactly
+	// WorkersClusterName.
+	ads  bool
+	errs []error
 }
 
 func (c *checker) failf(format string, args ...any) {
@@ -256,10 +265,28 @@ func (c *checker) checkRoutes(where string, rc *routev3.RouteConfiguration) {
 			}
 			switch spec := ra.GetClusterSpecifier().(type) {
 			case *routev3.RouteAction_Cluster:
-				if _, ok := c.clusters[spec.Cluster]; !ok {
+				_, static := c.clusters[spec.Cluster]
+				switch {
+				case spec.Cluster == WorkersClusterName && c.ads && !static:
+					// Served by kvroute over ADS: the route to the workers.
+					// Envoy checks a static route table's clusters when the
+					// listener loads (validate_clusters defaults to true
+					// there), before CDS has delivered this one.
+					if vc := rc.GetValidateClusters(); vc == nil || vc.GetValue() {
+						c.failf("%s: cluster %q comes over CDS after the listener loads: the route_config needs validate_clusters: false, or Envoy refuses it as an unknown cluster", rw, spec.Cluster)
+					}
+					if !retriesConnectFailure(ra.GetRetryPolicy()) {
+						c.failf("%s: a route to kvroute's worker cluster needs a retry_policy with retry_on connect-failure and num_retries >= 1", rw)
+					}
+				case !static && c.ads:
+					c.failf("%s: cluster %q is neither static nor served by kvroute over ADS (kvroute serves only %q)", rw, spec.Cluster, WorkersClusterName)
+				case !static:
 					c.failf("%s: cluster %q does not exist among the static clusters", rw, spec.Cluster)
 				}
 			case *routev3.RouteAction_ClusterHeader:
+				if c.ads {
+					c.failf("%s: kvroute's xDS server serves one worker cluster, %q, and no per-worker clusters: route with cluster: %s, not cluster_header", rw, WorkersClusterName, WorkersClusterName)
+				}
 				if spec.ClusterHeader != TargetHeader {
 					c.failf("%s: cluster_header is %q, kvroute writes %q", rw, spec.ClusterHeader, TargetHeader)
 				}

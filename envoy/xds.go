@@ -31,12 +31,12 @@ import (
 // DefaultNodeID is the node id of the shipped bootstraps (Options.NodeID's default).
 const DefaultNodeID = "kvroute-envoy"
 
-// XDSServer serves the fleet's worker clusters to Envoy over ADS (the
-// bootstrap of StyleXDS). Each worker becomes one cluster named by its
-// Cluster, with its Address at priority 0 and the other workers at
-// priority 1 (where a retry goes), configured as cluster-header.yaml
-// configures its static worker clusters (see WorkerClusters). SetWorkers
-// replaces the whole set; Envoy sees clusters appear and disappear on its
+// XDSServer serves the fleet to Envoy over ADS (the bootstrap of
+// StyleXDS) as ONE cluster, WorkersClusterName, holding every worker's
+// address once and picking hosts with override_host from kvroute's endpoint
+// list (see WorkersCluster). The snapshot is O(workers): a fleet of N
+// workers is N endpoints, not N clusters of N endpoints each. SetWorkers
+// replaces the whole set; Envoy sees the cluster's endpoints change on its
 // open ADS stream. The zero value is not usable; call NewXDSServer.
 type XDSServer struct {
 	nodeID string
@@ -49,8 +49,8 @@ type XDSServer struct {
 
 // NewXDSServer returns a server that answers the Envoy whose node id is
 // nodeID, or every Envoy when nodeID is empty (useful when each replica's
-// node id is its pod name). It serves an empty cluster set until the first
-// SetWorkers.
+// node id is its pod name). It serves WorkersClusterName with no endpoints
+// until the first SetWorkers.
 func NewXDSServer(nodeID string, logger *slog.Logger) *XDSServer {
 	if logger == nil {
 		logger = slog.Default()
@@ -58,7 +58,8 @@ func NewXDSServer(nodeID string, logger *slog.Logger) *XDSServer {
 	s := &XDSServer{nodeID: nodeID, log: logger}
 	s.cache = cachev3.NewSnapshotCache(true, nodeKey{any: nodeID == ""}, nil)
 	// An empty set is always valid, so this cannot fail; Envoy connecting
-	// before the fleet is known gets no clusters rather than a hung request.
+	// before the fleet is known gets a cluster with no hosts (503s) rather
+	// than a hung request.
 	if err := s.SetWorkers(nil); err != nil {
 		logger.Error("xds initial snapshot", "err", err)
 	}
@@ -84,33 +85,20 @@ func (s *XDSServer) Version() string {
 	return strconv.FormatUint(s.version, 10)
 }
 
-// SetWorkers replaces the served clusters with one per worker
-// (WorkerClusters). An invalid
-// set (empty or duplicate cluster names, a name the bootstrap reserves, a
-// bad address) is refused as a whole and the previous set stays served.
+// SetWorkers replaces the served worker cluster with one holding these
+// workers (WorkersCluster). An invalid set (a bad address) is refused as a
+// whole and the previous set stays served. Cluster names play no part: the
+// xds bootstrap routes to WorkersClusterName and override_host matches
+// kvroute's list by address.
 func (s *XDSServer) SetWorkers(workers []Worker) error {
-	clusters := make([]types.Resource, 0, len(workers))
-	seen := map[string]bool{ExtProcClusterName: true, XDSClusterName: true, FallbackClusterName: true, OriginalDstClusterName: true}
-	for _, w := range workers {
-		if w.Cluster == "" {
-			return fmt.Errorf("envoy: xds: worker at %q has no cluster name", w.Address)
-		}
-		if seen[w.Cluster] {
-			return fmt.Errorf("envoy: xds: cluster name %q used twice or reserved", w.Cluster)
-		}
-		seen[w.Cluster] = true
-	}
-	cs, err := WorkerClusters(workers)
+	c, err := WorkersCluster(workers)
 	if err != nil {
 		return fmt.Errorf("envoy: xds: %w", err)
-	}
-	for _, c := range cs {
-		clusters = append(clusters, c)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	version := strconv.FormatUint(s.version+1, 10)
-	snap, err := cachev3.NewSnapshot(version, map[resource.Type][]types.Resource{resource.ClusterType: clusters})
+	snap, err := cachev3.NewSnapshot(version, map[resource.Type][]types.Resource{resource.ClusterType: {c}})
 	if err != nil {
 		return fmt.Errorf("envoy: xds: snapshot %s: %w", version, err)
 	}
@@ -122,75 +110,43 @@ func (s *XDSServer) SetWorkers(workers []Worker) error {
 		return fmt.Errorf("envoy: xds: set snapshot %s: %w", version, err)
 	}
 	s.version++
-	s.log.Debug("xds snapshot", "version", version, "clusters", len(clusters))
+	s.log.Debug("xds snapshot", "version", version, "cluster", c.GetName(),
+		"endpoints", len(c.GetLoadAssignment().GetEndpoints()[0].GetLbEndpoints()))
 	return nil
 }
 
-// WorkerCluster builds the Envoy cluster for one worker alone, as
-// WorkerClusters does for a fleet of one.
-func WorkerCluster(w Worker) (*clusterv3.Cluster, error) {
-	return workerCluster(w, nil)
-}
-
-// WorkerClusters builds one cluster per worker, the same clusters
-// cluster-header.yaml declares statically: STATIC for an IP literal,
-// STRICT_DNS for a host name, a 5 s connect timeout, circuit breakers far
-// above Envoy's default of 1,024, the worker as priority 0 and every other
-// worker as priority 1, and override_host picking from kvroute's endpoint
-// list (so a retry reaches kvroute's runner-up).
-func WorkerClusters(workers []Worker) ([]*clusterv3.Cluster, error) {
-	hps := make([]hostPort, len(workers))
-	for i, w := range workers {
+// WorkersCluster builds the one cluster the xds style routes to,
+// WorkersClusterName: every distinct worker address once, at priority 0, in
+// the order given; STATIC when all are IP literals, STRICT_DNS otherwise; a
+// 5 s connect timeout and circuit breakers far above Envoy's default of
+// 1,024, as cluster-header.yaml's worker clusters have. Its policy is
+// override_host reading kvroute's endpoint list from envoy.lb metadata: the
+// first attempt goes to kvroute's pick, a retry (the route's previous_hosts
+// predicate) to the next listed endpoint, kvroute's runner-up. Without a
+// list, or once the list is used up, the fallback is round robin over every
+// worker (see overrideHostPolicy). No workers gives the cluster with no
+// endpoints.
+func WorkersCluster(workers []Worker) (*clusterv3.Cluster, error) {
+	discovery := clusterv3.Cluster_STATIC
+	lbs := make([]*endpointv3.LbEndpoint, 0, len(workers))
+	seen := make(map[hostPort]bool, len(workers))
+	for _, w := range workers {
 		hp, err := parseHostPort("worker "+w.Cluster+" address", w.Address)
 		if err != nil {
 			return nil, err
 		}
-		hps[i] = hp
-	}
-	out := make([]*clusterv3.Cluster, 0, len(workers))
-	for i, w := range workers {
-		var others []hostPort
-		seen := map[hostPort]bool{hps[i]: true}
-		for _, hp := range hps {
-			if !seen[hp] {
-				seen[hp] = true
-				others = append(others, hp)
-			}
+		if seen[hp] { // data-parallel ranks behind one address: Envoy keys hosts by address
+			continue
 		}
-		c, err := workerCluster(w, others)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, c)
-	}
-	return out, nil
-}
-
-func workerCluster(w Worker, others []hostPort) (*clusterv3.Cluster, error) {
-	hp, err := parseHostPort("worker "+w.Cluster+" address", w.Address)
-	if err != nil {
-		return nil, err
-	}
-	discovery := clusterv3.Cluster_STATIC
-	if !hp.IsIP {
-		discovery = clusterv3.Cluster_STRICT_DNS
-	}
-	for _, o := range others {
-		if !o.IsIP {
+		seen[hp] = true
+		if !hp.IsIP { // a STATIC cluster takes IP literals only
 			discovery = clusterv3.Cluster_STRICT_DNS
 		}
+		lbs = append(lbs, lbEndpoint(hp))
 	}
 	limit := wrapperspb.UInt32(100000)
-	endpoints := []*endpointv3.LocalityLbEndpoints{{LbEndpoints: []*endpointv3.LbEndpoint{lbEndpoint(hp)}}}
-	if len(others) > 0 {
-		p1 := &endpointv3.LocalityLbEndpoints{Priority: 1}
-		for _, o := range others {
-			p1.LbEndpoints = append(p1.LbEndpoints, lbEndpoint(o))
-		}
-		endpoints = append(endpoints, p1)
-	}
 	c := &clusterv3.Cluster{
-		Name:                 w.Cluster,
+		Name:                 WorkersClusterName,
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: discovery},
 		ConnectTimeout:       durationpb.New(5 * time.Second),
 		LoadBalancingPolicy:  overrideHostPolicy(),
@@ -200,10 +156,13 @@ func workerCluster(w Worker, others []hostPort) (*clusterv3.Cluster, error) {
 			MaxPendingRequests: limit,
 			MaxRequests:        limit,
 		}}},
-		LoadAssignment: &endpointv3.ClusterLoadAssignment{ClusterName: w.Cluster, Endpoints: endpoints},
+		LoadAssignment: &endpointv3.ClusterLoadAssignment{
+			ClusterName: WorkersClusterName,
+			Endpoints:   []*endpointv3.LocalityLbEndpoints{{LbEndpoints: lbs}},
+		},
 	}
 	if err := c.ValidateAll(); err != nil {
-		return nil, fmt.Errorf("cluster %q: %w", w.Cluster, err)
+		return nil, fmt.Errorf("cluster %q: %w", WorkersClusterName, err)
 	}
 	return c, nil
 }
@@ -228,7 +187,14 @@ const (
 	ServedKey = "x-gateway-destination-endpoint-served"
 )
 
-// overrideHostPolicy is the "override-host" template's policy as a proto.
+// overrideHostPolicy is the "override-host" template's policy as a proto:
+// override_host over kvroute's list, round robin as the fallback. Round
+// robin rather than least_request: in the xds style ext_proc fails closed,
+// so the fallback only picks a retry's host once kvroute's list is used up
+// (the previous_hosts predicate keeps it off the failed host) or a request
+// kvroute answered without a list; that rare path does not need load
+// awareness, and it is the policy the Gateway in envoytest models exactly,
+// so the tests run what Envoy runs.
 func overrideHostPolicy() *clusterv3.LoadBalancingPolicy {
 	rr, _ := anypb.New(&roundrobinv3.RoundRobin{})
 	oh, _ := anypb.New(&overridehostv3.OverrideHost{

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -109,23 +110,41 @@ func names(m map[string]*clusterv3.Cluster) []string {
 	return n
 }
 
-func TestXDSClustersFollowSetWorkers(t *testing.T) {
+// endpointAddrs lists the cluster's endpoints as host:port, priority by
+// priority.
+func endpointAddrs(c *clusterv3.Cluster) []string {
+	var out []string
+	for _, le := range c.GetLoadAssignment().GetEndpoints() {
+		for _, lb := range le.GetLbEndpoints() {
+			sa := lb.GetEndpoint().GetAddress().GetSocketAddress()
+			out = append(out, net.JoinHostPort(sa.GetAddress(), strconv.Itoa(int(sa.GetPortValue()))))
+		}
+	}
+	return out
+}
+
+// The xDS server serves exactly one cluster, kvroute_workers, whose
+// endpoints follow SetWorkers: each worker once, in order.
+func TestXDSWorkerClusterFollowsSetWorkers(t *testing.T) {
 	srv, addr := startXDS(t, DefaultNodeID)
 	ads := dialADS(t, addr, DefaultNodeID)
 
 	v0, got := ads.next()
-	if len(got) != 0 {
-		t.Fatalf("before any SetWorkers: clusters %v, want none", names(got))
+	if n := names(got); !slices.Equal(n, []string{WorkersClusterName}) || len(endpointAddrs(got[WorkersClusterName])) != 0 {
+		t.Fatalf("before any SetWorkers: clusters %v with endpoints %v, want only an empty %s", n, endpointAddrs(got[WorkersClusterName]), WorkersClusterName)
 	}
 	steps := []struct {
 		name    string
 		workers []Worker
 		want    []string
+		typ     clusterv3.Cluster_DiscoveryType
 	}{
-		{"two workers appear", []Worker{{"w0", "10.0.0.1:8000"}, {"w1", "10.0.0.2:8000"}}, []string{"w0", "w1"}},
-		{"a third joins", []Worker{{"w0", "10.0.0.1:8000"}, {"w1", "10.0.0.2:8000"}, {"w2", "vllm-2.vllm:8000"}}, []string{"w0", "w1", "w2"}},
-		{"one leaves", []Worker{{"w0", "10.0.0.1:8000"}, {"w2", "vllm-2.vllm:8000"}}, []string{"w0", "w2"}},
-		{"all leave", nil, nil},
+		{"two workers appear", []Worker{{"w0", "10.0.0.1:8000"}, {"w1", "10.0.0.2:8000"}}, []string{"10.0.0.1:8000", "10.0.0.2:8000"}, clusterv3.Cluster_STATIC},
+		{"a third joins", []Worker{{"w0", "10.0.0.1:8000"}, {"w1", "10.0.0.2:8000"}, {"w2", "vllm-2.vllm:8000"}},
+			[]string{"10.0.0.1:8000", "10.0.0.2:8000", "vllm-2.vllm:8000"}, clusterv3.Cluster_STRICT_DNS},
+		{"one leaves", []Worker{{"w0", "10.0.0.1:8000"}, {"w2", "vllm-2.vllm:8000"}}, []string{"10.0.0.1:8000", "vllm-2.vllm:8000"}, clusterv3.Cluster_STRICT_DNS},
+		{"ranks sharing an address", []Worker{{"w0", "10.0.0.1:8000"}, {"w0-dp1", "10.0.0.1:8000"}, {"w3", "[fd00::3]:8000"}}, []string{"10.0.0.1:8000", "[fd00::3]:8000"}, clusterv3.Cluster_STATIC},
+		{"all leave", nil, nil, clusterv3.Cluster_STATIC},
 	}
 	prev := v0
 	for _, st := range steps {
@@ -140,15 +159,15 @@ func TestXDSClustersFollowSetWorkers(t *testing.T) {
 			t.Errorf("%s: response version %q, server version %q", st.name, v, srv.Version())
 		}
 		prev = v
-		if n := names(got); !slices.Equal(n, st.want) {
-			t.Fatalf("%s: clusters %v, want %v", st.name, n, st.want)
+		if n := names(got); !slices.Equal(n, []string{WorkersClusterName}) {
+			t.Fatalf("%s: clusters %v, want only %s", st.name, n, WorkersClusterName)
 		}
-		for _, w := range st.workers {
-			ep := got[w.Cluster].GetLoadAssignment().GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress()
-			host, _, _ := net.SplitHostPort(w.Address)
-			if ep.GetAddress() != host {
-				t.Errorf("%s: cluster %s endpoint %s, want host %s", st.name, w.Cluster, ep.GetAddress(), host)
-			}
+		c := got[WorkersClusterName]
+		if eps := endpointAddrs(c); !slices.Equal(eps, st.want) {
+			t.Errorf("%s: endpoints %v, want %v", st.name, eps, st.want)
+		}
+		if c.GetType() != st.typ {
+			t.Errorf("%s: cluster type %s, want %s", st.name, c.GetType(), st.typ)
 		}
 	}
 }
@@ -164,13 +183,10 @@ func TestXDSRefusesBadSetsAndKeepsTheOldOne(t *testing.T) {
 		name    string
 		workers []Worker
 	}{
-		{"duplicate cluster", []Worker{{"w0", "10.0.0.1:8000"}, {"w0", "10.0.0.2:8000"}}},
-		{"empty cluster name", []Worker{{"", "10.0.0.1:8000"}}},
-		{"reserved ext_proc cluster", []Worker{{ExtProcClusterName, "10.0.0.1:8000"}}},
-		{"reserved xds cluster", []Worker{{XDSClusterName, "10.0.0.1:8000"}}},
-		{"no port", []Worker{{"w1", "10.0.0.1"}}},
+		{"no port", []Worker{{"w0", "10.0.0.1:8000"}, {"w1", "10.0.0.1"}}},
 		{"port zero", []Worker{{"w1", "10.0.0.1:0"}}},
 		{"bad host", []Worker{{"w1", "a b:80"}}},
+		{"control characters", []Worker{{"w1", "10.0.0.1\r\n:80"}}},
 	}
 	for _, b := range bad {
 		if err := srv.SetWorkers(b.workers); err == nil {
@@ -181,8 +197,8 @@ func TestXDSRefusesBadSetsAndKeepsTheOldOne(t *testing.T) {
 		t.Errorf("refused sets moved the version from %s to %s", before, srv.Version())
 	}
 	_, got := dialADS(t, addr, DefaultNodeID).next()
-	if n := names(got); !slices.Equal(n, []string{"w0"}) {
-		t.Errorf("after refused sets Envoy sees %v, want [w0]", n)
+	if eps := endpointAddrs(got[WorkersClusterName]); !slices.Equal(eps, []string{"10.0.0.1:8000"}) {
+		t.Errorf("after refused sets Envoy sees endpoints %v, want [10.0.0.1:8000]", eps)
 	}
 }
 
@@ -201,8 +217,8 @@ func TestXDSServesOnlyItsNodeUnlessAnyNode(t *testing.T) {
 			t.Fatalf("node someone-else got a response (err %v); the server should answer only %s", err, DefaultNodeID)
 		case <-time.After(300 * time.Millisecond):
 		}
-		if _, c := dialADS(t, addr, DefaultNodeID).next(); len(c) != 1 {
-			t.Errorf("node %s got %d clusters, want 1", DefaultNodeID, len(c))
+		if _, c := dialADS(t, addr, DefaultNodeID).next(); len(endpointAddrs(c[WorkersClusterName])) != 1 {
+			t.Errorf("node %s got clusters %v, want %s with 1 endpoint", DefaultNodeID, names(c), WorkersClusterName)
 		}
 	})
 	t.Run("empty node id serves every node", func(t *testing.T) {
@@ -211,18 +227,20 @@ func TestXDSServesOnlyItsNodeUnlessAnyNode(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, id := range []string{"envoy-7d9f-abc", "envoy-7d9f-def"} {
-			if _, c := dialADS(t, addr, id).next(); len(c) != 1 {
-				t.Errorf("node %s got %d clusters, want 1", id, len(c))
+			if _, c := dialADS(t, addr, id).next(); len(endpointAddrs(c[WorkersClusterName])) != 1 {
+				t.Errorf("node %s got clusters %v, want %s with 1 endpoint", id, names(c), WorkersClusterName)
 			}
 		}
 	})
 }
 
-// The xDS cluster of a worker must be the very cluster cluster-header.yaml
-// declares for it, so that switching styles changes nothing upstream.
-func TestWorkerClusterMatchesClusterHeaderBootstrap(t *testing.T) {
+// The served cluster completes the xds bootstrap: put among its static
+// clusters (where Envoy keeps it once CDS delivered it) it passes Validate's
+// contract checks (override_host reads kvroute's list, circuit breakers),
+// and the bootstrap's worker route names it.
+func TestWorkersClusterCompletesXDSBootstrap(t *testing.T) {
 	workers := []Worker{{"w0", "10.0.0.1:8000"}, {"w-dns", "vllm-0.vllm.default.svc:8000"}}
-	yaml, err := Generate(StyleClusterHeader, workers, Options{})
+	yaml, err := Generate(StyleXDS, nil, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,20 +248,56 @@ func TestWorkerClusterMatchesClusterHeaderBootstrap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	static := map[string]*clusterv3.Cluster{}
-	for _, c := range b.GetStaticResources().GetClusters() {
-		static[c.GetName()] = c
-	}
-	all, err := WorkerClusters(workers)
+	served, err := WorkersCluster(workers)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, w := range workers {
-		got := all[i]
-		if !proto.Equal(got, static[w.Cluster]) {
-			t.Errorf("xDS cluster %s\n%v\ndiffers from cluster-header.yaml's\n%v", w.Cluster, got, static[w.Cluster])
+	b.StaticResources.Clusters = append(b.StaticResources.Clusters, served)
+	if err := ValidateBootstrap(b); err != nil {
+		t.Fatalf("xds bootstrap with the served cluster fails validation: %v", err)
+	}
+	if !slices.Contains(routeClusters(t, b), WorkersClusterName) {
+		t.Errorf("xds bootstrap routes to %v, not to %s", routeClusters(t, b), WorkersClusterName)
+	}
+	// The same policy as cluster-header.yaml's worker clusters.
+	ch, err := Generate(StyleClusterHeader, workers, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb, err := ParseBootstrap(ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	static := staticClusters(cb)["w0"]
+	if !proto.Equal(served.GetLoadBalancingPolicy(), static.GetLoadBalancingPolicy()) {
+		t.Errorf("served load_balancing_policy\n%v\ndiffers from cluster-header.yaml's\n%v", served.GetLoadBalancingPolicy(), static.GetLoadBalancingPolicy())
+	}
+	if !proto.Equal(served.GetCircuitBreakers(), static.GetCircuitBreakers()) || !proto.Equal(served.GetConnectTimeout(), static.GetConnectTimeout()) {
+		t.Errorf("served breakers/connect timeout differ from cluster-header.yaml's worker clusters")
+	}
+	if served.GetType() != clusterv3.Cluster_STRICT_DNS {
+		t.Errorf("cluster with a host name endpoint is %s, want STRICT_DNS", served.GetType())
+	}
+}
+
+// routeClusters lists the clusters the bootstrap's routes name.
+func routeClusters(t *testing.T, b *bootstrapv3.Bootstrap) []string {
+	t.Helper()
+	views, err := ListenerViews(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, v := range views {
+		for _, vh := range v.HCM.GetRouteConfig().GetVirtualHosts() {
+			for _, r := range vh.GetRoutes() {
+				if c := r.GetRoute().GetCluster(); c != "" {
+					out = append(out, c)
+				}
+			}
 		}
 	}
+	return out
 }
 
 func TestXDSServeStopsWithContext(t *testing.T) {
@@ -271,30 +325,40 @@ func TestXDSServeStopsWithContext(t *testing.T) {
 	}
 }
 
-// FuzzWorkerCluster: any worker either gives a cluster that passes Envoy's
-// validation and names the worker, or a clear error; never a panic.
-func FuzzWorkerCluster(f *testing.F) {
-	for _, s := range [][2]string{
-		{"w0", "10.0.0.1:8000"}, {"w1", "vllm-1.vllm.svc:8000"}, {"w2", "[::1]:8000"},
-		{"", "10.0.0.1:8000"}, {"w3", "10.0.0.1"}, {"w4", "10.0.0.1:99999"}, {"w5", "a b:1"}, {"w6", ":80"},
+// FuzzWorkersCluster: any pair of workers either gives a cluster that
+// passes Envoy's validation and holds each distinct address once, or a clear
+// error; never a panic.
+func FuzzWorkersCluster(f *testing.F) {
+	for _, s := range [][3]string{
+		{"w0", "10.0.0.1:8000", "10.0.0.2:8000"}, {"w1", "vllm-1.vllm.svc:8000", "10.0.0.1:8000"}, {"w2", "[::1]:8000", "[::1]:8000"},
+		{"", "10.0.0.1:8000", "x:1"}, {"w3", "10.0.0.1", "10.0.0.1:1"}, {"w4", "10.0.0.1:99999", ""}, {"w5", "a b:1", "a:1"}, {"w6", ":80", "b:2"},
 	} {
-		f.Add(s[0], s[1])
+		f.Add(s[0], s[1], s[2])
 	}
-	f.Fuzz(func(t *testing.T, cluster, addr string) {
-		c, err := WorkerCluster(Worker{Cluster: cluster, Address: addr})
+	f.Fuzz(func(t *testing.T, cluster, a1, a2 string) {
+		c, err := WorkersCluster([]Worker{{Cluster: cluster, Address: a1}, {Cluster: cluster + "-2", Address: a2}})
 		if err != nil {
 			return
 		}
 		if err := c.ValidateAll(); err != nil {
-			t.Fatalf("cluster for %q %q fails validation: %v", cluster, addr, err)
+			t.Fatalf("cluster for %q %q fails validation: %v", a1, a2, err)
 		}
-		if c.GetName() != cluster || c.GetLoadAssignment().GetClusterName() != cluster {
-			t.Fatalf("cluster named %q, want %q", c.GetName(), cluster)
+		if c.GetName() != WorkersClusterName || c.GetLoadAssignment().GetClusterName() != WorkersClusterName {
+			t.Fatalf("cluster named %q, want %q", c.GetName(), WorkersClusterName)
+		}
+		want := 2
+		h1, _ := parseHostPort("", a1)
+		if h2, _ := parseHostPort("", a2); h1 == h2 {
+			want = 1
+		}
+		if n := len(endpointAddrs(c)); n != want {
+			t.Fatalf("addresses %q %q gave %d endpoints, want %d", a1, a2, n, want)
 		}
 	})
 }
 
-// BenchmarkSetWorkers measures one snapshot change for a fleet of 1,000 workers.
+// BenchmarkSetWorkers measures one snapshot change for a fleet of 1,000
+// workers: one cluster of 1,000 endpoints.
 func BenchmarkSetWorkers(b *testing.B) {
 	srv := NewXDSServer(DefaultNodeID, nil)
 	workers := make([]Worker, 1000)

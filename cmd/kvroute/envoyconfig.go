@@ -19,9 +19,11 @@ Prints an Envoy bootstrap (YAML) that puts kvroute in front of the fleet as an
 ext_proc filter. The output passes the same checks as the bootstraps shipped in
 envoy/ (Envoy's protos, every Any unpacked and validated, kvroute's rules).
 
-  cluster-header  one static cluster per worker of --workers-file, picked by x-target-worker
+  cluster-header  one static cluster per worker of --workers-file, picked by x-target-worker;
+                  workers² endpoints, for small static fleets (use xds beyond ~50 workers)
   original-dst    an ORIGINAL_DST cluster on x-gateway-destination-endpoint (Gateway API style)
-  xds             worker clusters served by kvroute's ADS server (kvroute --xds-addr)
+  xds             one worker cluster, kvroute_workers, served by kvroute's ADS server
+                  (kvroute --xds-addr) and following discovery; for big fleets
 
 cluster-header and xds retry a refused connection (or a reset before the
 response headers) once, on the next endpoint of kvroute's list (its runner-up,

@@ -106,7 +106,7 @@ func newServeFlags() (*cli.Command, *serveFlags) {
 	fs.DurationVar(&o.MaxRequestAge, "max-request-age", o.MaxRequestAge, "force-free requests with no lifecycle news for this long")
 	fs.DurationVar(&o.StaleReportAge, "stale-report-age", o.StaleReportAge, "ignore worker load reports older than this")
 
-	fs.StringVar(&c.XDSAddr, "xds-addr", "", "serve the discovered workers to Envoy over ADS at this `address`, one cluster per worker (bootstrap: kvroute envoy-config --style xds); empty: off")
+	fs.StringVar(&c.XDSAddr, "xds-addr", "", "serve the discovered workers to Envoy over ADS at this `address`, as one cluster, kvroute_workers (bootstrap: kvroute envoy-config --style xds); empty: off")
 	fs.StringVar(&c.XDSNodeID, "xds-node-id", "", "answer ADS only for the Envoy with this node id (envoy-config's --node-id, default kvroute-envoy); empty: every Envoy")
 	fs.StringVar(&c.Stream.TargetHeader, "target-header", extproc.DefaultTargetHeader, "request header that names the chosen worker")
 	fs.StringVar(&s.targetValue, "target-value", "cluster", "what --target-header holds: cluster (the record's Envoy cluster) or address (ip:port)")

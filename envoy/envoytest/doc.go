@@ -59,8 +59,9 @@
 // grpc_service.timeout, health_checks (every endpoint counts as healthy),
 // circuit_breakers, dns_lookup_family and lb_policy (static endpoints are
 // picked round robin). The Gateway does not speak xDS: for xds.yaml the
-// worker clusters are given in GatewayOptions.Clusters (what kvroute's xDS
-// server sends) or GatewayOptions.Endpoints. Host names are not resolved,
+// worker cluster kvroute_workers is given in GatewayOptions.Clusters (what
+// kvroute's xDS server sends, envoy.WorkersCluster) or as addresses in
+// GatewayOptions.Endpoints (built the way WorkersCluster builds it). Host names are not resolved,
 // so override_host matches listed ip:port against endpoints as written. In
 // FULL_DUPLEX_STREAMED the request-headers timer starts once the whole body
 // has been handed to the processor, since the processor may wait for it.

@@ -31,7 +31,7 @@ type GatewayOptions struct {
 	// not speak xDS, so the test or demo supplies what kvroute would serve.
 	Endpoints map[string][]string
 	// Clusters are clusters as kvroute's xDS server delivers them
-	// (envoy.WorkerClusters), for a bootstrap with CDS over ADS; the
+	// (envoy.WorkersCluster), for a bootstrap with CDS over ADS; the
 	// Gateway does not speak xDS. Endpoints, when it names one of them,
 	// replaces its endpoints.
 	Clusters []*clusterv3.Cluster
@@ -104,7 +104,8 @@ func NewGateway(b *bootstrapv3.Bootstrap, opts GatewayOptions) (*Gateway, error)
 // StartGateway renders the bootstrap of a style for the given workers and
 // kvroute address, and serves it on a free loopback port until ctx ends or
 // Close is called. It is the one-call setup for the all-in-one demo. For the
-// xds style the workers become the clusters kvroute's ADS server would send.
+// xds style the workers become the one cluster kvroute's ADS server would
+// send (envoy.WorkersCluster).
 func StartGateway(ctx context.Context, style string, workers []envoy.Worker, extProcAddr string) (*Gateway, error) {
 	data, err := envoy.Generate(style, workers, envoy.Options{ExtProcAddress: extProcAddr})
 	if err != nil {
@@ -112,9 +113,11 @@ func StartGateway(ctx context.Context, style string, workers []envoy.Worker, ext
 	}
 	opts := GatewayOptions{ListenAddress: "127.0.0.1:0"}
 	if style == envoy.StyleXDS {
-		if opts.Clusters, err = envoy.WorkerClusters(workers); err != nil {
+		c, err := envoy.WorkersCluster(workers)
+		if err != nil {
 			return nil, err
 		}
+		opts.Clusters = []*clusterv3.Cluster{c}
 	}
 	g, err := LoadGateway(data, opts)
 	if err != nil {

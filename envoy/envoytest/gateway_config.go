@@ -161,8 +161,22 @@ func buildGatewayConfig(b *bootstrapv3.Bootstrap, opts GatewayOptions) (*gateway
 			if !hasCDS {
 				return nil, fmt.Errorf("envoy gateway: endpoints given for cluster %q, which the bootstrap does not define", name)
 			}
-			// What kvroute's xDS server would deliver for xds.yaml.
-			uc = &upstreamCluster{name: name, kind: clusterStatic, connectTimeout: 5 * time.Second}
+			if name == envoy.WorkersClusterName {
+				// What kvroute's xDS server would deliver for xds.yaml.
+				ws := make([]envoy.Worker, len(eps))
+				for i, ep := range eps {
+					ws[i] = envoy.Worker{Cluster: "endpoint-" + strconv.Itoa(i), Address: ep}
+				}
+				c, err := envoy.WorkersCluster(ws)
+				if err != nil {
+					return nil, fmt.Errorf("envoy gateway: endpoints for %s: %w", name, err)
+				}
+				if uc, err = buildCluster(c); err != nil {
+					return nil, err
+				}
+			} else {
+				uc = &upstreamCluster{name: name, kind: clusterStatic, connectTimeout: 5 * time.Second}
+			}
 			cfg.clusters[name] = uc
 		}
 		if uc.kind == clusterOriginalDst {

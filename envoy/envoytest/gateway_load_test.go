@@ -82,9 +82,13 @@ func TestStartGatewayForEveryStyle(t *testing.T) {
 			for _, w := range envoy.ExampleWorkers {
 				workers = append(workers, envoy.Worker{Cluster: w.Cluster, Address: hostOf(f.workers[w.Cluster])})
 			}
-			proc := startProcServer(t, router{decide: func(_ *corev3.HeaderMap, _ []byte) *extprocsvc.HeaderMutation {
+			// As kvroute answers: the headers, and the endpoint list in
+			// envoy.lb metadata, which the xds style's shared cluster routes on.
+			r := listRouter("w2", workers[2].Address)
+			r.decide = func(_ *corev3.HeaderMap, _ []byte) *extprocsvc.HeaderMutation {
 				return setHeaders(envoy.TargetHeader, "w2", envoy.DestinationHeader, workers[2].Address)
-			}, clear: true}.script)
+			}
+			proc := startProcServer(t, r.script)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			g, err := StartGateway(ctx, style, workers, proc.addr)

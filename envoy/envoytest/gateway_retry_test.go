@@ -183,18 +183,82 @@ func TestRetryOnResetNeedsReset(t *testing.T) {
 	}
 }
 
-func TestXDSClustersRetryLikeStaticOnes(t *testing.T) {
+// The xds style routes every request to the one served cluster; the first
+// attempt goes to kvroute's pick, the retry to the next listed endpoint
+// (w2, not w1, which round robin would pick), and the worker never sees
+// x-target-worker.
+func TestXDSWorkerClusterRetriesOnTheRunnerUp(t *testing.T) {
 	dead := deadAddr(t)
-	w1 := startWorker(t, "w1")
-	workers := []envoy.Worker{{Cluster: "w0", Address: dead}, {Cluster: "w1", Address: hostOf(w1)}}
-	proc := startProcServer(t, listRouter("w0", dead+","+hostOf(w1)).script)
+	w1, w2 := startWorker(t, "w1"), startWorker(t, "w2")
+	workers := []envoy.Worker{{Cluster: "w0", Address: dead}, {Cluster: "w1", Address: hostOf(w1)}, {Cluster: "w2", Address: hostOf(w2)}}
+	proc := startProcServer(t, listRouter("w0", dead+","+hostOf(w2)).script)
 	g, err := StartGateway(context.Background(), envoy.StyleXDS, workers, proc.addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = g.Close() })
-	resp, got := post(t, g.URL(), `{}`)
-	if resp.StatusCode != 200 || got.Worker != "w1" {
-		t.Fatalf("status %d from %q, want 200 from w1", resp.StatusCode, got.Worker)
+	for i := range 4 {
+		resp, got := post(t, g.URL(), `{}`)
+		if resp.StatusCode != 200 || got.Worker != "w2" {
+			t.Fatalf("request %d: status %d from %q, want 200 from w2 (kvroute's runner-up)", i, resp.StatusCode, got.Worker)
+		}
+		if h := http.Header(got.Headers); h.Get(envoy.TargetHeader) != "" {
+			t.Fatalf("the worker saw %s: %q", envoy.TargetHeader, h.Get(envoy.TargetHeader))
+		}
+		if s := servedIn(t, proc.lastSession(t)); s != hostOf(w2) {
+			t.Fatalf("served endpoint %q, want %s", s, hostOf(w2))
+		}
+	}
+}
+
+// Without kvroute's list (an answer that carries none), the served
+// cluster's fallback spreads requests round robin over every worker.
+func TestXDSWorkerClusterWithoutAListRoundRobins(t *testing.T) {
+	w0, w1 := startWorker(t, "w0"), startWorker(t, "w1")
+	workers := []envoy.Worker{{Cluster: "w0", Address: hostOf(w0)}, {Cluster: "w1", Address: hostOf(w1)}}
+	proc := startProcServer(t, listRouter("w0", "").script)
+	g, err := StartGateway(context.Background(), envoy.StyleXDS, workers, proc.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Close() })
+	served := map[string]int{}
+	for i := range 4 {
+		resp, got := post(t, g.URL(), `{}`)
+		if resp.StatusCode != 200 {
+			t.Fatalf("request %d: status %d", i, resp.StatusCode)
+		}
+		served[got.Worker]++
+	}
+	if served["w0"] != 2 || served["w1"] != 2 {
+		t.Fatalf("served %v, want 2 each (round robin over the shared cluster)", served)
+	}
+}
+
+// The shipped xds.yaml with GatewayOptions.Endpoints naming kvroute_workers
+// gets the cluster kvroute's xDS server would serve for those addresses:
+// override_host follows the list (w1 every time, where round robin would
+// alternate) and retries a refused first pick on the next listed endpoint.
+func TestShippedXDSWithWorkerEndpoints(t *testing.T) {
+	dead := deadAddr(t)
+	w0, w1 := startWorker(t, "w0"), startWorker(t, "w1")
+	proc := startProcServer(t, listRouter("w1", dead+","+hostOf(w1)).script)
+	g, err := LoadGateway([]byte(readShipped(t, envoy.StyleXDS)), GatewayOptions{ListenAddress: "127.0.0.1:0", Endpoints: map[string][]string{
+		envoy.ExtProcClusterName: {proc.addr}, envoy.WorkersClusterName: {hostOf(w0), dead, hostOf(w1)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Close() })
+	for i := range 3 {
+		if resp, got := post(t, g.URL(), `{}`); resp.StatusCode != 200 || got.Worker != "w1" {
+			t.Fatalf("request %d: status %d from %q, want 200 from w1", i, resp.StatusCode, got.Worker)
+		}
+	}
+	if _, err := LoadGateway([]byte(readShipped(t, envoy.StyleXDS)), GatewayOptions{Endpoints: map[string][]string{
+		envoy.ExtProcClusterName: {proc.addr}, envoy.WorkersClusterName: {"not an address"}}}); err == nil {
+		t.Fatal("a bad worker endpoint was accepted")
 	}
 }
