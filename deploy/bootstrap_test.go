@@ -20,9 +20,10 @@ var shippedBootstraps = []struct {
 	workers []envoy.Worker
 	opts    envoy.Options
 }{
-	// Kubernetes: workers are found at run time, kvroute names the pod's ip:port;
-	// Envoy reaches every kvroute replica through the headless Service.
-	{"k8s/base/envoy-bootstrap.yaml", envoy.StyleOriginalDst, nil, envoy.Options{ExtProcAddress: "kvroute-grpc:9002"}},
+	// Kubernetes: workers are found at run time and served to Envoy over ADS
+	// by kvroute; Envoy reaches every kvroute replica through the headless
+	// Service.
+	{"k8s/base/envoy-bootstrap.yaml", envoy.StyleXDS, nil, envoy.Options{ExtProcAddress: "kvroute-grpc:9002", XDSAddress: "kvroute-grpc:18000"}},
 	// docker compose: one vLLM engine on the compose network, registered by
 	// kvbridge as worker vllm-0 at vllm:8000.
 	{"compose/envoy.yaml", envoy.StyleClusterHeader, []envoy.Worker{{Cluster: "vllm-0", Address: "vllm:8000"}},
