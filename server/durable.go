@@ -98,17 +98,28 @@ func (r *Server) durableRecover() error {
 		return fmt.Errorf("durable events: stream info: %w", err)
 	}
 	first, last := info.State.FirstSeq, info.State.LastSeq
+	if covered > last {
+		// The snapshot covers messages this stream never held: the stream
+		// was deleted and created again (a wiped JetStream store, an
+		// operator's `nats stream rm`) and its sequence started over.
+		// Whatever the workers published in between is in the new stream
+		// from its first message or is gone, so replay it all and trust no
+		// worker until it resyncs.
+		stale := r.markAllStale()
+		r.log.Warn("durable events: the index snapshot is ahead of the stream, which must have been created again; replaying the whole stream, every worker is stale until it resyncs",
+			"snapshot_seq", covered, "stream_first_seq", first, "stream_last_seq", last, "stale_workers", stale)
+		covered = 0
+		if first > 0 {
+			covered = first - 1
+		}
+	}
 	if first > covered+1 {
 		// Messages covered+1 … first-1 were discarded (age or size
 		// limit) before this replica saw them: nobody knows which workers
 		// they touched.
 		lost := first - covered - 1
 		hm.agedOut.Add(float64(lost))
-		stale := 0
-		for _, w := range r.index.Stats().PerWorker {
-			r.index.MarkStale(w.ID)
-			stale++
-		}
+		stale := r.markAllStale()
 		r.log.Warn("durable events: KV events aged out of the stream before this replica recovered; every worker is stale until it resyncs",
 			"snapshot_seq", covered, "stream_first_seq", first, "lost_messages", lost, "stale_workers", stale)
 	}
@@ -139,6 +150,17 @@ func (r *Server) durableRecover() error {
 	r.log.Info("durable events: index recovered", "snapshot_entries", entries, "snapshot_seq", covered, "replayed", replayed,
 		"snapshot_took", d.loadTook.Round(time.Millisecond), "stream_last_seq", last, "entries", r.index.Stats().Entries, "took", took.Round(time.Millisecond))
 	return nil
+}
+
+// markAllStale marks every worker the index holds stale (no overlap credit
+// until it resyncs) and reports how many there were.
+func (r *Server) markAllStale() int {
+	stale := 0
+	for _, w := range r.index.Stats().PerWorker {
+		r.index.MarkStale(w.ID)
+		stale++
+	}
+	return stale
 }
 
 // runSnapshots writes the index to the object store every

@@ -234,6 +234,57 @@ func TestDurableEventsAgedOutMarksWorkersStaleAndResyncs(t *testing.T) {
 	eventually(t, "w1's resync clears its staleness", func() bool { return !b.Index().NeedsResync("w1") })
 }
 
+// A stream created again after the snapshot (its sequence started over,
+// so the snapshot is ahead of it) is replayed from its first message, and
+// every worker is stale until it resyncs.
+func TestDurableEventsStreamCreatedAgainIsReplayedWhole(t *testing.T) {
+	testenv.Quiet()
+	n := testenv.StartJetStream(t)
+	file := workersFile(t, 2)
+	cfgA := durableConfig(t, n.URL, file)
+	cfgA.RouterID = "a"
+	a := start(t, cfgA)
+	p := newChainPublisher(t, n.URL, cfgA.Namespace, 4)
+	for part := range 3 {
+		p.publish("w1", uint64(part), part)
+	}
+	eventually(t, "A indexes three batches", func() bool { return a.Index().Stats().Entries == 3*p.per })
+	if err := a.Shutdown(); err != nil { // its shutdown snapshot covers sequence 3
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(p.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := js.DeleteStream(ctx, bus.EventStreamName(cfgA.Namespace)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bus.EnsureEventStream(ctx, js, cfgA.Namespace, bus.EventStreamLimits{MaxAge: time.Hour, MaxBytes: 1 << 30, Replicas: 1}); err != nil {
+		t.Fatal(err)
+	}
+	p.publish("w0", 0, 0) // sequence 1 of the new stream
+
+	var logs syncBuffer
+	cfgB := durableConfig(t, n.URL, file)
+	cfgB.RouterID = "b"
+	cfgB.Recovery.ResyncInterval = 0
+	cfgB.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	b := start(t, cfgB)
+	if got := b.Index().Stats().Entries; got != 4*p.per {
+		t.Fatalf("B holds %d entries, want the snapshot's %d plus the new stream's %d", got, 3*p.per, p.per)
+	}
+	if got := metricValue(t, b, "kvroute_index_recovery_replayed_messages"); got != 1 {
+		t.Fatalf("B replayed %v messages, want the new stream's 1", got)
+	}
+	if !b.Index().NeedsResync("w1") {
+		t.Fatal("w1 is not stale although the stream it was in is gone")
+	}
+	if !strings.Contains(logs.String(), "ahead of the stream") {
+		t.Fatalf("no log line says the stream was created again:\n%s", logs.String())
+	}
+}
+
 // A clean shutdown stores one last snapshot, so the next replica has
 // nothing to replay.
 func TestDurableEventsSnapshotOnCleanShutdown(t *testing.T) {
