@@ -3,109 +3,123 @@ package discovery
 import (
 	"bytes"
 	"context"
-	"errors"
-	"fmt"
+	"io"
 	"log/slog"
 	"net"
-	"net/url"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/kvroute/kvroute/internal/bus"
+	"github.com/kvroute/kvroute/internal/testenv"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 )
 
-// outageEtcd is an embedded etcd that a test can stop and start again on
-// the same ports and data, to play an outage. (testenv's etcd cannot
-// restart.)
-type outageEtcd struct {
-	cfg *embed.Config
-	e   *embed.Etcd
+// cutProxy forwards TCP connections to one address until cut: then it
+// closes every open connection and closes new ones at once, as a network
+// partition between a worker and etcd would, while etcd itself stays up
+// (so a lease whose keepalives stop does expire on the server).
+type cutProxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	cut    bool
+	conns  map[net.Conn]struct{}
 }
 
-func newOutageEtcd(t *testing.T) *outageEtcd {
+func newCutProxy(t *testing.T, target string) *cutProxy {
 	t.Helper()
-	var err error
-	// A port picked free can be taken by another test process before etcd
-	// binds it; pick again then.
-	for range 5 {
-		o := &outageEtcd{cfg: outageConfig(t)}
-		if err = o.tryStart(); err == nil {
-			t.Cleanup(func() {
-				if o.e != nil {
-					o.e.Close()
-				}
-			})
-			return o
-		}
-		if !errors.Is(err, syscall.EADDRINUSE) && !strings.Contains(err.Error(), "address already in use") {
-			break
-		}
-	}
-	t.Fatalf("start etcd: %v", err)
-	return nil
-}
-
-func outageConfig(t *testing.T) *embed.Config {
-	port := func() int {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		return l.Addr().(*net.TCPAddr).Port
-	}
-	cfg := embed.NewConfig()
-	cfg.Dir = t.TempDir()
-	cfg.Logger = "zap"
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	cu, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", port()))
-	pu, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", port()))
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
-	cfg.InitialCluster = cfg.Name + "=" + pu.String()
-	return cfg
-}
-
-func (o *outageEtcd) start(t *testing.T) {
-	t.Helper()
-	if err := o.tryStart(); err != nil {
-		t.Fatalf("start etcd: %v", err)
-	}
-}
-
-func (o *outageEtcd) tryStart() error {
-	e, err := embed.StartEtcd(o.cfg)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return err
+		t.Fatal(err)
 	}
-	select {
-	case <-e.Server.ReadyNotify():
-	case <-time.After(30 * time.Second):
-		e.Close()
-		return errors.New("etcd not ready after 30 s")
-	}
-	o.e = e
-	return nil
+	p := &cutProxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	t.Cleanup(func() {
+		ln.Close()
+		p.setCut(true)
+	})
+	go p.serve()
+	return p
 }
 
-func (o *outageEtcd) stop() {
-	o.e.Close()
-	o.e = nil
+func (p *cutProxy) addr() string { return p.ln.Addr().String() }
+
+func (p *cutProxy) serve() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		go p.forward(c)
+	}
+}
+
+func (p *cutProxy) forward(c net.Conn) {
+	p.mu.Lock()
+	if p.cut {
+		p.mu.Unlock()
+		c.Close()
+		return
+	}
+	p.mu.Unlock()
+	up, err := net.Dial("tcp", p.target)
+	if err != nil {
+		c.Close()
+		return
+	}
+	p.mu.Lock()
+	if p.cut {
+		p.mu.Unlock()
+		c.Close()
+		up.Close()
+		return
+	}
+	p.conns[c], p.conns[up] = struct{}{}, struct{}{}
+	p.mu.Unlock()
+	done := make(chan struct{}, 2)
+	pipe := func(dst, src net.Conn) {
+		_, _ = io.Copy(dst, src)
+		done <- struct{}{}
+	}
+	go pipe(up, c)
+	go pipe(c, up)
+	<-done
+	c.Close()
+	up.Close()
+	p.mu.Lock()
+	delete(p.conns, c)
+	delete(p.conns, up)
+	p.mu.Unlock()
+}
+
+// setCut cuts (true) or heals (false) the link.
+func (p *cutProxy) setCut(cut bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = cut
+	if cut {
+		for c := range p.conns {
+			c.Close()
+		}
+	}
 }
 
 func TestRegisterComesBackAfterAnEtcdOutageLongerThanTheTTL(t *testing.T) {
-	et := newOutageEtcd(t)
-	// Reconnect quickly once etcd is back instead of gRPC's default backoff.
+	e := testenv.StartEtcd(t)
+	direct, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close()
+	proxy := newCutProxy(t, strings.TrimPrefix(e.Endpoints[0], "http://"))
+	// The worker reaches etcd through the proxy; it reconnects quickly once
+	// the link heals instead of after gRPC's default backoff.
 	cli, err := clientv3.New(clientv3.Config{
-		Endpoints: []string{et.cfg.ListenClientUrls[0].String()}, DialTimeout: 2 * time.Second,
+		Endpoints: []string{"http://" + proxy.addr()}, DialTimeout: 2 * time.Second,
 		Logger: zap.NewNop(),
 		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.2, MaxDelay: 200 * time.Millisecond},
@@ -131,25 +145,30 @@ func TestRegisterComesBackAfterAnEtcdOutageLongerThanTheTTL(t *testing.T) {
 	}
 	defer reg.Close()
 	old := reg.Lease()
+	key := bus.WorkerKey("ns", "w9")
 
-	// Stopping takes etcd's request timeout (~7 s: it waits for the open
-	// keepalive stream, which keeps the lease alive meanwhile); then etcd
-	// stays down for 2.5 lease TTLs.
-	et.stop()
-	time.Sleep(2500 * time.Millisecond)
-	et.start(t)
+	// Cut the worker off etcd; etcd (watched directly) expires the lease
+	// once its keepalives stop, so the record goes. Keep the cut a while
+	// longer, then heal it.
+	proxy.setCut(true)
+	waitFor(t, "the record to expire with its lease during the cut", 30*time.Second, func() bool {
+		_, _, ok := getRecord(t, direct, key)
+		return !ok
+	})
+	time.Sleep(time.Second)
+	proxy.setCut(false)
 
 	waitFor(t, "re-registration after the outage", 60*time.Second, func() bool {
-		_, lease, ok := getRecord(t, cli, bus.WorkerKey("ns", "w9"))
+		_, lease, ok := getRecord(t, direct, key)
 		return ok && lease != old && lease == reg.Lease()
 	})
 	if n := reg.Registrations(); n < 2 {
 		t.Fatalf("registrations %d, want at least 2", n)
 	}
-	// The new lease is kept alive.
-	time.Sleep(2 * time.Second)
-	if _, _, ok := getRecord(t, cli, bus.WorkerKey("ns", "w9")); !ok {
-		t.Fatal("record lost after re-registration")
+	// The new lease is kept alive: still there after 3 TTLs.
+	time.Sleep(3 * time.Second)
+	if _, lease, ok := getRecord(t, direct, key); !ok || lease != reg.Lease() {
+		t.Fatalf("record present=%v lease=%d after re-registration, want the new lease %d", ok, lease, reg.Lease())
 	}
 }
 
