@@ -61,6 +61,40 @@ func (p *chainPublisher) publish(worker string, seq uint64, part int) {
 	}
 }
 
+// durableFleet is where the durable-events tests start: a JetStream
+// server, a workers file, replica A with durable events, a publisher of
+// chained batches and a JetStream handle for poking at the stream.
+type durableFleet struct {
+	n    *testenv.NATS
+	file string
+	cfgA Config
+	a    *Server
+	p    *chainPublisher
+	js   jetstream.JetStream
+}
+
+func startDurableFleet(t *testing.T, workers int) *durableFleet {
+	t.Helper()
+	testenv.Quiet()
+	f := &durableFleet{n: testenv.StartJetStream(t), file: workersFile(t, workers)}
+	f.cfgA = f.replica(t, "a")
+	f.a = start(t, f.cfgA)
+	f.p = newChainPublisher(t, f.n.URL, f.cfgA.Namespace, 4)
+	js, err := jetstream.New(f.p.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.js = js
+	return f
+}
+
+// replica is the durable config of another replica of the same fleet.
+func (f *durableFleet) replica(t *testing.T, id string) Config {
+	cfg := durableConfig(t, f.n.URL, f.file)
+	cfg.RouterID = id
+	return cfg
+}
+
 func durableConfig(t *testing.T, natsURL, file string) Config {
 	cfg := testConfig(t)
 	cfg.WorkersFile, cfg.NATSURL = file, natsURL
@@ -76,13 +110,8 @@ func durableConfig(t *testing.T, natsURL, file string) Config {
 // before Start returns, then follows the live tail without a gap or a
 // batch applied twice.
 func TestDurableEventsRecoverFromSnapshotThenStream(t *testing.T) {
-	testenv.Quiet()
-	n := testenv.StartJetStream(t)
-	file := workersFile(t, 3)
-	cfgA := durableConfig(t, n.URL, file)
-	cfgA.RouterID = "a"
-	a := start(t, cfgA)
-	p := newChainPublisher(t, n.URL, cfgA.Namespace, 4)
+	f := startDurableFleet(t, 3)
+	cfgA, a, p := f.cfgA, f.a, f.p
 	per := p.per
 
 	p.publish("w1", 0, 0)
@@ -100,8 +129,7 @@ func TestDurableEventsRecoverFromSnapshotThenStream(t *testing.T) {
 	p.publish("w2", 0, 0)
 	eventually(t, "A applies the batches after its snapshot", func() bool { return a.Index().Stats().Entries == 4*per })
 
-	cfgB := durableConfig(t, n.URL, file)
-	cfgB.RouterID = "b"
+	cfgB := f.replica(t, "b")
 	cfgB.Registry = nil
 	b := start(t, cfgB)
 	if got := b.Index().Stats().Entries; got != 4*per {
@@ -137,10 +165,7 @@ func TestDurableEventsRecoverFromSnapshotThenStream(t *testing.T) {
 	if seq, err := b.SnapshotNow(context.Background()); err != nil || seq != 6 {
 		t.Fatalf("B's snapshot: seq %d, %v; want 6", seq, err)
 	}
-	js, err := jetstream.New(p.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := f.js
 	store, err := bus.OpenSnapshotStore(context.Background(), js, cfgA.Namespace, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -163,13 +188,8 @@ func TestDurableEventsRecoverFromSnapshotThenStream(t *testing.T) {
 // cannot know which workers they touched: it says so, counts them, marks
 // every worker stale and asks each to resync.
 func TestDurableEventsAgedOutMarksWorkersStaleAndResyncs(t *testing.T) {
-	testenv.Quiet()
-	n := testenv.StartJetStream(t)
-	file := workersFile(t, 2)
-	cfgA := durableConfig(t, n.URL, file)
-	cfgA.RouterID = "a"
-	a := start(t, cfgA)
-	p := newChainPublisher(t, n.URL, cfgA.Namespace, 4)
+	f := startDurableFleet(t, 2)
+	cfgA, a, p := f.cfgA, f.a, f.p
 	p.publish("w1", 0, 0)
 	eventually(t, "A indexes a batch", func() bool { return a.Index().Stats().Entries == p.per })
 	if _, err := a.SnapshotNow(context.Background()); err != nil {
@@ -178,10 +198,7 @@ func TestDurableEventsAgedOutMarksWorkersStaleAndResyncs(t *testing.T) {
 	p.publish("w1", 1, 1)
 	p.publish("w0", 0, 0)
 	eventually(t, "A applies the batches after its snapshot", func() bool { return a.Index().Stats().Entries == 3*p.per })
-	js, err := jetstream.New(p.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := f.js
 	stream, err := js.Stream(context.Background(), bus.EventStreamName(cfgA.Namespace))
 	if err != nil {
 		t.Fatal(err)
@@ -205,8 +222,7 @@ func TestDurableEventsAgedOutMarksWorkersStaleAndResyncs(t *testing.T) {
 		defer sub.Unsubscribe()
 	}
 	var logs syncBuffer
-	cfgB := durableConfig(t, n.URL, file)
-	cfgB.RouterID = "b"
+	cfgB := f.replica(t, "b")
 	cfgB.Recovery.ResyncInterval = 100 * time.Millisecond
 	cfgB.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	b := start(t, cfgB)
@@ -238,13 +254,8 @@ func TestDurableEventsAgedOutMarksWorkersStaleAndResyncs(t *testing.T) {
 // so the snapshot is ahead of it) is replayed from its first message, and
 // every worker is stale until it resyncs.
 func TestDurableEventsStreamCreatedAgainIsReplayedWhole(t *testing.T) {
-	testenv.Quiet()
-	n := testenv.StartJetStream(t)
-	file := workersFile(t, 2)
-	cfgA := durableConfig(t, n.URL, file)
-	cfgA.RouterID = "a"
-	a := start(t, cfgA)
-	p := newChainPublisher(t, n.URL, cfgA.Namespace, 4)
+	f := startDurableFleet(t, 2)
+	cfgA, a, p := f.cfgA, f.a, f.p
 	for part := range 3 {
 		p.publish("w1", uint64(part), part)
 	}
@@ -252,10 +263,7 @@ func TestDurableEventsStreamCreatedAgainIsReplayedWhole(t *testing.T) {
 	if err := a.Shutdown(); err != nil { // its shutdown snapshot covers sequence 3
 		t.Fatal(err)
 	}
-	js, err := jetstream.New(p.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := f.js
 	ctx := context.Background()
 	if err := js.DeleteStream(ctx, bus.EventStreamName(cfgA.Namespace)); err != nil {
 		t.Fatal(err)
@@ -266,8 +274,7 @@ func TestDurableEventsStreamCreatedAgainIsReplayedWhole(t *testing.T) {
 	p.publish("w0", 0, 0) // sequence 1 of the new stream
 
 	var logs syncBuffer
-	cfgB := durableConfig(t, n.URL, file)
-	cfgB.RouterID = "b"
+	cfgB := f.replica(t, "b")
 	cfgB.Recovery.ResyncInterval = 0
 	cfgB.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	b := start(t, cfgB)
@@ -288,23 +295,15 @@ func TestDurableEventsStreamCreatedAgainIsReplayedWhole(t *testing.T) {
 // A clean shutdown stores one last snapshot, so the next replica has
 // nothing to replay.
 func TestDurableEventsSnapshotOnCleanShutdown(t *testing.T) {
-	testenv.Quiet()
-	n := testenv.StartJetStream(t)
-	file := workersFile(t, 2)
-	cfgA := durableConfig(t, n.URL, file)
-	cfgA.RouterID = "a"
-	a := start(t, cfgA)
-	p := newChainPublisher(t, n.URL, cfgA.Namespace, 4)
+	f := startDurableFleet(t, 2)
+	cfgA, a, p := f.cfgA, f.a, f.p
 	p.publish("w1", 0, 0)
 	p.publish("w1", 1, 1)
 	eventually(t, "A indexes two batches", func() bool { return a.Index().Stats().Entries == 2*p.per })
 	if err := a.Shutdown(); err != nil {
 		t.Fatal(err)
 	}
-	js, err := jetstream.New(p.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := f.js
 	store, err := bus.OpenSnapshotStore(context.Background(), js, cfgA.Namespace, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -317,8 +316,7 @@ func TestDurableEventsSnapshotOnCleanShutdown(t *testing.T) {
 	if meta.StreamSeq != 2 || meta.Router != "a" {
 		t.Fatalf("snapshot after shutdown %+v, want A's at stream sequence 2", meta)
 	}
-	cfgB := durableConfig(t, n.URL, file)
-	cfgB.RouterID = "b"
+	cfgB := f.replica(t, "b")
 	b := start(t, cfgB)
 	if got := b.Index().Stats().Entries; got != 2*p.per {
 		t.Fatalf("B holds %d entries, want %d", got, 2*p.per)
