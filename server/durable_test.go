@@ -221,7 +221,7 @@ func TestDurableEventsAgedOutMarksWorkersStaleAndResyncs(t *testing.T) {
 		}
 		defer sub.Unsubscribe()
 	}
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	cfgB := f.replica(t, "b")
 	cfgB.Recovery.ResyncInterval = 100 * time.Millisecond
 	cfgB.Logger = slog.New(slog.NewTextHandler(&logs, nil))
@@ -273,7 +273,7 @@ func TestDurableEventsStreamCreatedAgainIsReplayedWhole(t *testing.T) {
 	}
 	p.publish("w0", 0, 0) // sequence 1 of the new stream
 
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	cfgB := f.replica(t, "b")
 	cfgB.Recovery.ResyncInterval = 0
 	cfgB.Logger = slog.New(slog.NewTextHandler(&logs, nil))

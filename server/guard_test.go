@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -124,7 +122,7 @@ func TestHostileEtcdRecordsAreRefused(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.EtcdEndpoints, cfg.NATSURL = e.Endpoints, n.URL
 	cfg.AllowAddressRanges = []netip.Prefix{netip.MustParsePrefix("169.254.7.0/24")}
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	r := start(t, cfg)
 	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints, DialTimeout: 5 * time.Second})
@@ -181,24 +179,6 @@ func TestHostileEtcdRecordsAreRefused(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // The router authenticates to a NATS server that requires a user and
 // password, refuses to start with a wrong one, and the startup config log
 // line shows neither the password nor the admin token.
@@ -222,7 +202,7 @@ func TestNATSUserPasswordAuthAndRedactedConfigLog(t *testing.T) {
 		t.Fatalf("wrong password: %v, want an authorization error", err)
 	}
 
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	cfg.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
 	cfg.NATSPassword, cfg.AdminToken, cfg.EtcdPassword = pass, token, "etcd-secret-Qq1"
 	r := start(t, cfg)

@@ -18,7 +18,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -34,23 +33,6 @@ import (
 // These tests build the router's configuration from the serve flags, as
 // an operator gives them, and connect to a real in-process NATS server
 // that requires an NKey or TLS.
-
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // serveWith parses flags plus a workers file and loopback listeners, and
 // starts the router; the router is shut down when t ends.
@@ -140,7 +122,7 @@ func TestNATSNKeyFlag(t *testing.T) {
 		t.Fatal("the NATS server accepted a client without an NKey; the test would prove nothing")
 	}
 
-	var logs logBuffer
+	var logs testenv.SyncBuffer
 	_, err = serveWith(t, &logs, "--nats-url", n.URL, "--nats-nkey", wrongFile)
 	if err == nil || !strings.Contains(strings.ToLower(err.Error()), "authorization") {
 		t.Fatalf("unknown NKey: %v, want an authorization error", err)
@@ -231,7 +213,7 @@ func TestNATSTLSCAFlag(t *testing.T) {
 	})
 	url := fmt.Sprintf("tls://127.0.0.1:%d", n.Server.Addr().(*net.TCPAddr).Port)
 
-	var logs logBuffer
+	var logs testenv.SyncBuffer
 	_, err := serveWith(t, &logs, "--nats-url", url)
 	if err == nil || !strings.Contains(err.Error(), "nats connect") || !strings.Contains(err.Error(), "certificate") {
 		t.Fatalf("TLS NATS without the CA: %v, want a connect error naming the certificate", err)

@@ -1,7 +1,6 @@
 package discovery
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -132,7 +131,7 @@ func TestRegisterComesBackAfterAnEtcdOutageLongerThanTheTTL(t *testing.T) {
 	defer cli.Close()
 	opts := quietOpts(time.Second)
 	opts.RequestTimeout = time.Second
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	opts.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -170,22 +169,4 @@ func TestRegisterComesBackAfterAnEtcdOutageLongerThanTheTTL(t *testing.T) {
 	if _, lease, ok := getRecord(t, direct, key); !ok || lease != reg.Lease() {
 		t.Fatalf("record present=%v lease=%d after re-registration, want the new lease %d", ok, lease, reg.Lease())
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the registration's goroutine.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
