@@ -77,7 +77,7 @@ func newRawVocab(vocab map[string]uint32, self func(raw string, id uint32) bool)
 		raw := all[start:end]
 		start = end
 		isSelf := self != nil && self(raw, ids[k])
-		if len(raw) > rawMaxLen || len(arena)+len(raw) >= rawMaxOff {
+		if len(raw) > rawMaxLen || (len(raw) > 8 && len(arena)+len(raw)-8 >= rawMaxOff) {
 			if v.long == nil {
 				v.long = map[string]rawLong{}
 			}
@@ -185,25 +185,19 @@ func (v *rawVocab) get(raw string) (id uint32, self, ok bool) {
 		return l.id, l.self, ok
 	}
 	head := rawHead(raw)
-	h := v.hash(raw, head)
 	if len(raw) <= 8 {
-		if s := &v.hot[h&v.hotMask]; s.head == head && int(s.meta&0xFF) == len(raw) {
-			return s.id, s.meta&(1<<8) != 0, true
-		}
+		return v.getShort(head, len(raw))
 	}
-	for i := h & v.mask; ; i = (i + 1) & v.mask {
+	for i := maphash.String(v.seed, raw) & v.mask; ; i = (i + 1) & v.mask {
 		s := &v.slots[i]
 		if s.meta == 0 {
 			break
 		}
 		if s.head == head && int(s.meta&0xFF) == len(raw) {
-			if len(raw) > 8 {
-				off := s.meta >> 9
-				if v.bytes[off:off+uint32(len(raw)-8)] != raw[8:] {
-					continue
-				}
+			off := s.meta >> 9
+			if v.bytes[off:off+uint32(len(raw)-8)] == raw[8:] {
+				return s.id, s.meta&(1<<8) != 0, true
 			}
-			return s.id, s.meta&(1<<8) != 0, true
 		}
 	}
 	if v.long != nil {
@@ -211,4 +205,36 @@ func (v *rawVocab) get(raw string) (id uint32, self, ok bool) {
 		return l.id, l.self, ok
 	}
 	return 0, false, false
+}
+
+// getShort looks up a token of n bytes, 1 to 8, by its head: the hot table
+// first, then the slots. Such tokens are never in long.
+func (v *rawVocab) getShort(head uint64, n int) (id uint32, self, ok bool) {
+	h := v.hashHead(head, n)
+	if s := &v.hot[h&v.hotMask]; s.head == head && int(s.meta&0xFF) == n {
+		return s.id, s.meta&(1<<8) != 0, true
+	}
+	for i := h & v.mask; ; i = (i + 1) & v.mask {
+		s := &v.slots[i]
+		if s.meta == 0 {
+			return 0, false, false
+		}
+		if s.head == head && int(s.meta&0xFF) == n {
+			return s.id, s.meta&(1<<8) != 0, true
+		}
+	}
+}
+
+// headMask[n] keeps the first n bytes of a little-endian 8-byte load.
+var headMask = [9]uint64{0, 0xFF, 0xFFFF, 0xFFFFFF, 0xFFFFFFFF, 0xFFFFFFFFFF, 0xFFFFFFFFFFFF, 0xFFFFFFFFFFFFFF, ^uint64(0)}
+
+// getAt is get(s[a:b]) for a piece cut from s: when the piece is 1 to 8
+// bytes and 8 bytes of s can be read from a, its head is one load and a
+// mask instead of loads chosen by a branch on its length.
+func (v *rawVocab) getAt(s string, a, b int) (id uint32, self, ok bool) {
+	n := b - a
+	if n > 8 || n == 0 || a+8 > len(s) {
+		return v.get(s[a:b])
+	}
+	return v.getShort(load64(s[a:])&headMask[n], n)
 }

@@ -56,6 +56,15 @@ func TestRawVocabFindsEveryToken(t *testing.T) {
 					hotHits++
 				}
 			}
+			// getAt finds it cut from a longer text (one load and a mask),
+			// and at the very end of a text (the slow path).
+			text := "xy" + raw + "\x00\x01\x02\x03\x04\x05\x06\x07"
+			if got, _, found := m.raw.getAt(text, 2, 2+len(raw)); !found || got != id {
+				t.Fatalf("%s: getAt(%q) = %d, %v; want %d", fam, raw, got, found, id)
+			}
+			if got, _, found := m.raw.getAt("z"+raw, 1, 1+len(raw)); !found || got != id {
+				t.Fatalf("%s: getAt(%q) at the end = %d, %v; want %d", fam, raw, got, found, id)
+			}
 			if _, ok := m.vocab[byteLevelEncode(raw+"\x00")]; !ok {
 				if _, _, found := m.raw.get(raw + "\x00"); found {
 					t.Fatalf("%s: get(%q) found a token that is not in the vocabulary", fam, raw+"\x00")
@@ -66,6 +75,25 @@ func TestRawVocabFindsEveryToken(t *testing.T) {
 			t.Fatalf("%s: the hot table holds no token", fam)
 		}
 	}
+}
+
+// FuzzRawVocabGetAt checks that a piece looked up where it lies in a text
+// (getAt) gives what looking up its bytes alone (get) gives.
+func FuzzRawVocabGetAt(f *testing.F) {
+	m := loadFamily(f, "llama3").model
+	f.Add("Hello world, tokens!", 5, 11)
+	f.Add("ab", 0, 2)
+	f.Add(" the\x00\x00\x00\x00\x00", 0, 4)
+	f.Fuzz(func(t *testing.T, s string, a, b int) {
+		if a < 0 || b < a || b > len(s) {
+			return
+		}
+		id, self, ok := m.raw.getAt(s, a, b)
+		wid, wself, wok := m.raw.get(s[a:b])
+		if id != wid || self != wself || ok != wok {
+			t.Fatalf("getAt(%q, %d, %d) = %d %v %v; get(%q) = %d %v %v", s, a, b, id, self, ok, s[a:b], wid, wself, wok)
+		}
+	})
 }
 
 // TestPieceCacheReset empties the cache; encoding after a reset gives the

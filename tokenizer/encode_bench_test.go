@@ -217,7 +217,8 @@ func BenchmarkLoad(b *testing.B) {
 //   - "model": the BPE model (no piece cache), what Encode adds to
 //     pre-tokenizing;
 //   - "lookup": only the raw-byte vocabulary lookup every piece of two or
-//     more bytes gets;
+//     more bytes gets, as Encode does it (getAt, on the piece where it lies
+//     in the text);
 //   - "hash": only packing the piece's first bytes and hashing them, the
 //     least any table lookup keyed by the piece costs.
 //
@@ -233,7 +234,11 @@ func BenchmarkModelPerPiece(b *testing.B) {
 			s = tok.normalizer.normalize(s)
 		}
 		var pieces []string
-		isolateEach(s, tok.pre.soleIsolate(), func(a, c int) { pieces = append(pieces, s[a:c]) })
+		var spans [][2]int
+		isolateEach(s, tok.pre.soleIsolate(), func(a, c int) {
+			pieces = append(pieces, s[a:c])
+			spans = append(spans, [2]int{a, c})
+		})
 		m := tok.model
 		perPiece := func(b *testing.B, cpu cpuClock) {
 			spent := processCPU() - cpu.start
@@ -258,9 +263,9 @@ func BenchmarkModelPerPiece(b *testing.B) {
 			cpu := startCPUClock()
 			for b.Loop() {
 				found = 0
-				for _, p := range pieces {
-					if len(p) > 1 {
-						if _, _, ok := m.raw.get(p); ok {
+				for _, sp := range spans {
+					if sp[1]-sp[0] > 1 {
+						if _, _, ok := m.raw.getAt(s, sp[0], sp[1]); ok {
 							found++
 						}
 					}
@@ -275,9 +280,14 @@ func BenchmarkModelPerPiece(b *testing.B) {
 			var sum uint64
 			cpu := startCPUClock()
 			for b.Loop() {
-				for _, p := range pieces {
-					if len(p) > 1 {
-						sum += m.raw.hash(p, rawHead(p))
+				for _, sp := range spans {
+					a, c := sp[0], sp[1]
+					switch {
+					case c-a <= 1:
+					case c-a <= 8 && a+8 <= len(s):
+						sum += m.raw.hashHead(load64(s[a:])&headMask[c-a], c-a)
+					default:
+						sum += m.raw.hash(s[a:c], rawHead(s[a:c]))
 					}
 				}
 			}

@@ -130,7 +130,22 @@ func (t *Tokenizer) encodeSegment(st *encodeState, s string, first bool, dst []u
 		return t.model.encodePiece(st, s, dst)
 	}
 	if scan := t.pre.soleIsolate(); scan != nil {
-		isolateEach(s, scan, func(a, b int) { dst = t.model.encodePiece(st, s[a:b], dst) })
+		m := t.model
+		if m.raw != nil && m.segment == "" {
+			isolateEach(s, scan, func(a, b int) {
+				if b-a == 1 {
+					dst = append(dst, m.byteID[s[a]])
+					return
+				}
+				if id, self, ok := m.raw.getAt(s, a, b); ok && (self || m.ignoreMerges) {
+					dst = append(dst, id)
+					return
+				}
+				dst = m.encodeWord(st, s[a:b], dst)
+			})
+			return dst
+		}
+		isolateEach(s, scan, func(a, b int) { dst = m.encodePiece(st, s[a:b], dst) })
 		return dst
 	}
 	pieces := t.pre.run(st, piece{text: s, first: first})
