@@ -232,9 +232,8 @@ var headMask = [9]uint64{0, 0xFF, 0xFFFF, 0xFFFFFF, 0xFFFFFFFF, 0xFFFFFFFFFF, 0x
 // bytes and 8 bytes of s can be read from a, its head is one load and a
 // mask instead of loads chosen by a branch on its length.
 func (v *rawVocab) getAt(s string, a, b int) (id uint32, self, ok bool) {
-	n := b - a
-	if n > 8 || n == 0 || a+8 > len(s) {
-		return v.get(s[a:b])
+	if n := b - a; uint(n-1) < 8 && a+8 <= len(s) {
+		return v.getShort(load64(s[a:])&headMask[n], n)
 	}
-	return v.getShort(load64(s[a:])&headMask[n], n)
+	return v.get(s[a:b])
 }
