@@ -1,7 +1,6 @@
 package deploy
 
 import (
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -16,17 +15,11 @@ import (
 // fallbacks. An Envoy that takes its clusters over ADS needs kvroute's xDS
 // server on.
 func checkFallbacks(objs []Object) error {
-	cm, ok := findPrefix(objs, "ConfigMap", "kvroute-config")
-	if !ok {
-		return fmt.Errorf("no kvroute-config ConfigMap")
-	}
-	var c struct {
-		Data map[string]string `json:"data"`
-	}
-	if err := json.Unmarshal(cm.JSON, &c); err != nil {
+	data, err := kvrouteConfig(objs)
+	if err != nil {
 		return err
 	}
-	v, set := c.Data["KVROUTE_FALLBACKS"]
+	v, set := data["KVROUTE_FALLBACKS"]
 	n := 2 // kvroute's default
 	if set {
 		var err error
@@ -50,7 +43,7 @@ func checkFallbacks(objs []Object) error {
 		return fmt.Errorf("an ORIGINAL_DST data plane with KVROUTE_FALLBACKS=%d: every request would get 503", n)
 	case (pool || ads) && n == 0:
 		return fmt.Errorf("a data plane that retries on the next endpoint without fallbacks: set KVROUTE_FALLBACKS > 0")
-	case ads && c.Data["KVROUTE_XDS_ADDR"] == "":
+	case ads && data["KVROUTE_XDS_ADDR"] == "":
 		return fmt.Errorf("an Envoy that takes its clusters over ADS, but KVROUTE_XDS_ADDR is not set")
 	}
 	return nil
