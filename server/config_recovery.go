@@ -45,7 +45,7 @@ type RecoveryConfig struct {
 	// JetStream cluster (default 1).
 	JetStreamReplicas int
 	// JetStreamDir is the embedded NATS server's JetStream store directory
-	// (used when no NATS URL is given; default <tmp>/kvroute-jetstream).
+	// (used when no NATS URL is given; default <tmp>/kvroute-jetstream-<port>).
 	JetStreamDir string
 }
 

@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/kvroute/kvroute/internal/bus"
 	"github.com/kvroute/kvroute/kvindex"
+	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -33,8 +35,18 @@ type durable struct {
 }
 
 // defaultJetStreamDir is the embedded NATS server's store when none is
-// configured.
-func defaultJetStreamDir() string { return filepath.Join(os.TempDir(), "kvroute-jetstream") }
+// configured: one per client port, so two routers on one host do not share
+// a store (the lock refuses that anyway) while a restart on the same port
+// finds its stream again. A random port (natsserver.RANDOM_PORT) gets a
+// directory of its own, which a restart cannot find.
+func defaultJetStreamDir(port int) string {
+	if port == natsserver.RANDOM_PORT {
+		if dir, err := os.MkdirTemp("", "kvroute-jetstream-random-"); err == nil {
+			return dir
+		}
+	}
+	return filepath.Join(os.TempDir(), "kvroute-jetstream-"+strconv.Itoa(port))
+}
 
 // setupDurable ensures the event stream and the snapshot bucket.
 func (r *Server) setupDurable() error {

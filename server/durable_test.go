@@ -14,6 +14,7 @@ import (
 	"github.com/kvroute/kvroute/internal/bus"
 	"github.com/kvroute/kvroute/internal/testenv"
 	"github.com/kvroute/kvroute/kvindex"
+	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -366,6 +367,54 @@ func TestDurableEventsWithEmbeddedNATS(t *testing.T) {
 	}
 	if _, err := r.SnapshotNow(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Two routers whose embedded NATS servers would share one JetStream store:
+// the second stops at start with an error naming the directory (nats-server
+// itself would open the same files twice), and once the first has stopped
+// the store can be taken again.
+func TestDurableEventsRefuseASharedJetStreamStore(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.WorkersFile = workersFile(t, 1)
+	cfg.Recovery.DurableEvents = true
+	cfg.Recovery.JetStreamDir = t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	first, err := Start(ctx, cfg)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	defer cancel2()
+	second, err := Start(ctx2, cfg)
+	if err == nil {
+		cancel2()
+		_ = second.Wait()
+		cancel()
+		t.Fatal("a second router started on the same JetStream store")
+	}
+	if !strings.Contains(err.Error(), cfg.Recovery.JetStreamDir) || !strings.Contains(err.Error(), "in use by another process") {
+		t.Fatalf("second router: %v, want an error naming the store as in use", err)
+	}
+	cancel()
+	if err := first.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	start(t, cfg) // the lock went with the first router
+}
+
+// The default store is one per embedded NATS port, so routers on different
+// ports of one host do not collide and a restart on the same port finds its
+// stream; a random port gets a fresh directory.
+func TestDefaultJetStreamDirIsPerPort(t *testing.T) {
+	if a, b := defaultJetStreamDir(4222), defaultJetStreamDir(4223); a == b || !strings.HasSuffix(a, "kvroute-jetstream-4222") {
+		t.Fatalf("ports 4222 and 4223 give %q and %q", a, b)
+	}
+	a, b := defaultJetStreamDir(natsserver.RANDOM_PORT), defaultJetStreamDir(natsserver.RANDOM_PORT)
+	t.Cleanup(func() { os.RemoveAll(a); os.RemoveAll(b) })
+	if a == b {
+		t.Fatalf("two random-port routers share the store %q", a)
 	}
 }
 

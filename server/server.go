@@ -45,8 +45,11 @@ type Server struct {
 	durable *durable           // nil unless --durable-events
 
 	natsSrv *natsserver.Server
-	nc      *nats.Conn
-	etcd    *clientv3.Client
+	// storeLock keeps another process off the embedded server's JetStream
+	// store (--durable-events without --nats-url).
+	storeLock *storeLock
+	nc        *nats.Conn
+	etcd      *clientv3.Client
 
 	grpcLis, httpLis, adminLis net.Listener
 	httpSrv, adminSrv          *http.Server
@@ -318,7 +321,10 @@ func (r *Server) connectNATS() error {
 		}
 		nopts := &natsserver.Options{Host: host, Port: port, NoLog: true, NoSigs: true, MaxPayload: 8 << 20}
 		if r.cfg.Recovery.DurableEvents {
-			nopts.JetStream, nopts.StoreDir = true, cmp.Or(r.cfg.Recovery.JetStreamDir, defaultJetStreamDir())
+			nopts.JetStream, nopts.StoreDir = true, cmp.Or(r.cfg.Recovery.JetStreamDir, defaultJetStreamDir(port))
+			if r.storeLock, err = lockStoreDir(nopts.StoreDir); err != nil {
+				return err
+			}
 		}
 		srv, err := natsserver.NewServer(nopts)
 		if err != nil {
@@ -506,6 +512,7 @@ func (r *Server) teardown() {
 		r.natsSrv.Shutdown()
 		r.natsSrv.WaitForShutdown()
 	}
+	r.storeLock.release()
 	for _, l := range []net.Listener{r.grpcLis, r.httpLis, r.adminLis, r.xdsLis} {
 		if l != nil {
 			_ = l.Close()

@@ -24,5 +24,5 @@ func registerRecoveryFlags(fs *flag.FlagSet, c *server.Config) {
 	fs.Int64Var(&rc.EventsMaxBytes, "events-max-bytes", rc.EventsMaxBytes, "--durable-events: the stream's size limit in bytes, oldest messages discarded first; 0: no limit")
 	fs.DurationVar(&rc.SnapshotInterval, "snapshot-interval", rc.SnapshotInterval, "--durable-events: write the index to the object store this often (skipped when no event arrived since), and once more on a clean shutdown; 0: only at shutdown")
 	fs.IntVar(&rc.JetStreamReplicas, "jetstream-replicas", rc.JetStreamReplicas, "--durable-events: replicas of the stream and the snapshot bucket in a JetStream cluster")
-	fs.StringVar(&rc.JetStreamDir, "jetstream-dir", "", "--durable-events with the embedded NATS server (no --nats-url): its JetStream store `dir` (default <tmp>/kvroute-jetstream)")
+	fs.StringVar(&rc.JetStreamDir, "jetstream-dir", "", "--durable-events with the embedded NATS server (no --nats-url): its JetStream store `dir`, locked against a second process (default <tmp>/kvroute-jetstream-<embedded NATS port>; a random port gets a fresh directory)")
 }
