@@ -58,7 +58,10 @@ func (r *Server) setupDurable() error {
 	ctx, cancel := context.WithTimeout(r.ctx, 10*time.Second)
 	defer cancel()
 	st, err := bus.EnsureEventStream(ctx, js, r.cfg.Namespace, bus.EventStreamLimits{MaxAge: rc.EventsMaxAge, MaxBytes: rc.EventsMaxBytes, Replicas: rc.JetStreamReplicas})
-	if err != nil {
+	switch {
+	case errors.Is(err, bus.ErrEventSubjectsTaken):
+		return fmt.Errorf("durable events: %w", err)
+	case err != nil:
 		return fmt.Errorf("durable events (is JetStream enabled on the NATS server?): %w", err)
 	}
 	store, err := bus.OpenSnapshotStore(ctx, js, r.cfg.Namespace, rc.JetStreamReplicas)

@@ -58,11 +58,28 @@ func EnsureEventStream(ctx context.Context, js jetstream.JetStream, ns string, l
 		cfg.MaxBytes = -1
 	}
 	s, err := js.CreateOrUpdateStream(ctx, cfg)
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeStreamSubjectOverlap {
+		other, _ := js.StreamNameBySubject(ctx, cfg.Subjects[0])
+		return nil, fmt.Errorf("jetstream stream %s: %w: stream %q already captures subjects of %s; "+
+			"narrow that stream's subjects (kvroute makes its own stream) or run without --durable-events: %v",
+			cfg.Name, ErrEventSubjectsTaken, other, cfg.Subjects[0], err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("jetstream stream %s: %w", cfg.Name, err)
 	}
 	return s, nil
 }
+
+// ErrEventSubjectsTaken is wrapped by EnsureEventStream's error when another
+// stream on the NATS server already captures the namespace's event subjects:
+// JetStream lets no two streams overlap.
+var ErrEventSubjectsTaken = errors.New("event subjects taken by another stream")
+
+// errCodeStreamSubjectOverlap is the JetStream API error code of a stream
+// whose subjects overlap an existing stream's (nats-server's
+// JSStreamSubjectOverlapErr).
+const errCodeStreamSubjectOverlap jetstream.ErrorCode = 10065
 
 // SnapshotMeta describes one stored index snapshot.
 type SnapshotMeta struct {
