@@ -61,48 +61,46 @@ func FuzzParseSnapshotMeta(f *testing.F) {
 	})
 }
 
-// A stream of the operator's that already captures kvroute's event subjects
-// makes EnsureEventStream fail with an error that names that stream and
-// says what to do, and the stream is left as it was.
-func TestEnsureEventStreamNamesAStreamThatTakesItsSubjects(t *testing.T) {
+// startJetStream starts an embedded NATS server with JetStream and returns
+// a JetStream handle on a connection closed when the test ends.
+func startJetStream(t *testing.T) jetstream.JetStream {
+	t.Helper()
 	n := testenv.StartJetStream(t)
 	nc, err := nats.Connect(n.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer nc.Close()
+	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return js
+}
+
+// A stream of the operator's that already captures kvroute's event subjects
+// makes EnsureEventStream fail with an error that names that stream and
+// says what to do, and the stream is left as it was.
+func TestEnsureEventStreamNamesAStreamThatTakesItsSubjects(t *testing.T) {
+	js := startJetStream(t)
 	ctx := context.Background()
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "AUDIT", Subjects: []string{"kvroute.>"}}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = EnsureEventStream(ctx, js, "prod", EventStreamLimits{MaxAge: time.Hour})
+	_, err := EnsureEventStream(ctx, js, "prod", EventStreamLimits{MaxAge: time.Hour})
 	if !errors.Is(err, ErrEventSubjectsTaken) || !strings.Contains(err.Error(), `"AUDIT"`) || !strings.Contains(err.Error(), "kvroute.prod.events.>") {
 		t.Fatalf("EnsureEventStream beside a stream on kvroute.>: %v, want ErrEventSubjectsTaken naming AUDIT and the subjects", err)
 	}
 	if info, err := js.Stream(ctx, "AUDIT"); err != nil || info.CachedInfo().Config.Subjects[0] != "kvroute.>" {
 		t.Fatalf("the operator's stream was changed: %v", err)
 	}
-	t.Log(err)
 }
 
 // Replicas write their own snapshot objects; Newest returns the one
 // covering the highest stream sequence whoever wrote it, and a write
 // deletes only snapshots it supersedes.
 func TestSnapshotStoreNewestWins(t *testing.T) {
-	n := testenv.StartJetStream(t)
-	nc, err := nats.Connect(n.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := startJetStream(t)
 	ctx := context.Background()
 	store, err := OpenSnapshotStore(ctx, js, "ns1", 1)
 	if err != nil {
