@@ -6,9 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvroute/kvroute/envoy"
-	"github.com/kvroute/kvroute/envoy/envoytest"
-	"github.com/kvroute/kvroute/internal/bench"
 	"github.com/kvroute/kvroute/server"
 	"github.com/kvroute/kvroute/tokenizer"
 )
@@ -65,33 +62,14 @@ func TestFreshReplicaRecoversFromDurableEvents(t *testing.T) {
 		t.Fatal("the recovered replica's index is empty when Start returns")
 	}
 
-	var workers []envoy.Worker
-	for _, w := range s.Fleet.Workers() {
-		workers = append(workers, envoy.Worker{Cluster: w.ID(), Address: w.Addr()})
-	}
-	gw, err := envoytest.StartGateway(ctx, envoy.StyleClusterHeader, workers, b.GRPCAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gw.Close()
-	c := bench.NewClient(gw.URL())
-	defer c.Close()
-	exact, hits, hitsAfter := 0, 0, 0
-	for i, body := range second {
-		rctx, rcancel := context.WithTimeout(ctx, waitLong)
-		r := c.Do(rctx, &bench.Item{Path: bench.PathChat, Body: body, OutputLen: 8})
-		rcancel()
-		if r.Err != nil {
-			t.Fatalf("request %d through the recovered replica: %v", i, r.Err)
-		}
-		if r.CachedTokens > 0 {
+	hit, exact := s.followUpsThrough(t, ctx, b, second)
+	hits, hitsAfter := 0, 0
+	for i, h := range hit {
+		if h {
 			hits++
 			if i >= before {
 				hitsAfter++
 			}
-		}
-		if r.PredictedCached != nil && *r.PredictedCached == r.CachedTokens {
-			exact++
 		}
 	}
 	n := before + after

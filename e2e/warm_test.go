@@ -50,6 +50,29 @@ func TestRestartedReplicaRoutesOnItsPeersIndex(t *testing.T) {
 		t.Fatal("the warm replica's index is empty when Start returns")
 	}
 
+	hit, exact := s.followUpsThrough(t, ctx, b, second)
+	hits := 0
+	for _, h := range hit {
+		if h {
+			hits++
+		}
+	}
+	overlapExact := float64(exact) / convs
+	t.Logf("warm replica's first %d requests: %d found their prefix, overlap_exact %.2f", convs, hits, overlapExact)
+	if hits != convs {
+		t.Errorf("%d of %d follow-ups found their prefix cached, want all", hits, convs)
+	}
+	if overlapExact < 0.95 {
+		t.Errorf("overlap_exact %.2f, want ≥ 0.95", overlapExact)
+	}
+}
+
+// followUpsThrough sends bodies, in order, through a Gateway in front of the
+// system's workers whose ext_proc is replica b (not the system's own
+// router), and returns which requests found a cached prefix on their worker
+// and how many of them b predicted exactly (overlap_exact's numerator).
+func (s *system) followUpsThrough(t *testing.T, ctx context.Context, b *server.Server, bodies [][]byte) (hit []bool, exact int) {
+	t.Helper()
 	var workers []envoy.Worker
 	for _, w := range s.Fleet.Workers() {
 		workers = append(workers, envoy.Worker{Cluster: w.ID(), Address: w.Addr()})
@@ -61,27 +84,18 @@ func TestRestartedReplicaRoutesOnItsPeersIndex(t *testing.T) {
 	defer gw.Close()
 	c := bench.NewClient(gw.URL())
 	defer c.Close()
-	exact, hits := 0, 0
-	for i, body := range second {
+	hit = make([]bool, len(bodies))
+	for i, body := range bodies {
 		rctx, rcancel := context.WithTimeout(ctx, waitLong)
 		r := c.Do(rctx, &bench.Item{Path: bench.PathChat, Body: body, OutputLen: 8})
 		rcancel()
 		if r.Err != nil {
-			t.Fatalf("request %d through the warm replica: %v", i, r.Err)
+			t.Fatalf("request %d through replica %s: %v", i, b.GRPCAddr(), r.Err)
 		}
-		if r.CachedTokens > 0 {
-			hits++
-		}
+		hit[i] = r.CachedTokens > 0
 		if r.PredictedCached != nil && *r.PredictedCached == r.CachedTokens {
 			exact++
 		}
 	}
-	overlapExact := float64(exact) / convs
-	t.Logf("warm replica's first %d requests: %d found their prefix, overlap_exact %.2f", convs, hits, overlapExact)
-	if hits != convs {
-		t.Errorf("%d of %d follow-ups found their prefix cached, want all", hits, convs)
-	}
-	if overlapExact < 0.95 {
-		t.Errorf("overlap_exact %.2f, want ≥ 0.95", overlapExact)
-	}
+	return hit, exact
 }
