@@ -442,39 +442,17 @@ func median(xs []float64) float64 {
 
 // floorWalk is walk with the slot of every key given: one load per key.
 func floorWalk(slots []oaSlot, hashes []uint64, at []int32, alive uint64, depth []int32) {
-	n := len(hashes)
-	for d := 0; d < n; d += matchChunk {
-		end := min(d+matchChunk, n)
-		var got [matchChunk]uint64
-		for j := d; j < end; j++ {
-			if k := at[j]; k >= 0 && slots[k].key == hashes[j] {
-				got[j-d] = slots[k].val
-			}
-		}
-		for j := d; j < end; j++ {
-			dying := alive &^ got[j-d]
-			for dying != 0 {
-				b := bits.TrailingZeros64(dying)
-				dying &= dying - 1
-				depth[b] = int32(j)
-			}
-			alive &= got[j-d]
-			if alive == 0 {
-				return
-			}
-		}
-	}
-	for alive != 0 {
-		b := bits.TrailingZeros64(alive)
-		alive &= alive - 1
-		depth[b] = int32(n)
-	}
+	floorWalkAhead(slots, hashes, at, alive, depth, false)
 }
 
 // floorWalkPrefetched is floorWalk prefetching walkAhead chunks ahead, as
 // walk does: not the floor BenchmarkMatchFloor reports, but the same
 // technique applied to the ideal walk.
 func floorWalkPrefetched(slots []oaSlot, hashes []uint64, at []int32, alive uint64, depth []int32) {
+	floorWalkAhead(slots, hashes, at, alive, depth, true)
+}
+
+func floorWalkAhead(slots []oaSlot, hashes []uint64, at []int32, alive uint64, depth []int32, ahead bool) {
 	n := len(hashes)
 	prefetch := func(c int) {
 		var pos [matchChunk]int
@@ -489,11 +467,15 @@ func floorWalkPrefetched(slots []oaSlot, hashes []uint64, at []int32, alive uint
 			prefetchSlots(slots, pos[:m])
 		}
 	}
-	for c := 0; c < walkAhead; c++ {
-		prefetch(c)
+	if ahead {
+		for c := 0; c < walkAhead; c++ {
+			prefetch(c)
+		}
 	}
 	for c, d := 0, 0; d < n; c, d = c+1, d+matchChunk {
-		prefetch(c + walkAhead)
+		if ahead {
+			prefetch(c + walkAhead)
+		}
 		end := min(d+matchChunk, n)
 		var got [matchChunk]uint64
 		for j := d; j < end; j++ {
