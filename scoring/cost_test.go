@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"sync"
 	"testing"
 )
 
@@ -357,4 +358,42 @@ func runFlood(t *testing.T, weight float64, lifetime int) (map[string]int, []str
 		}
 	}
 	return counts, order
+}
+
+// Without a Rand the scheduler draws from the runtime's per-thread
+// generators, so concurrent picks share no lock; a caller's source (a seeded
+// *rand.Rand, not safe for concurrent use) is serialised, and ties still
+// spread over every tied worker with either.
+func TestDefaultRandTakesNoLock(t *testing.T) {
+	if _, ok := (Options{}).withDefaults().Rand.(runtimeRand); !ok {
+		t.Fatalf("default Rand is %T, want runtimeRand", (Options{}).withDefaults().Rand)
+	}
+	seeded := Options{Rand: rand.New(rand.NewPCG(1, 2))}.withDefaults()
+	if _, ok := seeded.Rand.(*lockedRand); !ok {
+		t.Fatalf("a seeded source is %T, want it wrapped in lockedRand", seeded.Rand)
+	}
+	loads := make([]Load, 4)
+	for _, r := range []Rand{runtimeRand{}, seeded.Rand} {
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		seen := map[int]int{}
+		for g := 0; g < 4; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for k := 0; k < 1000; k++ {
+					i := selectLogit(loads, 0, r)
+					mu.Lock()
+					seen[i]++
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		for i := range loads {
+			if seen[i] < 500 {
+				t.Fatalf("%T: worker %d won %d of 4000 four-way ties, want about 1000", r, i, seen[i])
+			}
+		}
+	}
 }

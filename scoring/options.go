@@ -226,10 +226,11 @@ func (o Options) withDefaults() Options {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	if o.Rand == nil {
-		o.Rand = newDefaultRand()
-	}
-	if _, ok := o.Rand.(*lockedRand); !ok {
+	switch o.Rand.(type) {
+	case nil:
+		o.Rand = runtimeRand{}
+	case *lockedRand, runtimeRand:
+	default: // a caller's source, e.g. a seeded *rand.Rand, is not safe for concurrent use
 		o.Rand = &lockedRand{r: o.Rand}
 	}
 	if o.Metrics == nil {

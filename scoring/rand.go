@@ -38,6 +38,13 @@ func (l *lockedRand) IntN(n int) int {
 	return v
 }
 
-func newDefaultRand() Rand {
-	return rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
-}
+// runtimeRand draws from math/rand/v2's top-level functions, which are
+// safe for concurrent use without a lock (each thread has its own
+// generator): the default when no Rand is given, since production needs no
+// reproducible sequence and concurrent picks then share no mutex.
+type runtimeRand struct{}
+
+var _ Rand = runtimeRand{}
+
+func (runtimeRand) Float64() float64 { return rand.Float64() }
+func (runtimeRand) IntN(n int) int   { return rand.IntN(n) }
