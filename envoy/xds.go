@@ -188,13 +188,13 @@ const (
 )
 
 // overrideHostPolicy is the "override-host" template's policy as a proto:
-// override_host over kvroute's list, round robin as the fallback. Round
-// robin rather than least_request: in the xds style ext_proc fails closed,
-// so the fallback only picks a retry's host once kvroute's list is used up
-// (the previous_hosts predicate keeps it off the failed host) or a request
-// kvroute answered without a list; that rare path does not need load
-// awareness, and it is the policy the Gateway in envoytest models exactly,
-// so the tests run what Envoy runs.
+// override_host over kvroute's list, round robin as the fallback. The
+// fallback picks a retry's host once kvroute's list is used up (the
+// previous_hosts predicate keeps it off the failed host), a request kvroute
+// answered without a list, and every request while kvroute is unreachable
+// (the xds bootstrap fails open). Round robin rather than least_request:
+// it is the policy the Gateway in envoytest models exactly, so the tests
+// run what Envoy runs.
 func overrideHostPolicy() *clusterv3.LoadBalancingPolicy {
 	rr, _ := anypb.New(&roundrobinv3.RoundRobin{})
 	oh, _ := anypb.New(&overridehostv3.OverrideHost{

@@ -1,6 +1,7 @@
 package envoytest
 
 import (
+	"context"
 	"github.com/kvroute/kvroute/envoy"
 	"net"
 	"net/http"
@@ -86,16 +87,50 @@ func TestSpuriousMessageClosesStreamAndContinues(t *testing.T) {
 	}
 }
 
-func TestProcessorFailures(t *testing.T) {
-	deadAddr := func(t *testing.T) string {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := ln.Addr().String()
-		ln.Close()
-		return addr
+// The xds bootstrap fails open: with kvroute unreachable, or failing a
+// stream, every request is still served, by override_host's round-robin
+// fallback over the one workers cluster, so all workers take turns.
+func TestXDSFailsOpenRoundRobinOverTheWorkers(t *testing.T) {
+	grpcError := func(s *procSession) error {
+		_, _ = s.recv()
+		return status.Error(codes.Internal, "boom")
 	}
+	for name, script := range map[string]func(*procSession) error{"unreachable": nil, "gRPC error": grpcError} {
+		t.Run(name, func(t *testing.T) {
+			f := startFleet(t)
+			var workers []envoy.Worker
+			for name, w := range f.workers {
+				workers = append(workers, envoy.Worker{Cluster: name, Address: hostOf(w)})
+			}
+			addr := deadAddr(t)
+			if script != nil {
+				addr = startProcServer(t, script).addr
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			g, err := StartGateway(ctx, envoy.StyleXDS, workers, addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.Close()
+			served := map[string]int{}
+			for i := 0; i < 2*len(workers); i++ {
+				resp, got := post(t, g.URL(), `{}`)
+				if resp.StatusCode != 200 {
+					t.Fatalf("request %d: status %d, want 200 from a fail-open gateway", i, resp.StatusCode)
+				}
+				served[got.Worker]++
+			}
+			for name := range f.workers {
+				if served[name] != 2 {
+					t.Fatalf("served %v over %d requests, want every worker twice (round robin)", served, 2*len(workers))
+				}
+			}
+		})
+	}
+}
+
+func TestProcessorFailures(t *testing.T) {
 	grpcError := func(s *procSession) error {
 		_, _ = s.recv()
 		return status.Error(codes.Internal, "boom")
