@@ -136,6 +136,10 @@ func preTokenizeOnly(t *Tokenizer, st *encodeState, text string) int {
 			isolateEach(s, scan, func(int, int) { n++ })
 			return
 		}
+		if iso := t.pre.isolators; iso != nil {
+			isolateChainEach(s, iso, func(int, int) { n++ })
+			return
+		}
 		n += len(t.pre.run(st, piece{text: s, first: first}))
 	}
 	segs := t.added.split(text, t.added.raw, st.segs[:0], true)

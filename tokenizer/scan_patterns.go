@@ -32,6 +32,67 @@ var knownScanners = map[string]scanFunc{
 	patGPT2:      scanGPT2,
 }
 
+// knownSkips holds, for the patterns whose matches start only at a few
+// runes, the skip to the next such rune. In DeepSeek-V3's chain the digit
+// and CJK/kana splits match rarely, so most of their time went into trying
+// the scanner at every rune in between.
+var knownSkips = map[string]skipFunc{
+	patDigits3:   skipToN,
+	patDeepSeekK: skipToKana,
+}
+
+const (
+	ones64 = 0x0101010101010101
+	high64 = 0x8080808080808080
+)
+
+// skipToN returns the first position from i of a \p{N} rune, or len(s).
+// Eight ASCII bytes without a digit are passed over at a time.
+func skipToN(s string, i int) int {
+	for i < len(s) {
+		if i+8 <= len(s) {
+			w := load64(s[i:])
+			// High bit of ge&^gt: the ASCII byte is in '0'..'9'.
+			ge, gt := w+(0x80-'0')*ones64, w+(0x7F-'9')*ones64
+			if (w|ge&^gt)&high64 == 0 {
+				i += 8
+				continue
+			}
+		}
+		if c := s[i]; c < utf8.RuneSelf {
+			if c-'0' < 10 {
+				return i
+			}
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if nonASCIIClass(r)&clN != 0 {
+			return i
+		}
+		i += n
+	}
+	return i
+}
+
+// skipToKana returns the first position from i of a byte 0xE3..0xE9, or
+// len(s). Every rune of [\x{4e00}-\x{9fa5}\x{3040}-\x{30ff}] is three
+// bytes led by one of those, and such a byte is never a continuation byte,
+// so rune-by-rune stepping reaches it even in invalid UTF-8.
+func skipToKana(s string, i int) int {
+	for i < len(s) {
+		if i+8 <= len(s) && load64(s[i:])&high64 == 0 {
+			i += 8
+			continue
+		}
+		if s[i]-0xE3 <= 0xE9-0xE3 {
+			return i
+		}
+		i++
+	}
+	return i
+}
+
 // contraction matches (?i:s|t|re|ve|m|ll|d) at s[i:] (after the apostrophe).
 func contraction(s string, i int, fold bool) int {
 	if i >= len(s) {
