@@ -151,7 +151,12 @@ func runNone(s string, i int, mask uint16) int {
 // word-sized load, without a branch per letter. Bytes below the first
 // non-ASCII one see no carry from it, so the first byte flagged as not a
 // letter is exact; from a non-ASCII byte on, runAny decodes runes.
-func runLetters(s string, i int) int {
+func runLetters(s string, i int) int { return runLettersOr(s, i, clL) }
+
+// runLettersOr is runAny(s, i, mask) for a mask that holds clL and no other
+// class of an ASCII byte (clL|clM, say), with runLetters' eight-byte steps
+// over ASCII letters.
+func runLettersOr(s string, i int, mask uint16) int {
 	const (
 		ones = 0x0101010101010101
 		high = 0x8080808080808080
@@ -170,7 +175,30 @@ func runLetters(s string, i int) int {
 		}
 		i += 8
 	}
-	return runAny(s, i, clL)
+	return runAny(s, i, mask)
+}
+
+// runASCIILetters returns the end of the run of [A-Za-z] from s[i:],
+// checking eight bytes at a time like runLetters.
+func runASCIILetters(s string, i int) int {
+	const (
+		ones = 0x0101010101010101
+		high = 0x8080808080808080
+	)
+	for i+8 <= len(s) {
+		w := load64(s[i:])
+		x := w | 0x20*ones
+		ge := x + (0x80-'a')*ones
+		gt := x + (0x7F-'z')*ones
+		if m := ge &^ gt &^ w & high; m != high {
+			return i + bits.TrailingZeros64(^m&high)/8
+		}
+		i += 8
+	}
+	for i < len(s) && isASCIILetter(rune(s[i])) {
+		i++
+	}
+	return i
 }
 
 // runCRLF returns the end of the run of '\r' and '\n' from s[i:].

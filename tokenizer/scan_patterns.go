@@ -284,30 +284,53 @@ func isKana(r rune) bool {
 }
 
 func scanKana(s string, i int) int {
-	e := runWhile(s, i, isKana)
-	if e == i {
+	j := i
+	for j < len(s) {
+		r, n := decode(s, j)
+		if !isKana(r) {
+			break
+		}
+		j += n
+	}
+	if j == i {
 		return -1
 	}
-	return e
+	return j
 }
 
 func isASCIILetter(r rune) bool { return (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') }
 
 func scanDeepSeek3(s string, i int) int {
-	r, n := decode(s, i)
-	// [!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+
-	if r < 128 && asciiClass[r]&(clP|clSy) != 0 && i+1 < len(s) && isASCIILetter(rune(s[i+1])) {
-		return runWhile(s, i+1, isASCIILetter)
+	// The ASCII starts, in the pattern's order: after a letter the first
+	// branch cannot match and the second takes no optional rune; a letter
+	// after one ASCII rune starts the first branch,
+	// [!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+, when that rune is
+	// punctuation or a symbol (only ASCII ones are in its set), else the
+	// second with the optional rune unless that is CR or LF.
+	if c := s[i]; c < utf8.RuneSelf {
+		cl := asciiClass[c]
+		if cl&clL != 0 {
+			return runLettersOr(s, i+1, clL|clM)
+		}
+		if i+1 < len(s) && isASCIILetter(rune(s[i+1])) {
+			if cl&(clP|clSy) != 0 {
+				return runASCIILetters(s, i+2)
+			}
+			if c != '\r' && c != '\n' {
+				return runLettersOr(s, i+2, clL|clM)
+			}
+		}
 	}
+	r, n := decode(s, i)
 	cl := class(r)
 	// [^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+
 	if r != '\r' && r != '\n' && cl&(clL|clP|clSy) == 0 && i+n < len(s) {
 		if r2, n2 := decode(s, i+n); isLM(r2) {
-			return runWhile(s, i+n+n2, isLM)
+			return runLettersOr(s, i+n+n2, clL|clM)
 		}
 	}
-	if isLM(r) {
-		return runWhile(s, i+n, isLM)
+	if cl&(clL|clM) != 0 {
+		return runLettersOr(s, i+n, clL|clM)
 	}
 	// ` ?[\p{P}\p{S}]+[\r\n]*`
 	j := -1
@@ -320,8 +343,7 @@ func scanDeepSeek3(s string, i int) int {
 		j = i
 	}
 	if j >= 0 {
-		j = runWhile(s, j, isPS)
-		return runWhile(s, j, isCRLF)
+		return runCRLF(s, runAny(s, j, clP|clSy))
 	}
 	if cl&clS != 0 {
 		return whitespaceTail(s, i)
