@@ -102,6 +102,7 @@ func TestRunLettersMatchesRunAny(t *testing.T) {
 			if got, want := runLetters(s, i), runAny(s, i, clL); got != want {
 				t.Fatalf("runLetters(%q, %d) = %d, runAny = %d", s, i, got, want)
 			}
+			checkLetterRuns(t, s, i)
 		}
 	}
 	for c := 0; c < 256; c++ {
@@ -109,6 +110,23 @@ func TestRunLettersMatchesRunAny(t *testing.T) {
 		if got, want := runLetters(s, 0), runAny(s, 0, clL); got != want {
 			t.Fatalf("byte %#x: runLetters = %d, runAny = %d", c, got, want)
 		}
+		checkLetterRuns(t, s, 0)
+	}
+}
+
+// checkLetterRuns compares runLettersOr with clL|clM (DeepSeek-V3's letter
+// and mark runs) with runAny, and runASCIILetters with a byte loop.
+func checkLetterRuns(t *testing.T, s string, i int) {
+	t.Helper()
+	if got, want := runLettersOr(s, i, clL|clM), runAny(s, i, clL|clM); got != want {
+		t.Fatalf("runLettersOr(%q, %d, L|M) = %d, runAny = %d", s, i, got, want)
+	}
+	want := i
+	for want < len(s) && isASCIILetter(rune(s[want])) {
+		want++
+	}
+	if got := runASCIILetters(s, i); got != want {
+		t.Fatalf("runASCIILetters(%q, %d) = %d, want %d", s, i, got, want)
 	}
 }
 
@@ -123,5 +141,6 @@ func FuzzRunLetters(f *testing.F) {
 		if got, want := runLetters(s, i), runAny(s, i, clL); got != want {
 			t.Fatalf("runLetters(%q, %d) = %d, runAny = %d", s, i, got, want)
 		}
+		checkLetterRuns(t, s, i)
 	})
 }
