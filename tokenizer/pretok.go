@@ -236,6 +236,10 @@ func isolateChainEach(s string, steps []isolator, yield func(start, end int)) {
 // as the reference's next split does (its lookaheads stop at the piece's end).
 func isolateNested(s string, off int, steps []isolator, yield func(start, end int)) {
 	scan, skip, rest := steps[0].scan, steps[0].skip, steps[1:]
+	if len(rest) == 0 {
+		isolateLast(s, off, scan, skip, yield)
+		return
+	}
 	gap := 0
 	for i := 0; i < len(s); {
 		if skip != nil {
@@ -260,13 +264,36 @@ func isolateNested(s string, off int, steps []isolator, yield func(start, end in
 	}
 }
 
-// nestedPiece passes s[a:b] to the next step, or to yield after the last.
+// nestedPiece passes s[a:b] to the next step.
 func nestedPiece(s string, off, a, b int, rest []isolator, yield func(start, end int)) {
-	if len(rest) == 0 {
-		yield(off+a, off+b)
-		return
-	}
 	isolateNested(s[a:b], off+a, rest, yield)
+}
+
+// isolateLast is isolateNested for the last step, which gives its pieces,
+// the most numerous, straight to yield.
+func isolateLast(s string, off int, scan scanFunc, skip skipFunc, yield func(start, end int)) {
+	gap := 0
+	for i := 0; i < len(s); {
+		if skip != nil {
+			if i = skip(s, i); i >= len(s) {
+				break
+			}
+		}
+		e := scan(s, i)
+		if e <= i {
+			_, n := utf8.DecodeRuneInString(s[i:])
+			i += n
+			continue
+		}
+		if gap < i {
+			yield(off+gap, off+i)
+		}
+		yield(off+i, off+e)
+		i, gap = e, e
+	}
+	if gap < len(s) {
+		yield(off+gap, off+len(s))
+	}
 }
 
 // charSplitStep splits on single characters chosen by a predicate (Digits,
