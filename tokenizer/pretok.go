@@ -249,7 +249,7 @@ func isolateNested(s string, off int, steps []isolator, yield func(start, end in
 		}
 		e := scan(s, i)
 		if e <= i {
-			_, n := utf8.DecodeRuneInString(s[i:])
+			_, n := decode(s, i)
 			i += n
 			continue
 		}
@@ -281,7 +281,7 @@ func isolateLast(s string, off int, scan scanFunc, skip skipFunc, yield func(sta
 		}
 		e := scan(s, i)
 		if e <= i {
-			_, n := utf8.DecodeRuneInString(s[i:])
+			_, n := decode(s, i)
 			i += n
 			continue
 		}

@@ -98,6 +98,20 @@ func decode(s string, i int) (rune, int) {
 	if c := s[i]; c < utf8.RuneSelf {
 		return rune(c), 1
 	}
+	return decodeMulti(s, i)
+}
+
+// decodeMulti is utf8.DecodeRuneInString(s[i:]) for a non-ASCII s[i]. The
+// three-byte runes U+1000..U+CFFF (CJK, kana, Hangul, most scripts of South
+// and East Asia) are decoded inline: after a lead byte 0xE1..0xEC any two
+// continuation bytes form a valid rune (only 0xE0, 0xED and four-byte leads
+// restrict them).
+func decodeMulti(s string, i int) (rune, int) {
+	if c := s[i]; c-0xE1 <= 0xEC-0xE1 && i+2 < len(s) {
+		if b1, b2 := s[i+1], s[i+2]; b1&0xC0 == 0x80 && b2&0xC0 == 0x80 {
+			return rune(c&0x0F)<<12 | rune(b1&0x3F)<<6 | rune(b2&0x3F), 3
+		}
+	}
 	return utf8.DecodeRuneInString(s[i:])
 }
 
@@ -119,7 +133,7 @@ func runAny(s string, i int, mask uint16) int {
 			i++
 			continue
 		}
-		r, n := utf8.DecodeRuneInString(s[i:])
+		r, n := decodeMulti(s, i)
 		if nonASCIIClass(r)&mask == 0 {
 			return i
 		}
@@ -137,7 +151,7 @@ func runNone(s string, i int, mask uint16) int {
 			i++
 			continue
 		}
-		r, n := utf8.DecodeRuneInString(s[i:])
+		r, n := decodeMulti(s, i)
 		if nonASCIIClass(r)&mask != 0 {
 			return i
 		}

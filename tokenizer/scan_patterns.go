@@ -66,7 +66,11 @@ func skipToN(s string, i int) int {
 			i++
 			continue
 		}
-		r, n := utf8.DecodeRuneInString(s[i:])
+		if c := s[i]; c-0xE4 <= 0xE9-0xE4 && i+2 < len(s) && s[i+1]&0xC0 == 0x80 && s[i+2]&0xC0 == 0x80 {
+			i += 3 // U+4000..U+9FFF, CJK ideographs and hexagrams, holds no \p{N}
+			continue
+		}
+		r, n := decodeMulti(s, i)
 		if nonASCIIClass(r)&clN != 0 {
 			return i
 		}
@@ -150,7 +154,7 @@ func wsTail(s string, i int, newlines bool) int {
 			end++
 			continue
 		}
-		r, n := utf8.DecodeRuneInString(s[end:])
+		r, n := decodeMulti(s, end)
 		if nonASCIIClass(r)&clS == 0 {
 			break
 		}

@@ -144,3 +144,38 @@ func FuzzRunLetters(f *testing.F) {
 		checkLetterRuns(t, s, i)
 	})
 }
+
+// TestDecodeMultiMatchesUTF8 compares decodeMulti with the standard
+// library on every non-ASCII first byte followed by nothing, by any byte
+// and by any byte and an ASCII one, and every three-byte string led by
+// 0xE0..0xEF (the leads of three-byte runes).
+func TestDecodeMultiMatchesUTF8(t *testing.T) {
+	for c := 0x80; c < 0x100; c++ {
+		for b1 := 0; b1 < 0x100; b1++ {
+			for _, s := range []string{string([]byte{byte(c)}), string([]byte{byte(c), byte(b1)}), string([]byte{byte(c), byte(b1), 'x'})} {
+				checkDecodeMulti(t, s)
+			}
+			for b2 := 0; b2 < 0x100 && c&0xF0 == 0xE0; b2++ {
+				checkDecodeMulti(t, string([]byte{byte(c), byte(b1), byte(b2)}))
+			}
+		}
+	}
+}
+
+func checkDecodeMulti(t *testing.T, s string) {
+	t.Helper()
+	r, n := decodeMulti(s, 0)
+	if wr, wn := utf8.DecodeRuneInString(s); r != wr || n != wn {
+		t.Fatalf("decodeMulti(%q) = %U, %d; utf8 = %U, %d", s, r, n, wr, wn)
+	}
+}
+
+// TestNoNumbersInCJKBlock pins the fact skipToN relies on to pass three-byte
+// runes led by 0xE4..0xE9 without decoding them.
+func TestNoNumbersInCJKBlock(t *testing.T) {
+	for r := rune(0x4000); r <= 0x9FFF; r++ {
+		if nonASCIIClass(r)&clN != 0 {
+			t.Fatalf("%U is \\p{N}", r)
+		}
+	}
+}
