@@ -220,7 +220,8 @@ func chainIsolators(steps []preStep) []isolator {
 // of isolating splits cuts s into, in order, giving the same pieces as
 // preChain.run without building a piece list per step: each piece of step
 // k is cut by step k+1 as soon as it is found, and the last step's pieces go
-// to yield. A piece keeps the segment's first flag only if it starts at 0.
+// to yield. Where the first flag matters, it belongs to the piece at 0, as
+// in run (an isolating split passes it to a piece's first part only).
 func isolateChainEach(s string, steps []isolator, yield func(start, end int)) {
 	if len(steps) == 0 {
 		if s != "" {
@@ -254,19 +255,14 @@ func isolateNested(s string, off int, steps []isolator, yield func(start, end in
 			continue
 		}
 		if gap < i {
-			nestedPiece(s, off, gap, i, rest, yield)
+			isolateNested(s[gap:i], off+gap, rest, yield)
 		}
-		nestedPiece(s, off, i, e, rest, yield)
+		isolateNested(s[i:e], off+i, rest, yield)
 		i, gap = e, e
 	}
 	if gap < len(s) {
-		nestedPiece(s, off, gap, len(s), rest, yield)
+		isolateNested(s[gap:], off+gap, rest, yield)
 	}
-}
-
-// nestedPiece passes s[a:b] to the next step.
-func nestedPiece(s string, off, a, b int, rest []isolator, yield func(start, end int)) {
-	isolateNested(s[a:b], off+a, rest, yield)
 }
 
 // isolateLast is isolateNested for the last step, which gives its pieces,
