@@ -150,8 +150,8 @@ func (t *Tokenizer) encodeSegment(st *encodeState, s string, first bool, dst []u
 	}
 	if iso := t.pre.isolators; iso != nil {
 		// A chain of isolating splits (DeepSeek-V3) streams its pieces
-		// like the single split above; no step's first flag matters to a
-		// byte-level model.
+		// like the single split above; the first flag only matters to
+		// Metaspace, which such a chain has no step of.
 		m := t.model
 		if m.raw != nil && m.segment == "" {
 			isolateChainEach(s, iso, func(a, b int) {
