@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -119,6 +120,33 @@ func BenchmarkPreTokenize(b *testing.B) {
 	}
 }
 
+// BenchmarkPreTokenizeCJK is BenchmarkPreTokenize on Chinese and Japanese
+// text with a few ASCII words and numbers, which the mostly-ASCII corpus
+// hardly exercises: DeepSeek-V3's chain walks each CJK rune three times
+// (digits, CJK/kana runs, then its main split).
+func BenchmarkPreTokenizeCJK(b *testing.B) {
+	text := strings.Repeat("我们在2024年发布了新的模型，它的上下文长度是128K。"+
+		"今日はとても良い天気ですね、散歩に行きましょう。"+
+		"请用Go语言写一个HTTP服务器，并解释每一行代码的作用。\n", 1500)
+	for _, fam := range []string{"deepseek_v3", "llama3", "qwen3"} {
+		tok := loadFamily(b, fam)
+		b.Run(fam, func(b *testing.B) {
+			b.SetBytes(int64(len(text)))
+			st := getEncodeState()
+			defer putEncodeState(st)
+			pieces := 0
+			cpu := startCPUClock()
+			for b.Loop() {
+				pieces = preTokenizeOnly(tok, st, text)
+			}
+			cpu.report(b, int64(len(text)))
+			if pieces == 0 {
+				b.Fatal("no pieces")
+			}
+		})
+	}
+}
+
 // preTokenizeOnly is encodeInto without the model, taking the same path to
 // the pieces (streamed or as a list); it returns the number of pieces the
 // model would have been given.
@@ -134,6 +162,10 @@ func preTokenizeOnly(t *Tokenizer, st *encodeState, text string) int {
 		}
 		if scan := t.pre.soleIsolate(); scan != nil {
 			isolateEach(s, scan, func(int, int) { n++ })
+			return
+		}
+		if iso := t.pre.isolators; iso != nil {
+			isolateChainEach(s, iso, func(int, int) { n++ })
 			return
 		}
 		n += len(t.pre.run(st, piece{text: s, first: first}))

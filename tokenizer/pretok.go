@@ -30,6 +30,11 @@ var (
 // preChain is the flattened pre-tokenizer sequence of a tokenizer.
 type preChain struct {
 	steps []preStep
+	// isolators holds the scanner of every step when each one is an
+	// isolating split with a hand-written scanner (DeepSeek-V3's chain once
+	// its ByteLevel step is dropped), so the chain can be streamed by
+	// isolateChainEach; otherwise nil. Set by withoutIdentity.
+	isolators []isolator
 }
 
 // run applies every step to every piece in turn, like the reference's
@@ -187,6 +192,104 @@ func (c *preChain) soleIsolate() scanFunc {
 		return sp.m.scan
 	}
 	return nil
+}
+
+// isolator is one isolating split of a streamed chain: its scanner and,
+// when the pattern can only start at a few runes, a skip that jumps to the
+// next position where it may match (nil to try every rune).
+type isolator struct {
+	scan scanFunc
+	skip skipFunc
+}
+
+// chainIsolators returns the isolators of steps when every step is an
+// isolating split with a scanner, and nil otherwise.
+func chainIsolators(steps []preStep) []isolator {
+	var out []isolator
+	for _, s := range steps {
+		sp, ok := s.(*splitStep)
+		if !ok || sp.invert || sp.behavior != isolated || sp.m.scan == nil {
+			return nil
+		}
+		out = append(out, isolator{scan: sp.m.scan, skip: sp.m.skip})
+	}
+	return out
+}
+
+// isolateChainEach calls yield with the bounds in s of every piece a chain
+// of isolating splits cuts s into, in order, giving the same pieces as
+// preChain.run without building a piece list per step: each piece of step
+// k is cut by step k+1 as soon as it is found, and the last step's pieces go
+// to yield. Where the first flag matters, it belongs to the piece at 0, as
+// in run (an isolating split passes it to a piece's first part only).
+func isolateChainEach(s string, steps []isolator, yield func(start, end int)) {
+	if len(steps) == 0 {
+		if s != "" {
+			yield(0, len(s))
+		}
+		return
+	}
+	isolateNested(s, 0, steps, yield)
+}
+
+// isolateNested cuts s, which lies at off in the text, with steps[0] and
+// hands each piece to the remaining steps. The scanner sees the piece alone,
+// as the reference's next split does (its lookaheads stop at the piece's end).
+func isolateNested(s string, off int, steps []isolator, yield func(start, end int)) {
+	scan, skip, rest := steps[0].scan, steps[0].skip, steps[1:]
+	if len(rest) == 0 {
+		isolateLast(s, off, scan, skip, yield)
+		return
+	}
+	gap := 0
+	for i := 0; i < len(s); {
+		if skip != nil {
+			if i = skip(s, i); i >= len(s) {
+				break
+			}
+		}
+		e := scan(s, i)
+		if e <= i {
+			_, n := decode(s, i)
+			i += n
+			continue
+		}
+		if gap < i {
+			isolateNested(s[gap:i], off+gap, rest, yield)
+		}
+		isolateNested(s[i:e], off+i, rest, yield)
+		i, gap = e, e
+	}
+	if gap < len(s) {
+		isolateNested(s[gap:], off+gap, rest, yield)
+	}
+}
+
+// isolateLast is isolateNested for the last step, which gives its pieces,
+// the most numerous, straight to yield.
+func isolateLast(s string, off int, scan scanFunc, skip skipFunc, yield func(start, end int)) {
+	gap := 0
+	for i := 0; i < len(s); {
+		if skip != nil {
+			if i = skip(s, i); i >= len(s) {
+				break
+			}
+		}
+		e := scan(s, i)
+		if e <= i {
+			_, n := decode(s, i)
+			i += n
+			continue
+		}
+		if gap < i {
+			yield(off+gap, off+i)
+		}
+		yield(off+i, off+e)
+		i, gap = e, e
+	}
+	if gap < len(s) {
+		yield(off+gap, off+len(s))
+	}
 }
 
 // charSplitStep splits on single characters chosen by a predicate (Digits,

@@ -77,7 +77,7 @@ func (c *preChain) withoutIdentity() *preChain {
 	if len(steps) == 0 {
 		return nil
 	}
-	return &preChain{steps: steps}
+	return &preChain{steps: steps, isolators: chainIsolators(steps)}
 }
 
 func parseBehavior(s string) (splitBehavior, error) {

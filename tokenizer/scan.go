@@ -14,6 +14,12 @@ import (
 // alternation and backtracking for that one starting position.
 type scanFunc func(s string, i int) int
 
+// skipFunc returns the first position from i on where its pattern may
+// match, or len(s): every position it passes over would, stepping one rune
+// at a time, have found no match. It returns a position that rune-by-rune
+// stepping from i would reach, even in invalid UTF-8.
+type skipFunc func(s string, i int) int
+
 // matcher finds the matches of a Split or Replace pattern: a literal string,
 // a hand-written scanner for the regexes real models use, or regexp2 (which
 // has lookahead) for any other regex.
@@ -21,6 +27,7 @@ type matcher struct {
 	source  string
 	literal bool
 	scan    scanFunc
+	skip    skipFunc // nil: a match may start at any rune
 	re      *regexp2.Regexp
 }
 
@@ -42,7 +49,7 @@ func parsePattern(p patternJSON) (*matcher, error) {
 // and a regexp2 matcher otherwise.
 func compileRegex(src string) (*matcher, error) {
 	if scan, ok := knownScanners[src]; ok {
-		return &matcher{source: src, scan: scan}, nil
+		return &matcher{source: src, scan: scan, skip: knownSkips[src]}, nil
 	}
 	re, err := regexp2.Compile(src, regexp2.None)
 	if err != nil {

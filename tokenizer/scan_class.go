@@ -98,6 +98,20 @@ func decode(s string, i int) (rune, int) {
 	if c := s[i]; c < utf8.RuneSelf {
 		return rune(c), 1
 	}
+	return decodeMulti(s, i)
+}
+
+// decodeMulti is utf8.DecodeRuneInString(s[i:]) for a non-ASCII s[i]. The
+// three-byte runes U+1000..U+CFFF (CJK, kana, Hangul, most scripts of South
+// and East Asia) are decoded inline: after a lead byte 0xE1..0xEC any two
+// continuation bytes form a valid rune (only 0xE0, 0xED and four-byte leads
+// restrict them).
+func decodeMulti(s string, i int) (rune, int) {
+	if c := s[i]; c-0xE1 <= 0xEC-0xE1 && i+2 < len(s) {
+		if b1, b2 := s[i+1], s[i+2]; b1&0xC0 == 0x80 && b2&0xC0 == 0x80 {
+			return rune(c&0x0F)<<12 | rune(b1&0x3F)<<6 | rune(b2&0x3F), 3
+		}
+	}
 	return utf8.DecodeRuneInString(s[i:])
 }
 
@@ -119,7 +133,7 @@ func runAny(s string, i int, mask uint16) int {
 			i++
 			continue
 		}
-		r, n := utf8.DecodeRuneInString(s[i:])
+		r, n := decodeMulti(s, i)
 		if nonASCIIClass(r)&mask == 0 {
 			return i
 		}
@@ -137,7 +151,7 @@ func runNone(s string, i int, mask uint16) int {
 			i++
 			continue
 		}
-		r, n := utf8.DecodeRuneInString(s[i:])
+		r, n := decodeMulti(s, i)
 		if nonASCIIClass(r)&mask != 0 {
 			return i
 		}
@@ -151,7 +165,12 @@ func runNone(s string, i int, mask uint16) int {
 // word-sized load, without a branch per letter. Bytes below the first
 // non-ASCII one see no carry from it, so the first byte flagged as not a
 // letter is exact; from a non-ASCII byte on, runAny decodes runes.
-func runLetters(s string, i int) int {
+func runLetters(s string, i int) int { return runLettersOr(s, i, clL) }
+
+// runLettersOr is runAny(s, i, mask) for a mask that holds clL and no other
+// class of an ASCII byte (clL|clM, say), with runLetters' eight-byte steps
+// over ASCII letters.
+func runLettersOr(s string, i int, mask uint16) int {
 	const (
 		ones = 0x0101010101010101
 		high = 0x8080808080808080
@@ -170,7 +189,30 @@ func runLetters(s string, i int) int {
 		}
 		i += 8
 	}
-	return runAny(s, i, clL)
+	return runAny(s, i, mask)
+}
+
+// runASCIILetters returns the end of the run of [A-Za-z] from s[i:],
+// checking eight bytes at a time like runLetters.
+func runASCIILetters(s string, i int) int {
+	const (
+		ones = 0x0101010101010101
+		high = 0x8080808080808080
+	)
+	for i+8 <= len(s) {
+		w := load64(s[i:])
+		x := w | 0x20*ones
+		ge := x + (0x80-'a')*ones
+		gt := x + (0x7F-'z')*ones
+		if m := ge &^ gt &^ w & high; m != high {
+			return i + bits.TrailingZeros64(^m&high)/8
+		}
+		i += 8
+	}
+	for i < len(s) && isASCIILetter(rune(s[i])) {
+		i++
+	}
+	return i
 }
 
 // runCRLF returns the end of the run of '\r' and '\n' from s[i:].

@@ -32,6 +32,71 @@ var knownScanners = map[string]scanFunc{
 	patGPT2:      scanGPT2,
 }
 
+// knownSkips holds, for the patterns whose matches start only at a few
+// runes, the skip to the next such rune. In DeepSeek-V3's chain the digit
+// and CJK/kana splits match rarely, so most of their time went into trying
+// the scanner at every rune in between.
+var knownSkips = map[string]skipFunc{
+	patDigits3:   skipToN,
+	patDeepSeekK: skipToKana,
+}
+
+const (
+	ones64 = 0x0101010101010101
+	high64 = 0x8080808080808080
+)
+
+// skipToN returns the first position from i of a \p{N} rune, or len(s).
+// Eight ASCII bytes without a digit are passed over at a time.
+func skipToN(s string, i int) int {
+	for i < len(s) {
+		if i+8 <= len(s) {
+			w := load64(s[i:])
+			// High bit of ge&^gt: the ASCII byte is in '0'..'9'.
+			ge, gt := w+(0x80-'0')*ones64, w+(0x7F-'9')*ones64
+			if (w|ge&^gt)&high64 == 0 {
+				i += 8
+				continue
+			}
+		}
+		if c := s[i]; c < utf8.RuneSelf {
+			if c-'0' < 10 {
+				return i
+			}
+			i++
+			continue
+		}
+		if c := s[i]; c-0xE4 <= 0xE9-0xE4 && i+2 < len(s) && s[i+1]&0xC0 == 0x80 && s[i+2]&0xC0 == 0x80 {
+			i += 3 // U+4000..U+9FFF, CJK ideographs and hexagrams, holds no \p{N}
+			continue
+		}
+		r, n := decodeMulti(s, i)
+		if nonASCIIClass(r)&clN != 0 {
+			return i
+		}
+		i += n
+	}
+	return i
+}
+
+// skipToKana returns the first position from i of a byte 0xE3..0xE9, or
+// len(s). Every rune of [\x{4e00}-\x{9fa5}\x{3040}-\x{30ff}] is three
+// bytes led by one of those, and such a byte is never a continuation byte,
+// so rune-by-rune stepping reaches it even in invalid UTF-8.
+func skipToKana(s string, i int) int {
+	for i < len(s) {
+		if i+8 <= len(s) && load64(s[i:])&high64 == 0 {
+			i += 8
+			continue
+		}
+		if s[i]-0xE3 <= 0xE9-0xE3 {
+			return i
+		}
+		i++
+	}
+	return i
+}
+
 // contraction matches (?i:s|t|re|ve|m|ll|d) at s[i:] (after the apostrophe).
 func contraction(s string, i int, fold bool) int {
 	if i >= len(s) {
@@ -89,7 +154,7 @@ func wsTail(s string, i int, newlines bool) int {
 			end++
 			continue
 		}
-		r, n := utf8.DecodeRuneInString(s[end:])
+		r, n := decodeMulti(s, end)
 		if nonASCIIClass(r)&clS == 0 {
 			break
 		}
@@ -223,30 +288,53 @@ func isKana(r rune) bool {
 }
 
 func scanKana(s string, i int) int {
-	e := runWhile(s, i, isKana)
-	if e == i {
+	j := i
+	for j < len(s) {
+		r, n := decode(s, j)
+		if !isKana(r) {
+			break
+		}
+		j += n
+	}
+	if j == i {
 		return -1
 	}
-	return e
+	return j
 }
 
 func isASCIILetter(r rune) bool { return (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') }
 
 func scanDeepSeek3(s string, i int) int {
-	r, n := decode(s, i)
-	// [!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+
-	if r < 128 && asciiClass[r]&(clP|clSy) != 0 && i+1 < len(s) && isASCIILetter(rune(s[i+1])) {
-		return runWhile(s, i+1, isASCIILetter)
+	// The ASCII starts, in the pattern's order: after a letter the first
+	// branch cannot match and the second takes no optional rune; a letter
+	// after one ASCII rune starts the first branch,
+	// [!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+, when that rune is
+	// punctuation or a symbol (only ASCII ones are in its set), else the
+	// second with the optional rune unless that is CR or LF.
+	if c := s[i]; c < utf8.RuneSelf {
+		cl := asciiClass[c]
+		if cl&clL != 0 {
+			return runLettersOr(s, i+1, clL|clM)
+		}
+		if i+1 < len(s) && isASCIILetter(rune(s[i+1])) {
+			if cl&(clP|clSy) != 0 {
+				return runASCIILetters(s, i+2)
+			}
+			if c != '\r' && c != '\n' {
+				return runLettersOr(s, i+2, clL|clM)
+			}
+		}
 	}
+	r, n := decode(s, i)
 	cl := class(r)
 	// [^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+
 	if r != '\r' && r != '\n' && cl&(clL|clP|clSy) == 0 && i+n < len(s) {
 		if r2, n2 := decode(s, i+n); isLM(r2) {
-			return runWhile(s, i+n+n2, isLM)
+			return runLettersOr(s, i+n+n2, clL|clM)
 		}
 	}
-	if isLM(r) {
-		return runWhile(s, i+n, isLM)
+	if cl&(clL|clM) != 0 {
+		return runLettersOr(s, i+n, clL|clM)
 	}
 	// ` ?[\p{P}\p{S}]+[\r\n]*`
 	j := -1
@@ -259,8 +347,7 @@ func scanDeepSeek3(s string, i int) int {
 		j = i
 	}
 	if j >= 0 {
-		j = runWhile(s, j, isPS)
-		return runWhile(s, j, isCRLF)
+		return runCRLF(s, runAny(s, j, clP|clSy))
 	}
 	if cl&clS != 0 {
 		return whitespaceTail(s, i)

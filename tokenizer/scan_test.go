@@ -102,6 +102,7 @@ func TestRunLettersMatchesRunAny(t *testing.T) {
 			if got, want := runLetters(s, i), runAny(s, i, clL); got != want {
 				t.Fatalf("runLetters(%q, %d) = %d, runAny = %d", s, i, got, want)
 			}
+			checkLetterRuns(t, s, i)
 		}
 	}
 	for c := 0; c < 256; c++ {
@@ -109,6 +110,23 @@ func TestRunLettersMatchesRunAny(t *testing.T) {
 		if got, want := runLetters(s, 0), runAny(s, 0, clL); got != want {
 			t.Fatalf("byte %#x: runLetters = %d, runAny = %d", c, got, want)
 		}
+		checkLetterRuns(t, s, 0)
+	}
+}
+
+// checkLetterRuns compares runLettersOr with clL|clM (DeepSeek-V3's letter
+// and mark runs) with runAny, and runASCIILetters with a byte loop.
+func checkLetterRuns(t *testing.T, s string, i int) {
+	t.Helper()
+	if got, want := runLettersOr(s, i, clL|clM), runAny(s, i, clL|clM); got != want {
+		t.Fatalf("runLettersOr(%q, %d, L|M) = %d, runAny = %d", s, i, got, want)
+	}
+	want := i
+	for want < len(s) && isASCIILetter(rune(s[want])) {
+		want++
+	}
+	if got := runASCIILetters(s, i); got != want {
+		t.Fatalf("runASCIILetters(%q, %d) = %d, want %d", s, i, got, want)
 	}
 }
 
@@ -123,5 +141,41 @@ func FuzzRunLetters(f *testing.F) {
 		if got, want := runLetters(s, i), runAny(s, i, clL); got != want {
 			t.Fatalf("runLetters(%q, %d) = %d, runAny = %d", s, i, got, want)
 		}
+		checkLetterRuns(t, s, i)
 	})
+}
+
+// TestDecodeMultiMatchesUTF8 compares decodeMulti with the standard
+// library on every non-ASCII first byte followed by nothing, by any byte
+// and by any byte and an ASCII one, and every three-byte string led by
+// 0xE0..0xEF (the leads of three-byte runes).
+func TestDecodeMultiMatchesUTF8(t *testing.T) {
+	for c := 0x80; c < 0x100; c++ {
+		for b1 := 0; b1 < 0x100; b1++ {
+			for _, s := range []string{string([]byte{byte(c)}), string([]byte{byte(c), byte(b1)}), string([]byte{byte(c), byte(b1), 'x'})} {
+				checkDecodeMulti(t, s)
+			}
+			for b2 := 0; b2 < 0x100 && c&0xF0 == 0xE0; b2++ {
+				checkDecodeMulti(t, string([]byte{byte(c), byte(b1), byte(b2)}))
+			}
+		}
+	}
+}
+
+func checkDecodeMulti(t *testing.T, s string) {
+	t.Helper()
+	r, n := decodeMulti(s, 0)
+	if wr, wn := utf8.DecodeRuneInString(s); r != wr || n != wn {
+		t.Fatalf("decodeMulti(%q) = %U, %d; utf8 = %U, %d", s, r, n, wr, wn)
+	}
+}
+
+// TestNoNumbersInCJKBlock pins the fact skipToN relies on to pass three-byte
+// runes led by 0xE4..0xE9 without decoding them.
+func TestNoNumbersInCJKBlock(t *testing.T) {
+	for r := rune(0x4000); r <= 0x9FFF; r++ {
+		if nonASCIIClass(r)&clN != 0 {
+			t.Fatalf("%U is \\p{N}", r)
+		}
+	}
 }

@@ -148,6 +148,28 @@ func (t *Tokenizer) encodeSegment(st *encodeState, s string, first bool, dst []u
 		isolateEach(s, scan, func(a, b int) { dst = m.encodePiece(st, s[a:b], dst) })
 		return dst
 	}
+	if iso := t.pre.isolators; iso != nil {
+		// A chain of isolating splits (DeepSeek-V3) streams its pieces
+		// like the single split above; the first flag only matters to
+		// Metaspace, which such a chain has no step of.
+		m := t.model
+		if m.raw != nil && m.segment == "" {
+			isolateChainEach(s, iso, func(a, b int) {
+				if b-a == 1 {
+					dst = append(dst, m.byteID[s[a]])
+					return
+				}
+				if id, self, ok := m.raw.getAt(s, a, b); ok && (self || m.ignoreMerges) {
+					dst = append(dst, id)
+					return
+				}
+				dst = m.encodeWord(st, s[a:b], dst)
+			})
+			return dst
+		}
+		isolateChainEach(s, iso, func(a, b int) { dst = m.encodePiece(st, s[a:b], dst) })
+		return dst
+	}
 	pieces := t.pre.run(st, piece{text: s, first: first})
 	for _, p := range pieces {
 		dst = t.model.encodePiece(st, p.text, dst)
