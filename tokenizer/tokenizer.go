@@ -129,45 +129,33 @@ func (t *Tokenizer) encodeSegment(st *encodeState, s string, first bool, dst []u
 	if t.pre == nil {
 		return t.model.encodePiece(st, s, dst)
 	}
-	if scan := t.pre.soleIsolate(); scan != nil {
-		m := t.model
-		if m.raw != nil && m.segment == "" {
-			isolateEach(s, scan, func(a, b int) {
-				if b-a == 1 {
-					dst = append(dst, m.byteID[s[a]])
-					return
-				}
-				if id, self, ok := m.raw.getAt(s, a, b); ok && (self || m.ignoreMerges) {
-					dst = append(dst, id)
-					return
-				}
-				dst = m.encodeWord(st, s[a:b], dst)
-			})
-			return dst
+	// A single isolating split (Llama 3, Qwen3) or a chain of them with
+	// scanners (DeepSeek-V3) streams its pieces straight to the model; the
+	// first flag only matters to Metaspace, which such chains have no step
+	// of. A byte-level piece is looked up where it lies in s (getAt).
+	m := t.model
+	raw := m.raw != nil && m.segment == ""
+	yield := func(a, b int) {
+		if !raw {
+			dst = m.encodePiece(st, s[a:b], dst)
+			return
 		}
-		isolateEach(s, scan, func(a, b int) { dst = m.encodePiece(st, s[a:b], dst) })
+		if b-a == 1 {
+			dst = append(dst, m.byteID[s[a]])
+			return
+		}
+		if id, self, ok := m.raw.getAt(s, a, b); ok && (self || m.ignoreMerges) {
+			dst = append(dst, id)
+			return
+		}
+		dst = m.encodeWord(st, s[a:b], dst)
+	}
+	if scan := t.pre.soleIsolate(); scan != nil {
+		isolateEach(s, scan, yield)
 		return dst
 	}
 	if iso := t.pre.isolators; iso != nil {
-		// A chain of isolating splits (DeepSeek-V3) streams its pieces
-		// like the single split above; the first flag only matters to
-		// Metaspace, which such a chain has no step of.
-		m := t.model
-		if m.raw != nil && m.segment == "" {
-			isolateChainEach(s, iso, func(a, b int) {
-				if b-a == 1 {
-					dst = append(dst, m.byteID[s[a]])
-					return
-				}
-				if id, self, ok := m.raw.getAt(s, a, b); ok && (self || m.ignoreMerges) {
-					dst = append(dst, id)
-					return
-				}
-				dst = m.encodeWord(st, s[a:b], dst)
-			})
-			return dst
-		}
-		isolateChainEach(s, iso, func(a, b int) { dst = m.encodePiece(st, s[a:b], dst) })
+		isolateChainEach(s, iso, yield)
 		return dst
 	}
 	pieces := t.pre.run(st, piece{text: s, first: first})
