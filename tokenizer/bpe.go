@@ -262,10 +262,13 @@ func (m *bpeModel) mergeRanked(syms, ranks, newIDs []uint32) []uint32 {
 			break
 		}
 		syms[bi] = newIDs[bi]
-		copy(syms[bi+1:], syms[bi+2:n])
-		if bi+2 < n-1 {
-			copy(ranks[bi+1:], ranks[bi+2:n-1])
-			copy(newIDs[bi+1:], newIDs[bi+2:n-1])
+		// Shift the tail left by one in a plain loop: the lists are short,
+		// and a call to memmove per list costs more than the moves.
+		for i := bi + 1; i < n-1; i++ {
+			syms[i] = syms[i+1]
+		}
+		for i := bi + 1; i < n-2; i++ {
+			ranks[i], newIDs[i] = ranks[i+1], newIDs[i+1]
 		}
 		n--
 		if bi > 0 {
