@@ -38,6 +38,11 @@ type bpeModel struct {
 	// table, whose rows for letters stay in the CPU's cache, instead of
 	// probing the pair table.
 	bytePair *[1 << 16]uint64
+	// charTok, in byte mode, is the token each character below U+10000
+	// may start as, with the neighbours for which that is exact (see
+	// bpe_chars.go).
+	charTok   []uint32
+	charMasks []charMask
 
 	ignoreMerges bool
 	byteFallback bool
@@ -228,18 +233,39 @@ func (m *bpeModel) mergeLinear(st *encodeState, syms []uint32) []uint32 {
 
 // mergeBytes is mergeLinear on the bytes of s (byte mode, at least two
 // bytes), taking the first round of pair ranks from the dense byte-pair
-// table.
+// table and starting a multi-byte character as its token where that is
+// known to give the same result (see bpe_chars.go).
 func (m *bpeModel) mergeBytes(st *encodeState, s string) []uint32 {
 	n := len(s)
 	syms := grow(st.syms, n)
 	merges := grow64(st.merges, n)
 	st.syms, st.merges = syms, merges
 	bp := m.bytePair
-	for i := 0; i < n-1; i++ {
-		syms[i], merges[i] = m.byteID[s[i]], bp[uint16(s[i])<<8|uint16(s[i+1])]
+	k := 0
+	prev := -1 // the raw byte of syms[k-1], or -1 when it is a whole character
+	for i := 0; i < n; k++ {
+		c := s[i]
+		if c >= 0xC2 && m.charTok != nil {
+			if id, size := m.wholeChar(s, i); size > 0 {
+				syms[k] = id
+				if k > 0 {
+					merges[k-1] = m.pairValue(syms[k-1], id)
+				}
+				prev = -1
+				i += size
+				continue
+			}
+		}
+		syms[k] = m.byteID[c]
+		if prev >= 0 {
+			merges[k-1] = bp[uint16(prev)<<8|uint16(c)]
+		} else if k > 0 {
+			merges[k-1] = m.pairValue(syms[k-1], syms[k])
+		}
+		prev = int(c)
+		i++
 	}
-	syms[n-1] = m.byteID[s[n-1]]
-	return mergeRanked(m, syms, merges)
+	return mergeRanked(m, syms[:k], merges[:k])
 }
 
 // pairValue is pair packed as rank<<32 | new id, with rank noRank (and id

@@ -161,6 +161,7 @@ func (m *bpeModel) setupByteMode() {
 			m.bytePair[a<<8|b] = v
 		}
 	}
+	m.setupChars()
 	var self func(string, uint32) bool
 	if !m.ignoreMerges {
 		st := &encodeState{}
