@@ -81,7 +81,7 @@ func (m *bpeModel) setupChars() {
 		}
 		a, b, r := uint32(s.key>>32), uint32(s.key), uint32(s.val>>32)
 		if int(a) >= nv || int(b) >= nv {
-			continue
+			return // cannot happen for a parsed model; never guess
 		}
 		if ka := idx[a]; ka >= 0 {
 			minLAny[ka] = min(minLAny[ka], r)
