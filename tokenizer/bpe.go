@@ -246,10 +246,15 @@ func (m *bpeModel) mergeBytes(st *encodeState, s string) []uint32 {
 	for i := 0; i < n; k++ {
 		c := s[i]
 		if c >= 0xC2 && m.charTok != nil {
-			if id, size := m.wholeChar(s, i); size > 0 {
+			if id, second, size := m.wholeChar(s, i); size > 0 {
 				syms[k] = id
 				if k > 0 {
 					merges[k-1] = m.pairValue(syms[k-1], id)
+				}
+				if second != noRank {
+					merges[k] = noMerge
+					k++
+					syms[k] = second
 				}
 				prev = -1
 				i += size

@@ -32,13 +32,18 @@ const (
 	charLeftAny   = 1 << 30 // safe after any left neighbour
 	charLeftSpace = 1 << 29 // safe after a neighbour ending in a space
 	charRightAny  = 1 << 28 // safe before any right neighbour
+	charTwo       = 1 << 27 // starts as two tokens, the second in charMask
 	charIDMask    = 1<<27 - 1
 )
 
 // charMask holds, for each character, which neighbour bytes it is safe
 // next to: bit k of left for a left neighbour ending in byte 0x80+k, bit k
-// of right for a right neighbour starting with byte 0xC0+k.
-type charMask struct{ left, right uint64 }
+// of right for a right neighbour starting with byte 0xC0+k; and the second
+// token of a character that starts as two (noRank otherwise).
+type charMask struct {
+	left, right uint64
+	second      uint32
+}
 
 // setupChars builds charTok and charMasks; the model's merges, byteID and
 // tokens must be set. It leaves them nil when ids do not fit the entries.
@@ -140,10 +145,14 @@ func (m *bpeModel) setupChars() {
 			syms[bi] = nid
 			syms = append(syms[:bi+1], syms[bi+2:]...)
 		}
-		if len(syms) != 1 || int(syms[0]) >= nv || idx[syms[0]] < 0 {
+		// A character that stays two tokens (a rare one, say) starts as
+		// those two where the same conditions hold for the token at each
+		// edge; they do not merge with each other, or the run above would
+		// have merged them.
+		if len(ranks) == 0 || len(syms) > 2 || idx[syms[0]] < 0 || idx[syms[len(syms)-1]] < 0 {
 			continue
 		}
-		t := syms[0]
+		tl, tr := syms[0], syms[len(syms)-1]
 		hi := uint32(0)
 		for _, r := range ranks {
 			hi = max(hi, r)
@@ -160,17 +169,23 @@ func (m *bpeModel) setupChars() {
 		if !ok {
 			continue
 		}
-		e := uint32(charPresent) | t
-		if safeRow(minRAny, 1, idx, left, ranks, t, hi, 0) {
+		e := uint32(charPresent) | tl
+		mask := charMask{second: noRank}
+		if len(syms) == 2 {
+			e |= charTwo
+			mask.second = tr
+		}
+		if safeRow(minRAny, 1, idx, left, ranks, tl, hi, 0) {
 			e |= charLeftAny
 		}
-		if safeRow(minRSpace, 1, idx, left, ranks, t, hi, 0) {
+		if safeRow(minRSpace, 1, idx, left, ranks, tl, hi, 0) {
 			e |= charLeftSpace
 		}
-		if safeRow(minLAny, 1, idx, right, ranks, t, hi, 0) {
+		if safeRow(minLAny, 1, idx, right, ranks, tr, hi, 0) {
 			e |= charRightAny
 		}
-		mask := charMask{left: safeBytes(minRCont, idx, left, ranks, t, hi), right: safeBytes(minLLead, idx, right, ranks, t, hi)}
+		mask.left = safeBytes(minRCont, idx, left, ranks, tl, hi)
+		mask.right = safeBytes(minLLead, idx, right, ranks, tr, hi)
 		m.charTok[cp] = e
 		m.charMasks[cp] = mask
 	}
@@ -231,8 +246,9 @@ func (m *bpeModel) tokenByte(id uint32, first bool) (byte, bool) {
 }
 
 // wholeChar returns the token that the character starting at s[i] may
-// start as (see above) and its length in bytes, or 0, 0.
-func (m *bpeModel) wholeChar(s string, i int) (uint32, int) {
+// start as (see above), the second token when it starts as two (else
+// noRank), and its length in bytes; or a length of 0.
+func (m *bpeModel) wholeChar(s string, i int) (uint32, uint32, int) {
 	var cp uint32
 	var n int
 	switch c := s[i]; {
@@ -241,38 +257,42 @@ func (m *bpeModel) wholeChar(s string, i int) (uint32, int) {
 	case c >= 0xE0 && c < 0xF0 && i+2 < len(s) && s[i+1]&0xC0 == 0x80 && s[i+2]&0xC0 == 0x80:
 		cp, n = uint32(c&0x0F)<<12|uint32(s[i+1]&0x3F)<<6|uint32(s[i+2]&0x3F), 3
 		if cp < 0x800 { // overlong
-			return 0, 0
+			return 0, 0, 0
 		}
 	default:
-		return 0, 0
+		return 0, 0, 0
 	}
 	e := m.charTok[cp]
 	if e&charPresent == 0 {
-		return 0, 0
+		return 0, 0, 0
 	}
 	if i > 0 {
 		switch b := s[i-1]; {
 		case b&0xC0 == 0x80:
 			if m.charMasks[cp].left&(1<<(b&0x3F)) == 0 {
-				return 0, 0
+				return 0, 0, 0
 			}
 		case b == ' ':
 			if e&charLeftSpace == 0 {
-				return 0, 0
+				return 0, 0, 0
 			}
 		case e&charLeftAny == 0:
-			return 0, 0
+			return 0, 0, 0
 		}
 	}
 	if j := i + n; j < len(s) {
 		switch b := s[j]; {
 		case b >= 0xC0:
 			if m.charMasks[cp].right&(1<<(b&0x3F)) == 0 {
-				return 0, 0
+				return 0, 0, 0
 			}
 		case e&charRightAny == 0:
-			return 0, 0
+			return 0, 0, 0
 		}
 	}
-	return e & charIDMask, n
+	second := uint32(noRank)
+	if e&charTwo != 0 {
+		second = m.charMasks[cp].second
+	}
+	return e & charIDMask, second, n
 }

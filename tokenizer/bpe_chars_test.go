@@ -33,14 +33,15 @@ func mergeBytesReference(m *bpeModel, s string) []uint32 {
 }
 
 // checkMergeBytes compares mergeBytes with the byte-by-byte reference on s
-// and reports whether some character of s started whole.
-func checkMergeBytes(t *testing.T, fam string, m *bpeModel, s string) bool {
+// and reports whether some character of s started whole, and whether some
+// started as two tokens.
+func checkMergeBytes(t *testing.T, fam string, m *bpeModel, s string) (whole, two bool) {
 	t.Helper()
-	whole := false
 	for i := 0; i < len(s); i++ {
 		if s[i] >= 0xC2 {
-			if _, n := m.wholeChar(s, i); n > 0 {
+			if _, second, n := m.wholeChar(s, i); n > 0 {
 				whole = true
+				two = two || second != noRank
 			}
 		}
 	}
@@ -48,7 +49,7 @@ func checkMergeBytes(t *testing.T, fam string, m *bpeModel, s string) bool {
 	if want := mergeBytesReference(m, s); !slices.Equal(got, want) {
 		t.Fatalf("%s: mergeBytes(%q) = %v, merging its bytes gives %v", fam, s, got, want)
 	}
-	return whole
+	return whole, two
 }
 
 // TestMergeBytesWholeChars checks that starting characters as their tokens
@@ -90,7 +91,7 @@ func TestMergeBytesWholeChars(t *testing.T) {
 		if m.charTok == nil {
 			t.Fatalf("%s: no whole-character table", fam)
 		}
-		whole := 0
+		whole, two := 0, 0
 		var b strings.Builder
 		for k := 0; k < n; k++ {
 			b.Reset()
@@ -101,8 +102,12 @@ func TestMergeBytesWholeChars(t *testing.T) {
 			if len(s) > heapThreshold {
 				continue
 			}
-			if checkMergeBytes(t, fam, m, s) {
+			w, tw := checkMergeBytes(t, fam, m, s)
+			if w {
 				whole++
+			}
+			if tw {
+				two++
 			}
 		}
 		// Across invalid UTF-8 too: truncated and stray bytes around chars.
@@ -118,10 +123,10 @@ func TestMergeBytesWholeChars(t *testing.T) {
 			}
 			checkMergeBytes(t, fam, m, b.String())
 		}
-		if whole < n/10 {
-			t.Fatalf("%s: a character started whole in only %d of %d strings", fam, whole, n)
+		if whole < n/10 || two < n/100 {
+			t.Fatalf("%s: a character started whole in only %d of %d strings, as two tokens in %d", fam, whole, n, two)
 		}
-		t.Logf("%s: a character started whole in %d of %d strings", fam, whole, n)
+		t.Logf("%s: a character started whole in %d of %d strings, as two tokens in %d", fam, whole, n, two)
 	}
 }
 
