@@ -38,6 +38,11 @@ type bpeModel struct {
 	// table, whose rows for letters stay in the CPU's cache, instead of
 	// probing the pair table.
 	bytePair *[1 << 16]uint64
+	// charTok, in byte mode, is the token each character below U+10000
+	// may start as, with the neighbours for which that is exact (see
+	// bpe_chars.go).
+	charTok   []uint32
+	charMasks []charMask
 
 	ignoreMerges bool
 	byteFallback bool
@@ -218,61 +223,105 @@ func (m *bpeModel) mergeLinear(st *encodeState, syms []uint32) []uint32 {
 	if n < 2 {
 		return syms
 	}
-	ranks := grow(st.ranks, n)
-	newIDs := grow(st.newIDs, n)
-	st.ranks, st.newIDs = ranks, newIDs
+	merges := grow64(st.merges, n)
+	st.merges = merges
 	for i := 0; i < n-1; i++ {
-		ranks[i], newIDs[i] = m.pair(syms[i], syms[i+1])
+		merges[i] = m.pairValue(syms[i], syms[i+1])
 	}
-	return m.mergeRanked(syms, ranks, newIDs)
+	return mergeRanked(m, syms, merges)
 }
 
 // mergeBytes is mergeLinear on the bytes of s (byte mode, at least two
 // bytes), taking the first round of pair ranks from the dense byte-pair
-// table.
+// table and starting a multi-byte character as its token where that is
+// known to give the same result (see bpe_chars.go).
 func (m *bpeModel) mergeBytes(st *encodeState, s string) []uint32 {
 	n := len(s)
 	syms := grow(st.syms, n)
-	ranks := grow(st.ranks, n)
-	newIDs := grow(st.newIDs, n)
-	st.syms, st.ranks, st.newIDs = syms, ranks, newIDs
+	merges := grow64(st.merges, n)
+	st.syms, st.merges = syms, merges
 	bp := m.bytePair
-	for i := 0; i < n-1; i++ {
-		v := bp[uint16(s[i])<<8|uint16(s[i+1])]
-		syms[i], ranks[i], newIDs[i] = m.byteID[s[i]], uint32(v>>32), uint32(v)
-	}
-	syms[n-1] = m.byteID[s[n-1]]
-	return m.mergeRanked(syms, ranks, newIDs)
-}
-
-// mergeRanked runs the merges on syms given the rank and new id of every
-// adjacent pair (ranks[i] for syms[i], syms[i+1]; noRank when it does not
-// merge): it merges the lowest-ranked, then leftmost, pair until none is
-// left.
-func (m *bpeModel) mergeRanked(syms, ranks, newIDs []uint32) []uint32 {
-	n := len(syms)
-	for n > 1 {
-		best, bi := noRank, -1
-		for i := 0; i < n-1; i++ {
-			if ranks[i] < best {
-				best, bi = ranks[i], i
+	k := 0
+	prev := -1 // the raw byte of syms[k-1], or -1 when it is a whole character
+	for i := 0; i < n; k++ {
+		c := s[i]
+		if c >= 0xC2 && m.charTok != nil {
+			if id, second, size := m.wholeChar(s, i); size > 0 {
+				syms[k] = id
+				if k > 0 {
+					merges[k-1] = m.pairValue(syms[k-1], id)
+				}
+				if second != noRank {
+					merges[k] = noMerge
+					k++
+					syms[k] = second
+				}
+				prev = -1
+				i += size
+				continue
 			}
 		}
-		if bi < 0 {
+		syms[k] = m.byteID[c]
+		if prev >= 0 {
+			merges[k-1] = bp[uint16(prev)<<8|uint16(c)]
+		} else if k > 0 {
+			merges[k-1] = m.pairValue(syms[k-1], syms[k])
+		}
+		prev = int(c)
+		i++
+	}
+	return mergeRanked(m, syms[:k], merges[:k])
+}
+
+// pairValue is pair packed as rank<<32 | new id, with rank noRank (and id
+// 0) when the pair does not merge: the layout of the pair table's values
+// and of bytePair.
+func (m *bpeModel) pairValue(left, right uint32) uint64 {
+	v, ok := m.merges.get(uint64(left)<<32 | uint64(right))
+	if !ok {
+		return noMerge
+	}
+	return v
+}
+
+// noMerge is pairValue's answer for a pair that does not merge.
+const noMerge = uint64(noRank) << 32
+
+// mergeRanked runs the merges on syms given the merge of every adjacent
+// pair (merges[i], as pairValue gives it, for syms[i], syms[i+1]): it
+// merges the lowest-ranked, then leftmost, pair until none is left.
+//
+// Each candidate is packed as rank<<32 | position, so the least packed
+// value is the lowest rank and, among equal ranks, the leftmost, and the
+// ranks and new ids live in one list. (An arithmetic, branch-free min was
+// measured slower than the compiler's compare and branch.)
+func mergeRanked(m *bpeModel, syms []uint32, merges []uint64) []uint32 {
+	n := len(syms)
+	merges = merges[:n]
+	for n > 1 {
+		best := ^uint64(0)
+		for i, v := range merges[:n-1] {
+			best = min(best, v&^0xFFFFFFFF|uint64(i))
+		}
+		if best>>32 == uint64(noRank) {
 			break
 		}
-		syms[bi] = newIDs[bi]
-		copy(syms[bi+1:], syms[bi+2:n])
-		if bi+2 < n-1 {
-			copy(ranks[bi+1:], ranks[bi+2:n-1])
-			copy(newIDs[bi+1:], newIDs[bi+2:n-1])
+		bi := int(uint32(best))
+		syms[bi] = uint32(merges[bi])
+		// Shift the tail left by one in a plain loop: the lists are short,
+		// and a call to memmove per list costs more than the moves.
+		for i := bi + 1; i < n-1; i++ {
+			syms[i] = syms[i+1]
+		}
+		for i := bi + 1; i < n-2; i++ {
+			merges[i] = merges[i+1]
 		}
 		n--
 		if bi > 0 {
-			ranks[bi-1], newIDs[bi-1] = m.pair(syms[bi-1], syms[bi])
+			merges[bi-1] = m.pairValue(syms[bi-1], syms[bi])
 		}
 		if bi < n-1 {
-			ranks[bi], newIDs[bi] = m.pair(syms[bi], syms[bi+1])
+			merges[bi] = m.pairValue(syms[bi], syms[bi+1])
 		}
 	}
 	return syms[:n]
@@ -281,6 +330,13 @@ func (m *bpeModel) mergeRanked(syms, ranks, newIDs []uint32) []uint32 {
 func grow(b []uint32, n int) []uint32 {
 	if cap(b) < n {
 		return make([]uint32, n, n*2)
+	}
+	return b[:n]
+}
+
+func grow64(b []uint64, n int) []uint64 {
+	if cap(b) < n {
+		return make([]uint64, n, n*2)
 	}
 	return b[:n]
 }

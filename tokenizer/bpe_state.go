@@ -14,8 +14,8 @@ type encodeState struct {
 	pieces [2][]piece
 	locs   []int
 	syms   []uint32
-	ranks  []uint32
-	newIDs []uint32
+	// merges[i] is the merge of syms[i] and syms[i+1] as rank<<32 | new id
+	merges []uint64
 	// heap merge scratch
 	next, prev []int32
 	heap       []mergeEntry
@@ -49,7 +49,7 @@ func putEncodeState(st *encodeState) {
 		st.normBuf = nil
 	}
 	if cap(st.syms) > keep || cap(st.heap) > keep || cap(st.locs) > keep {
-		st.syms, st.ranks, st.newIDs, st.next, st.prev, st.heap, st.locs = nil, nil, nil, nil, nil, nil, nil
+		st.syms, st.merges, st.next, st.prev, st.heap, st.locs = nil, nil, nil, nil, nil, nil
 	}
 	st.cacheHits, st.cacheMisses = 0, 0
 	statePool.Put(st)

@@ -248,6 +248,8 @@ func BenchmarkLoad(b *testing.B) {
 // corpus is pre-tokenized once, then each iteration runs, over every piece,
 //   - "model": the BPE model (no piece cache), what Encode adds to
 //     pre-tokenizing;
+//   - "merge": the same, over only the pieces that need merges (reported
+//     per such piece);
 //   - "lookup": only the raw-byte vocabulary lookup every piece of two or
 //     more bytes gets, as Encode does it (getAt, on the piece where it lies
 //     in the text);
@@ -289,6 +291,40 @@ func BenchmarkModelPerPiece(b *testing.B) {
 				}
 			}
 			perPiece(b, cpu)
+		})
+		// merge: the model over only the pieces that need merges (two or
+		// more bytes and not a token that the lookup answers alone), so the
+		// figure is the cost of the merge path per such piece.
+		var merged []string
+		for _, p := range pieces {
+			if len(p) < 2 {
+				continue
+			}
+			if _, self, ok := m.raw.get(p); ok && (self || m.ignoreMerges) {
+				continue
+			}
+			merged = append(merged, p)
+		}
+		b.Run(fam+"/merge", func(b *testing.B) {
+			if len(merged) == 0 {
+				b.Fatal("no piece needs merges")
+			}
+			st := getEncodeState()
+			defer putEncodeState(st)
+			dst := make([]uint32, 0, len(s))
+			cpu := startCPUClock()
+			for b.Loop() {
+				dst = dst[:0]
+				for _, p := range merged {
+					dst = m.encodePiece(st, p, dst)
+				}
+			}
+			spent := processCPU() - cpu.start
+			b.ReportMetric(float64(spent.Nanoseconds())/float64(b.N)/float64(len(merged)), "cpu-ns/piece")
+			b.ReportMetric(float64(len(merged)), "pieces")
+			if len(dst) <= len(merged) {
+				b.Fatal("merged pieces gave no more ids than pieces")
+			}
 		})
 		b.Run(fam+"/lookup", func(b *testing.B) {
 			found := 0

@@ -161,18 +161,20 @@ func (m *bpeModel) setupByteMode() {
 			m.bytePair[a<<8|b] = v
 		}
 	}
+	m.setupChars()
 	var self func(string, uint32) bool
 	if !m.ignoreMerges {
 		st := &encodeState{}
 		self = func(raw string, id uint32) bool {
-			syms := st.syms[:0]
-			for i := 0; i < len(raw); i++ {
-				syms = append(syms, m.byteID[raw[i]])
-			}
-			if len(syms) > heapThreshold {
+			var syms []uint32
+			if len(raw) > heapThreshold {
+				syms = st.syms[:0]
+				for i := 0; i < len(raw); i++ {
+					syms = append(syms, m.byteID[raw[i]])
+				}
 				syms = m.mergeHeap(st, syms)
 			} else {
-				syms = m.mergeLinear(st, syms)
+				syms = m.mergeBytes(st, raw)
 			}
 			st.syms = syms[:0]
 			return len(syms) == 1 && syms[0] == id
