@@ -102,21 +102,7 @@ func BenchmarkPreTokenize(b *testing.B) {
 	corpus := readCorpus(b)
 	for _, fam := range families {
 		tok := loadFamily(b, fam)
-		b.Run(fam, func(b *testing.B) {
-			b.SetBytes(int64(len(corpus)))
-			b.ReportAllocs()
-			st := getEncodeState()
-			defer putEncodeState(st)
-			pieces := 0
-			cpu := startCPUClock()
-			for b.Loop() {
-				pieces = preTokenizeOnly(tok, st, corpus)
-			}
-			cpu.report(b, int64(len(corpus)))
-			if pieces == 0 {
-				b.Fatal("no pieces")
-			}
-		})
+		b.Run(fam, func(b *testing.B) { benchPreTokenize(b, tok, corpus) })
 	}
 }
 
@@ -130,20 +116,25 @@ func BenchmarkPreTokenizeCJK(b *testing.B) {
 		"请用Go语言写一个HTTP服务器，并解释每一行代码的作用。\n", 1500)
 	for _, fam := range []string{"deepseek_v3", "llama3", "qwen3"} {
 		tok := loadFamily(b, fam)
-		b.Run(fam, func(b *testing.B) {
-			b.SetBytes(int64(len(text)))
-			st := getEncodeState()
-			defer putEncodeState(st)
-			pieces := 0
-			cpu := startCPUClock()
-			for b.Loop() {
-				pieces = preTokenizeOnly(tok, st, text)
-			}
-			cpu.report(b, int64(len(text)))
-			if pieces == 0 {
-				b.Fatal("no pieces")
-			}
-		})
+		b.Run(fam, func(b *testing.B) { benchPreTokenize(b, tok, text) })
+	}
+}
+
+// benchPreTokenize pre-tokenizes text once per iteration and reports
+// cpu-MB/s.
+func benchPreTokenize(b *testing.B, tok *Tokenizer, text string) {
+	b.SetBytes(int64(len(text)))
+	b.ReportAllocs()
+	st := getEncodeState()
+	defer putEncodeState(st)
+	pieces := 0
+	cpu := startCPUClock()
+	for b.Loop() {
+		pieces = preTokenizeOnly(tok, st, text)
+	}
+	cpu.report(b, int64(len(text)))
+	if pieces == 0 {
+		b.Fatal("no pieces")
 	}
 }
 
