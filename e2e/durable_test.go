@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/server"
-	"github.com/kvroute/kvroute/tokenizer"
 )
 
 // With --durable-events, a replica started fresh, with no peer to copy,
@@ -41,23 +40,14 @@ func TestFreshReplicaRecoversFromDurableEvents(t *testing.T) {
 	}
 	send(before, before+after) // only in the stream, after the snapshot
 
-	cfg := server.DefaultConfig()
-	cfg.GRPCAddr, cfg.HTTPAddr, cfg.AdminAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
-	cfg.NATSURL, cfg.EtcdEndpoints = s.NATSURL, s.EtcdEndpoints
-	cfg.Tokenizers = map[string]tokenizer.ModelSource{model: {Dir: qwenDir}}
-	cfg.Recovery.DurableEvents = true
-	cfg.RouterID = "replica-b"
-	cfg.ShutdownGrace = 2 * time.Second
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	started := time.Now()
-	b, err := server.Start(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cancel(); _ = b.Wait() }()
+	b, took := s.startReplica(t, ctx, func(cfg *server.Config) {
+		cfg.Recovery.DurableEvents = true
+		cfg.RouterID = "replica-b"
+	})
 	t.Logf("fresh replica recovered in %v with %d index entries (A: %d; A's snapshot covered stream sequence %d)",
-		time.Since(started).Round(time.Millisecond), b.Index().Stats().Entries, s.Router.Index().Stats().Entries, seq)
+		took.Round(time.Millisecond), b.Index().Stats().Entries, s.Router.Index().Stats().Entries, seq)
 	if b.Index().Stats().Entries == 0 {
 		t.Fatal("the recovered replica's index is empty when Start returns")
 	}

@@ -30,22 +30,11 @@ func TestRestartedReplicaRoutesOnItsPeersIndex(t *testing.T) {
 		eventually(t, fmt.Sprintf("the peer to index conversation %d", i), func() bool { return s.explain(t, body).CachedTokens > 0 })
 	}
 
-	cfg := server.DefaultConfig()
-	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.NATSURL, cfg.EtcdEndpoints = s.NATSURL, s.EtcdEndpoints
-	cfg.Tokenizers = map[string]tokenizer.ModelSource{model: {Dir: qwenDir}}
-	cfg.Recovery.WarmFrom = s.AdminURL()
-	cfg.ShutdownGrace = 2 * time.Second
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	started := time.Now()
-	b, err := server.Start(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cancel(); _ = b.Wait() }()
+	b, took := s.startReplica(t, ctx, func(cfg *server.Config) { cfg.Recovery.WarmFrom = s.AdminURL() })
 	t.Logf("warm replica started in %v with %d index entries (peer: %d)",
-		time.Since(started).Round(time.Millisecond), b.Index().Stats().Entries, s.Router.Index().Stats().Entries)
+		took.Round(time.Millisecond), b.Index().Stats().Entries, s.Router.Index().Stats().Entries)
 	if b.Index().Stats().Entries == 0 {
 		t.Fatal("the warm replica's index is empty when Start returns")
 	}
@@ -65,6 +54,30 @@ func TestRestartedReplicaRoutesOnItsPeersIndex(t *testing.T) {
 	if overlapExact < 0.95 {
 		t.Errorf("overlap_exact %.2f, want ≥ 0.95", overlapExact)
 	}
+}
+
+// startReplica starts a second router on the system's NATS and etcd, with
+// loopback listeners and the test model, edited by edit; it returns the
+// router and how long Start took (recovery included), and stops it when
+// ctx ends or the test does.
+func (s *system) startReplica(t *testing.T, ctx context.Context, edit func(*server.Config)) (*server.Server, time.Duration) {
+	t.Helper()
+	cfg := server.DefaultConfig()
+	cfg.GRPCAddr, cfg.HTTPAddr, cfg.AdminAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	cfg.NATSURL, cfg.EtcdEndpoints = s.NATSURL, s.EtcdEndpoints
+	cfg.Tokenizers = map[string]tokenizer.ModelSource{model: {Dir: qwenDir}}
+	cfg.ShutdownGrace = 2 * time.Second
+	edit(&cfg)
+	ctx, cancel := context.WithCancel(ctx)
+	started := time.Now()
+	b, err := server.Start(ctx, cfg)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	took := time.Since(started)
+	t.Cleanup(func() { cancel(); _ = b.Wait() })
+	return b, took
 }
 
 // followUpsThrough sends bodies, in order, through a Gateway in front of the
