@@ -68,25 +68,7 @@ func startGenerated(t *testing.T, workers []envoy.Worker, proc *procServer, edit
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := string(out)
-	if edit != nil {
-		src = edit(src)
-	}
-	g, err := LoadGateway([]byte(src), GatewayOptions{ListenAddress: "127.0.0.1:0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := g.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		if err := g.Close(); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
-	return g
+	return serveGateway(t, string(out), edit, GatewayOptions{ListenAddress: "127.0.0.1:0"})
 }
 
 // servedIn is the endpoint override_host reported to ext_proc with the

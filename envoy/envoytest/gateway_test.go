@@ -78,11 +78,17 @@ func (f fleet) endpoints(procAddr string) map[string][]string {
 // startGateway loads a shipped bootstrap, optionally edited, and serves it.
 func startGateway(t *testing.T, style string, edit func(string) string, eps map[string][]string) *Gateway {
 	t.Helper()
-	src := readShipped(t, style)
+	return serveGateway(t, readShipped(t, style), edit, GatewayOptions{ListenAddress: "127.0.0.1:0", Endpoints: eps})
+}
+
+// serveGateway loads the bootstrap src, edited by edit when given, serves
+// it until the test ends, and returns the Gateway.
+func serveGateway(t *testing.T, src string, edit func(string) string, opts GatewayOptions) *Gateway {
+	t.Helper()
 	if edit != nil {
 		src = edit(src)
 	}
-	g, err := LoadGateway([]byte(src), GatewayOptions{ListenAddress: "127.0.0.1:0", Endpoints: eps})
+	g, err := LoadGateway([]byte(src), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
