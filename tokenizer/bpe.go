@@ -112,6 +112,14 @@ func (m *bpeModel) encodeWord(st *encodeState, s string, dst []uint32) []uint32 
 			return append(dst, id)
 		}
 	}
+	return m.mergeWord(st, s, dst)
+}
+
+// mergeWord appends the ids of a word the vocabulary lookup does not answer
+// alone: from the piece cache, or by running the merges. Encode's streamed
+// path (encodeSegment) calls it after its own lookup, so no piece is looked
+// up twice.
+func (m *bpeModel) mergeWord(st *encodeState, s string, dst []uint32) []uint32 {
 	cacheable := m.cache != nil && len(s) < maxCachedPiece
 	if cacheable {
 		if ids, ok := m.cache.get(s); ok {

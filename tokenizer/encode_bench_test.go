@@ -265,24 +265,28 @@ func BenchmarkModelPerPiece(b *testing.B) {
 			spans = append(spans, [2]int{a, c})
 		})
 		m := tok.model
-		perPiece := func(b *testing.B, cpu cpuClock) {
+		perPiece := func(b *testing.B, cpu cpuClock, n int) {
 			spent := processCPU() - cpu.start
-			b.ReportMetric(float64(spent.Nanoseconds())/float64(b.N)/float64(len(pieces)), "cpu-ns/piece")
-			b.ReportMetric(float64(len(pieces)), "pieces")
+			b.ReportMetric(float64(spent.Nanoseconds())/float64(b.N)/float64(n), "cpu-ns/piece")
+			b.ReportMetric(float64(n), "pieces")
 		}
-		b.Run(fam+"/model", func(b *testing.B) {
+		// runModel runs the model (no piece cache) over list once per
+		// iteration and returns the last iteration's ids.
+		runModel := func(b *testing.B, list []string) []uint32 {
 			st := getEncodeState()
 			defer putEncodeState(st)
 			dst := make([]uint32, 0, len(s))
 			cpu := startCPUClock()
 			for b.Loop() {
 				dst = dst[:0]
-				for _, p := range pieces {
+				for _, p := range list {
 					dst = m.encodePiece(st, p, dst)
 				}
 			}
-			perPiece(b, cpu)
-		})
+			perPiece(b, cpu, len(list))
+			return dst
+		}
+		b.Run(fam+"/model", func(b *testing.B) { runModel(b, pieces) })
 		// merge: the model over only the pieces that need merges (two or
 		// more bytes and not a token that the lookup answers alone), so the
 		// figure is the cost of the merge path per such piece.
@@ -300,19 +304,7 @@ func BenchmarkModelPerPiece(b *testing.B) {
 			if len(merged) == 0 {
 				b.Fatal("no piece needs merges")
 			}
-			st := getEncodeState()
-			defer putEncodeState(st)
-			dst := make([]uint32, 0, len(s))
-			cpu := startCPUClock()
-			for b.Loop() {
-				dst = dst[:0]
-				for _, p := range merged {
-					dst = m.encodePiece(st, p, dst)
-				}
-			}
-			spent := processCPU() - cpu.start
-			b.ReportMetric(float64(spent.Nanoseconds())/float64(b.N)/float64(len(merged)), "cpu-ns/piece")
-			b.ReportMetric(float64(len(merged)), "pieces")
+			dst := runModel(b, merged)
 			if len(dst) <= len(merged) {
 				b.Fatal("merged pieces gave no more ids than pieces")
 			}
@@ -330,7 +322,7 @@ func BenchmarkModelPerPiece(b *testing.B) {
 					}
 				}
 			}
-			perPiece(b, cpu)
+			perPiece(b, cpu, len(pieces))
 			if found == 0 {
 				b.Fatal("no piece found")
 			}
@@ -350,7 +342,7 @@ func BenchmarkModelPerPiece(b *testing.B) {
 					}
 				}
 			}
-			perPiece(b, cpu)
+			perPiece(b, cpu, len(pieces))
 			if sum == 0 {
 				b.Fatal("no hash")
 			}
