@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -89,6 +90,23 @@ func startDurableFleet(t *testing.T, workers int) *durableFleet {
 	return f
 }
 
+// newestSnapshot returns the newest index snapshot in the fleet's object
+// store, failing the test when there is none; the body is closed when the
+// test ends.
+func (f *durableFleet) newestSnapshot(t *testing.T) (bus.SnapshotMeta, io.ReadCloser) {
+	t.Helper()
+	store, err := bus.OpenSnapshotStore(context.Background(), f.js, f.cfgA.Namespace, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta, _, body, err := store.Newest(context.Background())
+	if err != nil {
+		t.Fatalf("no index snapshot stored: %v", err)
+	}
+	t.Cleanup(func() { body.Close() })
+	return meta, body
+}
+
 // replica is the durable config of another replica of the same fleet.
 func (f *durableFleet) replica(t *testing.T, id string) Config {
 	cfg := durableConfig(t, f.n.URL, f.file)
@@ -112,7 +130,7 @@ func durableConfig(t *testing.T, natsURL, file string) Config {
 // batch applied twice.
 func TestDurableEventsRecoverFromSnapshotThenStream(t *testing.T) {
 	f := startDurableFleet(t, 3)
-	cfgA, a, p := f.cfgA, f.a, f.p
+	a, p := f.a, f.p
 	per := p.per
 
 	p.publish("w1", 0, 0)
@@ -166,16 +184,7 @@ func TestDurableEventsRecoverFromSnapshotThenStream(t *testing.T) {
 	if seq, err := b.SnapshotNow(context.Background()); err != nil || seq != 6 {
 		t.Fatalf("B's snapshot: seq %d, %v; want 6", seq, err)
 	}
-	js := f.js
-	store, err := bus.OpenSnapshotStore(context.Background(), js, cfgA.Namespace, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	meta, _, body, err := store.Newest(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer body.Close()
+	meta, body := f.newestSnapshot(t)
 	if meta.StreamSeq != 6 || meta.Router != "b" {
 		t.Fatalf("newest snapshot %+v, want B's at sequence 6", meta)
 	}
@@ -297,23 +306,14 @@ func TestDurableEventsStreamCreatedAgainIsReplayedWhole(t *testing.T) {
 // nothing to replay.
 func TestDurableEventsSnapshotOnCleanShutdown(t *testing.T) {
 	f := startDurableFleet(t, 2)
-	cfgA, a, p := f.cfgA, f.a, f.p
+	a, p := f.a, f.p
 	p.publish("w1", 0, 0)
 	p.publish("w1", 1, 1)
 	eventually(t, "A indexes two batches", func() bool { return a.Index().Stats().Entries == 2*p.per })
 	if err := a.Shutdown(); err != nil {
 		t.Fatal(err)
 	}
-	js := f.js
-	store, err := bus.OpenSnapshotStore(context.Background(), js, cfgA.Namespace, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	meta, _, body, err := store.Newest(context.Background())
-	if err != nil {
-		t.Fatalf("no snapshot after A's clean shutdown: %v", err)
-	}
-	body.Close()
+	meta, _ := f.newestSnapshot(t)
 	if meta.StreamSeq != 2 || meta.Router != "a" {
 		t.Fatalf("snapshot after shutdown %+v, want A's at stream sequence 2", meta)
 	}
