@@ -10,12 +10,12 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/kvroute/kvroute/internal/bench"
 	"github.com/kvroute/kvroute/internal/sim"
+	"github.com/kvroute/kvroute/internal/testenv"
 )
 
 func TestHelpAndUsageErrors(t *testing.T) {
@@ -146,27 +146,9 @@ func TestReplayAgainstARunningWorker(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe to read while a command writes it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestGatewayServesUntilCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	var out, errb syncBuffer
+	var out, errb testenv.SyncBuffer
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, []string{"gateway", "--bootstrap", "../../envoy/cluster-header.yaml", "--listen", "127.0.0.1:0",
@@ -190,7 +172,7 @@ func TestGatewayServesUntilCancelled(t *testing.T) {
 func TestUpPrintsAWorkingCurlLine(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	out := &syncBuffer{}
+	out := &testenv.SyncBuffer{}
 	done := make(chan int, 1)
 	go func() { done <- run(ctx, []string{"up", "--workers", "2", "--speedup", "50"}, out, io.Discard) }()
 	var url string
