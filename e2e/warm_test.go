@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/envoy"
-	"github.com/kvroute/kvroute/envoy/envoytest"
 	"github.com/kvroute/kvroute/internal/bench"
 	"github.com/kvroute/kvroute/server"
 	"github.com/kvroute/kvroute/tokenizer"
@@ -80,17 +79,15 @@ func (s *system) startReplica(t *testing.T, ctx context.Context, edit func(*serv
 	return b, took
 }
 
-// followUpsThrough sends bodies, in order, through a Gateway in front of the
+// followUpsThrough sends bodies, in order, through an Envoy in front of the
 // system's workers whose ext_proc is replica b (not the system's own
 // router), and returns which requests found a cached prefix on their worker
 // and how many of them b predicted exactly (overlap_exact's numerator).
 func (s *system) followUpsThrough(t *testing.T, ctx context.Context, b *server.Server, bodies [][]byte) (hit []bool, exact int) {
 	t.Helper()
-	var workers []envoy.Worker
-	for _, w := range s.Fleet.Workers() {
-		workers = append(workers, envoy.Worker{Cluster: w.ID(), Address: w.Addr()})
-	}
-	gw, err := envoytest.StartGateway(ctx, envoy.StyleClusterHeader, workers, b.GRPCAddr())
+	gw, err := bench.StartEnvoy(ctx, bench.EnvoyConfig{
+		Style: envoy.StyleClusterHeader, Workers: s.EnvoyWorkers(), ExtProcAddr: b.GRPCAddr(),
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

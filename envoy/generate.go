@@ -65,9 +65,11 @@ type Worker struct {
 
 // Options tunes Generate. The zero value gives the documented defaults.
 type Options struct {
-	// ListenAddress is Envoy's listener, "0.0.0.0:8080" by default.
+	// ListenAddress is Envoy's listener, "0.0.0.0:8080" by default. Port 0
+	// lets Envoy pick a free port (its admin API's /listeners tells which).
 	ListenAddress string
-	// AdminAddress is Envoy's admin endpoint, "127.0.0.1:9901" by default.
+	// AdminAddress is Envoy's admin endpoint, "127.0.0.1:9901" by default;
+	// port 0 as for ListenAddress (envoy --admin-address-path tells which).
 	AdminAddress string
 	// ExtProcAddress is kvroute's ext_proc gRPC address, "127.0.0.1:9002" by default.
 	ExtProcAddress string
@@ -113,13 +115,23 @@ type hostPort struct {
 }
 
 func parseHostPort(what, s string) (hostPort, error) {
+	hp, err := parseHostPortZero(what, s)
+	if err == nil && hp.Port == 0 {
+		return hostPort{}, fmt.Errorf("%s %q: port must be 1-65535", what, s)
+	}
+	return hp, err
+}
+
+// parseHostPortZero is parseHostPort that also takes port 0, which Envoy
+// binds to a free port (for its listener and admin addresses).
+func parseHostPortZero(what, s string) (hostPort, error) {
 	host, port, err := net.SplitHostPort(s)
 	if err != nil {
 		return hostPort{}, fmt.Errorf("%s %q: %w", what, s, err)
 	}
 	p, err := strconv.ParseUint(port, 10, 16)
-	if err != nil || p == 0 {
-		return hostPort{}, fmt.Errorf("%s %q: port must be 1-65535", what, s)
+	if err != nil {
+		return hostPort{}, fmt.Errorf("%s %q: port must be 0-65535", what, s)
 	}
 	if host == "" {
 		return hostPort{}, fmt.Errorf("%s %q: empty host", what, s)
@@ -191,10 +203,10 @@ func Generate(style string, workers []Worker, opts Options) ([]byte, error) {
 		return nil, fmt.Errorf("envoy: node id %q must be letters, digits, '-', '_' or '.'", opts.NodeID)
 	}
 	var err error
-	if d.Admin, err = parseHostPort("admin address", opts.AdminAddress); err != nil {
+	if d.Admin, err = parseHostPortZero("admin address", opts.AdminAddress); err != nil {
 		return nil, fmt.Errorf("envoy: %w", err)
 	}
-	if d.Listen, err = parseHostPort("listen address", opts.ListenAddress); err != nil {
+	if d.Listen, err = parseHostPortZero("listen address", opts.ListenAddress); err != nil {
 		return nil, fmt.Errorf("envoy: %w", err)
 	}
 	if !d.Admin.IsIP || !d.Listen.IsIP {

@@ -8,5 +8,5 @@
 //
 // Env starts the whole system in one process for the demo and the end-to-end
 // tests: embedded NATS and etcd, simulated workers (internal/sim), a kvroute
-// router (package server) and the Envoy stand-in (envoytest.Gateway).
+// router (package server) and a real Envoy (package envoy/proxy).
 package bench

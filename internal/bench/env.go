@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/envoy"
-	"github.com/kvroute/kvroute/envoy/envoytest"
+	"github.com/kvroute/kvroute/envoy/proxy"
 	"github.com/kvroute/kvroute/internal/sim"
 	"github.com/kvroute/kvroute/multimodal"
 	"github.com/kvroute/kvroute/picker"
@@ -53,12 +53,13 @@ type EnvConfig struct {
 	// x-gateway-destination-endpoint. An ORIGINAL_DST cluster reads that
 	// header as one ip:port, so the original-dst bootstrap needs it.
 	NoFallbacks bool
-	// Style is the Envoy bootstrap style the gateway runs (default
-	// envoy.StyleClusterHeader).
+	// Style is the Envoy bootstrap style Envoy runs (default
+	// envoy.StyleClusterHeader). The xds style also starts the router's
+	// ADS server.
 	Style string
-	// Bootstrap, when set, is a bootstrap YAML used instead of Style; the
-	// workers and the router are patched in as endpoint overrides.
-	Bootstrap []byte
+	// EnvoyLog receives Envoy's own log; nil keeps only its tail, which
+	// start-up errors quote.
+	EnvoyLog io.Writer
 	// Logger receives the components' logs; nil discards them.
 	Logger *slog.Logger
 	// Router, when set, edits the router's configuration before it starts
@@ -67,7 +68,7 @@ type EnvConfig struct {
 }
 
 // Env is a running all-in-one system: NATS, etcd, a fleet of simulated
-// workers, a kvroute router and the Envoy stand-in in front of it.
+// workers, a kvroute router and a real Envoy in front of it.
 type Env struct {
 	cfg  EnvConfig
 	nats *EmbeddedNATS
@@ -77,8 +78,8 @@ type Env struct {
 	Fleet *sim.Fleet
 	// Router is the kvroute instance (Index, Picker, SetMode).
 	Router *server.Server
-	// Gateway is the Envoy stand-in clients talk to.
-	Gateway *envoytest.Gateway
+	// Envoy is the Envoy process clients talk to.
+	Envoy *proxy.Proxy
 	cancel  context.CancelFunc
 	// NATSURL and EtcdEndpoints are the servers in use.
 	NATSURL       string
@@ -177,6 +178,9 @@ func StartEnv(ctx context.Context, cfg EnvConfig) (_ *Env, err error) {
 		}
 		rcfg.Multimodal = map[string]picker.MultimodalModel{cfg.Model: {Processor: multimodal.DefaultProcessor(fam), InjectUUID: true}}
 	}
+	if cfg.Style == envoy.StyleXDS {
+		rcfg.XDSAddr = "127.0.0.1:0"
+	}
 	if cfg.Router != nil {
 		cfg.Router(&rcfg)
 	}
@@ -186,13 +190,24 @@ func StartEnv(ctx context.Context, cfg EnvConfig) (_ *Env, err error) {
 	if err := e.WaitWorkers(ctx, cfg.Workers, 30*time.Second); err != nil {
 		return nil, err
 	}
-	if e.Gateway, err = e.startGateway(ctx); err != nil {
-		return nil, fmt.Errorf("start gateway: %w", err)
+	if e.Envoy, err = StartEnvoy(ctx, EnvoyConfig{
+		Style: cfg.Style, Workers: e.EnvoyWorkers(), ExtProcAddr: e.Router.GRPCAddr(),
+		XDSAddr: e.xdsAddr(), Log: cfg.EnvoyLog,
+	}); err != nil {
+		return nil, err
 	}
 	return e, nil
 }
 
-func (e *Env) startGateway(ctx context.Context) (*envoytest.Gateway, error) {
+func (e *Env) xdsAddr() string {
+	if e.cfg.Style != envoy.StyleXDS {
+		return ""
+	}
+	return e.Router.XDSAddr()
+}
+
+// EnvoyWorkers lists the fleet as the cluster-header bootstrap names it.
+func (e *Env) EnvoyWorkers() []envoy.Worker {
 	var workers []envoy.Worker
 	for _, w := range e.Fleet.Workers() {
 		rec := w.Record()
@@ -202,26 +217,49 @@ func (e *Env) startGateway(ctx context.Context) (*envoytest.Gateway, error) {
 		}
 		workers = append(workers, envoy.Worker{Cluster: cluster, Address: w.Addr()})
 	}
-	if e.cfg.Bootstrap == nil {
-		return envoytest.StartGateway(ctx, e.cfg.Style, workers, e.Router.GRPCAddr())
-	}
-	eps := map[string][]string{envoy.ExtProcClusterName: {e.Router.GRPCAddr()}}
-	for _, w := range workers {
-		eps[w.Cluster] = []string{w.Address}
-	}
-	g, err := envoytest.LoadGateway(e.cfg.Bootstrap, envoytest.GatewayOptions{ListenAddress: "127.0.0.1:0", Endpoints: eps})
+	return workers
+}
+
+// EnvoyConfig is one Envoy in front of a router.
+type EnvoyConfig struct {
+	// Style is the bootstrap style (envoy.Styles).
+	Style string
+	// Workers are the cluster-header style's workers.
+	Workers []envoy.Worker
+	// ExtProcAddr is the router's ext_proc address, XDSAddr its ADS
+	// address (style xds).
+	ExtProcAddr, XDSAddr string
+	// Edit, when set, changes the generated bootstrap before Envoy loads it.
+	Edit func([]byte) ([]byte, error)
+	// Log receives Envoy's own log.
+	Log io.Writer
+}
+
+// StartEnvoy renders the bootstrap of a style (kvroute envoy-config) with
+// free loopback ports and runs the real Envoy on it (proxy.Find locates the
+// binary) until ctx ends or the proxy is closed.
+func StartEnvoy(ctx context.Context, c EnvoyConfig) (*proxy.Proxy, error) {
+	data, err := envoy.Generate(c.Style, c.Workers, envoy.Options{
+		ListenAddress: "127.0.0.1:0", AdminAddress: "127.0.0.1:0",
+		ExtProcAddress: c.ExtProcAddr, XDSAddress: c.XDSAddr,
+	})
 	if err != nil {
 		return nil, err
 	}
-	if err := g.Start(ctx); err != nil {
-		_ = g.Close()
-		return nil, err
+	if c.Edit != nil {
+		if data, err = c.Edit(data); err != nil {
+			return nil, err
+		}
 	}
-	return g, nil
+	p, err := proxy.Start(ctx, proxy.Config{Bootstrap: data, Listener: "llm", Log: c.Log})
+	if err != nil {
+		return nil, fmt.Errorf("start envoy: %w", err)
+	}
+	return p, nil
 }
 
-// URL is the gateway's base URL, where clients send OpenAI requests.
-func (e *Env) URL() string { return e.Gateway.URL() }
+// URL is Envoy's base URL, where clients send OpenAI requests.
+func (e *Env) URL() string { return e.Envoy.URL() }
 
 // RouterURL is the router's HTTP base URL (/metrics, /healthz, /readyz).
 func (e *Env) RouterURL() string { return "http://" + e.Router.HTTPAddr() }
@@ -316,8 +354,8 @@ func (e *Env) ResetCaches(ctx context.Context) error {
 
 // Close stops everything StartEnv started, in reverse order.
 func (e *Env) Close() {
-	if e.Gateway != nil {
-		_ = e.Gateway.Close()
+	if e.Envoy != nil {
+		_ = e.Envoy.Close()
 	}
 	if e.Router != nil {
 		_ = e.Router.Shutdown()
