@@ -1,7 +1,8 @@
-// Package e2e holds kvroute's end-to-end tests: everything runs in the test
-// process (embedded NATS and etcd, simulated vLLM workers, a kvroute router,
-// the Envoy stand-in loaded from the shipped bootstraps) and talks over
-// loopback exactly as it would in a deployment.
+// Package e2e holds kvroute's end-to-end tests: embedded NATS and etcd,
+// simulated vLLM workers and a kvroute router run in the test process, and
+// a real Envoy (package envoy/proxy) runs the bootstraps kvroute generates in
+// front of them; everything talks over loopback exactly as it would in a
+// deployment.
 package e2e
 
 import (
@@ -51,6 +52,8 @@ type options struct {
 	// router's configuration (see durable_test.go).
 	jetstream bool
 	router    func(*server.Config)
+	// envoyTLS makes Envoy dial the router over TLS (see envoy_test.go).
+	envoyTLS *envoy.TLSFiles
 }
 
 // start brings up NATS, etcd, workers, kvroute and the gateway, all torn
@@ -74,7 +77,7 @@ func start(t *testing.T, o options) *system {
 		NATSURL: n.URL, EtcdEndpoints: etcd.Endpoints, Workers: o.workers, Model: model,
 		Engine:  sim.EngineConfig{NumGPUBlocks: 4096, BlockSize: 16},
 		Speedup: 50, LeaseTTL: o.leaseTTL, TokenizerDir: qwenDir, Mode: o.mode, Style: o.style,
-		MMFamily: o.mmFamily, ChatTemplate: o.chatTemplate, Router: o.router,
+		MMFamily: o.mmFamily, ChatTemplate: o.chatTemplate, Router: o.router, EnvoyTLS: o.envoyTLS,
 		// ORIGINAL_DST parses x-gateway-destination-endpoint as a single
 		// ip:port, so the original-dst bootstrap cannot take kvroute's
 		// default fallback list ("ip:port,ip:port"): see the kvbench report.

@@ -80,6 +80,22 @@ type Options struct {
 	MessageTimeout time.Duration
 	// NodeID is Envoy's node id, "kvroute-envoy" by default.
 	NodeID string
+	// ExtProcTLS, when set, makes Envoy dial kvroute's ext_proc over TLS.
+	ExtProcTLS *TLSFiles
+}
+
+// TLSFiles are the files of Envoy's side of a TLS connection to kvroute,
+// as paths on Envoy's machine.
+type TLSFiles struct {
+	// CAFile verifies kvroute's certificate (required).
+	CAFile string
+	// CertFile and KeyFile are Envoy's client certificate, for kvroute's
+	// --tls-client-ca (mutual TLS); both or neither.
+	CertFile, KeyFile string
+	// SNI is the server name Envoy sends and requires in kvroute's
+	// certificate (a DNS subject alternative name); empty sends none and
+	// accepts any certificate the CA signed.
+	SNI string
 }
 
 func (o Options) withDefaults() Options {
@@ -157,6 +173,7 @@ type grpcClusterData struct {
 	Type        string
 	Addr        hostPort
 	HealthCheck bool
+	TLS         *TLSFiles
 }
 
 type workerData struct {
@@ -217,6 +234,20 @@ func Generate(style string, workers []Worker, opts Options) ([]byte, error) {
 		return nil, fmt.Errorf("envoy: %w", err)
 	}
 	d.ExtProc = grpcClusterData{Name: ExtProcClusterName, Type: discoveryType(ext), Addr: ext, HealthCheck: true}
+	if t := opts.ExtProcTLS; t != nil {
+		if t.CAFile == "" {
+			return nil, fmt.Errorf("envoy: ext_proc TLS needs a CA file to verify kvroute's certificate")
+		}
+		if (t.CertFile == "") != (t.KeyFile == "") {
+			return nil, fmt.Errorf("envoy: ext_proc TLS client certificate and key go together")
+		}
+		for _, f := range []string{t.CAFile, t.CertFile, t.KeyFile, t.SNI} {
+			if strings.ContainsAny(f, "\x00\n\r") {
+				return nil, fmt.Errorf("envoy: ext_proc TLS setting %q has a control character", f)
+			}
+		}
+		d.ExtProc.TLS = t
+	}
 
 	switch style {
 	case StyleClusterHeader:

@@ -42,6 +42,7 @@ func runEnvoyConfig(ctx context.Context, args []string, stdout, stderr io.Writer
 	var (
 		style, workersFile string
 		opts               envoy.Options
+		tls                envoy.TLSFiles
 	)
 	fs.StringVar(&style, "style", "", "bootstrap style: "+cli.List(envoy.Styles, "or"))
 	fs.StringVar(&workersFile, "workers-file", "", "static YAML or JSON `file` of worker records (required by cluster-header)")
@@ -51,6 +52,10 @@ func runEnvoyConfig(ctx context.Context, args []string, stdout, stderr io.Writer
 	fs.StringVar(&opts.XDSAddress, "xds-addr", "127.0.0.1:18000", "kvroute's ADS `host:port` (style xds)")
 	fs.StringVar(&opts.NodeID, "node-id", envoy.DefaultNodeID, "Envoy's node id (style xds: must match kvroute's)")
 	fs.DurationVar(&opts.MessageTimeout, "message-timeout", 60*time.Second, "ext_proc message_timeout; must exceed kvroute's admission-queue wait")
+	fs.StringVar(&tls.CAFile, "ext-proc-tls-ca", "", "CA `file` (on Envoy's machine) that signs kvroute's --tls-cert: Envoy dials ext_proc over TLS")
+	fs.StringVar(&tls.CertFile, "ext-proc-tls-cert", "", "Envoy's client certificate `file` for kvroute's --tls-client-ca (mutual TLS)")
+	fs.StringVar(&tls.KeyFile, "ext-proc-tls-key", "", "Envoy's client key `file` (with --ext-proc-tls-cert)")
+	fs.StringVar(&tls.SNI, "ext-proc-tls-sni", "", "server `name` Envoy sends and requires in kvroute's certificate")
 	if err := cmd.Parse(args, nil, stdout, false); err != nil {
 		return err
 	}
@@ -69,6 +74,12 @@ func runEnvoyConfig(ctx context.Context, args []string, stdout, stderr io.Writer
 		if workers, err = envoyWorkers(recs); err != nil {
 			return fmt.Errorf("envoy-config: %s: %w", workersFile, err)
 		}
+	}
+	if tls != (envoy.TLSFiles{}) {
+		if tls.CAFile == "" {
+			return cmd.Usagef("--ext-proc-tls-cert, --ext-proc-tls-key and --ext-proc-tls-sni need --ext-proc-tls-ca")
+		}
+		opts.ExtProcTLS = &tls
 	}
 	if style == envoy.StyleClusterHeader && len(workers) == 0 {
 		return cmd.Usagef("style %s needs --workers-file with at least one worker", style)

@@ -362,3 +362,33 @@ func (t *tailBuffer) String() string {
 	defer t.mu.Unlock()
 	return string(t.b)
 }
+
+// HostRequests returns, from the admin API's /clusters, how many requests
+// Envoy sent to each host of each cluster (its rq_total): cluster name →
+// host ip:port → count. It is where Envoy says a request went.
+func (p *Proxy) HostRequests(ctx context.Context) (map[string]map[string]uint64, error) {
+	body, code, err := p.get(ctx, "/clusters")
+	if err != nil {
+		return nil, fmt.Errorf("envoy /clusters: %w", err)
+	}
+	if code != http.StatusOK {
+		return nil, fmt.Errorf("envoy /clusters: status %d: %s", code, body)
+	}
+	out := map[string]map[string]uint64{}
+	for _, line := range strings.Split(body, "\n") {
+		// cluster::host::stat::value; cluster-wide lines have three parts.
+		parts := strings.Split(line, "::")
+		if len(parts) != 4 || parts[2] != "rq_total" {
+			continue
+		}
+		v, err := strconv.ParseUint(parts[3], 10, 64)
+		if err != nil {
+			continue
+		}
+		if out[parts[0]] == nil {
+			out[parts[0]] = map[string]uint64{}
+		}
+		out[parts[0]][parts[1]] = v
+	}
+	return out, nil
+}

@@ -180,7 +180,7 @@ func readStream(body io.Reader, res *Result, expect int) error {
 		}
 		now := time.Now()
 		if res.Worker == "" {
-			res.Worker = workerFromID(data)
+			res.Worker = WorkerFromID(data)
 		}
 		if bytes.Contains(data, usageKey) {
 			var u usageChunk
@@ -249,9 +249,9 @@ func hasToken(data []byte) bool {
 	return false
 }
 
-// workerFromID extracts <worker> from an id "cmpl-<worker>-<n>" or
+// WorkerFromID extracts <worker> from a kvsim response id "cmpl-<worker>-<n>" or
 // "chatcmpl-<worker>-<n>".
-func workerFromID(data []byte) string {
+func WorkerFromID(data []byte) string {
 	i := bytes.Index(data, idKey)
 	if i < 0 {
 		return ""

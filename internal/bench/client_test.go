@@ -124,8 +124,8 @@ func TestWorkerFromID(t *testing.T) {
 		`{"object":"x"}`:                 "",
 		`{"id":"chatcmpl-w1-1","x":"y"}`: "w1",
 	} {
-		if got := workerFromID([]byte(in)); got != want {
-			t.Errorf("workerFromID(%s) = %q, want %q", in, got, want)
+		if got := WorkerFromID([]byte(in)); got != want {
+			t.Errorf("WorkerFromID(%s) = %q, want %q", in, got, want)
 		}
 	}
 }

@@ -60,6 +60,9 @@ type EnvConfig struct {
 	// EnvoyLog receives Envoy's own log; nil keeps only its tail, which
 	// start-up errors quote.
 	EnvoyLog io.Writer
+	// EnvoyTLS makes Envoy dial the router's ext_proc over TLS; the router
+	// needs the matching server.Config.TLS (set it through Router).
+	EnvoyTLS *envoy.TLSFiles
 	// Logger receives the components' logs; nil discards them.
 	Logger *slog.Logger
 	// Router, when set, edits the router's configuration before it starts
@@ -192,7 +195,7 @@ func StartEnv(ctx context.Context, cfg EnvConfig) (_ *Env, err error) {
 	}
 	if e.Envoy, err = StartEnvoy(ctx, EnvoyConfig{
 		Style: cfg.Style, Workers: e.EnvoyWorkers(), ExtProcAddr: e.Router.GRPCAddr(),
-		XDSAddr: e.xdsAddr(), Log: cfg.EnvoyLog,
+		XDSAddr: e.xdsAddr(), TLS: cfg.EnvoyTLS, Log: cfg.EnvoyLog,
 	}); err != nil {
 		return nil, err
 	}
@@ -229,6 +232,8 @@ type EnvoyConfig struct {
 	// ExtProcAddr is the router's ext_proc address, XDSAddr its ADS
 	// address (style xds).
 	ExtProcAddr, XDSAddr string
+	// TLS, when set, is Envoy's side of TLS to the router's ext_proc.
+	TLS *envoy.TLSFiles
 	// Edit, when set, changes the generated bootstrap before Envoy loads it.
 	Edit func([]byte) ([]byte, error)
 	// Log receives Envoy's own log.
@@ -241,7 +246,7 @@ type EnvoyConfig struct {
 func StartEnvoy(ctx context.Context, c EnvoyConfig) (*proxy.Proxy, error) {
 	data, err := envoy.Generate(c.Style, c.Workers, envoy.Options{
 		ListenAddress: "127.0.0.1:0", AdminAddress: "127.0.0.1:0",
-		ExtProcAddress: c.ExtProcAddr, XDSAddress: c.XDSAddr,
+		ExtProcAddress: c.ExtProcAddr, XDSAddress: c.XDSAddr, ExtProcTLS: c.TLS,
 	})
 	if err != nil {
 		return nil, err

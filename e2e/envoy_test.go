@@ -1,0 +1,222 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"testing"
+
+	"github.com/kvroute/kvroute/envoy"
+	"github.com/kvroute/kvroute/extproc"
+	"github.com/kvroute/kvroute/internal/bench"
+	"github.com/kvroute/kvroute/internal/testenv"
+	"github.com/kvroute/kvroute/server"
+)
+
+// styleCluster is the Envoy cluster through which a style reaches worker
+// id: its own cluster (cluster-header), or the style's one shared cluster.
+func styleCluster(style, id string) string {
+	switch style {
+	case envoy.StyleXDS:
+		return envoy.WorkersClusterName
+	case envoy.StyleOriginalDst:
+		return envoy.OriginalDstClusterName
+	}
+	return id
+}
+
+// envoyCounts is Envoy's own count of requests per worker id, read from
+// its admin API: where Envoy says the requests went.
+func (s *system) envoyCounts(t *testing.T, style string) map[string]uint64 {
+	t.Helper()
+	hosts, err := s.Envoy.HostRequests(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]uint64{}
+	for _, w := range s.Fleet.Workers() {
+		out[w.ID()] = hosts[styleCluster(style, w.ID())][w.Addr()]
+	}
+	return out
+}
+
+// Every shipped style, run by Envoy itself: the second turn of a
+// conversation goes where kvroute sent the first, with its prefix cached,
+// and Envoy's own per-host counters agree with the workers on where each
+// request went. For xds, the worker cluster Envoy routes through is the one
+// kvroute serves over ADS, one endpoint per worker.
+func TestEveryStyleRoutesThroughEnvoy(t *testing.T) {
+	for _, style := range envoy.Styles {
+		t.Run(style, func(t *testing.T) {
+			s := start(t, options{workers: 3, style: style})
+			if style == envoy.StyleXDS {
+				hosts, err := s.Envoy.HostRequests(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := len(hosts[envoy.WorkersClusterName]); got != 3 {
+					t.Fatalf("Envoy's %s cluster from kvroute's ADS has %d hosts, want 3: %v", envoy.WorkersClusterName, got, hosts)
+				}
+			}
+			system := longText("styles "+style, 30)
+			first := s.send(t, chat(system, "first"))
+			eventually(t, "the router to index the first turn", func() bool {
+				blocks, _, _ := s.indexed(first.Worker)
+				return blocks > 0
+			})
+			second := s.send(t, chat(system, "first", "reply", "second"))
+			if second.Worker != first.Worker || second.CachedTokens == 0 {
+				t.Errorf("second turn on %s with %d cached tokens, want %s with its prefix cached", second.Worker, second.CachedTokens, first.Worker)
+			}
+			counts := s.envoyCounts(t, style)
+			var total uint64
+			for _, n := range counts {
+				total += n
+			}
+			if counts[first.Worker] != 2 || total != 2 {
+				t.Errorf("Envoy counts %v requests per worker, want both on %s", counts, first.Worker)
+			}
+		})
+	}
+}
+
+// The response path reaches kvroute through Envoy's real messages: every
+// request's end of stream frees its load (no request left active) and
+// its first byte feeds the learned prefill rate of the worker that served.
+func TestEnvoyResponsePathFeedsLoadAndRates(t *testing.T) {
+	for _, style := range []string{envoy.StyleClusterHeader, envoy.StyleOriginalDst} {
+		t.Run(style, func(t *testing.T) {
+			s := start(t, options{workers: 2, style: style})
+			served := map[string]bool{}
+			const n = 12
+			for i := range n {
+				r := s.send(t, chat(longText(fmt.Sprintf("response path %d", i), 8), "q"))
+				served[r.Worker] = true
+			}
+			eventually(t, "every request to be freed", func() bool {
+				return s.metric(t, "kvroute_requests_finished_total", `outcome="ok"`) == n
+			})
+			for _, w := range s.ids() {
+				if a := s.metric(t, "kvroute_worker_active_requests", `worker="`+w+`"`); a != 0 {
+					t.Errorf("worker %s still has %v active requests after every response ended", w, a)
+				}
+			}
+			for w := range served {
+				if rate := s.metric(t, "kvroute_worker_prefill_rate_tokens_per_second", `worker="`+w+`"`); rate <= 0 {
+					t.Errorf("worker %s served requests but has no learned prefill rate", w)
+				}
+			}
+		})
+	}
+}
+
+// kvroute down: the styles that fail open (cluster-header, xds) still serve
+// every request, spread over the workers, and a client's own routing
+// headers cannot pick the worker; original-dst fails closed, as the README
+// says.
+func TestRouterDownFailsOpenOrClosedByStyle(t *testing.T) {
+	for _, tc := range []struct {
+		style string
+		open  bool
+	}{{envoy.StyleClusterHeader, true}, {envoy.StyleXDS, true}, {envoy.StyleOriginalDst, false}} {
+		t.Run(tc.style, func(t *testing.T) {
+			s := start(t, options{workers: 3, style: tc.style})
+			steer := s.Fleet.Workers()[0]
+			// Routed by kvroute, a client's headers are overwritten too.
+			r := s.sendWithHeaders(t, chat(longText("steer up", 4), "q"), http.Header{
+				envoy.TargetHeader: {steer.ID()}, envoy.DestinationHeader: {steer.Addr()},
+			})
+			if r.status != http.StatusOK || r.predicted == "" {
+				t.Fatalf("with kvroute up: status %d, predicted cached tokens %q; want 200 routed by kvroute", r.status, r.predicted)
+			}
+			if err := s.Router.Shutdown(); err != nil {
+				t.Fatal(err)
+			}
+			workers, ok := map[string]int{}, 0
+			for i := range 9 {
+				r := s.sendWithHeaders(t, chat(longText(fmt.Sprintf("down %d", i), 4), "q"), http.Header{
+					envoy.TargetHeader: {steer.ID()}, envoy.DestinationHeader: {steer.Addr()},
+				})
+				if r.status == http.StatusOK {
+					ok++
+					workers[r.worker]++
+					if r.predicted != "" {
+						t.Errorf("request %d carries a prediction with kvroute down", i)
+					}
+				}
+			}
+			if !tc.open {
+				if ok != 0 {
+					t.Errorf("%d of 9 requests served with kvroute down; %s must fail closed", ok, tc.style)
+				}
+				return
+			}
+			if ok != 9 {
+				t.Errorf("%d of 9 requests served with kvroute down, want all (fail open)", ok)
+			}
+			if len(workers) < 2 {
+				t.Errorf("fail-open requests all went to %v: the client's %s picked the worker", workers, envoy.TargetHeader)
+			}
+		})
+	}
+}
+
+// Envoy dials kvroute over mutual TLS (kvroute --tls-cert, --tls-key,
+// --tls-client-ca; envoy-config --ext-proc-tls-*): requests are routed by
+// kvroute, not let through by fail-open.
+func TestEnvoyReachesKvrouteOverMutualTLS(t *testing.T) {
+	ca, cert, key := testenv.WritePKI(t, t.TempDir())
+	s := start(t, options{workers: 2,
+		router: func(c *server.Config) {
+			tlsCfg, err := extproc.LoadTLS(cert, key, ca)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.TLS = tlsCfg
+		},
+		envoyTLS: &envoy.TLSFiles{CAFile: ca, CertFile: cert, KeyFile: key},
+	})
+	for i := range 3 {
+		r := s.send(t, chat(longText(fmt.Sprintf("mtls %d", i), 4), "q"))
+		if r.PredictedCached == nil {
+			t.Fatalf("request %d was not routed by kvroute (no prediction): Envoy failed open", i)
+		}
+	}
+	if n := s.metric(t, "kvroute_requests_total"); n < 3 {
+		t.Errorf("kvroute counted %v requests over mTLS, want 3", n)
+	}
+}
+
+// rawResult is what sendWithHeaders reads of a response.
+type rawResult struct {
+	status            int
+	worker, predicted string
+}
+
+// sendWithHeaders posts a non-streaming chat with extra request headers
+// through Envoy.
+func (s *system) sendWithHeaders(t *testing.T, body []byte, h http.Header) rawResult {
+	t.Helper()
+	body = bytes.Replace(body, []byte(`"stream":true`), []byte(`"stream":false`), 1)
+	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.URL()+bench.PathChat, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header = h.Clone()
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	out := rawResult{status: resp.StatusCode, predicted: resp.Header.Get("x-kvroute-predicted-cached-tokens")}
+	if resp.StatusCode == http.StatusOK {
+		out.worker = bench.WorkerFromID(b)
+	}
+	return out
+}
