@@ -206,7 +206,9 @@ func (s *system) sendWithHeaders(t *testing.T, body []byte, h http.Header) rawRe
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header = h.Clone()
+	if h != nil {
+		req.Header = h.Clone()
+	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -74,9 +74,14 @@ const (
 	// OutcomeErrorStatus: the upstream answered with a 4xx status.
 	OutcomeErrorStatus Outcome = "error_status"
 	// OutcomeUpstreamError: the response was a 5xx, the worker's own or
-	// Envoy's local reply for a connect failure or a reset before the
-	// response headers. Passive health counts it against the worker.
+	// Envoy's local reply for a connection the worker refused or reset
+	// before the response headers. Passive health counts it against the
+	// worker.
 	OutcomeUpstreamError Outcome = "upstream_error"
+	// OutcomeLocalReply: a 5xx the proxy made up itself without the
+	// worker at fault: no healthy upstream, a circuit breaker's overflow,
+	// a timeout, a missing cluster. It says nothing about the worker.
+	OutcomeLocalReply Outcome = "local_reply"
 	// OutcomeReset: the stream ended before the response did (client
 	// cancel, reset, protocol error, router shutdown).
 	OutcomeReset Outcome = "reset"

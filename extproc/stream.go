@@ -322,7 +322,7 @@ func (s *Stream) onResponseHeaders(m *pb.ProcessingRequest, h *pb.HttpHeaders) (
 	s.phase = phRespBody
 	switch {
 	case s.respStatus >= 500:
-		s.release(OutcomeUpstreamError)
+		s.release(classify5xx(responseDetails(m)))
 	case s.respStatus >= 400:
 		s.release(OutcomeErrorStatus)
 	case h.GetEndOfStream():

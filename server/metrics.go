@@ -70,7 +70,7 @@ func newMetrics(reg *prometheus.Registry, r *Server) *Metrics {
 		byLoad: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_routed_by_load_total",
 			Help: "Requests routed without their prompt, by reason (no_tokenizer, not_json, no_body, other_path, too_many_messages, prompt_too_large, ...)."}, []string{"model", "reason"}),
 		finished: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_requests_finished_total",
-			Help: "Routed requests whose load was freed, by outcome (ok, error_status, upstream_error, reset)."}, []string{"outcome"}),
+			Help: "Routed requests whose load was freed, by outcome (ok, error_status, upstream_error: a 5xx the worker made or a connection it refused, local_reply: a 5xx the proxy made without the worker at fault, reset)."}, []string{"outcome"}),
 		routed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_scoring_routed_total",
 			Help: "Requests admitted to a worker's pool by mode and worker."}, []string{"mode", "worker"}),
 		queued: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_queue_entered_total", Help: "Requests that waited in the admission queue."}),

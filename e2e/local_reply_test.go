@@ -1,0 +1,129 @@
+package e2e
+
+import (
+	"fmt"
+	"net"
+	"syscall"
+	"testing"
+	"time"
+
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/kvroute/kvroute/envoy"
+	"github.com/kvroute/kvroute/internal/bench"
+)
+
+// editWorkerClusters returns a bootstrap edit that changes every static
+// worker cluster (all but kvroute's own).
+func editWorkerClusters(edit func(*clusterv3.Cluster)) func([]byte) ([]byte, error) {
+	return func(data []byte) ([]byte, error) {
+		b, err := envoy.ParseBootstrap(data)
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range b.GetStaticResources().GetClusters() {
+			if c.GetName() != envoy.ExtProcClusterName {
+				edit(c)
+			}
+		}
+		return protojson.Marshal((*bootstrapv3.Bootstrap)(b))
+	}
+}
+
+// Envoy's own 5xx replies, made without the worker at fault, never count
+// against the worker kvroute picked: Envoy tells kvroute who made the
+// response (response.code_details), and only the worker's own 5xx or a
+// connection it refused or reset feed passive health.
+func TestEnvoyLocalRepliesNeverEjectAWorker(t *testing.T) {
+	silent := silentPort(t)
+	for _, tc := range []struct {
+		name string
+		edit func(*clusterv3.Cluster)
+	}{
+		{"overflow", func(c *clusterv3.Cluster) {
+			th := c.GetCircuitBreakers().GetThresholds()[0]
+			th.MaxConnections, th.MaxPendingRequests, th.MaxRequests = wrapperspb.UInt32(0), wrapperspb.UInt32(0), wrapperspb.UInt32(0)
+		}},
+		{"no_healthy_upstream", func(c *clusterv3.Cluster) {
+			c.LoadAssignment.Endpoints = nil
+		}},
+		{"connect_timeout", func(c *clusterv3.Cluster) {
+			c.ConnectTimeout = durationpb.New(200 * time.Millisecond)
+			for _, l := range c.GetLoadAssignment().GetEndpoints() {
+				for _, e := range l.GetLbEndpoints() {
+					sa := e.GetEndpoint().GetAddress().GetSocketAddress()
+					sa.Address, sa.PortSpecifier = "127.0.0.1", &corev3.SocketAddress_PortValue{PortValue: uint32(silent)}
+				}
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := start(t, options{workers: 2})
+			_ = s.Envoy.Close()
+			p, err := bench.StartEnvoy(t.Context(), bench.EnvoyConfig{
+				Style: envoy.StyleClusterHeader, Workers: s.EnvoyWorkers(), ExtProcAddr: s.Router.GRPCAddr(),
+				Edit: editWorkerClusters(tc.edit),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.Envoy = p
+			t.Cleanup(func() { _ = p.Close() })
+			const n = 6
+			for i := range n {
+				r := s.sendWithHeaders(t, chat(longText(fmt.Sprintf("local %d", i), 4), "q"), nil)
+				if r.status < 500 {
+					t.Fatalf("request %d: status %d, want Envoy's own 5xx", i, r.status)
+				}
+			}
+			eventually(t, "every request to be freed", func() bool {
+				return s.metric(t, "kvroute_requests_finished_total") == n
+			})
+			t.Logf("finished: local_reply %v, upstream_error %v", s.metric(t, "kvroute_requests_finished_total", `outcome="local_reply"`),
+				s.metric(t, "kvroute_requests_finished_total", `outcome="upstream_error"`))
+			if got := s.metric(t, "kvroute_requests_finished_total", `outcome="local_reply"`); got != n {
+				t.Errorf("%v of %d requests ended as local replies", got, n)
+			}
+			if e := s.metric(t, "kvroute_worker_ejections_total"); e != 0 {
+				t.Errorf("%v ejections for Envoy's own replies", e)
+			}
+		})
+	}
+}
+
+// silentPort returns a loopback port whose listener never accepts and whose
+// queue is full, so that a new connection's SYN is dropped and its connect
+// times out (a refused connection would be the worker's fault).
+func silentPort(t *testing.T) int {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Listen(fd, 0); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := sa.(*syscall.SockaddrInet4).Port
+	// Fill the accept queue (backlog 0 still admits one); later SYNs are
+	// dropped.
+	for range 3 {
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 100*time.Millisecond)
+		if err == nil {
+			t.Cleanup(func() { c.Close() })
+		}
+	}
+	return port
+}
