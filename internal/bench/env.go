@@ -82,8 +82,8 @@ type Env struct {
 	// Router is the kvroute instance (Index, Picker, SetMode).
 	Router *server.Server
 	// Envoy is the Envoy process clients talk to.
-	Envoy *proxy.Proxy
-	cancel  context.CancelFunc
+	Envoy  *proxy.Proxy
+	cancel context.CancelFunc
 	// NATSURL and EtcdEndpoints are the servers in use.
 	NATSURL       string
 	EtcdEndpoints []string
