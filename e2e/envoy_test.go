@@ -222,3 +222,13 @@ func (s *system) sendWithHeaders(t *testing.T, body []byte, h http.Header) rawRe
 	}
 	return out
 }
+
+// Envoy's ORIGINAL_DST cluster reads x-gateway-destination-endpoint as one
+// ip:port: with kvroute's default fallback list in it, Envoy answers 503,
+// which is why the original-dst style runs with --fallbacks 0.
+func TestOriginalDstAnswersAnEndpointList503(t *testing.T) {
+	s := start(t, options{workers: 3, style: envoy.StyleOriginalDst, router: func(c *server.Config) { c.Fallbacks = 2 }})
+	if r := s.sendWithHeaders(t, chat(longText("list", 4), "q"), nil); r.status != http.StatusServiceUnavailable {
+		t.Errorf("status %d with an endpoint list, want 503 (Envoy's ORIGINAL_DST takes one ip:port)", r.status)
+	}
+}

@@ -55,7 +55,7 @@ func imageChat(system, image, q1 string, more ...string) []byte {
 	return b
 }
 
-// A multi-turn image chat through the Envoy harness to kvsim serving a
+// A multi-turn image chat through Envoy to kvsim serving a
 // Qwen2.5-VL-style model: the router expands the image, injects its uuid,
 // hashes its blocks with it; kvsim keys its cache and events by the same
 // uuid. Second turns land where the first turn's image blocks are, with

@@ -118,10 +118,10 @@ func TestExplainAgreesWithDecision(t *testing.T) {
 	}
 }
 
-// Both request body modes kvroute supports work through the Envoy
-// stand-in: BUFFERED (cluster-header.yaml) and FULL_DUPLEX_STREAMED
-// (original-dst.yaml, the Gateway API Inference Extension's mode).
-func TestBothBodyModesThroughGateway(t *testing.T) {
+// Both request body modes kvroute supports work through Envoy: BUFFERED
+// (cluster-header.yaml) and FULL_DUPLEX_STREAMED (original-dst.yaml, the
+// Gateway API Inference Extension's mode).
+func TestBothBodyModesThroughEnvoy(t *testing.T) {
 	for _, tc := range []struct{ name, style string }{
 		{"buffered", envoy.StyleClusterHeader},
 		{"full_duplex_streamed", envoy.StyleOriginalDst},

@@ -4,6 +4,6 @@
 // bootstrap against Envoy's own protos and the rules kvroute relies on,
 // ParseBootstrap, and XDSServer, the ADS server for the xds style.
 //
-// The Envoy stand-in used by tests, e2e and kvbench lives in envoytest; the
-// product never imports it.
+// Package envoy/proxy runs a real Envoy on a bootstrap for the tests, the
+// demo and kvbench; the router never imports it.
 package envoy

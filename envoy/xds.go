@@ -193,8 +193,8 @@ const (
 // previous_hosts predicate keeps it off the failed host), a request kvroute
 // answered without a list, and every request while kvroute is unreachable
 // (the xds bootstrap fails open). Round robin rather than least_request:
-// it is the policy the Gateway in envoytest models exactly, so the tests
-// run what Envoy runs.
+// fail-open traffic spreads evenly, which the e2e tests check through
+// Envoy itself.
 func overrideHostPolicy() *clusterv3.LoadBalancingPolicy {
 	rr, _ := anypb.New(&roundrobinv3.RoundRobin{})
 	oh, _ := anypb.New(&overridehostv3.OverrideHost{

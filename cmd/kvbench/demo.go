@@ -83,8 +83,9 @@ func newDemoFlags(d *demoFlags, stderr io.Writer) *flag.FlagSet {
 
 It starts an embedded NATS server and etcd, --workers simulated vLLM workers
 (kvsim: paged KV cache with prefix caching, continuous batching, the Dynamo
-mocker's timing model), a kvroute router (ext_proc gRPC) and the Envoy
-stand-in loaded from the cluster-header bootstrap. It then replays the
+mocker's timing model), a kvroute router (ext_proc gRPC) and a real Envoy
+running the cluster-header bootstrap (KVROUTE_ENVOY, the copy "make envoy"
+installs, or envoy on the PATH). It then replays the
 workload once per mode: before each mode the fleet goes idle, every worker's
 cache is cleared and the router's mode is switched through /admin/mode, so
 every mode starts cold. By default it replays the first 500 requests of the
@@ -152,7 +153,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	setup := map[string]any{
 		"workers": d.workers, "block_size": d.blockSize, "kv_blocks_per_worker": d.kvBlocks,
 		"max_num_seqs": d.maxSeqs, "max_num_batched_tokens": d.maxBatch, "worker_speedup": d.wl.speedup, "load": d.wl.load,
-		"gateway": "envoytest.Gateway with cluster-header bootstrap", "timing": "Dynamo mocker polynomial",
+		"gateway": "Envoy with the cluster-header bootstrap", "timing": "Dynamo mocker polynomial",
 	}
 	rep := bench.NewReport(wl, ideal, haveIdeal, setup)
 	if d.wl.speedup != 1 {
@@ -180,8 +181,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer env.Close()
-	fmt.Fprintf(stdout, "system up in %.1fs: gateway %s, kvroute ext_proc %s, admin %s\n",
-		time.Since(t0).Seconds(), env.URL(), env.Router.GRPCAddr(), env.AdminURL())
+	fmt.Fprintf(stdout, "system up in %.1fs: Envoy %s (admin %s), kvroute ext_proc %s, admin %s\n",
+		time.Since(t0).Seconds(), env.URL(), env.Envoy.AdminURL(), env.Router.GRPCAddr(), env.AdminURL())
 
 	client := bench.NewClient(env.URL())
 	defer client.Close()

@@ -3,7 +3,7 @@
 // OpenAI endpoint, compares router modes, and runs the whole system in one
 // process for the demo.
 //
-//	kvbench demo     everything embedded: NATS, etcd, kvsim workers, kvroute, the Envoy stand-in
+//	kvbench demo     the whole stack: embedded NATS and etcd, kvsim workers, kvroute, a real Envoy
 //	kvbench sim      the router, its index and simulated engines in virtual time: a load sweep per mode
 //	kvbench replay   a workload against a running endpoint
 //	kvbench up       the whole local stack in one process, until interrupted

