@@ -7,6 +7,7 @@
 //	kvbench sim      the router, its index and simulated engines in virtual time: a load sweep per mode
 //	kvbench replay   a workload against a running endpoint
 //	kvbench up       the whole local stack in one process, until interrupted
+//	kvbench hop      the latency kvroute adds to a request's path through Envoy
 package main
 
 import (
@@ -29,6 +30,7 @@ Usage:
   kvbench sim     [flags]   sweep load × router mode in virtual time (deterministic; minutes for a whole trace)
   kvbench replay  [flags]   replay a workload against a running OpenAI endpoint (e.g. Envoy in front of kvroute)
   kvbench up      [flags]   start the whole local stack in this process and print a curl line to try
+  kvbench hop     [flags]   measure the latency kvroute adds to a request's path through a real Envoy
 
   kvbench version           module version, VCS revision, Go version (also --version)
 
@@ -64,10 +66,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runReplay(ctx, args[1:], stdout, stderr)
 	case "sim":
 		err = runSim(ctx, args[1:], stdout, stderr)
+	case "hop":
+		err = runHop(ctx, args[1:], stdout, stderr)
 	case "up":
 		err = runUp(ctx, args[1:], stdout, stderr)
 	default:
-		err = cli.Usagef("unknown command %q (want demo, sim, replay, up, version or help)", args[0])
+		err = cli.Usagef("unknown command %q (want demo, sim, replay, up, hop, version or help)", args[0])
 		return cli.Exit("kvbench", err, stderr)
 	}
 	return cli.Exit("kvbench "+args[0], err, stderr)

@@ -1,0 +1,65 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/kvroute/kvroute/internal/bench"
+	"github.com/kvroute/kvroute/internal/cli"
+)
+
+func runHop(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("kvbench hop", flag.ContinueOnError)
+	rates := fs.String("rates", "200,1000,2000", "offered request rates per second, comma-separated")
+	duration := fs.Duration("duration", 5*time.Second, "how long each rate is offered to each path per round")
+	rounds := fs.Int("rounds", 3, "rounds per rate; each round offers the rate to both paths, one after the other")
+	workers := fs.Int("workers", 4, "upstreams that answer at once")
+	tok := fs.String("tokenizer", "tokenizer/testdata/qwen3", "`DIR` of the router's tokenizer")
+	prompts := fs.String("prompts", "short,8k", "prompt kinds: short (a one-line chat) and 8k (about 8,000 tokens, unique per request)")
+	jsonOut := fs.String("json", "", "also write the report as JSON to this `file`")
+	logf := cli.RegisterLog(fs, "off")
+	setUsage(fs, `kvbench hop measures what kvroute adds to a request's path through Envoy.
+
+It starts --workers upstreams that answer a chat completion at once, a kvroute
+router (workers file, embedded NATS, the --tokenizer), and two real Envoys
+running the same cluster-header bootstrap: one with kvroute as its ext_proc
+filter, one without it (round robin). Each rate is offered open-loop to both
+Envoys in turn, --rounds times, and the table shows both paths' latency
+percentiles over all rounds and their difference: the time kvroute adds
+(the ext_proc round trips, parsing, tokenizing, matching and picking).
+Everything shares this machine's cores, the load generator included.`)
+	if err := parse(fs, args, stdout); err != nil {
+		return err
+	}
+	var rs []float64
+	for _, f := range splitList(*rates) {
+		v, err := strconv.ParseFloat(f, 64)
+		if err != nil || !(v > 0) {
+			return cli.Usagef("--rates %q: each value must be a positive number", f)
+		}
+		rs = append(rs, v)
+	}
+	log, err := logf.Logger(stderr)
+	if err != nil {
+		return err
+	}
+	rep, err := bench.RunHop(ctx, bench.HopConfig{Workers: *workers, TokenizerDir: *tok, Rates: rs, Duration: *duration,
+		Rounds: *rounds, Prompts: splitList(*prompts), Logger: log, Progress: stderr})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "Envoy %s; %d rounds of %s per rate and path\n\n%s", rep.Envoy, *rounds, *duration, rep.Markdown())
+	if *jsonOut != "" {
+		b, _ := json.MarshalIndent(rep, "", "  ")
+		if err := os.WriteFile(*jsonOut, append(b, '\n'), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
