@@ -233,7 +233,7 @@ func (c *checker) checkExtProc(where string, ep *extprocv3.ExternalProcessor) {
 	duplex := pm.GetRequestBodyMode() == extprocv3.ProcessingMode_FULL_DUPLEX_STREAMED ||
 		pm.GetResponseBodyMode() == extprocv3.ProcessingMode_FULL_DUPLEX_STREAMED
 	if duplex && ep.GetFailureModeAllow() {
-		c.failf("%s: ext_proc failure_mode_allow must stay false with FULL_DUPLEX_STREAMED (Envoy refuses fail-open there)", where)
+		c.failf("%s: ext_proc failure_mode_allow must stay false with FULL_DUPLEX_STREAMED (kvroute's streamed-body bootstraps fail closed)", where)
 	}
 	if (ep.GetGrpcService() == nil) == (ep.GetHttpService() == nil) {
 		c.failf("%s: ext_proc needs exactly one of grpc_service and http_service", where)
