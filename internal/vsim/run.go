@@ -131,16 +131,16 @@ type runner struct {
 	tok32 []uint32
 	ehash []int64
 
-	ttft, itl, e2e         []float64
-	promptTok, cachedTok   int
+	ttft, itl, e2e       []float64
+	promptTok, cachedTok int
 	// first-turn share of promptTok and cachedTok
 	firstPromptTok, firstCachedTok int
 	followUps, sameWorker          int
-	exact, predictedN      int
-	sticky, stickyEligible int
-	errors, shed           int
-	lastFinish             time.Duration
-	buildErr               error
+	exact, predictedN              int
+	sticky, stickyEligible         int
+	errors, shed                   int
+	lastFinish                     time.Duration
+	buildErr                       error
 }
 
 // Run simulates w on fleet with the router configured by opts (its Mode
