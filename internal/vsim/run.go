@@ -180,6 +180,7 @@ func (r *runner) setup(opts scoring.Options, seed uint64) error {
 	r.router = router
 	r.overlap = router.Mode().Overlap()
 	r.index = kvindex.New(kvindex.Config{})
+	r.index.SetObserver(router.Pool())
 	cfg := r.fleet.Engine
 	for i := 0; i < r.fleet.Workers; i++ {
 		id := fmt.Sprintf("w%02d", i)
@@ -332,6 +333,7 @@ func (r *runner) arrive(i int32) {
 		for k := range r.cands {
 			r.cands[k].MatchedBlocks, r.cands[k].CachedBlocks = r.match[k].Blocks, r.match[k].Cached
 			r.cands[k].HostBlocks, r.cands[k].DiskBlocks = r.match[k].HostBlocks, r.match[k].DiskBlocks
+			r.cands[k].Stale = r.match[k].Stale
 		}
 	}
 	// The candidates are copied: a queued request keeps its own.
