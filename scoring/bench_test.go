@@ -2,6 +2,7 @@ package scoring
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 )
@@ -149,5 +150,86 @@ func BenchmarkPickUnderChurn(b *testing.B) {
 		pick(b)
 		close(stop)
 		b.ReportMetric(float64(<-done), "replaced")
+	})
+}
+
+// BenchmarkPendingOverlay measures what the pending overlay adds to the
+// hot path, against the same work with it off: a pick over 64 workers for
+// a 128-block prompt that a quarter of them hold pending (16 blocks past
+// their indexed prefix), the lifecycle of BenchmarkLifecycle (Add records
+// the prompt's blocks, Free after the first token keeps them), and the
+// reconciliation of one event batch of 32 stored blocks.
+func BenchmarkPendingOverlay(b *testing.B) {
+	for _, ttl := range []time.Duration{0, DefaultPendingTTL} {
+		name := "on"
+		if ttl == 0 {
+			name = "off"
+		}
+		b.Run("pick/"+name, func(b *testing.B) {
+			r, cs := benchRouter(b, 64, func(o *Options) { o.PendingTTL = ttl })
+			prompt := hashes(77, 128, 0, 0)
+			for i := range cs {
+				if i%4 == 0 {
+					req := &Request{ID: fmt.Sprint("p", i), PromptTokens: 128 * 16, Hashes: prompt}
+					if err := r.Pool().addLocal(req, cs[i].Worker, 0, cs[i].MatchedBlocks); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			req := &Request{ID: "r", Model: "m", PromptTokens: 128 * 16, Hashes: prompt}
+			exp := &Explanation{}
+			if _, err := r.Pick(req, cs, exp); err != nil {
+				b.Fatal(err)
+			}
+			if credited := slices.ContainsFunc(exp.Workers, func(t Terms) bool { return t.PendingBlocks > 0 }); credited != (ttl > 0) {
+				b.Fatalf("pending credit given: %v, overlay on: %v", credited, ttl > 0)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				if _, err := r.Pick(req, cs, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run("lifecycle/"+name, func(b *testing.B) {
+			r, _ := benchRouter(b, 64, func(o *Options) { o.PendingTTL = ttl })
+			p := r.Pool()
+			const live = 1 << 14
+			reqs := make([]*Request, live)
+			for i := range reqs {
+				reqs[i] = &Request{ID: fmt.Sprint("req", i), Model: "m", PromptTokens: 32*16 + 5,
+					Hashes: append(hashes(99, 24, 0, 0), hashes(0, 0, 8, i)...)}
+			}
+			workers := p.AppendCandidates(nil, "m")
+			b.ReportAllocs()
+			b.ResetTimer()
+			i := 0
+			for b.Loop() {
+				req := reqs[i%live]
+				if err := p.Add(req, workers[i%len(workers)].Worker, 4); err != nil {
+					b.Fatal(err)
+				}
+				p.PrefillDone(req.ID)
+				p.Free(req.ID)
+				i++
+			}
+		})
+	}
+	b.Run("reconcile", func(b *testing.B) {
+		r, cs := benchRouter(b, 64, func(*Options) {})
+		p := r.Pool()
+		stored := hashes(5, 32, 0, 0)
+		b.ReportAllocs()
+		b.ResetTimer()
+		i := 0
+		for b.Loop() {
+			w := cs[i%len(cs)].Worker
+			if err := p.addLocal(&Request{ID: fmt.Sprint("x", i), PromptTokens: 32 * 16, Hashes: stored}, w, 0, 0); err != nil {
+				b.Fatal(err)
+			}
+			p.BlocksStored(w, stored)
+			i++
+		}
 	})
 }

@@ -33,9 +33,8 @@ const (
 // read it under the read lock, Adds and events write it under the write
 // lock. The zero value is empty and ready.
 type pendingBlocks struct {
-	// until maps a block hash to the deadline (Unix ns, the pool's clock)
-	// of its newest record.
-	until map[uint64]int64
+	// until maps a block hash to its newest record's deadline and place.
+	until map[uint64]pendingEntry
 	// fifo holds the records in the order they were made, live from head.
 	// A record whose deadline is no longer until's was superseded (or its
 	// entry removed) and only waits to be popped.
@@ -46,6 +45,14 @@ type pendingBlocks struct {
 type pendingRecord struct {
 	hash  uint64
 	until int64
+}
+
+// pendingEntry is a block's newest record: its deadline (Unix ns, the
+// pool's clock) and how many blocks were recorded after it in the same
+// call, which lets run jump to the end of a prompt's record.
+type pendingEntry struct {
+	until int64
+	after int32
 }
 
 // record notes hashes as pending until deadline, renewing existing
@@ -60,10 +67,10 @@ func (pb *pendingBlocks) record(hashes []uint64, now, deadline int64, max int) {
 	}
 	pb.expire(now)
 	if pb.until == nil {
-		pb.until = make(map[uint64]int64, len(hashes))
+		pb.until = make(map[uint64]pendingEntry, len(hashes))
 	}
-	for _, h := range hashes {
-		pb.until[h] = deadline
+	for i, h := range hashes {
+		pb.until[h] = pendingEntry{until: deadline, after: int32(len(hashes) - 1 - i)}
 		pb.fifo = append(pb.fifo, pendingRecord{hash: h, until: deadline})
 	}
 	for len(pb.fifo)-pb.head > max {
@@ -75,7 +82,7 @@ func (pb *pendingBlocks) record(hashes []uint64, now, deadline int64, max int) {
 // pop drops the oldest record, and its entry unless a newer record renewed it.
 func (pb *pendingBlocks) pop() {
 	r := pb.fifo[pb.head]
-	if u, ok := pb.until[r.hash]; ok && u == r.until {
+	if e, ok := pb.until[r.hash]; ok && e.until == r.until {
 		delete(pb.until, r.hash)
 	}
 	pb.fifo[pb.head] = pendingRecord{}
@@ -106,18 +113,36 @@ func (pb *pendingBlocks) compact() {
 
 // run counts the blocks of hashes from position from on that are pending
 // at now, up to the first that is not.
+//
+// Hashes are chained, so a prompt block recorded at some place of a
+// record stands for the whole prefix up to it. run therefore jumps from a
+// pending block to the last block of the same record the prompt reaches,
+// and when that block is there with the same deadline, counts everything
+// between without looking: records are popped oldest first and a freed
+// request's blocks are dropped only where no active request holds them
+// (which would hold the prefix too), so nothing between can be gone
+// unless the worker's events reported it stored, and then the index
+// holds it. A failed jump falls back to block by block.
 func (pb *pendingBlocks) run(hashes []uint64, from int, now int64) int {
-	if len(pb.until) == 0 {
+	if len(pb.until) == 0 || from >= len(hashes) {
 		return 0
 	}
-	n := 0
-	for _, h := range hashes[min(from, len(hashes)):] {
-		if u, ok := pb.until[h]; !ok || u <= now {
+	k, jump := max(from, 0), true
+	for k < len(hashes) {
+		e, ok := pb.until[hashes[k]]
+		if !ok || e.until <= now {
 			break
 		}
-		n++
+		if j := min(k+int(e.after), len(hashes)-1); jump && j > k {
+			if e2, ok := pb.until[hashes[j]]; ok && e2.until == e.until {
+				k = j + 1
+				continue
+			}
+			jump = false
+		}
+		k++
 	}
-	return n
+	return k - max(from, 0)
 }
 
 // forget removes the entries of hashes, e.g. because the worker's events
@@ -139,7 +164,7 @@ func (pb *pendingBlocks) forgetRecorded(hashes []uint64, deadline int64, held ma
 		return
 	}
 	for _, h := range hashes {
-		if u, ok := pb.until[h]; ok && u == deadline && held[h] == 0 {
+		if e, ok := pb.until[h]; ok && e.until == deadline && held[h] == 0 {
 			delete(pb.until, h)
 		}
 	}

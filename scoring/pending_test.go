@@ -378,3 +378,55 @@ func TestPendingOverlayUnderConcurrency(t *testing.T) {
 		}
 	}
 }
+
+func TestPendingRunJumpsOnlyOverIntactRecords(t *testing.T) {
+	const ttl = int64(time.Second)
+	seq := func(from, to uint64) []uint64 {
+		var out []uint64
+		for h := from; h <= to; h++ {
+			out = append(out, h)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name   string
+		build  func(pb *pendingBlocks)
+		prompt []uint64
+		from   int
+		now    int64
+		want   int
+	}{
+		{"a whole record", func(pb *pendingBlocks) { pb.record(seq(1, 10), 0, ttl, 100) }, seq(1, 10), 0, 0, 10},
+		{"from inside the record", func(pb *pendingBlocks) { pb.record(seq(1, 10), 0, ttl, 100) }, seq(1, 10), 4, 0, 6},
+		{"a prompt longer than the record", func(pb *pendingBlocks) { pb.record(seq(1, 10), 0, ttl, 100) }, seq(1, 14), 0, 0, 10},
+		{"a prompt that leaves the record", func(pb *pendingBlocks) { pb.record(seq(1, 10), 0, ttl, 100) },
+			append(seq(1, 5), 99, 100, 101, 102, 103), 0, 0, 5},
+		{"the record's end reported stored", func(pb *pendingBlocks) {
+			pb.record(seq(1, 10), 0, ttl, 100)
+			pb.forget([]uint64{10})
+		}, seq(1, 10), 0, 0, 9},
+		{"a hole before the end is found block by block", func(pb *pendingBlocks) {
+			pb.record(seq(1, 10), 0, ttl, 100)
+			pb.forget([]uint64{4, 10})
+		}, seq(1, 10), 0, 0, 3},
+		{"a renewed prefix and the older rest", func(pb *pendingBlocks) {
+			pb.record(seq(1, 10), 0, ttl, 100)
+			pb.record(seq(1, 5), ttl/2, ttl/2+ttl, 100)
+		}, seq(1, 10), 0, ttl / 4, 10},
+		{"past the older record's deadline only the renewed prefix", func(pb *pendingBlocks) {
+			pb.record(seq(1, 10), 0, ttl, 100)
+			pb.record(seq(1, 5), ttl/2, ttl/2+ttl, 100)
+		}, seq(1, 10), 0, ttl, 5},
+		{"expired", func(pb *pendingBlocks) { pb.record(seq(1, 10), 0, ttl, 100) }, seq(1, 10), 0, ttl, 0},
+		{"nothing recorded", func(*pendingBlocks) {}, seq(1, 10), 0, 0, 0},
+		{"from past the prompt", func(pb *pendingBlocks) { pb.record(seq(1, 10), 0, ttl, 100) }, seq(1, 10), 12, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var pb pendingBlocks
+			tc.build(&pb)
+			if got := pb.run(tc.prompt, tc.from, tc.now); got != tc.want {
+				t.Fatalf("run = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}

@@ -233,3 +233,33 @@ func TestBenchWorkloadCarriesTheHistory(t *testing.T) {
 		t.Fatal("the second turn does not start with the first turn's prompt and generated output")
 	}
 }
+
+// TestPendingOverlayPlacesABurst: sessions sharing six system prompts
+// start together, before any engine has stored a prompt. Learning only
+// from KV events, the router scatters them; counting what it has just sent
+// where (the pending overlay), it sends each group where its prompt is
+// being computed, as a router that records its decisions does.
+func TestPendingOverlayPlacesABurst(t *testing.T) {
+	w, err := BurstWorkload(DefaultBurstOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	on := run(t, w, "kv", 1, nil)
+	off := run(t, w, "kv", 1, func(o *scoring.Options) { o.PendingTTL = 0 })
+	recorded := run(t, w, "kv_without_events", 1, nil)
+	t.Logf("first turns / later turns / same worker: overlay %.3f / %.3f / %.2f, without %.3f / %.3f / %.2f, recorded decisions %.3f / %.3f / %.2f",
+		on.FirstTurnHitRate, on.FollowUpHitRate, on.SameWorker, off.FirstTurnHitRate, off.FollowUpHitRate, off.SameWorker,
+		recorded.FirstTurnHitRate, recorded.FollowUpHitRate, recorded.SameWorker)
+	if on.FirstTurnHitRate < 0.75 || on.FirstTurnHitRate < off.FirstTurnHitRate+0.15 {
+		t.Errorf("first-turn hit rate %.3f with the overlay, %.3f without: want ≥ 0.75 and 15 points more", on.FirstTurnHitRate, off.FirstTurnHitRate)
+	}
+	if on.FirstTurnHitRate < recorded.FirstTurnHitRate-0.01 {
+		t.Errorf("first-turn hit rate %.3f below the %.3f of a router recording its decisions", on.FirstTurnHitRate, recorded.FirstTurnHitRate)
+	}
+	if on.OverlapExact < 0.99 {
+		t.Errorf("predicted cached tokens exact for %.2f of requests, want all: pending blocks are computed by the time the engine looks", on.OverlapExact)
+	}
+	if on.HitRate <= off.HitRate {
+		t.Errorf("hit rate %.3f with the overlay, %.3f without", on.HitRate, off.HitRate)
+	}
+}
