@@ -76,7 +76,13 @@ func BenchmarkPickExplained(b *testing.B) {
 // shares 24 blocks with the worker's other requests; target ≥ 1 M ops/s.
 func BenchmarkLifecycle(b *testing.B) {
 	r, _ := benchRouter(b, 64, func(*Options) {})
-	p := r.Pool()
+	benchLifecycle(b, r.Pool(), true)
+	b.ReportMetric(4*float64(b.N)/b.Elapsed().Seconds()/1e6, "Mops/s")
+}
+
+// benchLifecycle runs Add, PrefillDone, Progress (when progress is set)
+// and Free of one request per iteration, round-robin over p's workers.
+func benchLifecycle(b *testing.B, p *Pool, progress bool) {
 	// More distinct IDs than the tombstone ring holds, so an ID is
 	// forgotten before it comes round again.
 	const live = 1 << 14
@@ -96,11 +102,12 @@ func BenchmarkLifecycle(b *testing.B) {
 			b.Fatal(err)
 		}
 		p.PrefillDone(req.ID)
-		p.Progress(req.ID, 40)
+		if progress {
+			p.Progress(req.ID, 40)
+		}
 		p.Free(req.ID)
 		i++
 	}
-	b.ReportMetric(4*float64(b.N)/b.Elapsed().Seconds()/1e6, "Mops/s")
 }
 
 // BenchmarkPickUnderChurn is the pool-side half of the InferencePool churn
@@ -155,10 +162,11 @@ func BenchmarkPickUnderChurn(b *testing.B) {
 
 // BenchmarkPendingOverlay measures what the pending overlay adds to the
 // hot path, against the same work with it off: a pick over 64 workers for
-// a 128-block prompt that a quarter of them hold pending (16 blocks past
-// their indexed prefix), the lifecycle of BenchmarkLifecycle (Add records
-// the prompt's blocks, Free after the first token keeps them), and the
-// reconciliation of one event batch of 32 stored blocks.
+// a 128-block prompt that a quarter of them hold pending after their
+// indexed prefix of 8–68 blocks; Add, PrefillDone and Free of a 32-block
+// prompt (Add records the 28 blocks after the 4 indexed, Free after the
+// first token keeps them); and an Add followed by the reconciliation of
+// an event batch reporting its 32 blocks stored.
 func BenchmarkPendingOverlay(b *testing.B) {
 	for _, ttl := range []time.Duration{0, DefaultPendingTTL} {
 		name := "on"
@@ -194,26 +202,7 @@ func BenchmarkPendingOverlay(b *testing.B) {
 		})
 		b.Run("lifecycle/"+name, func(b *testing.B) {
 			r, _ := benchRouter(b, 64, func(o *Options) { o.PendingTTL = ttl })
-			p := r.Pool()
-			const live = 1 << 14
-			reqs := make([]*Request, live)
-			for i := range reqs {
-				reqs[i] = &Request{ID: fmt.Sprint("req", i), Model: "m", PromptTokens: 32*16 + 5,
-					Hashes: append(hashes(99, 24, 0, 0), hashes(0, 0, 8, i)...)}
-			}
-			workers := p.AppendCandidates(nil, "m")
-			b.ReportAllocs()
-			b.ResetTimer()
-			i := 0
-			for b.Loop() {
-				req := reqs[i%live]
-				if err := p.Add(req, workers[i%len(workers)].Worker, 4); err != nil {
-					b.Fatal(err)
-				}
-				p.PrefillDone(req.ID)
-				p.Free(req.ID)
-				i++
-			}
+			benchLifecycle(b, r.Pool(), false)
 		})
 	}
 	b.Run("reconcile", func(b *testing.B) {
