@@ -74,6 +74,8 @@ func BenchmarkPickExplained(b *testing.B) {
 // BenchmarkLifecycle measures the four lifecycle operations of one
 // request (Add, PrefillDone, Progress, Free) with a 32-block prompt that
 // shares 24 blocks with the worker's other requests; target ≥ 1 M ops/s.
+// It runs with the defaults, so Add also records 28 pending blocks (see
+// BenchmarkPendingOverlay for the lifecycle with the overlay off).
 func BenchmarkLifecycle(b *testing.B) {
 	r, _ := benchRouter(b, 64, func(*Options) {})
 	benchLifecycle(b, r.Pool(), true)
