@@ -54,6 +54,10 @@ func (s *ApplyStats) Add(o ApplyStats) {
 //
 // Events of a KV cache group other than 0 (hybrid models' secondary
 // groups) are counted and ignored. An unregistered worker changes nothing.
+//
+// The observer, if any, hears once per batch: CacheReset if the batch
+// cleared the worker or made it stale, then BlocksStored with the device
+// blocks stored after the last clear.
 func (ix *Index) Apply(worker string, b EventBatch) ApplyStats {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
@@ -63,6 +67,8 @@ func (ix *Index) Apply(worker string, b EventBatch) ApplyStats {
 		st.UnknownWorker = true
 		return st
 	}
+	wasStale := w.stale
+	ix.stored = ix.stored[:0]
 	for _, ev := range b.Events {
 		switch e := ev.(type) {
 		case BlockStored:
@@ -77,6 +83,15 @@ func (ix *Index) Apply(worker string, b EventBatch) ApplyStats {
 			ix.purge(w)
 			w.stale = false
 			st.Cleared++
+			ix.stored = ix.stored[:0]
+		}
+	}
+	if ix.obs != nil {
+		if st.Cleared > 0 || (w.stale && !wasStale) {
+			ix.obs.CacheReset(worker)
+		}
+		if len(ix.stored) > 0 {
+			ix.obs.BlocksStored(worker, ix.stored)
 		}
 	}
 	return st
@@ -180,6 +195,9 @@ func (ix *Index) applyStored(w *workerState, e *BlockStored, st *ApplyStats) {
 			w.blocks++
 		}
 		st.StoredBlocks++
+	}
+	if medium == 0 && ix.obs != nil {
+		ix.stored = append(ix.stored, ix.scratch...)
 	}
 	st.StoredEvents++
 }

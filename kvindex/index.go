@@ -29,6 +29,37 @@ type Index struct {
 	sink    uint64         // keeps prefetching loads alive
 	gen     uint64         // bumped when a worker is added or removed
 	cands   candidateCache[workerState]
+	obs     Observer // nil: none
+	stored  []uint64 // device blocks stored by the batch being applied, for obs
+}
+
+// Observer learns from the index what state kept beside it must follow:
+// the scheduler's pending overlay (scoring.Pool) drops a block once a
+// worker's events report it stored, and everything about a worker whose
+// view is purged or goes stale. Its methods are called with the index's
+// lock held, so they must be quick and must not call the Index.
+type Observer interface {
+	// BlocksStored: worker stored these router hashes on the device tier.
+	// hashes is only valid during the call.
+	BlocksStored(worker string, hashes []uint64)
+	// CacheReset: worker's blocks were cleared (AllBlocksCleared, Reset, a
+	// change of model or block size, removal) or its view went stale.
+	CacheReset(worker string)
+}
+
+// SetObserver sets the index's observer; nil removes it.
+func (ix *Index) SetObserver(o Observer) {
+	ix.mu.Lock()
+	ix.obs = o
+	ix.mu.Unlock()
+}
+
+// reset tells the observer that w's view was purged or went stale. Caller
+// holds mu.
+func (ix *Index) reset(w *workerState) {
+	if ix.obs != nil {
+		ix.obs.CacheReset(w.id)
+	}
 }
 
 // workerState is one worker's view. Guarded by Index.mu.
@@ -82,6 +113,7 @@ func (ix *Index) AddWorker(id, model string, blockSize int) {
 			ix.purge(w)
 			w.model, w.blockSize, w.seed = model, blockSize, Seed(model, "", "")
 			w.stale = false
+			ix.reset(w)
 		}
 		return
 	}
@@ -117,6 +149,7 @@ func (ix *Index) RemoveWorker(id string) {
 		return
 	}
 	ix.purge(w)
+	ix.reset(w)
 	delete(ix.workers, id)
 	ix.gen++
 	ix.slots[w.idx] = nil
@@ -156,6 +189,7 @@ func (ix *Index) MarkStale(worker string) {
 	defer ix.mu.Unlock()
 	if w := ix.workers[worker]; w != nil {
 		w.stale = true
+		ix.reset(w)
 	}
 }
 
@@ -167,6 +201,7 @@ func (ix *Index) Reset(worker string) {
 	if w := ix.workers[worker]; w != nil {
 		ix.purge(w)
 		w.stale = false
+		ix.reset(w)
 	}
 }
 

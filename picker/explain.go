@@ -18,6 +18,10 @@ type Explanation struct {
 	Address      string   `json:"address"`
 	Fallbacks    []string `json:"fallbacks,omitempty"`
 	CachedTokens int      `json:"cached_tokens"`
+	// PendingTokens is the part of CachedTokens the chosen worker holds
+	// only in the router's pending overlay: blocks sent to it recently
+	// that its KV events have not confirmed yet.
+	PendingTokens int `json:"pending_tokens,omitempty"`
 	// Decision holds every candidate's terms.
 	Decision *scoring.Explanation `json:"decision"`
 	// Lines are the decision's log lines, one per candidate.
@@ -46,9 +50,10 @@ func (p *Picker) ExplainContext(ctx context.Context, req *extproc.Request) (*Exp
 	out := &Explanation{
 		Model: pl.sreq.Model, API: pl.api, PromptTokens: pl.sreq.PromptTokens, ByLoad: pl.byLoad,
 		Chosen: d.Worker, Cluster: d.Cluster, Address: d.Address,
-		Fallbacks:    pl.fallbacks(exp, d, p.cfg.Fallbacks),
-		CachedTokens: d.MatchedBlocks * pl.blockSizeOf(d.Index),
-		Decision:     exp,
+		Fallbacks:     pl.fallbacks(exp, d, p.cfg.Fallbacks),
+		CachedTokens:  d.MatchedBlocks * pl.blockSizeOf(d.Index),
+		PendingTokens: d.PendingBlocks * pl.blockSizeOf(d.Index),
+		Decision:      exp,
 	}
 	for i := range exp.Workers {
 		out.Lines = append(out.Lines, exp.Line(i))

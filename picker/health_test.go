@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/kvroute/kvroute/extproc"
-	"github.com/kvroute/kvroute/tokenizer"
 )
 
 // A worker whose index view is stale (a gap in its events) gets no credit
@@ -14,14 +13,7 @@ import (
 func TestStaleWorkerGetsNoOverlapCredit(t *testing.T) {
 	rg := newRig(t, nil)
 	body := longChat(200)
-	creq, err := tokenizer.ParseChatRequest([]byte(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tokens, err := qwenChat(t).EncodeChat(creq)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tokens := chatTokens(t, body)
 	rg.store(t, "w2", tokens, len(tokens)/16)
 	rg.index.MarkStale("w2")
 	x, err := rg.picker.Explain(chatReq(body))

@@ -134,6 +134,20 @@ func (rg *testRig) store(t testing.TB, worker string, tokens []uint32, blocks in
 	}
 }
 
+// chatTokens is the prompt of a chat body as the Qwen3 tokenizer encodes it.
+func chatTokens(t testing.TB, body string) []uint32 {
+	t.Helper()
+	creq, err := tokenizer.ParseChatRequest([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens, err := qwenChat(t).EncodeChat(creq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tokens
+}
+
 func chatReq(body string) *extproc.Request {
 	return &extproc.Request{Method: "POST", Path: "/v1/chat/completions", Body: []byte(body), HasBody: true, Headers: map[string]string{}}
 }
@@ -146,14 +160,7 @@ func longChat(words int) string {
 func TestPickerRoutesToTheWorkerHoldingThePrefix(t *testing.T) {
 	rg := newRig(t, nil)
 	body := longChat(200)
-	creq, err := tokenizer.ParseChatRequest([]byte(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tokens, err := qwenChat(t).EncodeChat(creq)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tokens := chatTokens(t, body)
 	rg.store(t, "w2", tokens, len(tokens)/16)
 
 	d, err := rg.picker.Decide(context.Background(), chatReq(body))
@@ -349,8 +356,11 @@ func TestPickerServedReportMovesLoad(t *testing.T) {
 func TestPickerCancelledInQueueHoldsNoLoad(t *testing.T) {
 	rg := newRig(t, func(o *scoring.Options, _ *Config) { o.QueueThreshold = 0.001; o.QueueMaxWait = time.Minute })
 	body := longChat(400)
-	for range 3 {
-		if _, err := rg.picker.Decide(context.Background(), chatReq(body)); err != nil {
+	// Three prompts with nothing in common saturate the three workers (one
+	// prompt three times would follow its first copy, pending there).
+	for i := range 3 {
+		other := strings.Replace(body, "kv cache", fmt.Sprintf("kv%d cache", i), 1)
+		if _, err := rg.picker.Decide(context.Background(), chatReq(other)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -399,14 +409,7 @@ func checkEncodeCompletion(t *testing.T, c *tokenizer.Chat) {
 func TestFallbacksAreOrderedByCost(t *testing.T) {
 	rg := newRig(t, nil)
 	body := longChat(200)
-	creq, err := tokenizer.ParseChatRequest([]byte(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tokens, err := qwenChat(t).EncodeChat(creq)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tokens := chatTokens(t, body)
 	rg.store(t, "w2", tokens, len(tokens)/16)
 	rg.store(t, "w1", tokens, len(tokens)/32)
 	d, err := rg.picker.Decide(context.Background(), chatReq(body))
@@ -416,5 +419,51 @@ func TestFallbacksAreOrderedByCost(t *testing.T) {
 	want := []string{"10.0.0.2:8000", "10.0.0.1:8000"}
 	if d.Address != "10.0.0.3:8000" || !slices.Equal(d.Fallbacks, want) {
 		t.Fatalf("routed to %s with fallbacks %v, want 10.0.0.3:8000 then %v", d.Address, d.Fallbacks, want)
+	}
+}
+
+// The router counts what it has just sent where: a prompt routed a moment
+// ago is pending on its worker, apart from indexed blocks, until the
+// worker's events report it stored.
+func TestPickerCountsAPromptItJustSentAsPending(t *testing.T) {
+	rg := newRig(t, nil)
+	rg.index.SetObserver(rg.sched.Pool())
+	body := longChat(200)
+	tokens := chatTokens(t, body)
+	full := len(tokens) / 16
+	d, err := rg.picker.Decide(context.Background(), chatReq(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Ticket.Free(extproc.OutcomeOK)
+	d.Ticket.PrefillDone() // its backlog is done; its blocks stay pending until the events say so
+
+	explain := func() (*Explanation, scoring.Terms) {
+		t.Helper()
+		x, err := rg.picker.Explain(chatReq(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range x.Decision.Workers {
+			if w.Worker == d.Cluster {
+				return x, w
+			}
+		}
+		t.Fatalf("%s not explained", d.Cluster)
+		return nil, scoring.Terms{}
+	}
+	x, terms := explain()
+	if x.Chosen != d.Cluster || x.CachedTokens != full*16 || x.PendingTokens != full*16 || terms.MatchedBlocks != 0 || terms.PendingBlocks != full {
+		t.Fatalf("right after routing to %s: chosen %s, cached %d, pending %d tokens, terms matched %d pending %d; want all %d blocks pending",
+			d.Cluster, x.Chosen, x.CachedTokens, x.PendingTokens, terms.MatchedBlocks, terms.PendingBlocks, full)
+	}
+	rg.store(t, d.Cluster, tokens, full)
+	x, terms = explain()
+	if x.Chosen != d.Cluster || x.CachedTokens != full*16 || x.PendingTokens != 0 || terms.MatchedBlocks != full || terms.PendingBlocks != 0 {
+		t.Fatalf("after the events: chosen %s, cached %d, pending %d tokens, terms matched %d pending %d; want all %d blocks indexed",
+			x.Chosen, x.CachedTokens, x.PendingTokens, terms.MatchedBlocks, terms.PendingBlocks, full)
+	}
+	if n := rg.sched.Pool().PendingBlocks(d.Cluster); n != 0 {
+		t.Fatalf("%d blocks still pending once the events reported them", n)
 	}
 }

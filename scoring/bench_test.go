@@ -2,6 +2,7 @@ package scoring
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 )
@@ -73,9 +74,17 @@ func BenchmarkPickExplained(b *testing.B) {
 // BenchmarkLifecycle measures the four lifecycle operations of one
 // request (Add, PrefillDone, Progress, Free) with a 32-block prompt that
 // shares 24 blocks with the worker's other requests; target ≥ 1 M ops/s.
+// It runs with the defaults, so Add also records 28 pending blocks (see
+// BenchmarkPendingOverlay for the lifecycle with the overlay off).
 func BenchmarkLifecycle(b *testing.B) {
 	r, _ := benchRouter(b, 64, func(*Options) {})
-	p := r.Pool()
+	benchLifecycle(b, r.Pool(), true)
+	b.ReportMetric(4*float64(b.N)/b.Elapsed().Seconds()/1e6, "Mops/s")
+}
+
+// benchLifecycle runs Add, PrefillDone, Progress (when progress is set)
+// and Free of one request per iteration, round-robin over p's workers.
+func benchLifecycle(b *testing.B, p *Pool, progress bool) {
 	// More distinct IDs than the tombstone ring holds, so an ID is
 	// forgotten before it comes round again.
 	const live = 1 << 14
@@ -95,11 +104,12 @@ func BenchmarkLifecycle(b *testing.B) {
 			b.Fatal(err)
 		}
 		p.PrefillDone(req.ID)
-		p.Progress(req.ID, 40)
+		if progress {
+			p.Progress(req.ID, 40)
+		}
 		p.Free(req.ID)
 		i++
 	}
-	b.ReportMetric(4*float64(b.N)/b.Elapsed().Seconds()/1e6, "Mops/s")
 }
 
 // BenchmarkPickUnderChurn is the pool-side half of the InferencePool churn
@@ -149,5 +159,68 @@ func BenchmarkPickUnderChurn(b *testing.B) {
 		pick(b)
 		close(stop)
 		b.ReportMetric(float64(<-done), "replaced")
+	})
+}
+
+// BenchmarkPendingOverlay measures what the pending overlay adds to the
+// hot path, against the same work with it off: a pick over 64 workers for
+// a 128-block prompt that a quarter of them hold pending after their
+// indexed prefix of 8–68 blocks; Add, PrefillDone and Free of a 32-block
+// prompt (Add records the 28 blocks after the 4 indexed, Free after the
+// first token keeps them); and an Add followed by the reconciliation of
+// an event batch reporting its 32 blocks stored.
+func BenchmarkPendingOverlay(b *testing.B) {
+	for _, ttl := range []time.Duration{0, DefaultPendingTTL} {
+		name := "on"
+		if ttl == 0 {
+			name = "off"
+		}
+		b.Run("pick/"+name, func(b *testing.B) {
+			r, cs := benchRouter(b, 64, func(o *Options) { o.PendingTTL = ttl })
+			prompt := hashes(77, 128, 0, 0)
+			for i := range cs {
+				if i%4 == 0 {
+					req := &Request{ID: fmt.Sprint("p", i), PromptTokens: 128 * 16, Hashes: prompt}
+					if err := r.Pool().addLocal(req, cs[i].Worker, 0, cs[i].MatchedBlocks); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			req := &Request{ID: "r", Model: "m", PromptTokens: 128 * 16, Hashes: prompt}
+			exp := &Explanation{}
+			if _, err := r.Pick(req, cs, exp); err != nil {
+				b.Fatal(err)
+			}
+			if credited := slices.ContainsFunc(exp.Workers, func(t Terms) bool { return t.PendingBlocks > 0 }); credited != (ttl > 0) {
+				b.Fatalf("pending credit given: %v, overlay on: %v", credited, ttl > 0)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				if _, err := r.Pick(req, cs, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run("lifecycle/"+name, func(b *testing.B) {
+			r, _ := benchRouter(b, 64, func(o *Options) { o.PendingTTL = ttl })
+			benchLifecycle(b, r.Pool(), false)
+		})
+	}
+	b.Run("reconcile", func(b *testing.B) {
+		r, cs := benchRouter(b, 64, func(*Options) {})
+		p := r.Pool()
+		stored := hashes(5, 32, 0, 0)
+		b.ReportAllocs()
+		b.ResetTimer()
+		i := 0
+		for b.Loop() {
+			w := cs[i%len(cs)].Worker
+			if err := p.addLocal(&Request{ID: fmt.Sprint("x", i), PromptTokens: 32 * 16, Hashes: stored}, w, 0, 0); err != nil {
+				b.Fatal(err)
+			}
+			p.BlocksStored(w, stored)
+			i++
+		}
 	})
 }

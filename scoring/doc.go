@@ -31,5 +31,7 @@
 // passes them in as Candidates. Scoring never imports kvindex on that path.
 // For the kv_without_events mode the Scheduler records each routing decision
 // on a PrefixRecorder (the approximate index satisfies it) so later
-// requests see the predicted cache.
+// requests see the predicted cache. In the kv mode the Pool itself keeps
+// what it has just sent where, the pending overlay (pending.go), which the
+// KV index reconciles through Pool.BlocksStored and Pool.CacheReset.
 package scoring

@@ -65,8 +65,13 @@ type Terms struct {
 	// Probability is the chance the worker had of being chosen, for
 	// sampling modes (temperature > 0, weighted).
 	Probability float64 `json:"probability,omitempty"`
-	// The load and overlap the terms came from.
+	// The load and overlap the terms came from. MatchedBlocks are the
+	// leading blocks the KV index holds for the worker; PendingBlocks the
+	// blocks after them that the router sent the worker recently and its
+	// KV events have not confirmed yet (the pending overlay). The cost
+	// credits both.
 	MatchedBlocks  int     `json:"matched_blocks"`
+	PendingBlocks  int     `json:"pending_blocks,omitempty"`
 	CachedBlocks   int     `json:"cached_blocks"`
 	ActiveBlocks   int     `json:"active_blocks"`
 	ActiveRequests int     `json:"active_requests"`
@@ -83,7 +88,7 @@ type Terms struct {
 
 func termsFromLoad(l *Load) Terms {
 	return Terms{
-		Worker: l.ID, MatchedBlocks: l.MatchedBlocks, CachedBlocks: l.CachedBlocks,
+		Worker: l.ID, MatchedBlocks: l.MatchedBlocks - l.PendingBlocks, PendingBlocks: l.PendingBlocks, CachedBlocks: l.CachedBlocks,
 		ActiveBlocks: l.ActiveBlocks, ActiveRequests: l.ActiveRequests,
 		PrefillTokens: l.PrefillTokens, Weight: l.Weight,
 		PrefillBacklog: l.PrefillBacklog, PrefillRate: l.PrefillRate, PrefillOverhead: l.PrefillOverhead,
@@ -126,7 +131,11 @@ func (e *Explanation) Line(i int) string {
 	if t.Probability > 0 {
 		b.WriteString(" p=" + f3(t.Probability))
 	}
-	b.WriteString(" (cached_blocks=" + strconv.Itoa(t.CachedBlocks) + ")")
+	b.WriteString(" (cached_blocks=" + strconv.Itoa(t.CachedBlocks))
+	if t.PendingBlocks > 0 {
+		b.WriteString(" matched_blocks=" + strconv.Itoa(t.MatchedBlocks) + " pending_blocks=" + strconv.Itoa(t.PendingBlocks))
+	}
+	b.WriteString(")")
 	return b.String()
 }
 

@@ -116,6 +116,7 @@ func (p *Pool) Observe(worker string, ok bool) bool {
 	h.failures = 0
 	h.ejections++
 	h.ejectedUntil = now.Add(backoff)
+	w.pending.reset() // an ejected worker's pending blocks may never be computed
 	for key, a := range p.reqs {
 		if a.w != w {
 			continue

@@ -25,6 +25,10 @@ type active struct {
 	// then. fitX < 0 means "do not learn" (peer or moved requests).
 	addAt time.Time
 	fitX  float64
+	// pendingUntil is the deadline (Unix ns) of the pending records this
+	// request made on its worker, 0 when it made none or its first token
+	// arrived (the worker computed the prompt: nothing to take back).
+	pendingUntil int64
 }
 
 func blocksFor(tokens, blockSize int) int {
@@ -44,8 +48,17 @@ func (a *active) privateBlocks() int {
 // was matchedBlocks. The request's uncached tokens count as prefill in
 // flight until PrefillDone or Progress. Adding an ID that is active, or was
 // freed recently, does nothing. Add copies req.Hashes.
+//
+// With the pending overlay on (Options.PendingTTL), the prompt's blocks
+// after the first matchedBlocks become pending on the worker.
 func (p *Pool) Add(req *Request, worker string, matchedBlocks int) error {
-	ev, err := p.add(req.ID, worker, req.PromptTokens, matchedBlocks, -1, req.Hashes, true)
+	return p.addLocal(req, worker, matchedBlocks, matchedBlocks)
+}
+
+// addLocal is Add for a decision whose overlap, matchedBlocks, counted
+// indexed blocks as held: only the blocks after those become pending.
+func (p *Pool) addLocal(req *Request, worker string, matchedBlocks, indexed int) error {
+	ev, err := p.add(req.ID, worker, req.PromptTokens, matchedBlocks, -1, req.Hashes, indexed, true)
 	if err != nil {
 		return err
 	}
@@ -54,8 +67,8 @@ func (p *Pool) Add(req *Request, worker string, matchedBlocks int) error {
 }
 
 // add does Add for local and peer requests. prefill < 0 means "derive it
-// from matchedBlocks".
-func (p *Pool) add(key, worker string, promptTokens, matchedBlocks, prefill int, hashes []uint64, local bool) (SyncEvent, error) {
+// from matchedBlocks". The hashes from position indexed on become pending.
+func (p *Pool) add(key, worker string, promptTokens, matchedBlocks, prefill int, hashes []uint64, indexed int, local bool) (SyncEvent, error) {
 	now := p.opts.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -76,6 +89,7 @@ func (p *Pool) add(key, worker string, promptTokens, matchedBlocks, prefill int,
 		a.fitX = w.backlog + float64(prefill)
 	}
 	p.chargeLocked(a)
+	p.claimPendingLocked(a, indexed, now)
 	p.reqs[key] = a
 	if !local {
 		return SyncEvent{}, nil
@@ -108,6 +122,7 @@ func (p *Pool) prefillDone(key string) bool {
 // clearPrefillLocked records a's first token: its prefill is done, and the
 // time it took since dispatch teaches the worker's rate fit.
 func (p *Pool) clearPrefillLocked(a *active, now time.Time) bool {
+	a.pendingUntil = 0
 	if a.prefillTokens == 0 {
 		return false
 	}
@@ -183,7 +198,8 @@ func (p *Pool) free(key string) bool {
 	return true
 }
 
-// releaseLocked takes a's load off its worker.
+// releaseLocked takes a's load off its worker, and the pending blocks it
+// claimed if its first token never came.
 func (p *Pool) releaseLocked(a *active) {
 	w := a.w
 	for _, h := range a.hashes {
@@ -192,6 +208,11 @@ func (p *Pool) releaseLocked(a *active) {
 		} else {
 			w.blockRefs[h] = n - 1
 		}
+	}
+	if a.pendingUntil != 0 {
+		// Blocks another active request on w holds stay pending for it.
+		w.pending.forgetRecorded(a.hashes, a.pendingUntil, w.blockRefs)
+		a.pendingUntil = 0
 	}
 	w.private -= a.private
 	w.requests--
@@ -251,6 +272,9 @@ func (p *Pool) move(key, worker string) (bool, error) {
 	a.w, a.lastSeen, a.fitX = w, now, -1
 	p.settleBacklogLocked(w, now)
 	p.chargeLocked(a)
+	if a.prefillTokens > 0 {
+		p.claimPendingLocked(a, 0, now)
+	}
 	return true, nil
 }
 
@@ -263,12 +287,14 @@ func (p *Pool) Active(id string) bool {
 }
 
 // Sweep force-frees requests with no lifecycle call for longer than
-// Options.MaxRequestAge, so nothing leaks when a stream vanishes, and
-// returns how many it freed. Scheduler.Run calls it periodically.
+// Options.MaxRequestAge, so nothing leaks when a stream vanishes, drops
+// expired pending blocks, and returns how many requests it freed. Scheduler.Run calls it periodically.
 func (p *Pool) Sweep() int {
-	cutoff := p.opts.Now().Add(-p.opts.MaxRequestAge)
+	now := p.opts.Now()
+	cutoff := now.Add(-p.opts.MaxRequestAge)
 	var local []string
 	p.mu.Lock()
+	p.expirePendingLocked(now)
 	n := 0
 	for key, a := range p.reqs {
 		if a.lastSeen.Before(cutoff) {

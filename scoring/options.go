@@ -102,6 +102,15 @@ type Options struct {
 	// ignored by the cost. Default 2 s (eight missed 250 ms reports).
 	StaleReportAge time.Duration
 
+	// PendingTTL is how long the prompt blocks routed to a worker count as
+	// overlap before the worker's KV events confirm them (the pending
+	// overlay: see Pool.BlocksStored); 0 turns it off. DefaultOptions sets
+	// DefaultPendingTTL.
+	PendingTTL time.Duration
+	// PendingMaxBlocks bounds each worker's pending records; past it the
+	// oldest are dropped first. Default DefaultPendingMaxBlocks.
+	PendingMaxBlocks int
+
 	// EjectAfter is how many consecutive failed requests (5xx, connect
 	// failure, reset before the response) eject a worker; negative turns
 	// passive health off. Default 2 (DefaultEjectAfter).
@@ -173,6 +182,7 @@ func DefaultOptions() Options {
 		QueueMaxWait:              DefaultQueueMaxWait,
 		MaxRequestAge:             DefaultMaxRequestAge,
 		StaleReportAge:            DefaultStaleReportAge,
+		PendingTTL:                DefaultPendingTTL,
 		EjectAfter:                DefaultEjectAfter,
 		EjectBackoff:              DefaultEjectBackoff,
 		EjectBackoffMax:           DefaultEjectBackoffMax,
@@ -210,6 +220,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.StaleReportAge == 0 {
 		o.StaleReportAge = DefaultStaleReportAge
+	}
+	if o.PendingMaxBlocks <= 0 {
+		o.PendingMaxBlocks = DefaultPendingMaxBlocks
 	}
 	if o.EjectAfter == 0 {
 		o.EjectAfter = DefaultEjectAfter
@@ -268,7 +281,7 @@ func (o Options) Validate() error {
 	if o.PrefillOverhead < 0 {
 		return fmt.Errorf("scoring options: prefill overhead %s must not be negative", o.PrefillOverhead)
 	}
-	if o.QueueMaxLength < 0 || o.QueueMaxWait < 0 || o.MaxRequestAge < 0 || o.StaleReportAge < 0 {
+	if o.QueueMaxLength < 0 || o.QueueMaxWait < 0 || o.MaxRequestAge < 0 || o.StaleReportAge < 0 || o.PendingTTL < 0 {
 		return fmt.Errorf("scoring options: queue limits and ages must not be negative")
 	}
 	return nil

@@ -66,6 +66,9 @@ type worker struct {
 	backlogAt time.Time
 	fit       rateFit
 	health    health
+	// pending holds the prompt blocks recently routed to the worker that
+	// its KV events have not confirmed (the pending overlay).
+	pending pendingBlocks
 	// static is the part of Load fixed by the spec, built on Upsert.
 	static Load
 }
@@ -283,8 +286,10 @@ type Load struct {
 	FitSamples      int     `json:"fit_samples"`
 	// MatchedBlocks and CachedBlocks come from the Candidate in a pick;
 	// HostBlocks and DiskBlocks are the blocks after MatchedBlocks held
-	// off the device.
+	// off the device. MatchedBlocks includes PendingBlocks: the blocks
+	// after the Candidate's that the pending overlay holds for the worker.
 	MatchedBlocks int `json:"matched_blocks"`
+	PendingBlocks int `json:"pending_blocks,omitempty"`
 	CachedBlocks  int `json:"cached_blocks"`
 	HostBlocks    int `json:"host_blocks"`
 	DiskBlocks    int `json:"disk_blocks"`
@@ -388,9 +393,11 @@ func (p *Pool) Fits() []RateFit {
 
 // appendLoads appends the loads of the known candidates, skipping IDs the
 // pool does not hold. It builds each Load in place: this is the hot loop
-// of every pick.
-func (p *Pool) appendLoads(dst []Load, cands []Candidate) []Load {
+// of every pick. With pending set, each candidate's overlap extends over
+// the req's blocks pending on the worker (the pending overlay).
+func (p *Pool) appendLoads(dst []Load, req *Request, cands []Candidate, pending bool) []Load {
 	now := p.opts.Now()
+	nowNs := now.UnixNano()
 	p.mu.RLock()
 	for i := range cands {
 		c := &cands[i]
@@ -405,6 +412,9 @@ func (p *Pool) appendLoads(dst []Load, cands []Candidate) []Load {
 		p.fillLoadLocked(l, w, now)
 		l.MatchedBlocks, l.CachedBlocks, l.index = c.MatchedBlocks, c.CachedBlocks, i
 		l.HostBlocks, l.DiskBlocks = c.HostBlocks, c.DiskBlocks
+		if pending && !c.Stale {
+			l.addPending(w.pending.run(req.Hashes, c.MatchedBlocks, nowNs))
+		}
 	}
 	p.mu.RUnlock()
 	return dst

@@ -95,7 +95,9 @@ func (r *Scheduler) Pick(req *Request, cands []Candidate, exp *Explanation) (Dec
 // which case it reports saturated and picks nothing.
 func (r *Scheduler) decide(req *Request, cands []Candidate, exp *Explanation, threshold float64) (d Decision, saturated bool, err error) {
 	sp := loadScratch.Get().(*[]Load)
-	loads := keepBestTier(r.pool.appendLoads((*sp)[:0], cands))
+	mode := r.Mode()
+	pending := r.opts.PendingTTL > 0 && mode.Overlap() == OverlapEvents
+	loads := keepBestTier(r.pool.appendLoads((*sp)[:0], req, cands, pending))
 	defer func() {
 		*sp = loads[:0]
 		loadScratch.Put(sp)
@@ -106,8 +108,9 @@ func (r *Scheduler) decide(req *Request, cands []Candidate, exp *Explanation, th
 	if threshold > 0 && allSaturated(loads, threshold) {
 		return Decision{}, true, nil
 	}
-	l := &loads[r.Mode().Pick(req, loads, exp)]
-	return Decision{Worker: l.ID, Cluster: l.Cluster, Address: l.Address, Index: l.index, MatchedBlocks: l.MatchedBlocks}, false, nil
+	l := &loads[mode.Pick(req, loads, exp)]
+	return Decision{Worker: l.ID, Cluster: l.Cluster, Address: l.Address, Index: l.index,
+		MatchedBlocks: l.MatchedBlocks, PendingBlocks: l.PendingBlocks}, false, nil
 }
 
 // allSaturated reports whether every worker has more than threshold ×
@@ -128,7 +131,7 @@ func allSaturated(loads []Load, threshold float64) bool {
 
 // commit adds a picked request to the pool and tells the recorder.
 func (r *Scheduler) commit(req *Request, d Decision) error {
-	if err := r.pool.Add(req, d.Worker, d.MatchedBlocks); err != nil {
+	if err := r.pool.addLocal(req, d.Worker, d.MatchedBlocks, d.MatchedBlocks-d.PendingBlocks); err != nil {
 		return fmt.Errorf("route %q: %w", req.ID, err)
 	}
 	if r.opts.Recorder != nil && len(req.Hashes) > 0 {

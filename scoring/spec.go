@@ -113,6 +113,10 @@ type Candidate struct {
 	// ones that the worker holds in host memory and on disk (offloaded KV,
 	// e.g. LMCache or KVBM): cheaper to load than to compute.
 	HostBlocks, DiskBlocks int
+	// Stale says the index's view of the worker is out of date (awaiting a
+	// resync): it gets no overlap credit, and its pending blocks do not
+	// count either.
+	Stale bool
 
 	// w caches the worker AppendCandidates found, sparing picks a map
 	// lookup per candidate; candidates built by hand work without it.
@@ -150,6 +154,10 @@ type Decision struct {
 	Address string
 	// Index is the chosen entry's index in the candidate slice.
 	Index int
-	// MatchedBlocks is the chosen candidate's overlap, as given.
+	// MatchedBlocks is the chosen candidate's overlap: the blocks the index
+	// matched, then PendingBlocks blocks of the pending overlay.
 	MatchedBlocks int
+	// PendingBlocks is the part of MatchedBlocks that the router sent the
+	// worker recently and its KV events have not confirmed yet.
+	PendingBlocks int
 }

@@ -106,7 +106,7 @@ func (p *Pool) Apply(ev SyncEvent) error {
 	key := peerKey(ev.Router, ev.ID)
 	switch ev.Op {
 	case OpAdd:
-		if _, err := p.add(key, ev.Worker, ev.PromptTokens, 0, ev.PrefillTokens, ev.Hashes, false); err != nil {
+		if _, err := p.add(key, ev.Worker, ev.PromptTokens, 0, ev.PrefillTokens, ev.Hashes, 0, false); err != nil {
 			return fmt.Errorf("apply sync event from %q: %w", ev.Router, err)
 		}
 	case OpPrefillDone:

@@ -8,8 +8,12 @@ import (
 	"github.com/kvroute/kvroute/scoring"
 )
 
-// The approximate index learns from the scheduler's decisions.
-var _ scoring.PrefixRecorder = (*kvindex.Approx)(nil)
+// The approximate index learns from the scheduler's decisions; the
+// scheduler's pending overlay follows the KV index.
+var (
+	_ scoring.PrefixRecorder = (*kvindex.Approx)(nil)
+	_ kvindex.Observer       = (*scoring.Pool)(nil)
+)
 
 // effectiveMode is the mode the scheduler runs for the asked one: without
 // KV events, kv routes on the approximate index.
@@ -28,7 +32,11 @@ func (r *Server) newScheduler() (*scoring.Scheduler, error) {
 	opts.Mode = r.effectiveMode(opts.Mode)
 	opts.Metrics = r.metrics
 	opts.Recorder = approxRecorder{r}
-	return scoring.NewScheduler(opts)
+	s, err := scoring.NewScheduler(opts)
+	if err == nil {
+		r.index.SetObserver(s.Pool())
+	}
+	return s, err
 }
 
 // approxRecorder feeds the approximate index while the mode in use routes

@@ -17,7 +17,7 @@ import (
 )
 
 // simWorkloads are the workloads kvbench sim builds by name.
-var simWorkloads = []string{"agent", "conversation", "synthetic", "shared_prefix", "no_reuse"}
+var simWorkloads = []string{"agent", "burst", "conversation", "synthetic", "shared_prefix", "no_reuse"}
 
 // simFlags are kvbench sim's settings.
 type simFlags struct {
@@ -64,8 +64,10 @@ virtual time: no sleeping, no sockets, one goroutine per run. Every mode runs at
 every load; a run is deterministic, so the same command prints the same report.
 
 It reports, per mode and load: the prefix-cache hit rate the engines saw, TTFT,
-inter-token and end-to-end latency, stickiness (follow-ups sent to a worker that
-held their previous request's prefix), overlap_exact (predicted cached tokens ==
+inter-token and end-to-end latency, the hit rate of sessions' first turns and
+of their later turns, stickiness (follow-ups sent to a worker that held their
+previous request's prefix), same worker (later turns sent to the worker of the
+turn before), overlap_exact (predicted cached tokens ==
 what the engine reported), and the goodput: the highest load whose TTFT p90
 meets --slo-ttft-p90.`)
 	return fs
@@ -124,6 +126,8 @@ func simWorkload(name, trace string, traceBlock int) (*vsim.Workload, error) {
 	switch name {
 	case "agent":
 		return vsim.AgentWorkload(vsim.DefaultAgentOptions())
+	case "burst":
+		return vsim.BurstWorkload(vsim.DefaultBurstOptions())
 	case "shared_prefix":
 		return vsim.SharedPrefixWorkload(vsim.DefaultSharedPrefixOptions())
 	case "no_reuse":

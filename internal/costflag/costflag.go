@@ -43,6 +43,7 @@ func Register(fs *flag.FlagSet, o *scoring.Options) *Flags {
 	fs.Float64Var(&o.WeightedA, "weighted-a", o.WeightedA, "weighted cost: coefficient of the overlap ratio")
 	fs.Float64Var(&o.WeightedB, "weighted-b", o.WeightedB, "weighted cost: coefficient of KV usage")
 	fs.Float64Var(&o.WeightedC, "weighted-c", o.WeightedC, "weighted cost: coefficient of normalized waiting")
+	fs.DurationVar(&o.PendingTTL, "pending-overlay-ttl", o.PendingTTL, "how long the prompt blocks just routed to a worker count as cached there before its KV events confirm them (the pending overlay; 0 turns it off)")
 	fs.Float64Var(&o.QueueThreshold, "router-queue-threshold", o.QueueThreshold, "queue a request while every eligible worker has more than this × max_num_batched_tokens in prefill (0 disables the queue)")
 	fs.StringVar(&o.QueuePolicy, "router-queue-policy", o.QueuePolicy, "admission queue order: "+strings.Join(scoring.PolicyNames(), ", "))
 	fs.IntVar(&o.QueueMaxLength, "router-queue-max-length", o.QueueMaxLength, "waiting requests beyond which new ones are shed with 429")

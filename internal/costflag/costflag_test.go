@@ -37,6 +37,18 @@ func TestFlagsSetTheOptions(t *testing.T) {
 	}
 }
 
+func TestPendingOverlayTTLFlag(t *testing.T) {
+	if o, _, err := parse(t); err != nil || o.PendingTTL != scoring.DefaultPendingTTL {
+		t.Fatalf("default pending TTL %s (err %v), want %s", o.PendingTTL, err, scoring.DefaultPendingTTL)
+	}
+	if o, _, err := parse(t, "--pending-overlay-ttl", "0"); err != nil || o.PendingTTL != 0 {
+		t.Fatalf("--pending-overlay-ttl 0 gave %s (err %v), want 0: off", o.PendingTTL, err)
+	}
+	if o, _, err := parse(t, "--pending-overlay-ttl", "750ms"); err != nil || o.PendingTTL.Milliseconds() != 750 {
+		t.Fatalf("--pending-overlay-ttl 750ms gave %s (err %v)", o.PendingTTL, err)
+	}
+}
+
 func TestDefaultsAreTheScoringDefaults(t *testing.T) {
 	o, note, err := parse(t)
 	d := scoring.DefaultOptions()
@@ -69,6 +81,7 @@ func TestBadValuesAreRefused(t *testing.T) {
 		{"--kv-overlap-score-credit", "-1"},
 		{"--router-queue-policy", "random"},
 		{"--prefill-overhead", "-1s"},
+		{"--pending-overlay-ttl", "-1s"},
 	} {
 		if _, _, err := parse(t, args...); err == nil {
 			t.Errorf("%v accepted", args)

@@ -49,14 +49,18 @@ func (r *Report) Markdown() string {
 	fmt.Fprintf(&b, "### %s\n\n", r.SetupLine())
 	fmt.Fprintf(&b, "Reference hit rates: infinite cache %.1f %%, fleet-capacity LRU %.1f %%. SLO: TTFT p90 ≤ %s.\n\n",
 		100*r.IdealHitRate, 100*r.IdealFleet, fmtMs(r.SLO.TTFTP90Ms))
-	b.WriteString("| load | mode | hit rate | TTFT p50 / p90 / p99 | ITL p50 | E2E p90 | stickiness | overlap exact | errors |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| load | mode | hit rate | first turns / later | TTFT p50 / p90 / p99 | ITL p50 | E2E p90 | stickiness | same worker | overlap exact | errors |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for li, l := range r.Loads {
 		for _, m := range r.Order {
 			p := r.Sweep[m][li]
-			fmt.Fprintf(&b, "| %g | %s | %.1f %% | %s / %s / %s | %s | %s | %.0f %% | %.0f %% | %d |\n", l, m, 100*p.HitRate,
-				fmtMs(p.TTFT.P50), fmtMs(p.TTFT.P90), fmtMs(p.TTFT.P99), fmtMs(p.ITL.P50), fmtMs(p.E2E.P90),
-				100*p.Stickiness, 100*p.OverlapExact, p.Errors)
+			later, same := "–", "–"
+			if p.FollowUpHitRate > 0 || p.SameWorker > 0 {
+				later, same = fmt.Sprintf("%.1f %%", 100*p.FollowUpHitRate), fmt.Sprintf("%.0f %%", 100*p.SameWorker)
+			}
+			fmt.Fprintf(&b, "| %g | %s | %.1f %% | %.1f %% / %s | %s / %s / %s | %s | %s | %.0f %% | %s | %.0f %% | %d |\n", l, m, 100*p.HitRate,
+				100*p.FirstTurnHitRate, later, fmtMs(p.TTFT.P50), fmtMs(p.TTFT.P90), fmtMs(p.TTFT.P99), fmtMs(p.ITL.P50), fmtMs(p.E2E.P90),
+				100*p.Stickiness, same, 100*p.OverlapExact, p.Errors)
 		}
 	}
 	b.WriteString("\nGoodput (highest load meeting the SLO): ")

@@ -49,10 +49,18 @@ type Point struct {
 	TTFT bench.Summary `json:"ttft_ms"`
 	ITL  bench.Summary `json:"itl_ms"`
 	E2E  bench.Summary `json:"e2e_ms"`
+	// FirstTurnHitRate and FollowUpHitRate split HitRate between sessions'
+	// first turns (every request of a single-turn workload) and their later
+	// turns (0 when there are none).
+	FirstTurnHitRate float64 `json:"first_turn_hit_rate"`
+	FollowUpHitRate  float64 `json:"follow_up_hit_rate"`
 	// Stickiness is the share of follow-up requests routed to a worker that
 	// held their previous request's prefix, among those for which the
 	// previous request's worker (or the chosen one) still held it.
 	Stickiness float64 `json:"stickiness"`
+	// SameWorker is the share of sessions' later turns routed to the worker
+	// that served the turn before (0 when there are none).
+	SameWorker float64 `json:"same_worker"`
 	// OverlapExact is the share of requests whose predicted cached tokens
 	// equal what the engine then reported.
 	OverlapExact float64 `json:"overlap_exact"`
@@ -123,13 +131,16 @@ type runner struct {
 	tok32 []uint32
 	ehash []int64
 
-	ttft, itl, e2e         []float64
-	promptTok, cachedTok   int
-	exact, predictedN      int
-	sticky, stickyEligible int
-	errors, shed           int
-	lastFinish             time.Duration
-	buildErr               error
+	ttft, itl, e2e       []float64
+	promptTok, cachedTok int
+	// first-turn share of promptTok and cachedTok
+	firstPromptTok, firstCachedTok int
+	followUps, sameWorker          int
+	exact, predictedN              int
+	sticky, stickyEligible         int
+	errors, shed                   int
+	lastFinish                     time.Duration
+	buildErr                       error
 }
 
 // Run simulates w on fleet with the router configured by opts (its Mode
@@ -169,6 +180,7 @@ func (r *runner) setup(opts scoring.Options, seed uint64) error {
 	r.router = router
 	r.overlap = router.Mode().Overlap()
 	r.index = kvindex.New(kvindex.Config{})
+	r.index.SetObserver(router.Pool())
 	cfg := r.fleet.Engine
 	for i := 0; i < r.fleet.Workers; i++ {
 		id := fmt.Sprintf("w%02d", i)
@@ -321,6 +333,7 @@ func (r *runner) arrive(i int32) {
 		for k := range r.cands {
 			r.cands[k].MatchedBlocks, r.cands[k].CachedBlocks = r.match[k].Blocks, r.match[k].Cached
 			r.cands[k].HostBlocks, r.cands[k].DiskBlocks = r.match[k].HostBlocks, r.match[k].DiskBlocks
+			r.cands[k].Stale = r.match[k].Stale
 		}
 	}
 	// The candidates are copied: a queued request keeps its own.
@@ -394,6 +407,12 @@ func (r *runner) deliver(i int32) {
 			}
 		}
 	}
+	if q.turn > 0 {
+		r.followUps++
+		if r.reqs[i-1].worker == q.worker {
+			r.sameWorker++
+		}
+	}
 	out := r.w.Sessions[q.session].Turns[q.turn].Output
 	if err := w.eng.Add(uint64(i), q.prompt, out); err != nil {
 		r.fail(i, err)
@@ -456,6 +475,10 @@ func (r *runner) stepDone(wi int32) {
 			r.ttft = append(r.ttft, ms(now-q.arrive))
 			r.promptTok += o.PromptTokens
 			r.cachedTok += o.CachedTokens
+			if q.turn == 0 {
+				r.firstPromptTok += o.PromptTokens
+				r.firstCachedTok += o.CachedTokens
+			}
 			r.predictedN++
 			if q.predicted == o.CachedTokens {
 				r.exact++
@@ -501,20 +524,25 @@ func (r *runner) report(wi int32) {
 	r.clock.at(r.clock.now+r.fleet.ReportEvery, evReport, wi, 0)
 }
 
+// ratio is n ÷ d, or 0 when d is 0.
+func ratio(n, d int) float64 {
+	if d == 0 {
+		return 0
+	}
+	return float64(n) / float64(d)
+}
+
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func (r *runner) result() Result {
 	res := Result{Mode: r.mode, Point: Point{Load: r.load, Requests: len(r.reqs), Errors: r.errors}, Shed: r.shed,
 		SpanSeconds: r.lastFinish.Seconds()}
-	if r.promptTok > 0 {
-		res.HitRate = float64(r.cachedTok) / float64(r.promptTok)
-	}
-	if r.stickyEligible > 0 {
-		res.Stickiness = float64(r.sticky) / float64(r.stickyEligible)
-	}
-	if r.predictedN > 0 {
-		res.OverlapExact = float64(r.exact) / float64(r.predictedN)
-	}
+	res.HitRate = ratio(r.cachedTok, r.promptTok)
+	res.FirstTurnHitRate = ratio(r.firstCachedTok, r.firstPromptTok)
+	res.FollowUpHitRate = ratio(r.cachedTok-r.firstCachedTok, r.promptTok-r.firstPromptTok)
+	res.SameWorker = ratio(r.sameWorker, r.followUps)
+	res.Stickiness = ratio(r.sticky, r.stickyEligible)
+	res.OverlapExact = ratio(r.exact, r.predictedN)
 	res.TTFT, res.ITL, res.E2E = bench.Summarize(r.ttft), bench.Summarize(r.itl), bench.Summarize(r.e2e)
 	for _, w := range r.workers {
 		res.Preemptions += w.eng.Stats().Preemptions

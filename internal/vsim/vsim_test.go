@@ -233,3 +233,51 @@ func TestBenchWorkloadCarriesTheHistory(t *testing.T) {
 		t.Fatal("the second turn does not start with the first turn's prompt and generated output")
 	}
 }
+
+// TestPendingOverlayPlacesABurst: sessions sharing six system prompts
+// start together, before any engine has stored a prompt, on four workers
+// with vLLM's 16-token blocks. Learning only from KV events, the router
+// scatters them; counting what it has just sent where (the pending
+// overlay), it sends each group where its prompt is being computed, as a
+// router that records its decisions does, and keeps the sessions there.
+func TestPendingOverlayPlacesABurst(t *testing.T) {
+	w, err := BurstWorkload(DefaultBurstOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := smallFleet()
+	f.Engine.BlockSize, f.Engine.NumGPUBlocks = 16, 22528
+	runOn := func(mode string, ttl time.Duration) Result {
+		o := scoring.DefaultOptions()
+		o.Mode, o.PendingTTL = mode, ttl
+		r, err := Run(w, f, o, 1, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Errors != 0 {
+			t.Fatalf("%s: %d errors", mode, r.Errors)
+		}
+		return r
+	}
+	on := runOn("kv", scoring.DefaultPendingTTL)
+	off := runOn("kv", 0)
+	recorded := runOn("kv_without_events", 0)
+	t.Logf("first turns / later turns / same worker: overlay %.3f / %.3f / %.2f, without %.3f / %.3f / %.2f, recorded decisions %.3f / %.3f / %.2f",
+		on.FirstTurnHitRate, on.FollowUpHitRate, on.SameWorker, off.FirstTurnHitRate, off.FollowUpHitRate, off.SameWorker,
+		recorded.FirstTurnHitRate, recorded.FollowUpHitRate, recorded.SameWorker)
+	if on.FirstTurnHitRate < 0.75 || on.FirstTurnHitRate < off.FirstTurnHitRate+0.15 {
+		t.Errorf("first-turn hit rate %.3f with the overlay, %.3f without: want ≥ 0.75 and 15 points more", on.FirstTurnHitRate, off.FirstTurnHitRate)
+	}
+	if on.FirstTurnHitRate < recorded.FirstTurnHitRate-0.01 {
+		t.Errorf("first-turn hit rate %.3f below the %.3f of a router recording its decisions", on.FirstTurnHitRate, recorded.FirstTurnHitRate)
+	}
+	if on.FollowUpHitRate < off.FollowUpHitRate || on.SameWorker < 0.9 {
+		t.Errorf("later turns: hit rate %.3f (without the overlay %.3f), %.2f on the previous worker (want ≥ 0.9)", on.FollowUpHitRate, off.FollowUpHitRate, on.SameWorker)
+	}
+	if on.OverlapExact < 0.99 {
+		t.Errorf("predicted cached tokens exact for %.2f of requests, want all: pending blocks are computed by the time the engine looks", on.OverlapExact)
+	}
+	if on.TTFT.P90 > off.TTFT.P90 {
+		t.Errorf("TTFT p90 %.0f ms with the overlay, %.0f ms without", on.TTFT.P90, off.TTFT.P90)
+	}
+}

@@ -159,6 +159,10 @@ type AgentOptions struct {
 	MinOutput, MaxOutput int
 	// Rate is new sessions per second (Poisson) at load 1.
 	Rate float64
+	// Burst, when positive, replaces Rate: every session starts at a
+	// uniformly random instant within the first Burst (at load 1), as when
+	// a batch of clients connects at once.
+	Burst time.Duration
 	// Think is the pause between an answer and the next turn at load 1.
 	Think time.Duration
 	Seed  uint64
@@ -176,22 +180,68 @@ func DefaultAgentOptions() AgentOptions {
 	}
 }
 
+// DefaultBurstOptions is the burst workload: 40 chat sessions of 4 turns
+// over six 1.9k-token system prompts, all starting within 200 ms, 16
+// output tokens a turn and 250 ms of think time. Sessions that share a
+// system prompt arrive before any engine has stored it, so a router that
+// learns only from KV events cannot know where the first of them went.
+func DefaultBurstOptions() AgentOptions {
+	return AgentOptions{
+		Sessions: 40, MinTurns: 4, MaxTurns: 4,
+		SystemPrompts: 6, SystemTokens: 1900, FirstTokens: 60,
+		MinTool: 40, MaxTool: 80, MinOutput: 16, MaxOutput: 16,
+		Burst: 200 * time.Millisecond, Think: 250 * time.Millisecond, Seed: 4,
+	}
+}
+
 // AgentWorkload builds the agent workload.
 func AgentWorkload(o AgentOptions) (*Workload, error) {
+	return agentWorkload("agent", o)
+}
+
+// BurstWorkload builds the burst workload: agent sessions whose starts
+// fall within o.Burst.
+func BurstWorkload(o AgentOptions) (*Workload, error) {
+	if o.Burst <= 0 {
+		return nil, fmt.Errorf("burst workload: window %s must be positive", o.Burst)
+	}
+	return agentWorkload("burst", o)
+}
+
+func agentWorkload(name string, o AgentOptions) (*Workload, error) {
 	if o.Sessions < 1 || o.MinTurns < 1 || o.MaxTurns < o.MinTurns || o.SystemPrompts < 1 ||
-		o.MaxTool < o.MinTool || o.MinOutput < 1 || o.MaxOutput < o.MinOutput || !(o.Rate > 0) {
-		return nil, fmt.Errorf("agent workload: inconsistent options %+v", o)
+		o.MaxTool < o.MinTool || o.MinOutput < 1 || o.MaxOutput < o.MinOutput || !(o.Rate > 0 || o.Burst > 0) {
+		return nil, fmt.Errorf("%s workload: inconsistent options %+v", name, o)
 	}
 	r := rand.New(rand.NewPCG(o.Seed, 0xa9e47))
-	w := &Workload{Name: "agent", TraceBlock: 1, Params: map[string]any{
+	w := &Workload{Name: name, TraceBlock: 1, Params: map[string]any{
 		"sessions": o.Sessions, "turns": fmt.Sprintf("%d-%d", o.MinTurns, o.MaxTurns),
 		"system_prompts": o.SystemPrompts, "system_tokens": o.SystemTokens,
 		"tool_tokens": fmt.Sprintf("%d-%d", o.MinTool, o.MaxTool), "output_tokens": fmt.Sprintf("%d-%d", o.MinOutput, o.MaxOutput),
-		"sessions_per_second": o.Rate, "think_ms": o.Think.Milliseconds(),
+		"think_ms": o.Think.Milliseconds(),
 	}}
+	if o.Burst > 0 {
+		w.Params["first_tokens"], w.Params["burst_ms"] = o.FirstTokens, o.Burst.Milliseconds()
+	} else {
+		w.Params["sessions_per_second"] = o.Rate
+	}
+	// Burst starts come from a stream of their own, sorted, since sessions
+	// are in order of Start; Poisson starts are drawn as the sessions are.
+	var starts []time.Duration
+	if o.Burst > 0 {
+		br := rand.New(rand.NewPCG(o.Seed, 0xb0257))
+		for range o.Sessions {
+			starts = append(starts, time.Duration(br.Int64N(int64(o.Burst))))
+		}
+		slices.Sort(starts)
+	}
 	var at time.Duration
 	for s := 0; s < o.Sessions; s++ {
-		at += time.Duration(r.ExpFloat64() / o.Rate * float64(time.Second))
+		if starts != nil {
+			at = starts[s]
+		} else {
+			at += time.Duration(r.ExpFloat64() / o.Rate * float64(time.Second))
+		}
 		n := o.MinTurns + r.IntN(o.MaxTurns-o.MinTurns+1)
 		sess := Session{Start: at, Think: o.Think}
 		sys := int64(r.IntN(o.SystemPrompts))

@@ -1,0 +1,77 @@
+package kvindex
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// recordingObserver writes what it hears as lines: "stored w [hashes]" and
+// "reset w".
+type recordingObserver struct{ got []string }
+
+func (o *recordingObserver) BlocksStored(worker string, hashes []uint64) {
+	o.got = append(o.got, fmt.Sprintf("stored %s %v", worker, hashes))
+}
+
+func (o *recordingObserver) CacheReset(worker string) {
+	o.got = append(o.got, "reset "+worker)
+}
+
+func TestObserverHearsWhatTheIndexLearns(t *testing.T) {
+	stored := func(hs []uint64) string { return fmt.Sprintf("stored w0 %v", hs) }
+	for _, tc := range []struct {
+		name string
+		do   func(ix *Index)
+		want []string
+	}{
+		{"a batch's device blocks, once, as router hashes", func(ix *Index) {
+			ix.Apply("w0", EventBatch{Events: []Event{storeEv(1, 0, 2), storeEv(1, 2, 3)}})
+		}, []string{stored(promptHashes(1, 3))}},
+		{"blocks stored off the device are not held on it", func(ix *Index) {
+			ix.Apply("w0", EventBatch{Events: []Event{withMedium(storeEv(1, 0, 2), MediumCPU)}})
+		}, nil},
+		{"removals say nothing", func(ix *Index) {
+			ix.Apply("w0", EventBatch{Events: []Event{removeEv(1, 0)}})
+		}, nil},
+		{"a clear resets, and only blocks stored after it are reported", func(ix *Index) {
+			ix.Apply("w0", EventBatch{Events: []Event{storeEv(1, 0, 2), AllBlocksCleared{}, storeEv(2, 0, 1)}})
+		}, []string{"reset w0", stored(promptHashes(2, 1))}},
+		{"an unknown parent makes the worker stale", func(ix *Index) {
+			ix.Apply("w0", EventBatch{Events: []Event{storeEv(3, 1, 2)}})
+			ix.Apply("w0", EventBatch{Events: []Event{storeEv(3, 1, 2)}}) // already stale: no second reset
+		}, []string{"reset w0"}},
+		{"marked stale", func(ix *Index) { ix.MarkStale("w0") }, []string{"reset w0"}},
+		{"reset", func(ix *Index) { ix.Reset("w0") }, []string{"reset w0"}},
+		{"removed", func(ix *Index) { ix.RemoveWorker("w0") }, []string{"reset w0"}},
+		{"re-added with another block size", func(ix *Index) { ix.AddWorker("w0", testModel, 2*testBS) }, []string{"reset w0"}},
+		{"re-added unchanged", func(ix *Index) { ix.AddWorker("w0", testModel, testBS) }, nil},
+		{"an unknown worker's batch", func(ix *Index) {
+			ix.Apply("nobody", EventBatch{Events: []Event{storeEv(1, 0, 2)}})
+		}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ix := New(Config{})
+			ix.AddWorker("w0", testModel, testBS)
+			obs := &recordingObserver{}
+			ix.SetObserver(obs)
+			tc.do(ix)
+			if !slices.Equal(obs.got, tc.want) {
+				t.Fatalf("observer heard\n%s\nwant\n%s", strings.Join(obs.got, "\n"), strings.Join(tc.want, "\n"))
+			}
+		})
+	}
+}
+
+func TestNoObserverNoRecording(t *testing.T) {
+	ix := New(Config{})
+	ix.AddWorker("w0", testModel, testBS)
+	obs := &recordingObserver{}
+	ix.SetObserver(obs)
+	ix.SetObserver(nil)
+	ix.Apply("w0", EventBatch{Events: []Event{storeEv(1, 0, 2)}})
+	if len(obs.got) != 0 || len(ix.stored) != 0 {
+		t.Fatalf("a removed observer heard %v; %d hashes gathered for nobody", obs.got, len(ix.stored))
+	}
+}

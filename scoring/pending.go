@@ -1,0 +1,250 @@
+package scoring
+
+import "time"
+
+// The pending overlay: what the router has just sent where. The KV index
+// learns of a prompt block only once an engine has stored it and its
+// BlockStored event has arrived; until then every decision is blind to the
+// requests routed a moment before, and a burst of sessions sharing a
+// system prompt scatters over the fleet. So each worker also keeps the
+// prompt blocks routed to it that its events have not confirmed yet, and
+// a pick counts them as overlap after the indexed prefix (see
+// docs/architecture.md §3.7).
+//
+// An entry ends when the worker's events report the block stored
+// (Pool.BlocksStored: the index holds it from then on), when the request
+// that made it is freed before its first token (the worker never computed
+// it), after Options.PendingTTL, and with all of the worker's entries when
+// the worker is removed or ejected or its view in the index is reset or
+// marked stale (Pool.CacheReset).
+
+// Defaults of the pending overlay.
+const (
+	// DefaultPendingTTL: long enough to cover a burst's queueing and
+	// prefill before the worker's events confirm the blocks, short enough
+	// that a worker without prefix caching is not believed for long.
+	// Chosen with kvbench sim (the burst workload; the README's table).
+	DefaultPendingTTL = 2 * time.Second
+	// DefaultPendingMaxBlocks bounds one worker's pending records.
+	DefaultPendingMaxBlocks = 1 << 14
+)
+
+// pendingBlocks is one worker's pending overlay. Guarded by Pool.mu: picks
+// read it under the read lock, Adds and events write it under the write
+// lock. The zero value is empty and ready.
+type pendingBlocks struct {
+	// until maps a block hash to its newest record's deadline and place.
+	until map[uint64]pendingEntry
+	// fifo holds the records in the order they were made, live from head.
+	// A record whose deadline is no longer until's was superseded (or its
+	// entry removed) and only waits to be popped.
+	fifo []pendingRecord
+	head int
+}
+
+type pendingRecord struct {
+	hash  uint64
+	until int64
+}
+
+// pendingEntry is a block's newest record: its deadline (Unix ns, the
+// pool's clock) and how many blocks were recorded after it in the same
+// call, which lets run jump to the end of a prompt's record.
+type pendingEntry struct {
+	until int64
+	after int32
+}
+
+// record notes hashes as pending until deadline, renewing existing
+// entries. At most max records are kept: a prompt longer than that is
+// recorded up to max blocks (a prefix is what counts), and past it the
+// oldest records go first, so what survives of an older prompt is what a
+// newer prompt sharing its prefix renewed.
+func (pb *pendingBlocks) record(hashes []uint64, now, deadline int64, max int) {
+	hashes = hashes[:min(len(hashes), max)]
+	if len(hashes) == 0 {
+		return
+	}
+	pb.expire(now)
+	if pb.until == nil {
+		pb.until = make(map[uint64]pendingEntry, len(hashes))
+	}
+	for i, h := range hashes {
+		pb.until[h] = pendingEntry{until: deadline, after: int32(len(hashes) - 1 - i)}
+		pb.fifo = append(pb.fifo, pendingRecord{hash: h, until: deadline})
+	}
+	for len(pb.fifo)-pb.head > max {
+		pb.pop()
+	}
+	pb.compact()
+}
+
+// pop drops the oldest record, and its entry unless a newer record renewed it.
+func (pb *pendingBlocks) pop() {
+	r := pb.fifo[pb.head]
+	if e, ok := pb.until[r.hash]; ok && e.until == r.until {
+		delete(pb.until, r.hash)
+	}
+	pb.fifo[pb.head] = pendingRecord{}
+	pb.head++
+}
+
+// expire drops the records whose deadline has passed. Deadlines grow along
+// the fifo, so it stops at the first live one.
+func (pb *pendingBlocks) expire(now int64) {
+	for pb.head < len(pb.fifo) && pb.fifo[pb.head].until <= now {
+		pb.pop()
+	}
+	pb.compact()
+}
+
+// compact reuses the fifo's storage once half of it is popped.
+func (pb *pendingBlocks) compact() {
+	if pb.head == len(pb.fifo) {
+		pb.fifo, pb.head = pb.fifo[:0], 0
+		return
+	}
+	if pb.head >= 64 && pb.head >= len(pb.fifo)/2 {
+		n := copy(pb.fifo, pb.fifo[pb.head:])
+		clear(pb.fifo[n:])
+		pb.fifo, pb.head = pb.fifo[:n], 0
+	}
+}
+
+// run counts the blocks of hashes from position from on that are pending
+// at now, up to the first that is not.
+//
+// Hashes are chained, so a prompt block recorded at some place of a
+// record stands for the whole prefix up to it. run therefore jumps from a
+// pending block to the last block of the same record the prompt reaches,
+// and when that block is there with the same deadline, counts everything
+// between without looking: records are popped oldest first and a freed
+// request's blocks are dropped only where no active request holds them
+// (which would hold the prefix too), so nothing between can be gone
+// unless the worker's events reported it stored, and then the index
+// holds it. A failed jump falls back to block by block.
+func (pb *pendingBlocks) run(hashes []uint64, from int, now int64) int {
+	if len(pb.until) == 0 || from >= len(hashes) {
+		return 0
+	}
+	k, jump := max(from, 0), true
+	for k < len(hashes) {
+		e, ok := pb.until[hashes[k]]
+		if !ok || e.until <= now {
+			break
+		}
+		if j := min(k+int(e.after), len(hashes)-1); jump && j > k {
+			if e2, ok := pb.until[hashes[j]]; ok && e2.until == e.until {
+				k = j + 1
+				continue
+			}
+			jump = false
+		}
+		k++
+	}
+	return k - max(from, 0)
+}
+
+// forget removes the entries of hashes, e.g. because the worker's events
+// reported them stored.
+func (pb *pendingBlocks) forget(hashes []uint64) {
+	if len(pb.until) == 0 {
+		return
+	}
+	for _, h := range hashes {
+		delete(pb.until, h)
+	}
+}
+
+// forgetRecorded removes the entries of hashes whose newest record is the
+// one made at deadline, unless held counts an active request holding the
+// block: what a request freed before its first token had claimed.
+func (pb *pendingBlocks) forgetRecorded(hashes []uint64, deadline int64, held map[uint64]int32) {
+	if len(pb.until) == 0 {
+		return
+	}
+	for _, h := range hashes {
+		if e, ok := pb.until[h]; ok && e.until == deadline && held[h] == 0 {
+			delete(pb.until, h)
+		}
+	}
+}
+
+// reset drops every entry.
+func (pb *pendingBlocks) reset() {
+	clear(pb.until)
+	clear(pb.fifo)
+	pb.fifo, pb.head = pb.fifo[:0], 0
+}
+
+// len is the number of pending entries, expired ones included until the
+// next write.
+func (pb *pendingBlocks) len() int { return len(pb.until) }
+
+// addPending extends l's device overlap by n pending blocks. They lie
+// where the index saw host and disk blocks, if any, which then count as
+// device blocks.
+func (l *Load) addPending(n int) {
+	if n <= 0 {
+		return
+	}
+	l.PendingBlocks = n
+	l.MatchedBlocks += n
+	onHost := min(n, l.HostBlocks)
+	l.HostBlocks -= onHost
+	l.DiskBlocks = max(l.DiskBlocks-(n-onHost), 0)
+}
+
+// claimPendingLocked records a's blocks from position from on as pending
+// on its worker, when the overlay is on.
+func (p *Pool) claimPendingLocked(a *active, from int, now time.Time) {
+	ttl := p.opts.PendingTTL
+	if ttl <= 0 || from >= len(a.hashes) {
+		return
+	}
+	ns := now.UnixNano()
+	a.pendingUntil = ns + int64(ttl)
+	a.w.pending.record(a.hashes[max(from, 0):], ns, a.pendingUntil, p.opts.PendingMaxBlocks)
+}
+
+// BlocksStored reconciles the pending overlay with a worker's KV events:
+// the worker stored these blocks, so the index holds them from now on and
+// their pending entries are dropped. kvindex.Index calls it (see
+// kvindex.Observer). Unknown workers are ignored.
+func (p *Pool) BlocksStored(worker string, hashes []uint64) {
+	p.mu.Lock()
+	if w := p.workers[worker]; w != nil {
+		w.pending.forget(hashes)
+	}
+	p.mu.Unlock()
+}
+
+// CacheReset drops a worker's pending blocks: its cache was cleared, or
+// the index's view of it was purged or went stale, so nothing believed
+// about it still holds. Unknown workers are ignored.
+func (p *Pool) CacheReset(worker string) {
+	p.mu.Lock()
+	if w := p.workers[worker]; w != nil {
+		w.pending.reset()
+	}
+	p.mu.Unlock()
+}
+
+// PendingBlocks returns the number of blocks pending on a worker (expired
+// entries included until the next write or Sweep), for debugging and tests.
+func (p *Pool) PendingBlocks(worker string) int {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if w := p.workers[worker]; w != nil {
+		return w.pending.len()
+	}
+	return 0
+}
+
+// expirePendingLocked drops every worker's expired pending records.
+func (p *Pool) expirePendingLocked(now time.Time) {
+	ns := now.UnixNano()
+	for _, w := range p.workers {
+		w.pending.expire(ns)
+	}
+}
