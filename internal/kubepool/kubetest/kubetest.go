@@ -40,6 +40,15 @@ var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version:
 // Start starts the API server, installs the CRD and creates namespace ns.
 func Start(t testing.TB, ns string) *Cluster {
 	t.Helper()
+	return StartWithCRDs(t, ns, crdYAML)
+}
+
+// StartWithCRDs is Start with other CustomResourceDefinitions (YAML, one
+// per document) in place of the built-in InferencePool CRD, for instance
+// the Gateway API Inference Extension's own; one of them must serve
+// InferencePool v1.
+func StartWithCRDs(t testing.TB, ns string, crds ...[]byte) *Cluster {
+	t.Helper()
 	api := testenv.StartKubeAPIServer(t)
 	cfg, err := kubepool.RESTConfig(api.Kubeconfig)
 	if err != nil {
@@ -47,7 +56,7 @@ func Start(t testing.TB, ns string) *Cluster {
 	}
 	cfg.QPS, cfg.Burst = 500, 1000 // the tests' own writes
 	c := &Cluster{API: api, REST: cfg, Kube: kubernetes.NewForConfigOrDie(cfg), Dyn: dynamic.NewForConfigOrDie(cfg), NS: ns}
-	InstallCRD(t, c.Dyn)
+	installCRDs(t, c.Dyn, crds)
 	ctx := context.Background()
 	if _, err := c.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: c.NS}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -59,13 +68,20 @@ func Start(t testing.TB, ns string) *Cluster {
 // the API server serves the resource.
 func InstallCRD(t testing.TB, dyn dynamic.Interface) {
 	t.Helper()
-	var obj map[string]any
-	if err := yaml.Unmarshal(crdYAML, &obj); err != nil {
-		t.Fatal(err)
-	}
+	installCRDs(t, dyn, [][]byte{crdYAML})
+}
+
+func installCRDs(t testing.TB, dyn dynamic.Interface, crds [][]byte) {
+	t.Helper()
 	ctx := context.Background()
-	if _, err := dyn.Resource(crdGVR).Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create CRD: %v", err)
+	for _, c := range crds {
+		var obj map[string]any
+		if err := yaml.Unmarshal(c, &obj); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := dyn.Resource(crdGVR).Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create CRD: %v", err)
+		}
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
