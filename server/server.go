@@ -202,7 +202,8 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 
 	r.server, err = extproc.NewServer(extproc.ServerConfig{Stream: cfg.Stream, Decider: r.picker, Metrics: r.metrics, TLS: cfg.TLS, Logger: r.log, KeepaliveMinTime: cfg.KeepaliveMinTime,
-		MaxStreams: cfg.MaxStreams, StreamIdleTimeout: cmp.Or(cfg.StreamIdleTimeout, -1)}) // 0: off
+		MaxStreams: cfg.MaxStreams, StreamIdleTimeout: cmp.Or(cfg.StreamIdleTimeout, -1), // 0: off
+		ConnIdleTimeout: cmp.Or(cfg.ConnIdleTimeout, -1)})
 	if err != nil {
 		return nil, err
 	}
