@@ -26,7 +26,7 @@ func (r *Server) effectiveMode(mode string) string {
 func (r *Server) newScheduler() (*scoring.Scheduler, error) {
 	opts := r.cfg.Scoring
 	opts.Mode = r.effectiveMode(opts.Mode)
-	opts.Metrics = r.metrics
+	opts.Metrics = ejectionLog{r.metrics, r}
 	opts.Recorder = approxRecorder{r}
 	return scoring.NewScheduler(opts)
 }
