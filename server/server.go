@@ -65,6 +65,11 @@ type Server struct {
 	sched     atomic.Pointer[scoring.Scheduler] // set once in Start; atomic for early metric scrapes
 	schedDone []<-chan struct{}                 // the scheduler's background work
 
+	deps dependencies // degraded.go
+	// natsLate is set while NATS, unreachable at start, has not connected
+	// yet; its first connect asks every worker to resync.
+	natsLate atomic.Bool
+
 	draining atomic.Bool
 	synced   atomic.Bool // the first discovery pass was applied
 	grpcUp   atomic.Bool // the ext_proc listener is bound and served
@@ -346,20 +351,67 @@ func (r *Server) connectNATS() error {
 		}
 		opts = append(opts, auth...)
 	}
-	start := time.Now()
-	nc, err := nats.Connect(url, append(opts,
+	opts = append(opts,
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil { // nil: our own Close
-				r.log.Warn("nats disconnected", "err", err)
+				r.dependencyDown(depNATS, err)
 			}
 		}),
-		nats.ReconnectHandler(func(c *nats.Conn) { r.log.Info("nats reconnected", "url", redactURL(c.ConnectedUrl())) }))...)
+		// A first connect retried after a failed start is reported through
+		// ConnectHandler, every later one through ReconnectHandler.
+		nats.ConnectHandler(r.natsConnected), nats.ReconnectHandler(r.natsConnected))
+	start := time.Now()
+	nc, err := nats.Connect(url, opts...)
+	if err != nil && unreachable(err) && r.natsSrv == nil {
+		if r.cfg.Recovery.DurableEvents {
+			return fmt.Errorf("nats connect %s: %w (--durable-events recovers the index from the NATS stream before it serves, so NATS must be reachable at start)", redactURL(url), err)
+		}
+		// Start degraded rather than exit: a router restarted during a NATS
+		// outage would otherwise crash-loop while its running peers route.
+		r.natsLate.Store(true)
+		r.dependencyDown(depNATS, err)
+		nc, err = nats.Connect(url, append(opts, nats.RetryOnFailedConnect(true))...)
+	}
 	if err != nil {
 		return fmt.Errorf("nats connect %s: %w", redactURL(url), err)
 	}
 	r.nc = nc
+	if !nc.IsConnected() {
+		r.log.Warn("nats unreachable at start; serving without it and connecting in the background", "url", redactURL(url))
+		return nil
+	}
+	r.natsLate.Store(false)
+	r.dependencyUp(depNATS)
 	r.log.Info("nats connected", "url", redactURL(nc.ConnectedUrl()), "embedded", r.natsSrv != nil, "took", time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// natsConnected runs on nats.go's callback goroutine each time the
+// connection comes (back) up.
+func (r *Server) natsConnected(c *nats.Conn) {
+	r.log.Info("nats connected", "url", redactURL(c.ConnectedUrl()))
+	r.dependencyUp(depNATS)
+	if r.natsLate.CompareAndSwap(true, false) {
+		r.resyncAfterLateNATS()
+	}
+}
+
+// resyncAfterLateNATS runs when NATS connects for the first time after
+// the router started without it: every batch the workers published before
+// is missing from the index, so each known worker is marked stale (no
+// overlap credit) and asked to resync, as after an outage.
+func (r *Server) resyncAfterLateNATS() {
+	if !r.cfg.KVEvents || r.cfg.EngineEvents == EngineEventsZMQ {
+		return // the index does not come from NATS
+	}
+	n := 0
+	for _, w := range r.fleet.snapshot() {
+		if r.index.HasWorker(w.ID) {
+			r.index.MarkStale(w.ID)
+			n++
+		}
+	}
+	r.log.Info("nats arrived after the start: workers marked stale until they resync their KV events", "workers", n)
 }
 
 func (r *Server) startDiscovery() error {
@@ -449,17 +501,6 @@ func (r *Server) NotReadyReason() string {
 		return "ext_proc server not up"
 	}
 	return ""
-}
-
-// Degraded lists what the router runs without while it still routes:
-// "nats" when the event bus is disconnected (no KV events, load reports or
-// replica sync until it reconnects). Empty when nothing is missing.
-func (r *Server) Degraded() []string {
-	var out []string
-	if r.nc != nil && !r.nc.IsConnected() {
-		out = append(out, "nats")
-	}
-	return out
 }
 
 func (r *Server) shutdownOn(ctx context.Context) {

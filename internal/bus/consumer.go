@@ -218,9 +218,7 @@ func (c *EventConsumer) subscribe(ctx context.Context, ch chan *nats.Msg) (func(
 	if err != nil {
 		return nil, fmt.Errorf("subscribe %s: %w", subj, err)
 	}
-	fctx, cancel := context.WithTimeout(ctx, flushTimeout)
-	defer cancel()
-	if err := c.nc.FlushWithContext(fctx); err != nil {
+	if err := confirm(ctx, c.nc); err != nil {
 		_ = sub.Unsubscribe()
 		return nil, fmt.Errorf("subscribe %s: flush: %w", subj, err)
 	}

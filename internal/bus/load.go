@@ -48,7 +48,7 @@ func (a *LoadReports) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("load reports: subscribe %s: %w", subject, err)
 	}
-	if err := a.conn.Flush(); err != nil {
+	if err := confirm(ctx, a.conn); err != nil {
 		_ = sub.Unsubscribe()
 		return fmt.Errorf("load reports: flush: %w", err)
 	}
