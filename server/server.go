@@ -27,6 +27,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 // Server is a running kvroute instance.
@@ -434,16 +435,29 @@ func (r *Server) startDiscovery() error {
 	start := time.Now()
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints: r.cfg.EtcdEndpoints, Username: r.cfg.EtcdUsername, Password: r.cfg.EtcdPassword,
-		TLS: r.cfg.EtcdTLS, DialTimeout: 5 * time.Second, Logger: nil,
+		// The client's own logger would print every retried call while etcd
+		// is away; the watcher's OnHealth says it once.
+		TLS: r.cfg.EtcdTLS, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
 	})
 	if err != nil {
 		return fmt.Errorf("etcd client: %w", err)
 	}
 	r.etcd = cli
+	away := make(chan struct{}) // closed when the first probe finds etcd away
+	var awayOnce sync.Once
 	w := discovery.NewWatcher(cli, r.cfg.Namespace, r.fleet, discovery.WatchOptions{
 		Logger:     r.log,
 		Policy:     &discovery.AddressPolicy{Allow: r.cfg.AllowAddressRanges},
 		OnBadValue: func(string, error) { r.metrics.badRecords.WithLabelValues("etcd").Inc() },
+		OnHealth: func(up bool, err error) {
+			r.fleet.sourceHealth(up)
+			if up {
+				r.dependencyUp(depEtcd)
+			} else {
+				r.dependencyDown(depEtcd, err)
+				awayOnce.Do(func() { close(away) })
+			}
+		},
 	})
 	r.goRun(func() error { _ = w.Run(r.ctx); return nil })
 	go func() {
@@ -456,6 +470,10 @@ func (r *Server) startDiscovery() error {
 	select {
 	case <-w.Synced():
 		r.log.Info("etcd synced", "endpoints", redactURLs(r.cfg.EtcdEndpoints), "workers", r.fleet.len(), "took", time.Since(start).Round(time.Millisecond))
+		return nil
+	case <-away:
+		// Keep going, degraded: readiness waits for etcd's workers.
+		r.log.Warn("etcd unreachable at start; serving without workers until it answers", "endpoints", redactURLs(r.cfg.EtcdEndpoints))
 		return nil
 	case <-time.After(10 * time.Second):
 		// Keep going: readiness stays false until workers appear.
