@@ -58,6 +58,7 @@ func (r *Server) startScheduler(s *scoring.Scheduler) error {
 		return fmt.Errorf("load reports: %w", err)
 	}
 	r.schedDone = append(r.schedDone, lr.Done())
+	r.loadReports = lr
 	if r.cfg.ReplicaSync {
 		sy := bus.NewSync(r.nc, r.cfg.Namespace, r.cfg.RouterID, s.Pool())
 		sy.SetHeartbeat(r.cfg.Recovery.SyncHeartbeat)

@@ -42,8 +42,10 @@ type Server struct {
 	toks    *tokenizer.Registry
 	fleet   *fleet
 	events  *bus.EventConsumer // nil without KV events
-	feeds   *enginefeed.Feeds  // nil unless engines are followed directly
-	durable *durable           // nil unless --durable-events
+	// loadReports feeds the pool; nil without NATS.
+	loadReports *bus.LoadReports
+	feeds       *enginefeed.Feeds // nil unless engines are followed directly
+	durable     *durable          // nil unless --durable-events
 
 	natsSrv *natsserver.Server
 	// storeLock keeps another process off the embedded server's JetStream
@@ -202,6 +204,11 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 			return nil, err
 		}
 		r.goRun(func() error { r.runSnapshots(); return nil })
+	}
+	if r.events != nil && r.loadReports != nil {
+		// Now that the consumer applies live batches: a quiet worker's lost
+		// batch shows in its next load report.
+		r.loadReports.FollowEvents(r.events)
 	}
 	if r.events != nil && cfg.Recovery.ResyncInterval > 0 { // resync asks over NATS; ZMQ feeds replay by themselves
 		r.goRun(func() error { r.runResync(); return nil })
