@@ -11,8 +11,6 @@ import (
 
 	"github.com/kvroute/kvroute/internal/bus"
 	"github.com/kvroute/kvroute/internal/testenv"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // An etcd outage is logged and shown as degraded, and its end does not
@@ -76,11 +74,7 @@ func TestEtcdOutageKeepsTheFleet(t *testing.T) {
 func TestEtcdAwayAtStart(t *testing.T) {
 	testenv.Quiet()
 	e := testenv.StartEtcd(t)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli := e.Client(t)
 	spec := `{"id":"w0","model":"` + model + `","address":"10.0.0.1:8000","block_size":16}`
 	if _, err := cli.Put(context.Background(), bus.WorkerKey("default", "w0"), spec); err != nil {
 		t.Fatal(err)

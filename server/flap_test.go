@@ -13,7 +13,6 @@ import (
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/nats-io/nats.go"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // flapRig is a router on real etcd and NATS with one leased worker, w9,
@@ -39,11 +38,7 @@ func startFlapRig(t *testing.T, grace time.Duration, logger ...*slog.Logger) *fl
 	cfg.EtcdEndpoints, cfg.NATSURL = e.Endpoints, n.URL
 	cfg.Recovery.LeaseFlapGrace = grace
 	r := start(t, cfg)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cli.Close() })
+	cli := e.Client(t)
 	rig := &flapRig{r: r, etcd: e, cli: cli, spec: scoring.WorkerSpec{ID: "w9", Model: model, Address: "10.0.0.9:8000", BlockSize: 16, KVTotalBlocks: 100}}
 	rig.reg = rig.register(t)
 	eventually(t, "w9 registered", r.Ready)

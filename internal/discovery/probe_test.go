@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/internal/testenv"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // An etcd outage is reported when it starts and when it ends; the etcd
@@ -15,11 +13,7 @@ import (
 func TestWatcherReportsEtcdOutage(t *testing.T) {
 	testenv.Quiet()
 	e := testenv.StartEtcd(t)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli := e.Client(t)
 	health := make(chan bool, 16)
 	w := NewWatcher(cli, "ns", newFleetSink(), WatchOptions{Logger: quietLogger(), ProbeInterval: 100 * time.Millisecond,
 		OnHealth: func(up bool, _ error) { health <- up }})

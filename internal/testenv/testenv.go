@@ -13,6 +13,7 @@ import (
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
@@ -152,6 +153,18 @@ func (e *Etcd) start(t testing.TB) *embed.Etcd {
 		t.Fatalf("embedded etcd not ready after 30s")
 	}
 	return srv
+}
+
+// Client returns a client of e (its own logging off: it would print every
+// retried call while e is stopped), closed when t ends.
+func (e *Etcd) Client(t testing.TB) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatalf("etcd client: %v", err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	return cli
 }
 
 // Stop closes the server (an outage); its data and ports stay for Resume.
