@@ -16,7 +16,7 @@ func newGuardMetrics(r *Server) guardMetrics {
 }
 
 var descDegraded = prometheus.NewDesc("kvroute_degraded",
-	"1 while the router routes without a component (nats: no KV events, load reports or replica sync; etcd or kubernetes: worker discovery frozen at the last known fleet); readiness is not affected.",
+	"1 while the router routes without a component (nats: no KV events, load reports or replica sync; etcd: worker discovery frozen at the last known fleet); readiness is not affected.",
 	[]string{"component"}, nil)
 
 func (g guardMetrics) Describe(ch chan<- *prometheus.Desc) {
