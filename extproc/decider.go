@@ -141,7 +141,13 @@ func ErrShed(msg string) *HTTPError {
 }
 
 // ErrBadBody returns the 400 a Decider gives for a body it cannot parse.
+// When cause wraps a 400 *HTTPError, that error's message is the more
+// precise one and is returned (a copy) instead of msg.
 func ErrBadBody(msg string, cause error) *HTTPError {
+	if he, ok := errors.AsType[*HTTPError](cause); ok && he.Status == http.StatusBadRequest {
+		c := *he
+		return &c
+	}
 	return &HTTPError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_body", Message: msg, Err: cause}
 }
 

@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"io"
 	"net"
 	"sync"
 	"testing"
@@ -74,5 +75,31 @@ func TestServerToleratesKeepalivePingsWithoutStreams(t *testing.T) {
 	// The policy is enforced: a client pinging far faster is cut off.
 	if !pingUntil(t, addr, time.Millisecond, 30) {
 		t.Fatal("a ping flood was tolerated")
+	}
+}
+
+// A connection that never opens a stream is closed: one that never sends
+// the HTTP/2 preface after the handshake timeout, one that does but opens
+// no stream after the idle timeout (keepalive pings do not keep it).
+func TestServerClosesIdleConnections(t *testing.T) {
+	const idle = 300 * time.Millisecond
+	_, cc := startServer(t, ServerConfig{Decider: newFleet(), KeepaliveMinTime: 50 * time.Millisecond, ConnIdleTimeout: idle, Logger: discardLogger()})
+	addr := cc.Target()
+
+	silent, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	start := time.Now()
+	_ = silent.SetReadDeadline(time.Now().Add(5 * time.Second))
+	// The server writes its SETTINGS first; then it must hang up.
+	if _, err := io.Copy(io.Discard, silent); err != nil || time.Since(start) > 3*time.Second {
+		t.Fatalf("a connection that sent nothing: %v after %v, want it closed by the server", err, time.Since(start))
+	}
+
+	// Pings every 80 ms for 1.2 s: well past the idle timeout.
+	if !pingUntil(t, addr, 80*time.Millisecond, 15) {
+		t.Fatal("a connection with no stream was kept past the idle timeout")
 	}
 }

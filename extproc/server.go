@@ -74,7 +74,20 @@ type ServerConfig struct {
 	// response byte). A new stream must send its first message within
 	// min(StreamIdleTimeout, 10 s). Negative disables both.
 	StreamIdleTimeout time.Duration
+	// ConnIdleTimeout closes a connection with no open stream for this
+	// long (keepalive pings do not count; the client reconnects when it
+	// next has a request); one that has not finished the HTTP/2 (and TLS)
+	// handshake is closed after min(ConnIdleTimeout, 10 s). Default 2 min,
+	// the HTTP listener's idle timeout; negative disables both.
+	ConnIdleTimeout time.Duration
 }
+
+// DefaultConnIdleTimeout is ServerConfig.ConnIdleTimeout's default.
+const DefaultConnIdleTimeout = 2 * time.Minute
+
+// handshakeTimeout caps the time a new connection has to send the HTTP/2
+// preface (and finish TLS), as the HTTP listener's header timeout does.
+const handshakeTimeout = 10 * time.Second
 
 // firstMessageTimeout bounds the wait for a new stream's request headers,
 // which Envoy sends as it opens the stream.
@@ -120,6 +133,10 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if s.cfg.StreamIdleTimeout == 0 {
 		s.cfg.StreamIdleTimeout = 5 * time.Minute
 	}
+	if s.cfg.ConnIdleTimeout == 0 {
+		s.cfg.ConnIdleTimeout = DefaultConnIdleTimeout
+	}
+	params := keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}
 	opts := []grpc.ServerOption{
 		// The body arrives in one message in BUFFERED mode; leave room for
 		// headers and metadata around it.
@@ -128,9 +145,16 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		// every few seconds with no stream open; gRPC's default policy
 		// (5 min, no pings without streams) would answer with GOAWAY.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: s.cfg.KeepaliveMinTime, PermitWithoutStream: true}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.MaxConcurrentStreams(s.cfg.MaxStreams),
 	}
+	if idle := s.cfg.ConnIdleTimeout; idle > 0 {
+		// Without these a connection that never opens a stream (or never
+		// says a word) holds a socket and goroutines for as long as the
+		// client likes.
+		params.MaxConnectionIdle = idle
+		opts = append(opts, grpc.ConnectionTimeout(min(idle, handshakeTimeout)))
+	}
+	opts = append(opts, grpc.KeepaliveParams(params))
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
 	}

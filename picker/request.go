@@ -6,6 +6,7 @@ import (
 	"math"
 	"strings"
 
+	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/tokenizer"
 )
@@ -38,6 +39,11 @@ func apiOf(path string) API {
 // errNotJSON marks a body that is not a JSON object.
 var errNotJSON = errors.New("request body is not a JSON object")
 
+// errTooDeep is the client's answer for valid JSON nested past the
+// decoder's limit: "not a valid JSON object" would send them looking for a
+// syntax error that is not there.
+var errTooDeep = extproc.ErrBadBody(fmt.Sprintf("request body nests JSON deeper than the router's limit of %d levels", tokenizer.MaxJSONDepth), tokenizer.ErrJSONTooDeep)
+
 // openAIRequest is what the router reads from an OpenAI body.
 type openAIRequest struct {
 	api       API
@@ -66,6 +72,9 @@ type openAIRequest struct {
 func parseOpenAI(api API, body []byte) (openAIRequest, error) {
 	r := openAIRequest{api: api}
 	v, err := tokenizer.DecodeJSON(body)
+	if errors.Is(err, tokenizer.ErrJSONTooDeep) {
+		return r, fmt.Errorf("%w: %w: %w", errNotJSON, errTooDeep, err)
+	}
 	if err != nil {
 		return r, fmt.Errorf("%w: %w", errNotJSON, err)
 	}

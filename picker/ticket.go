@@ -54,7 +54,7 @@ func (t *ticket) Served(address string) {
 		// A Gateway API data plane uses a fallback endpoint only when the
 		// primary failed (connect failure, reset): passive health counts
 		// that against the primary.
-		t.pool.Observe(t.worker, false)
+		t.pool.ObserveFailure(t.worker, "failed over to a fallback endpoint (connect failure or reset)")
 		t.worker = id
 	}
 }
@@ -75,7 +75,7 @@ func (t *ticket) Free(o extproc.Outcome) {
 	case extproc.OutcomeOK:
 		t.pool.Observe(t.worker, true)
 	case extproc.OutcomeUpstreamError:
-		t.pool.Observe(t.worker, false)
+		t.pool.ObserveFailure(t.worker, "5xx response (the worker's, or Envoy's for a connect failure or reset)")
 	}
 	t.mu.Unlock()
 	t.metrics.Finished(o)

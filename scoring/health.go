@@ -27,6 +27,30 @@ type health struct {
 	ejections int
 	// ejectedUntil is when the current ejection ends (zero: not ejected).
 	ejectedUntil time.Time
+	// reason is the last failure's, for the ejection report.
+	reason string
+}
+
+// Ejection is what the pool reports when passive health ejects a worker.
+type Ejection struct {
+	Worker string
+	// Reason is the last failure's cause, as the caller of ObserveFailure
+	// named it.
+	Reason string
+	// Failures is the consecutive failures that ejected it; Ejections the
+	// ejections in a row without a success (each doubles Backoff).
+	Failures, Ejections int
+	// Backoff is how long it is out; Until is when it is back.
+	Backoff time.Duration
+	Until   time.Time
+}
+
+// HealthObserver hears of passive health ejections. A Metrics (Options.
+// Metrics) that also implements it is told of each one, after the pool's
+// lock is released; the router logs them. It must not call back into the
+// pool synchronously.
+type HealthObserver interface {
+	WorkerEjected(Ejection)
 }
 
 // tier orders candidates for a pick: the pick only considers the best tier
@@ -76,6 +100,16 @@ func keepBestTier(loads []Load) []Load {
 // in flight on it are freed, since a dead worker will never end them.
 // Unknown workers are ignored. It reports whether the worker was ejected.
 func (p *Pool) Observe(worker string, ok bool) bool {
+	return p.observe(worker, ok, "request failed")
+}
+
+// ObserveFailure is Observe(worker, false) with the failure's cause, which
+// an ejection report (HealthObserver) carries.
+func (p *Pool) ObserveFailure(worker, reason string) bool {
+	return p.observe(worker, false, reason)
+}
+
+func (p *Pool) observe(worker string, ok bool, reason string) bool {
 	if p.opts.EjectAfter < 0 {
 		return false
 	}
@@ -105,6 +139,7 @@ func (p *Pool) Observe(worker string, ok bool) bool {
 		return false
 	}
 	h.failures++
+	h.reason = reason
 	if h.failures < p.opts.EjectAfter {
 		p.mu.Unlock()
 		return false
@@ -113,9 +148,10 @@ func (p *Pool) Observe(worker string, ok bool) bool {
 	if backoff <= 0 || backoff > p.opts.EjectBackoffMax {
 		backoff = p.opts.EjectBackoffMax
 	}
+	ej := Ejection{Worker: worker, Reason: h.reason, Failures: h.failures, Ejections: h.ejections + 1, Backoff: backoff, Until: now.Add(backoff)}
 	h.failures = 0
 	h.ejections++
-	h.ejectedUntil = now.Add(backoff)
+	h.ejectedUntil = ej.Until
 	w.pending.reset() // an ejected worker's pending blocks may never be computed
 	for key, a := range p.reqs {
 		if a.w != w {
@@ -133,6 +169,9 @@ func (p *Pool) Observe(worker string, ok bool) bool {
 		p.emit(SyncEvent{Op: OpFree, ID: key})
 	}
 	p.opts.Metrics.Ejected(worker)
+	if o, ok := p.opts.Metrics.(HealthObserver); ok {
+		o.WorkerEjected(ej)
+	}
 	p.capacityChanged()
 	return true
 }

@@ -173,3 +173,38 @@ func TestPassiveHealthOff(t *testing.T) {
 		}
 	}
 }
+
+// ejections records what a HealthObserver hears.
+type ejections struct {
+	NopMetrics
+	got []Ejection
+}
+
+func (e *ejections) WorkerEjected(ej Ejection) { e.got = append(e.got, ej) }
+
+// An ejection is reported with its worker, cause, count and length, so the
+// router can say in its log what only a counter said before.
+func TestEjectionIsReportedToTheHealthObserver(t *testing.T) {
+	clock := newFakeClock()
+	o := testOptions(clock, 1)
+	o.EjectAfter, o.EjectBackoff, o.EjectBackoffMax = 2, time.Second, 3*time.Second
+	seen := &ejections{}
+	o.Metrics = seen
+	p := newTestScheduler(t, o, 2).Pool()
+	p.ObserveFailure("w0", "5xx")
+	p.ObserveFailure("w0", "connect failure")
+	p.ObserveFailure("w0", "connect failure")
+	p.ObserveFailure("w0", "connect failure")
+	want := []Ejection{
+		{Worker: "w0", Reason: "connect failure", Failures: 2, Ejections: 1, Backoff: time.Second, Until: clock.Now().Add(time.Second)},
+		{Worker: "w0", Reason: "connect failure", Failures: 2, Ejections: 2, Backoff: 2 * time.Second, Until: clock.Now().Add(2 * time.Second)},
+	}
+	if len(seen.got) != len(want) {
+		t.Fatalf("observer heard %+v, want %+v", seen.got, want)
+	}
+	for i := range want {
+		if seen.got[i] != want[i] {
+			t.Errorf("ejection %d: %+v, want %+v", i, seen.got[i], want[i])
+		}
+	}
+}

@@ -12,6 +12,11 @@ type LoadReport struct {
 	Running       int   `json:"running"`
 	KVUsedBlocks  int   `json:"kv_used_blocks"`
 	KVTotalBlocks int   `json:"kv_total_blocks"`
+	// KVEventBatches is how many KV event batches the worker's publisher
+	// has numbered so far (Kvroute-Seq 0 … n−1, lost ones included), so a
+	// router notices a lost batch at the next report even when the worker
+	// publishes nothing after it. 0 (omitted): none yet, or not tracked.
+	KVEventBatches uint64 `json:"kv_event_batches,omitempty"`
 }
 
 // Time returns the report's timestamp.

@@ -166,6 +166,10 @@ type Config struct {
 	// extproc.ServerConfig; 0: never).
 	MaxStreams        uint32
 	StreamIdleTimeout time.Duration
+	// ConnIdleTimeout closes an ext_proc connection with no open stream
+	// for this long, and one that has not finished its handshake after
+	// min(this, 10 s) (extproc.ServerConfig; 0: never).
+	ConnIdleTimeout time.Duration
 	// ReplicaSync shares request lifecycles with peer replicas over NATS.
 	ReplicaSync bool
 	// RouterID names this replica for replica sync (default: $POD_NAME,
@@ -214,6 +218,7 @@ func DefaultConfig() Config {
 		MaxConcurrentDecisions: max(4, 2*runtime.GOMAXPROCS(0)),
 		MaxStreams:             4096,
 		StreamIdleTimeout:      5 * time.Minute,
+		ConnIdleTimeout:        extproc.DefaultConnIdleTimeout,
 		// Envoy before 1.33 sends no protocol_config; BUFFERED is what such
 		// deployments configure.
 		Stream: extproc.Config{DefaultRequestMode: extproc.ModeBuffered},
@@ -237,8 +242,8 @@ func (c *Config) Validate() error {
 	if c.Fallbacks < 0 {
 		errs = append(errs, fmt.Errorf("fallbacks %d must not be negative", c.Fallbacks))
 	}
-	if c.MaxMessages < 0 || c.MaxPromptBytes < 0 || c.MaxConcurrentDecisions < 0 || c.StreamIdleTimeout < 0 {
-		errs = append(errs, errors.New("max messages, max prompt bytes, max concurrent decisions and the stream idle timeout must not be negative (0 turns each off)"))
+	if c.MaxMessages < 0 || c.MaxPromptBytes < 0 || c.MaxConcurrentDecisions < 0 || c.StreamIdleTimeout < 0 || c.ConnIdleTimeout < 0 {
+		errs = append(errs, errors.New("max messages, max prompt bytes, max concurrent decisions and the stream and connection idle timeouts must not be negative (0 turns each off)"))
 	}
 	if c.BlockSize < 0 {
 		errs = append(errs, fmt.Errorf("block size %d must not be negative", c.BlockSize))

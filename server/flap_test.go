@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -18,27 +19,28 @@ import (
 // whose KV events put blocks in the index.
 type flapRig struct {
 	r      *Server
+	etcd   *testenv.Etcd
 	cli    *clientv3.Client
 	spec   scoring.WorkerSpec
 	blocks int
+	reg    *discovery.Registration // w9's first registration
 }
 
-func startFlapRig(t *testing.T, grace time.Duration) *flapRig {
+func startFlapRig(t *testing.T, grace time.Duration, logger ...*slog.Logger) *flapRig {
 	t.Helper()
 	testenv.Quiet()
 	e := testenv.StartEtcd(t)
 	n := testenv.StartNATS(t)
 	cfg := testConfig(t)
+	if len(logger) > 0 {
+		cfg.Logger = logger[0]
+	}
 	cfg.EtcdEndpoints, cfg.NATSURL = e.Endpoints, n.URL
 	cfg.Recovery.LeaseFlapGrace = grace
 	r := start(t, cfg)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints, DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cli.Close() })
-	rig := &flapRig{r: r, cli: cli, spec: scoring.WorkerSpec{ID: "w9", Model: model, Address: "10.0.0.9:8000", BlockSize: 16, KVTotalBlocks: 100}}
-	rig.register(t)
+	cli := e.Client(t)
+	rig := &flapRig{r: r, etcd: e, cli: cli, spec: scoring.WorkerSpec{ID: "w9", Model: model, Address: "10.0.0.9:8000", BlockSize: 16, KVTotalBlocks: 100}}
+	rig.reg = rig.register(t)
 	eventually(t, "w9 registered", r.Ready)
 
 	nc, err := nats.Connect(n.URL)

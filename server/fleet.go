@@ -38,12 +38,22 @@ type fleet struct {
 	records map[string]scoring.WorkerSpec
 	// leaving holds workers removed less than flapGrace ago, by id.
 	leaving map[string]*leavingWorker
+	// While etcd is away (sourceDown) and for flapGrace after it answers
+	// again (holdUntil), a removal is most likely a lease that lapsed
+	// because etcd itself was away, not a worker that died: such a worker
+	// keeps its place everywhere (pool, xDS, index) for flapGrace while it
+	// registers again, so etcd's own restart cannot empty the fleet.
+	sourceDown bool
+	holdUntil  time.Time
 }
 
 // leavingWorker is a removed worker whose kept state waits for flapGrace.
 type leavingWorker struct {
 	rec   scoring.WorkerSpec
 	timer *time.Timer
+	// held: removed while etcd was away or recovering; it is still in
+	// records and every listener, not only the kept ones.
+	held bool
 }
 
 // sameIncarnation reports whether b is the same running worker as a: a
@@ -97,11 +107,28 @@ func (f *fleet) Upsert(rec scoring.WorkerSpec) {
 	}
 }
 
+// sourceHealth is told when the discovery source (etcd) stops and starts
+// answering; see sourceDown.
+func (f *fleet) sourceHealth(up bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if up && f.sourceDown {
+		f.holdUntil = time.Now().Add(f.flapGrace)
+	}
+	f.sourceDown = !up
+}
+
 // Remove implements discovery.Sink: the worker's index entries and load go.
 func (f *fleet) Remove(id string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	rec, known := f.records[id]
+	if known && f.flapGrace > 0 && (f.sourceDown || time.Now().Before(f.holdUntil)) {
+		f.leave(id, &leavingWorker{rec: rec, held: true})
+		f.log.Warn("worker's etcd record gone while etcd was away or just back; it keeps its place for the lease-flap grace while it registers again",
+			"worker", id, "grace", f.flapGrace)
+		return
+	}
 	delete(f.records, id)
 	for _, l := range f.listeners {
 		l.Remove(id)
@@ -113,16 +140,20 @@ func (f *fleet) Remove(id string) {
 		f.log.Info("worker removed", "worker", id)
 		return
 	}
+	f.leave(id, &leavingWorker{rec: rec})
+	f.log.Info("worker removed; its index entries are kept for the lease-flap grace", "worker", id, "grace", f.flapGrace)
+}
+
+// leave starts lw's grace; f.mu is held.
+func (f *fleet) leave(id string, lw *leavingWorker) {
 	if f.leaving == nil {
 		f.leaving = map[string]*leavingWorker{}
 	}
-	if lw := f.leaving[id]; lw != nil {
-		lw.timer.Stop()
+	if old := f.leaving[id]; old != nil {
+		old.timer.Stop()
 	}
-	lw := &leavingWorker{rec: rec}
 	lw.timer = time.AfterFunc(f.flapGrace, func() { f.forget(id, lw) })
 	f.leaving[id] = lw
-	f.log.Info("worker removed; its index entries are kept for the lease-flap grace", "worker", id, "grace", f.flapGrace)
 }
 
 // forget ends a removed worker's grace: its kept state goes, unless it came
@@ -134,10 +165,16 @@ func (f *fleet) forget(id string, lw *leavingWorker) {
 		return
 	}
 	delete(f.leaving, id)
+	if lw.held {
+		delete(f.records, id)
+		for _, l := range f.listeners {
+			l.Remove(id)
+		}
+	}
 	for _, l := range f.kept {
 		l.Remove(id)
 	}
-	f.log.Info("worker gone past the lease-flap grace; its index entries are dropped", "worker", id)
+	f.log.Info("worker gone past the lease-flap grace; its index entries are dropped", "worker", id, "was_held_in_routing", lw.held)
 }
 
 // stop cancels pending grace timers (at shutdown).

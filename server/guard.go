@@ -16,7 +16,7 @@ func newGuardMetrics(r *Server) guardMetrics {
 }
 
 var descDegraded = prometheus.NewDesc("kvroute_degraded",
-	"1 while the router routes without a component (component=nats: no KV events, load reports or replica sync); readiness is not affected.",
+	"1 while the router routes without a component (nats: no KV events, load reports or replica sync; etcd: worker discovery frozen at the last known fleet); readiness is not affected.",
 	[]string{"component"}, nil)
 
 func (g guardMetrics) Describe(ch chan<- *prometheus.Desc) {
@@ -25,11 +25,13 @@ func (g guardMetrics) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (g guardMetrics) Collect(ch chan<- prometheus.Metric) {
-	nats := 0.0
-	if g.r.nc != nil && !g.r.nc.IsConnected() {
-		nats = 1
+	for _, d := range g.r.dependenciesInUse() {
+		v := 0.0
+		if g.r.isDown(d) {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descDegraded, prometheus.GaugeValue, v, d)
 	}
-	ch <- prometheus.MustNewConstMetric(descDegraded, prometheus.GaugeValue, nats, "nats")
 	g.idleClosed.Collect(ch)
 }
 

@@ -32,9 +32,9 @@ var endpoints = []endpoint{
 	{"GET", "/", "this list", false},
 	{"GET", "/metrics", "Prometheus metrics (kvroute_*)", false},
 	{"GET", "/healthz", "liveness: ok while the process runs", false},
-	{"GET", "/readyz", "readiness: 200 once discovery synced with a worker and ext_proc is up (a NATS outage only shows in \"degraded\"); else 503 and the reason", false},
+	{"GET", "/readyz", "readiness: 200 once discovery synced with a worker and ext_proc is up (a NATS or etcd outage only shows in \"degraded\"); else 503 and the reason", false},
 	{"GET", "/", "this list", true},
-	{"GET", "/debug/workers", "every worker: its record, live load and index holdings; \"degraded\" lists components the router runs without (nats)", true},
+	{"GET", "/debug/workers", "every worker: its record, live load and index holdings; \"degraded\" lists components the router runs without (nats, etcd)", true},
 	{"POST", "/debug/explain", "an OpenAI body in, the decision with every candidate's terms out, without side effects (?path=/v1/completions)", true},
 	{"GET", SnapshotPath, "the KV index as a versioned binary snapshot, for a restarting replica's --warm-from", true},
 	{"GET", "/admin/mode", "the router mode and the valid ones", true},
@@ -154,7 +154,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func (r *Server) handleReady(w http.ResponseWriter, _ *http.Request) {
 	if reason := r.NotReadyReason(); reason != "" {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "reason": reason}) // a probe's answer, not an error
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "reason": reason, "degraded": r.degradedList()}) // a probe's answer, not an error
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"ready": true, "workers": r.fleet.len(), "degraded": r.degradedList()})

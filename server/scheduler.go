@@ -30,7 +30,7 @@ func (r *Server) effectiveMode(mode string) string {
 func (r *Server) newScheduler() (*scoring.Scheduler, error) {
 	opts := r.cfg.Scoring
 	opts.Mode = r.effectiveMode(opts.Mode)
-	opts.Metrics = r.metrics
+	opts.Metrics = ejectionLog{r.metrics, r}
 	opts.Recorder = approxRecorder{r}
 	s, err := scoring.NewScheduler(opts)
 	if err == nil {
@@ -66,6 +66,7 @@ func (r *Server) startScheduler(s *scoring.Scheduler) error {
 		return fmt.Errorf("load reports: %w", err)
 	}
 	r.schedDone = append(r.schedDone, lr.Done())
+	r.loadReports = lr
 	if r.cfg.ReplicaSync {
 		sy := bus.NewSync(r.nc, r.cfg.Namespace, r.cfg.RouterID, s.Pool())
 		sy.SetHeartbeat(r.cfg.Recovery.SyncHeartbeat)

@@ -27,6 +27,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 // Server is a running kvroute instance.
@@ -41,8 +42,10 @@ type Server struct {
 	toks    *tokenizer.Registry
 	fleet   *fleet
 	events  *bus.EventConsumer // nil without KV events
-	feeds   *enginefeed.Feeds  // nil unless engines are followed directly
-	durable *durable           // nil unless --durable-events
+	// loadReports feeds the pool; nil without NATS.
+	loadReports *bus.LoadReports
+	feeds       *enginefeed.Feeds // nil unless engines are followed directly
+	durable     *durable          // nil unless --durable-events
 
 	natsSrv *natsserver.Server
 	// storeLock keeps another process off the embedded server's JetStream
@@ -64,6 +67,11 @@ type Server struct {
 
 	sched     atomic.Pointer[scoring.Scheduler] // set once in Start; atomic for early metric scrapes
 	schedDone []<-chan struct{}                 // the scheduler's background work
+
+	deps dependencies // degraded.go
+	// natsLate is set while NATS, unreachable at start, has not connected
+	// yet; its first connect asks every worker to resync.
+	natsLate atomic.Bool
 
 	draining atomic.Bool
 	synced   atomic.Bool // the first discovery pass was applied
@@ -197,12 +205,18 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		}
 		r.goRun(func() error { r.runSnapshots(); return nil })
 	}
+	if r.events != nil && r.loadReports != nil {
+		// Now that the consumer applies live batches: a quiet worker's lost
+		// batch shows in its next load report.
+		r.loadReports.FollowEvents(r.events)
+	}
 	if r.events != nil && cfg.Recovery.ResyncInterval > 0 { // resync asks over NATS; ZMQ feeds replay by themselves
 		r.goRun(func() error { r.runResync(); return nil })
 	}
 
 	r.server, err = extproc.NewServer(extproc.ServerConfig{Stream: cfg.Stream, Decider: r.picker, Metrics: r.metrics, TLS: cfg.TLS, Logger: r.log, KeepaliveMinTime: cfg.KeepaliveMinTime,
-		MaxStreams: cfg.MaxStreams, StreamIdleTimeout: cmp.Or(cfg.StreamIdleTimeout, -1)}) // 0: off
+		MaxStreams: cfg.MaxStreams, StreamIdleTimeout: cmp.Or(cfg.StreamIdleTimeout, -1), // 0: off
+		ConnIdleTimeout: cmp.Or(cfg.ConnIdleTimeout, -1)})
 	if err != nil {
 		return nil, err
 	}
@@ -345,20 +359,67 @@ func (r *Server) connectNATS() error {
 		}
 		opts = append(opts, auth...)
 	}
-	start := time.Now()
-	nc, err := nats.Connect(url, append(opts,
+	opts = append(opts,
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil { // nil: our own Close
-				r.log.Warn("nats disconnected", "err", err)
+				r.dependencyDown(depNATS, err)
 			}
 		}),
-		nats.ReconnectHandler(func(c *nats.Conn) { r.log.Info("nats reconnected", "url", redactURL(c.ConnectedUrl())) }))...)
+		// A first connect retried after a failed start is reported through
+		// ConnectHandler, every later one through ReconnectHandler.
+		nats.ConnectHandler(r.natsConnected), nats.ReconnectHandler(r.natsConnected))
+	start := time.Now()
+	nc, err := nats.Connect(url, opts...)
+	if err != nil && unreachable(err) && r.natsSrv == nil {
+		if r.cfg.Recovery.DurableEvents {
+			return fmt.Errorf("nats connect %s: %w (--durable-events recovers the index from the NATS stream before it serves, so NATS must be reachable at start)", redactURL(url), err)
+		}
+		// Start degraded rather than exit: a router restarted during a NATS
+		// outage would otherwise crash-loop while its running peers route.
+		r.natsLate.Store(true)
+		r.dependencyDown(depNATS, err)
+		nc, err = nats.Connect(url, append(opts, nats.RetryOnFailedConnect(true))...)
+	}
 	if err != nil {
 		return fmt.Errorf("nats connect %s: %w", redactURL(url), err)
 	}
 	r.nc = nc
+	if !nc.IsConnected() {
+		r.log.Warn("nats unreachable at start; serving without it and connecting in the background", "url", redactURL(url))
+		return nil
+	}
+	r.natsLate.Store(false)
+	r.dependencyUp(depNATS)
 	r.log.Info("nats connected", "url", redactURL(nc.ConnectedUrl()), "embedded", r.natsSrv != nil, "took", time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// natsConnected runs on nats.go's callback goroutine each time the
+// connection comes (back) up.
+func (r *Server) natsConnected(c *nats.Conn) {
+	r.log.Info("nats connected", "url", redactURL(c.ConnectedUrl()))
+	r.dependencyUp(depNATS)
+	if r.natsLate.CompareAndSwap(true, false) {
+		r.resyncAfterLateNATS()
+	}
+}
+
+// resyncAfterLateNATS runs when NATS connects for the first time after
+// the router started without it: every batch the workers published before
+// is missing from the index, so each known worker is marked stale (no
+// overlap credit) and asked to resync, as after an outage.
+func (r *Server) resyncAfterLateNATS() {
+	if !r.cfg.KVEvents || r.cfg.EngineEvents == EngineEventsZMQ {
+		return // the index does not come from NATS
+	}
+	n := 0
+	for _, w := range r.fleet.snapshot() {
+		if r.index.HasWorker(w.ID) {
+			r.index.MarkStale(w.ID)
+			n++
+		}
+	}
+	r.log.Info("nats arrived after the start: workers marked stale until they resync their KV events", "workers", n)
 }
 
 func (r *Server) startDiscovery() error {
@@ -381,16 +442,29 @@ func (r *Server) startDiscovery() error {
 	start := time.Now()
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints: r.cfg.EtcdEndpoints, Username: r.cfg.EtcdUsername, Password: r.cfg.EtcdPassword,
-		TLS: r.cfg.EtcdTLS, DialTimeout: 5 * time.Second, Logger: nil,
+		// The client's own logger would print every retried call while etcd
+		// is away; the watcher's OnHealth says it once.
+		TLS: r.cfg.EtcdTLS, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
 	})
 	if err != nil {
 		return fmt.Errorf("etcd client: %w", err)
 	}
 	r.etcd = cli
+	away := make(chan struct{}) // closed when the first probe finds etcd away
+	var awayOnce sync.Once
 	w := discovery.NewWatcher(cli, r.cfg.Namespace, r.fleet, discovery.WatchOptions{
 		Logger:     r.log,
 		Policy:     &discovery.AddressPolicy{Allow: r.cfg.AllowAddressRanges},
 		OnBadValue: func(string, error) { r.metrics.badRecords.WithLabelValues("etcd").Inc() },
+		OnHealth: func(up bool, err error) {
+			r.fleet.sourceHealth(up)
+			if up {
+				r.dependencyUp(depEtcd)
+			} else {
+				r.dependencyDown(depEtcd, err)
+				awayOnce.Do(func() { close(away) })
+			}
+		},
 	})
 	r.goRun(func() error { _ = w.Run(r.ctx); return nil })
 	go func() {
@@ -403,6 +477,10 @@ func (r *Server) startDiscovery() error {
 	select {
 	case <-w.Synced():
 		r.log.Info("etcd synced", "endpoints", redactURLs(r.cfg.EtcdEndpoints), "workers", r.fleet.len(), "took", time.Since(start).Round(time.Millisecond))
+		return nil
+	case <-away:
+		// Keep going, degraded: readiness waits for etcd's workers.
+		r.log.Warn("etcd unreachable at start; serving without workers until it answers", "endpoints", redactURLs(r.cfg.EtcdEndpoints))
 		return nil
 	case <-time.After(10 * time.Second):
 		// Keep going: readiness stays false until workers appear.
@@ -448,17 +526,6 @@ func (r *Server) NotReadyReason() string {
 		return "ext_proc server not up"
 	}
 	return ""
-}
-
-// Degraded lists what the router runs without while it still routes:
-// "nats" when the event bus is disconnected (no KV events, load reports or
-// replica sync until it reconnects). Empty when nothing is missing.
-func (r *Server) Degraded() []string {
-	var out []string
-	if r.nc != nil && !r.nc.IsConnected() {
-		out = append(out, "nats")
-	}
-	return out
 }
 
 func (r *Server) shutdownOn(ctx context.Context) {

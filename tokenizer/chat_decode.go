@@ -14,6 +14,13 @@ import (
 // maxJSONDepth bounds nesting so that hostile bodies cannot exhaust the stack.
 const maxJSONDepth = 512
 
+// MaxJSONDepth is how deeply DecodeJSON lets objects and arrays nest.
+const MaxJSONDepth = maxJSONDepth
+
+// ErrJSONTooDeep is wrapped by DecodeJSON's error for a document nested
+// deeper than MaxJSONDepth: valid JSON, refused to bound the stack.
+var ErrJSONTooDeep = fmt.Errorf("nesting deeper than %d levels", maxJSONDepth)
+
 // DecodeJSON decodes one JSON document (RFC 8259) into the values described
 // on Object, keeping object key order; duplicate keys keep the last value at
 // the first position, as Python's json.loads does. Invalid UTF-8 in strings
@@ -88,7 +95,7 @@ func (d *jsonDecoder) literal(word string) error {
 
 func (d *jsonDecoder) object(depth int) (any, error) {
 	if depth >= maxJSONDepth {
-		return nil, d.errorf("nesting deeper than %d levels", maxJSONDepth)
+		return nil, d.errorf("%w", ErrJSONTooDeep)
 	}
 	d.pos++ // {
 	obj := Object{}
@@ -153,7 +160,7 @@ func (d *jsonDecoder) object(depth int) (any, error) {
 
 func (d *jsonDecoder) array(depth int) (any, error) {
 	if depth >= maxJSONDepth {
-		return nil, d.errorf("nesting deeper than %d levels", maxJSONDepth)
+		return nil, d.errorf("%w", ErrJSONTooDeep)
 	}
 	d.pos++ // [
 	list := []any{}

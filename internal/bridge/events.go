@@ -94,6 +94,14 @@ func (p *natsEvents) Publish(worker string, payload []byte) error {
 	return nil
 }
 
+// Numbered is how many batches Publish has numbered for worker (a load
+// report's kv_event_batches).
+func (p *natsEvents) Numbered(worker string) uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.next[worker]
+}
+
 // clearPayload encodes the synthetic batch that tells the router to forget
 // everything a worker held.
 func clearPayload(rank int) ([]byte, error) {

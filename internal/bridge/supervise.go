@@ -274,7 +274,7 @@ func (b *Bridge) publishLoad(m EngineMetrics, blockSize int) {
 		id, _ := b.WorkerID(r)
 		data, err := json.Marshal(scoring.LoadReport{
 			TSMillis: now, Waiting: rm.Waiting, Running: rm.Running,
-			KVUsedBlocks: used, KVTotalBlocks: total,
+			KVUsedBlocks: used, KVTotalBlocks: total, KVEventBatches: b.events.Numbered(id),
 		})
 		if err != nil {
 			continue // a struct of ints always marshals

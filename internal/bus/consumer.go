@@ -33,6 +33,10 @@ type EventConsumerConfig struct {
 	// their core publishes.
 	JetStream jetstream.JetStream
 	Stream    string
+	// ClaimGrace is how long a worker's claim to have published a batch
+	// (Published) may stay unmet before the batch counts as lost: the
+	// report can overtake the batch on its way. Default 200 ms.
+	ClaimGrace time.Duration
 }
 
 // EventConsumer applies KV event batches from NATS to an Index. One goroutine
@@ -60,8 +64,12 @@ type EventConsumer struct {
 	// floor holds, per worker, the sequence number a loaded snapshot
 	// already includes: batches up to it are skipped as applied. Owned by
 	// the loop (written by Seed before Hold closes).
-	floor   map[string]uint64
-	calls   chan func()
+	floor map[string]uint64
+	calls chan func()
+	// claims carry Published to the loop; pending holds, per worker, the
+	// oldest claim not met yet (owned by the loop).
+	claims  chan claim
+	pending map[string]claim
 	stats   consumerCounters
 	started atomic.Bool
 	// streamSeq is the stream sequence of the last message the loop
@@ -101,13 +109,18 @@ func NewEventConsumer(nc *nats.Conn, cfg EventConsumerConfig) *EventConsumer {
 	if cfg.Buffer <= 0 {
 		cfg.Buffer = 4096
 	}
+	if cfg.ClaimGrace <= 0 {
+		cfg.ClaimGrace = 200 * time.Millisecond
+	}
 	return &EventConsumer{
 		nc: nc, cfg: cfg,
-		prefix: strings.TrimSuffix(EventsWildcard(cfg.Namespace), ">"),
-		done:   make(chan struct{}),
-		seqs:   map[string]uint64{},
-		floor:  map[string]uint64{},
-		calls:  make(chan func()),
+		prefix:  strings.TrimSuffix(EventsWildcard(cfg.Namespace), ">"),
+		done:    make(chan struct{}),
+		seqs:    map[string]uint64{},
+		floor:   map[string]uint64{},
+		calls:   make(chan func()),
+		claims:  make(chan claim, 1024),
+		pending: map[string]claim{},
 	}
 }
 
@@ -206,6 +219,8 @@ func (c *EventConsumer) Start(ctx context.Context) error {
 				c.streamSeq.Store(m.seq)
 			case fn := <-c.calls:
 				fn()
+			case cl := <-c.claims:
+				c.claim(cl)
 			}
 		}
 	}()
@@ -218,9 +233,7 @@ func (c *EventConsumer) subscribe(ctx context.Context, ch chan *nats.Msg) (func(
 	if err != nil {
 		return nil, fmt.Errorf("subscribe %s: %w", subj, err)
 	}
-	fctx, cancel := context.WithTimeout(ctx, flushTimeout)
-	defer cancel()
-	if err := c.nc.FlushWithContext(fctx); err != nil {
+	if err := confirm(ctx, c.nc); err != nil {
 		_ = sub.Unsubscribe()
 		return nil, fmt.Errorf("subscribe %s: flush: %w", subj, err)
 	}
@@ -356,4 +369,54 @@ func (c *EventConsumer) sequence(worker, header string) (skip bool) {
 		ix.MarkStale(worker)
 	}
 	return false
+}
+
+// claim is a worker's word (in a load report) that it has published up to
+// batch seq.
+type claim struct {
+	worker string
+	seq    uint64
+	at     time.Time
+}
+
+// Published tells the consumer that worker's publisher has numbered
+// batches up to seq (a load report's kv_event_batches − 1). A batch that
+// has not arrived once a later claim comes at least ClaimGrace after the
+// first is lost: the worker is marked stale and the gap counted then,
+// rather than at the worker's next batch, which a quiet worker may not
+// send for a long time. Safe for concurrent use; claims are dropped when
+// the loop is far behind.
+func (c *EventConsumer) Published(worker string, seq uint64) {
+	select {
+	case c.claims <- claim{worker: worker, seq: seq, at: time.Now()}:
+	default:
+	}
+}
+
+// claim checks a worker's claim against the batches applied; loop only.
+func (c *EventConsumer) claim(cl claim) {
+	last, seen := c.seqs[cl.worker]
+	if !seen || cl.seq <= last || !c.cfg.Index.HasWorker(cl.worker) {
+		// Nothing known to compare with (a worker we have not heard from
+		// joins at its next batch), nothing missing, or not ours.
+		delete(c.pending, cl.worker)
+		return
+	}
+	first, waiting := c.pending[cl.worker]
+	if !waiting || first.seq <= last {
+		c.pending[cl.worker] = cl
+		return
+	}
+	if cl.at.Sub(first.at) < c.cfg.ClaimGrace {
+		return
+	}
+	// Batches last+1 … first.seq are lost. Take first.seq as applied so
+	// the next batch is in sequence; the worker stays stale until it
+	// resyncs (AllBlocksCleared or a fresh stream).
+	delete(c.pending, cl.worker)
+	c.seqs[cl.worker] = first.seq
+	c.stats.gaps.Add(1)
+	c.cfg.Metrics.Sequence(cl.worker, SeqGap)
+	c.cfg.Logger.Warn("KV event batches lost: the worker's load report counts batches that never arrived", "worker", cl.worker, "last", last, "published", first.seq)
+	c.cfg.Index.MarkStale(cl.worker)
 }

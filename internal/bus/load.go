@@ -24,6 +24,8 @@ type LoadReports struct {
 	metrics scoring.Metrics
 	log     *slog.Logger
 
+	// events hears each report's kv_event_batches (FollowEvents).
+	events   atomic.Pointer[EventConsumer]
 	done     chan struct{}
 	accepted atomic.Int64
 	rejected atomic.Int64
@@ -48,7 +50,7 @@ func (a *LoadReports) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("load reports: subscribe %s: %w", subject, err)
 	}
-	if err := a.conn.Flush(); err != nil {
+	if err := confirm(ctx, a.conn); err != nil {
 		_ = sub.Unsubscribe()
 		return fmt.Errorf("load reports: flush: %w", err)
 	}
@@ -61,6 +63,13 @@ func (a *LoadReports) Start(ctx context.Context) error {
 	}()
 	return nil
 }
+
+// FollowEvents passes each report's kv_event_batches to c
+// (EventConsumer.Published), so c notices a lost batch on a quiet worker.
+// Call it once c applies live batches (after a warm start or a durable
+// replay): a claim checked against an index still catching up is a false
+// gap. Safe to call while reports arrive.
+func (a *LoadReports) FollowEvents(c *EventConsumer) { a.events.Store(c) }
 
 // Done is closed when the adapter has stopped.
 func (a *LoadReports) Done() <-chan struct{} { return a.done }
@@ -87,6 +96,9 @@ func (a *LoadReports) receive(msg *nats.Msg) {
 		return
 	}
 	a.accepted.Add(1)
+	if c := a.events.Load(); c != nil && r.KVEventBatches > 0 {
+		c.Published(worker, r.KVEventBatches-1)
+	}
 }
 
 func (a *LoadReports) reject(subject string, err error) {

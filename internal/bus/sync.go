@@ -112,7 +112,7 @@ func (s *Sync) Start(ctx context.Context) error {
 		_ = sub.Unsubscribe()
 		return err
 	}
-	if err := s.conn.Flush(); err != nil {
+	if err := confirm(ctx, s.conn); err != nil {
 		_ = sub.Unsubscribe()
 		return fmt.Errorf("replica sync: flush: %w", err)
 	}

@@ -35,6 +35,14 @@ type WatchOptions struct {
 	Logger *slog.Logger
 	// Policy refuses worker addresses; nil is the default policy.
 	Policy *AddressPolicy
+	// OnHealth, when set, is told each time etcd stops or starts answering
+	// (up false with the error, then up true), from its own goroutine; a
+	// start with etcd away is reported too. The watch itself keeps the last
+	// known workers while etcd is away.
+	OnHealth func(up bool, err error)
+	// ProbeInterval is how often etcd's reachability is checked for
+	// OnHealth; a probe waits twice this long for an answer. Zero means 1 s.
+	ProbeInterval time.Duration
 }
 
 // Watcher mirrors a namespace's worker records from etcd into a Sink: an
@@ -61,6 +69,9 @@ func NewWatcher(cli *clientv3.Client, namespace string, sink Sink, opts WatchOpt
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.ProbeInterval <= 0 {
+		opts.ProbeInterval = time.Second
+	}
 	return &Watcher{cli: cli, prefix: bus.WorkersPrefix(namespace), sink: sink, opts: opts, known: map[string]scoring.WorkerSpec{}, synced: make(chan struct{})}
 }
 
@@ -72,6 +83,9 @@ func (w *Watcher) BadValues() int64 { return w.bad.Load() }
 
 // Run watches until ctx ends, then returns ctx's error.
 func (w *Watcher) Run(ctx context.Context) error {
+	probed := make(chan struct{})
+	go func() { defer close(probed); w.probe(ctx) }()
+	defer func() { <-probed }()
 	for {
 		rev, err := w.resync(ctx)
 		if err == nil {

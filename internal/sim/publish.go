@@ -80,6 +80,8 @@ type eventPublisher struct {
 	seq uint64
 	buf []byte
 
+	// numbered is seq as load reports read it: batches numbered so far.
+	numbered          atomic.Uint64
 	dropNext, dupNext atomic.Int64
 	dropNextZMQ       atomic.Int64
 	published         atomic.Uint64
@@ -180,6 +182,7 @@ func (p *eventPublisher) publish(evs []kvindex.Event) {
 	}
 	seq := p.seq
 	p.seq++
+	defer p.numbered.Store(p.seq) // once sent (or lost): a report must not claim a batch still on its way
 	if p.zmq != nil {
 		// The ZMQ publisher numbers batches itself (the same 0, 1, 2, ...) and
 		// keeps payloads for replay, so it gets its own copy. A dropped ZMQ

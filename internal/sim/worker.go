@@ -249,11 +249,12 @@ func (w *Worker) reportLoad() {
 	defer t.Stop()
 	for {
 		rep := scoring.LoadReport{
-			TSMillis:      time.Now().UnixMilli(),
-			Waiting:       int(w.run.waiting.Load()),
-			Running:       int(w.run.running.Load()),
-			KVUsedBlocks:  int(w.run.usedBlocks.Load()),
-			KVTotalBlocks: w.cfg.Engine.NumGPUBlocks,
+			TSMillis:       time.Now().UnixMilli(),
+			Waiting:        int(w.run.waiting.Load()),
+			Running:        int(w.run.running.Load()),
+			KVUsedBlocks:   int(w.run.usedBlocks.Load()),
+			KVTotalBlocks:  w.cfg.Engine.NumGPUBlocks,
+			KVEventBatches: w.events.numbered.Load(),
 		}
 		data, _ := json.Marshal(rep) // plain struct of ints: cannot fail
 		if err := w.cfg.NATS.Publish(subject, data); err != nil {

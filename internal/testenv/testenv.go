@@ -13,6 +13,7 @@ import (
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
@@ -109,6 +110,8 @@ type Etcd struct {
 	Server *embed.Etcd
 	// Endpoints are the client URLs, ready for clientv3.Config.
 	Endpoints []string
+	cfg       *embed.Config
+	stopped   bool // Server closed by Stop and not resumed
 }
 
 // StartEtcd starts an embedded etcd with its data in a temporary directory
@@ -127,18 +130,57 @@ func StartEtcd(t testing.TB) *Etcd {
 	cfg.ListenPeerUrls = []url.URL{peerURL}
 	cfg.AdvertisePeerUrls = []url.URL{peerURL}
 	cfg.InitialCluster = cfg.Name + "=" + peerURL.String()
-	e, err := embed.StartEtcd(cfg)
+	e := &Etcd{Endpoints: []string{clientURL.String()}, cfg: cfg}
+	e.Server = e.start(t)
+	t.Cleanup(func() {
+		if !e.stopped {
+			e.Server.Close()
+		}
+	})
+	return e
+}
+
+func (e *Etcd) start(t testing.TB) *embed.Etcd {
+	t.Helper()
+	srv, err := embed.StartEtcd(e.cfg)
 	if err != nil {
 		t.Fatalf("embedded etcd: %v", err)
 	}
 	select {
-	case <-e.Server.ReadyNotify():
+	case <-srv.Server.ReadyNotify():
 	case <-time.After(30 * time.Second):
-		e.Close()
+		srv.Close()
 		t.Fatalf("embedded etcd not ready after 30s")
 	}
-	t.Cleanup(e.Close)
-	return &Etcd{Server: e, Endpoints: []string{clientURL.String()}}
+	return srv
+}
+
+// Client returns a client of e (its own logging off: it would print every
+// retried call while e is stopped), closed when t ends.
+func (e *Etcd) Client(t testing.TB) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatalf("etcd client: %v", err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	return cli
+}
+
+// Stop closes the server (an outage); its data and ports stay for Resume.
+func (e *Etcd) Stop() {
+	e.Server.Close()
+	e.stopped = true
+}
+
+// Resume starts etcd again on the data directory and ports Stop left, as a
+// restarted member would: keys and leases come back (each lease with its
+// full TTL again), clients reconnect.
+func (e *Etcd) Resume(t testing.TB) {
+	t.Helper()
+	e.cfg.ClusterState = embed.ClusterStateFlagExisting
+	e.Server = e.start(t)
+	e.stopped = false
 }
 
 func mustURL(t testing.TB, s string) url.URL {
