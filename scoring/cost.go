@@ -34,7 +34,7 @@ import "math"
 // (host and disk blocks count at 1 − their weight), and preemption
 // charged when the request's blocks exceed the worker's free KV.
 //
-// The weighted cost (seed 002), higher is better and used as −score:
+// The weighted cost, higher is better and used as −score:
 //
 //	score = a·overlap_ratio − b·kv_usage − c·normalized_waiting
 //

@@ -13,7 +13,7 @@ const (
 	// CostDefault is the seeds' cost: logit = overlap_weight ×
 	// prefill_blocks + decode_blocks, lower is better.
 	CostDefault = "default"
-	// CostWeighted is seed 002's cost: a·overlap_ratio − b·kv_usage −
+	// CostWeighted is the weighted cost: a·overlap_ratio − b·kv_usage −
 	// c·normalized_waiting, higher is better.
 	CostWeighted = "weighted"
 	// CostLatency predicts each candidate's time to first token in

@@ -2,7 +2,7 @@ package server
 
 import "github.com/prometheus/client_golang/prometheus"
 
-// healthMetrics count the failure handling of issue 13: passive health
+// healthMetrics count the failure handling: passive health
 // ejections, peers dropped for silence, index resyncs and warm starts.
 type healthMetrics struct {
 	ejected     *prometheus.CounterVec

@@ -17,7 +17,7 @@ func conversation(b *testing.B) *Workload {
 	return TraceWorkload("conversation", recs, bench.DefaultTraceBlockSize)
 }
 
-// BenchmarkSweepConversation is the routing issue's speed target: the whole
+// BenchmarkSweepConversation is the simulator's speed target: the whole
 // 12,031-request conversation trace, 8 workers, kv / round_robin /
 // least_loaded at loads 0.5–16, all CPUs. Target: ≤ 2 minutes on 2 cores.
 func BenchmarkSweepConversation(b *testing.B) {

@@ -26,7 +26,7 @@ type Fleet struct {
 	EventLag, ReportEvery time.Duration
 }
 
-// DefaultFleet is the fleet of the routing issue: 8 workers of 5,632 blocks
+// DefaultFleet is the reference fleet: 8 workers of 5,632 blocks
 // of 64 tokens, events 5 ms late, load reports every 250 ms.
 func DefaultFleet() Fleet {
 	return Fleet{

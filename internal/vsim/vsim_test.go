@@ -73,7 +73,7 @@ func TestSweepIsDeterministic(t *testing.T) {
 	}
 }
 
-// TestKVKeepsSessionsOnTheirCache is the routing issue's point in
+// TestKVKeepsSessionsOnTheirCache is the point of KV-aware routing in
 // miniature: kv sends follow-up turns home and reaches the fleet's
 // reference hit rate; round robin scatters them.
 func TestKVKeepsSessionsOnTheirCache(t *testing.T) {
