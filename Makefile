@@ -10,7 +10,7 @@ BENCH     ?= .
 BENCHTIME ?= 1s
 FUZZTIME  ?= 10s
 
-.PHONY: all build static install test test-main test-deploy test-kubeapiserver kube-apiserver envoy testdeps vet bench fuzz demo clean help
+.PHONY: all build static install test test-main test-deploy test-kubeapiserver kube-apiserver envoy compare testdeps vet bench fuzz demo clean help
 
 all: build
 
@@ -82,6 +82,9 @@ testdeps:
 		 (apt-get update -qq >/dev/null && apt-get install -y -qq python3-zmq >/dev/null)) || \
 		echo "warning: python3-zmq could not be installed; the libzmq interop test will skip"; \
 	else echo "warning: python3-zmq missing and not root; the libzmq interop test will skip"; fi
+
+compare: ## kvroute beside its peers (Dynamo's replay, SGLang's router, GIE's endpoint picker, aiperf): reports/compare/REPORT.md (~15 min; not in make test)
+	@./scripts/compare.sh
 
 bench: ## run every benchmark once (BENCH=regex, BENCHTIME=1s)
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -benchtime $(BENCHTIME) $(PKGS)
