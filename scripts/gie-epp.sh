@@ -13,7 +13,7 @@ bin="$dir/epp"
 if [ ! -x "$bin" ]; then
 	mkdir -p "$dir"
 	echo "building the Gateway API Inference Extension's EPP into $dir (a few minutes the first time)" >&2
-	(cd "$src" && ${GO:-go} build -trimpath -ldflags='-s -w' -o "$bin.tmp" sigs.k8s.io/gateway-api-inference-extension/cmd/epp)
+	(cd "$src" && ${GO:-go} build -ldflags='-s -w' -o "$bin.tmp" sigs.k8s.io/gateway-api-inference-extension/cmd/epp)
 	mv "$bin.tmp" "$bin"
 fi
 mod=$(cd "$src" && ${GO:-go} list -m -f '{{.Dir}}' sigs.k8s.io/gateway-api-inference-extension)
