@@ -136,7 +136,7 @@ func TestGIEAgainstKvroute(t *testing.T) {
 	if len(crds) == 0 {
 		t.Fatalf("no CRDs in %s", crdDir)
 	}
-	c := kubetest.StartWithCRDs(t, "default", crds...)
+	c := kubetest.StartWithCRDs(t, "compare", crds...)
 	pickers := []picker{
 		{"GIE EPP v1.0.0, shipped default scorers", gieStart(epp, gieDefault)},
 		{"GIE EPP v1.0.0, prefix-cache scorer weight 50 (its docs' example)", gieStart(epp, gieDocs)},
@@ -355,8 +355,12 @@ func gieStart(bin, config string) func(*testing.T, context.Context, *kubetest.Cl
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
+		// The EPP's metrics sit behind Kubernetes authentication and
+		// authorization: the cluster admin's token passes both.
 		url := fmt.Sprintf("http://127.0.0.1:%d/metrics", metrics)
-		return addr, func() float64 { return histMeanMs(url, "inference_extension_scheduler_e2e_duration_seconds") }
+		return addr, func() float64 {
+			return histMeanMsLabel(url, c.API.Token, "inference_extension_scheduler_e2e_duration_seconds", "")
+		}
 	}
 }
 
@@ -391,7 +395,7 @@ func kvrouteStart(t *testing.T, ctx context.Context, c *kubetest.Cluster, pool s
 	return r.GRPCAddr(), func() float64 {
 		var sum float64
 		for _, ph := range []string{"parse", "tokenize", "match", "pick"} {
-			sum += histMeanMsLabel(url, "kvroute_decision_duration_seconds", `phase="`+ph+`"`)
+			sum += histMeanMsLabel(url, "", "kvroute_decision_duration_seconds", `phase="`+ph+`"`)
 		}
 		return sum
 	}
@@ -407,12 +411,18 @@ func freeLocal(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-func histMeanMs(url, name string) float64 { return histMeanMsLabel(url, name, "") }
-
 // histMeanMsLabel reads a Prometheus histogram's _sum / _count (over the
-// series that contain label) and returns the mean in milliseconds.
-func histMeanMsLabel(url, name, label string) float64 {
-	resp, err := http.Get(url)
+// series that contain label) and returns the mean in milliseconds; a
+// token, when set, is sent as a bearer token.
+func histMeanMsLabel(url, token, name, label string) float64 {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return 0
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return 0
 	}
