@@ -297,9 +297,12 @@ func TestPickerShedsWhenTheQueueIsFull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Saturate the other two workers as well.
-	for range 2 {
-		if _, err := rg.picker.Decide(context.Background(), chatReq(body)); err != nil {
+	// Saturate the other two workers as well, with prompts of their own
+	// (copies of the first would be kept with it: it is computing them).
+	for i := range 2 {
+		other := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":%q}],"max_tokens":64}`,
+			testModel, strings.Repeat(fmt.Sprintf("unrelated topic %d ", i), 300))
+		if _, err := rg.picker.Decide(context.Background(), chatReq(other)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -28,6 +28,8 @@ import "math"
 //	         + slowdown_weight × decoding requests × uncached ÷ rate
 //	         + request_weight × active requests × block size ÷ rate
 //	         + the time to recompute what the request would preempt
+//	         + duplicate_weight × (longest prefix another candidate holds
+//	           − this one's) ÷ rate
 //
 // with the worker's learned prefill rate and overhead (Load.PrefillRate,
 // Load.PrefillOverhead), uncached = prompt tokens not held on the device
@@ -50,6 +52,7 @@ type KV struct {
 	hostW, diskW float64
 	reqW         float64
 	slowdown     float64
+	duplicate    float64
 	trackPrefill bool
 	a, b, c      float64
 	temperature  float64
@@ -66,7 +69,7 @@ func newKV(o Options, src OverlapSource) *KV {
 	return &KV{
 		name: name, source: src, model: o.CostModel,
 		credit: o.OverlapCredit, scale: o.PrefillLoadScale, hostW: o.HostCacheHitWeight, diskW: o.DiskCacheHitWeight,
-		reqW: o.DecodeActiveRequestWeight, slowdown: o.DecodeSlowdownWeight, trackPrefill: !o.NoTrackPrefillTokens,
+		reqW: o.DecodeActiveRequestWeight, slowdown: o.DecodeSlowdownWeight, duplicate: o.DuplicatePrefillWeight, trackPrefill: !o.NoTrackPrefillTokens,
 		a: o.WeightedA, b: o.WeightedB, c: o.WeightedC,
 		temperature: o.Temperature, rand: o.Rand,
 	}
@@ -86,12 +89,16 @@ func (m *KV) Pick(req *Request, loads []Load, exp *Explanation) int {
 			maxWaiting = max(maxWaiting, loads[i].Waiting())
 		}
 	}
+	held := 0 // the longest prefix any candidate holds or is computing
+	if m.model == CostLatency && m.duplicate > 0 {
+		held = maxHeldTokens(req, loads)
+	}
 	for i := range loads {
 		switch m.model {
 		case CostWeighted:
 			loads[i].logit = -m.weightedTerms(req, &loads[i], maxWaiting).score
 		case CostLatency:
-			loads[i].logit = m.latencyTerms(req, &loads[i]).logit
+			loads[i].logit = m.latencyTerms(req, &loads[i], held).logit
 		default:
 			loads[i].logit = m.defaultTerms(req, &loads[i]).logit
 		}
@@ -118,9 +125,21 @@ func (m *KV) defaultTerms(req *Request, l *Load) defaultTerms {
 	return defaultTerms{prefill: prefill, decode: decode, logit: m.scale*prefill + decode}
 }
 
-type latencyTerms struct{ ttft, slowdown, memory, logit float64 }
+type latencyTerms struct{ ttft, slowdown, memory, duplicate, logit float64 }
 
-func (m *KV) latencyTerms(req *Request, l *Load) latencyTerms {
+// maxHeldTokens is the longest prompt prefix, in tokens, that any candidate
+// holds on its device or is computing (the pending overlay).
+func maxHeldTokens(req *Request, loads []Load) int {
+	n := 0
+	for i := range loads {
+		n = max(n, min(loads[i].MatchedBlocks*loads[i].BlockSize, req.PromptTokens))
+	}
+	return n
+}
+
+// latencyTerms predicts a candidate's cost; heldElsewhere is the longest
+// prefix (tokens) some candidate holds, for the duplicate-prefill term.
+func (m *KV) latencyTerms(req *Request, l *Load, heldElsewhere int) latencyTerms {
 	bs := float64(l.BlockSize)
 	rate := l.PrefillRate
 	if !(rate > 0) {
@@ -149,7 +168,12 @@ func (m *KV) latencyTerms(req *Request, l *Load) latencyTerms {
 			t.memory = float64(over) * bs / rate
 		}
 	}
-	t.logit = t.ttft + t.slowdown + t.memory
+	// Computing blocks another worker already has spends the fleet's
+	// capacity twice; the holder wins until its queue costs more than that.
+	if dup := heldElsewhere - min(l.MatchedBlocks*l.BlockSize, req.PromptTokens); dup > 0 {
+		t.duplicate = m.duplicate * float64(dup) / rate
+	}
+	t.logit = t.ttft + t.slowdown + t.memory + t.duplicate
 	return t
 }
 
@@ -175,6 +199,10 @@ func (m *KV) weightedTerms(req *Request, l *Load, maxWaiting int) weightedTerms 
 }
 
 func (m *KV) explain(req *Request, loads []Load, idx, maxWaiting int, exp *Explanation) {
+	held := 0
+	if m.model == CostLatency && m.duplicate > 0 {
+		held = maxHeldTokens(req, loads)
+	}
 	exp.begin(m.name, req, m.temperature, loads[idx].ID)
 	exp.CostModel = m.model
 	switch m.model {
@@ -201,8 +229,8 @@ func (m *KV) explain(req *Request, loads []Load, idx, maxWaiting int, exp *Expla
 			w := m.weightedTerms(req, l, maxWaiting)
 			t.Score, t.OverlapRatio, t.KVUsage, t.NormalizedWaiting = w.score, w.ratio, w.usage, w.waiting
 		case CostLatency:
-			lt := m.latencyTerms(req, l)
-			t.PredictedTTFT, t.DecodeSlowdown, t.MemoryPenalty = lt.ttft, lt.slowdown, lt.memory
+			lt := m.latencyTerms(req, l, held)
+			t.PredictedTTFT, t.DecodeSlowdown, t.MemoryPenalty, t.DuplicatePrefill = lt.ttft, lt.slowdown, lt.memory, lt.duplicate
 		default:
 			d := m.defaultTerms(req, l)
 			t.PrefillLoadScale, t.PrefillBlocks, t.DecodeBlocks = m.scale, d.prefill, d.decode

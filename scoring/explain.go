@@ -51,11 +51,12 @@ type Terms struct {
 	PrefillLoadScale float64 `json:"prefill_load_scale,omitempty"`
 	PrefillBlocks    float64 `json:"prefill_blocks,omitempty"`
 	DecodeBlocks     float64 `json:"decode_blocks,omitempty"`
-	// PredictedTTFT, DecodeSlowdown and MemoryPenalty are the latency
-	// cost's terms in seconds: Logit is their sum.
-	PredictedTTFT  float64 `json:"predicted_ttft_seconds,omitempty"`
-	DecodeSlowdown float64 `json:"decode_slowdown_seconds,omitempty"`
-	MemoryPenalty  float64 `json:"memory_penalty_seconds,omitempty"`
+	// PredictedTTFT, DecodeSlowdown, MemoryPenalty and DuplicatePrefill
+	// are the latency cost's terms in seconds: Logit is their sum.
+	PredictedTTFT    float64 `json:"predicted_ttft_seconds,omitempty"`
+	DecodeSlowdown   float64 `json:"decode_slowdown_seconds,omitempty"`
+	MemoryPenalty    float64 `json:"memory_penalty_seconds,omitempty"`
+	DuplicatePrefill float64 `json:"duplicate_prefill_seconds,omitempty"`
 	// Score, OverlapRatio, KVUsage and NormalizedWaiting are the weighted
 	// cost's terms: Score = a·OverlapRatio − b·KVUsage − c·NormalizedWaiting.
 	Score             float64 `json:"score,omitempty"`
@@ -117,7 +118,7 @@ func (e *Explanation) Line(i int) string {
 		b.WriteString(" logit=" + f1(t.Logit) + " = " + f1(t.PrefillLoadScale) + "*" + f1(t.PrefillBlocks) + " + " + f1(t.DecodeBlocks))
 	case e.CostModel == CostLatency:
 		b.WriteString(" logit=" + f3(t.Logit) + "s = ttft " + f3(t.PredictedTTFT) + " + slowdown " + f3(t.DecodeSlowdown) +
-			" + memory " + f3(t.MemoryPenalty) + " (rate=" + strconv.FormatFloat(t.PrefillRate, 'f', 0, 64) +
+			" + memory " + f3(t.MemoryPenalty) + " + duplicate " + f3(t.DuplicatePrefill) + " (rate=" + strconv.FormatFloat(t.PrefillRate, 'f', 0, 64) +
 			" tok/s overhead=" + f3(t.PrefillOverhead) + "s backlog=" + strconv.FormatFloat(t.PrefillBacklog, 'f', 0, 64) + ")")
 	case e.CostModel == CostWeighted && e.Coefficients != nil:
 		c := e.Coefficients

@@ -71,6 +71,14 @@ type Options struct {
 	// request's prefill delays each of the worker's running decodes.
 	// Default 0.5.
 	DecodeSlowdownWeight float64
+	// DuplicatePrefillWeight weighs, in the latency cost, the seconds a
+	// candidate would spend computing prompt blocks that another worker
+	// already holds or is computing (the longest prefix any candidate
+	// has): fleet capacity spent twice on the same blocks. It keeps a
+	// burst of requests that share a new prefix together until the
+	// holder's queue costs more than computing the prefix again. 0 turns
+	// it off. Default 1.
+	DuplicatePrefillWeight float64
 	// Temperature 0 picks the best logit; T>0 samples from
 	// softmax(−logit ÷ (range × T)). Default 0.
 	Temperature float64
@@ -148,6 +156,7 @@ const (
 	DefaultPrefillRate          = 20000.0
 	DefaultPrefillOverhead      = 25 * time.Millisecond
 	DefaultDecodeSlowdownWeight = 0.5
+	DefaultDuplicatePrefill     = 1.0
 	DefaultDecodeActiveRequests = 8.0
 	DefaultTemperature          = 0.0
 	DefaultQueueThreshold       = 4.0
@@ -171,6 +180,7 @@ func DefaultOptions() Options {
 		PrefillRate:               DefaultPrefillRate,
 		PrefillOverhead:           DefaultPrefillOverhead,
 		DecodeSlowdownWeight:      DefaultDecodeSlowdownWeight,
+		DuplicatePrefillWeight:    DefaultDuplicatePrefill,
 		DecodeActiveRequestWeight: DefaultDecodeActiveRequests,
 		Temperature:               DefaultTemperature,
 		WeightedA:                 2,
@@ -269,6 +279,7 @@ func (o Options) Validate() error {
 		"overlap credit": o.OverlapCredit, "prefill load scale": o.PrefillLoadScale,
 		"host cache hit weight": o.HostCacheHitWeight, "disk cache hit weight": o.DiskCacheHitWeight,
 		"decode active request weight": o.DecodeActiveRequestWeight, "decode slowdown weight": o.DecodeSlowdownWeight,
+		"duplicate prefill weight": o.DuplicatePrefillWeight,
 		"weighted a": o.WeightedA, "weighted b": o.WeightedB, "weighted c": o.WeightedC,
 	} {
 		if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {

@@ -40,6 +40,7 @@ func Register(fs *flag.FlagSet, o *scoring.Options) *Flags {
 	fs.DurationVar(&o.PrefillOverhead, "prefill-overhead", o.PrefillOverhead, "prior fixed part of a worker's time to first token, before it is learned")
 	fs.BoolVar(&f.learn, "learn-prefill-rate", f.learn, "learn each worker's prefill rate and overhead from its times to first token (false: keep the priors)")
 	fs.Float64Var(&o.DecodeSlowdownWeight, "decode-slowdown-weight", o.DecodeSlowdownWeight, "latency cost: weight of the seconds a request's prefill delays each running decode on the worker")
+	fs.Float64Var(&o.DuplicatePrefillWeight, "duplicate-prefill-weight", o.DuplicatePrefillWeight, "latency cost: weight of the seconds spent computing prompt blocks another worker already holds or is computing (0: off)")
 	fs.Float64Var(&o.WeightedA, "weighted-a", o.WeightedA, "weighted cost: coefficient of the overlap ratio")
 	fs.Float64Var(&o.WeightedB, "weighted-b", o.WeightedB, "weighted cost: coefficient of KV usage")
 	fs.Float64Var(&o.WeightedC, "weighted-c", o.WeightedC, "weighted cost: coefficient of normalized waiting")
