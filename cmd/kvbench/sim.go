@@ -22,21 +22,21 @@ var simWorkloads = []string{"agent", "burst", "conversation", "synthetic", "shar
 
 // simFlags are kvbench sim's settings.
 type simFlags struct {
-	workload   string
+	workload    string
 	trace       string
 	traceBlock  int
 	traceFormat string
 	exportTrace string
 	exportBlock int
-	fleet      vsim.Fleet
-	modes      string
-	loads      string
-	slo        time.Duration
-	seed       uint64
-	jsonOut    string
-	parallel   int
-	router     scoring.Options
-	cost       *costflag.Flags
+	fleet       vsim.Fleet
+	modes       string
+	loads       string
+	slo         time.Duration
+	seed        uint64
+	jsonOut     string
+	parallel    int
+	router      scoring.Options
+	cost        *costflag.Flags
 }
 
 func newSimFlags(s *simFlags, stderr io.Writer) *flag.FlagSet {

@@ -177,22 +177,31 @@ func ReadSessionTraceFile(path string, blockSize int) ([]TraceSession, error) {
 
 // WriteSessionTrace writes sessions as Mooncake JSONL, session after
 // session: the first turn with its timestamp, later turns with their delay,
-// in whole milliseconds. A session without an ID is named by its position.
+// in whole milliseconds. A session without an ID is named by its position
+// (s0, s1, ...).
 func WriteSessionTrace(w io.Writer, sessions []TraceSession) error {
 	bw := bufio.NewWriter(w)
 	enc := json.NewEncoder(bw)
+	used := map[string]bool{}
+	for _, s := range sessions {
+		used[s.ID] = true
+	}
 	for i, s := range sessions {
 		id := s.ID
 		if id == "" {
-			id = fmt.Sprintf("s%d", i)
+			// Unnamed sessions need names of their own, or rows of two
+			// would read back as one session.
+			for id = fmt.Sprintf("s%d", i); used[id]; id = "_" + id {
+			}
+			used[id] = true
 		}
 		for k, t := range s.Turns {
 			row := SessionRow{SessionID: id, InputLength: t.InputLength, OutputLength: t.OutputLength, HashIDs: t.HashIDs}
 			if k == 0 {
-				ts := float64(s.Start.Milliseconds())
+				ts := float64(s.Start.Round(time.Millisecond).Milliseconds())
 				row.Timestamp = &ts
 			} else {
-				d := float64(t.Delay.Milliseconds())
+				d := float64(t.Delay.Round(time.Millisecond).Milliseconds())
 				row.Delay = &d
 			}
 			if err := enc.Encode(row); err != nil {
@@ -206,4 +215,6 @@ func WriteSessionTrace(w io.Writer, sessions []TraceSession) error {
 	return nil
 }
 
-func millis(ms float64) time.Duration { return time.Duration(math.Round(ms * float64(time.Millisecond))) }
+func millis(ms float64) time.Duration {
+	return time.Duration(math.Round(ms * float64(time.Millisecond)))
+}
