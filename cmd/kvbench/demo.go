@@ -235,7 +235,7 @@ func (d *demoFlags) runSweep(stdout, stderr io.Writer, engine sim.EngineConfig, 
 	if err != nil {
 		return fmt.Errorf("--sweep-loads: %w", err)
 	}
-	w, err := simWorkload(d.sweepWL, "", 0)
+	w, err := simWorkload(d.sweepWL, "", 0, vsim.FormatMooncake)
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,18 +22,21 @@ var simWorkloads = []string{"agent", "burst", "conversation", "synthetic", "shar
 
 // simFlags are kvbench sim's settings.
 type simFlags struct {
-	workload   string
-	trace      string
-	traceBlock int
-	fleet      vsim.Fleet
-	modes      string
-	loads      string
-	slo        time.Duration
-	seed       uint64
-	jsonOut    string
-	parallel   int
-	router     scoring.Options
-	cost       *costflag.Flags
+	workload    string
+	trace       string
+	traceBlock  int
+	traceFormat string
+	exportTrace string
+	exportBlock int
+	fleet       vsim.Fleet
+	modes       string
+	loads       string
+	slo         time.Duration
+	seed        uint64
+	jsonOut     string
+	parallel    int
+	router      scoring.Options
+	cost        *costflag.Flags
 }
 
 func newSimFlags(s *simFlags, stderr io.Writer) *flag.FlagSet {
@@ -44,6 +48,12 @@ func newSimFlags(s *simFlags, stderr io.Writer) *flag.FlagSet {
 		" (conversation and synthetic are the whole bundled Mooncake traces)")
 	fs.StringVar(&s.trace, "trace", "", "Mooncake-format trace `file` to replay instead of --workload (every record is used)")
 	fs.IntVar(&s.traceBlock, "trace-block-size", bench.DefaultTraceBlockSize, "tokens per hash id in --trace")
+	fs.StringVar(&s.traceFormat, "trace-format", vsim.FormatMooncake, "how --trace's rows of one session_id build prompts: "+
+		vsim.FormatMooncake+" (each row's hash_ids are the whole prompt) or "+vsim.FormatMooncakeDelta+
+		" (a later turn's hash_ids follow the history: the previous prompt and its output)")
+	fs.StringVar(&s.exportTrace, "export-trace", "", "write the workload to this `file` as a Mooncake trace with sessions "+
+		"(session_id; timestamp on first turns, delay after the previous turn on later ones) and exit without simulating")
+	fs.IntVar(&s.exportBlock, "export-block-size", 0, "tokens per hash id in --export-trace (0: --block-size)")
 	fs.IntVar(&s.fleet.Workers, "workers", s.fleet.Workers, "simulated workers")
 	fs.IntVar(&s.fleet.Engine.NumGPUBlocks, "kv-blocks", s.fleet.Engine.NumGPUBlocks, "KV blocks per worker")
 	fs.IntVar(&s.fleet.Engine.BlockSize, "block-size", s.fleet.Engine.BlockSize, "tokens per KV block")
@@ -91,6 +101,9 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	if s.exportTrace != "" {
+		return s.export(w, stderr)
+	}
 	opt := vsim.SweepOptions{Fleet: s.fleet, Router: s.router, Modes: modes, Loads: loads, SLO: s.slo, Seed: s.seed, Parallel: s.parallel}
 	prog := bench.NewProgress(stderr, "sim "+w.Name, len(modes)*len(loads))
 	opt.Progress = func(done, _ int, _ vsim.Result) { prog.Update(done, 0) }
@@ -110,18 +123,45 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 }
 
 func (s *simFlags) buildWorkload() (*vsim.Workload, error) {
-	return simWorkload(s.workload, s.trace, s.traceBlock)
+	return simWorkload(s.workload, s.trace, s.traceBlock, s.traceFormat)
 }
 
-// simWorkload builds a simulation workload: a Mooncake trace file when
-// trace is set, else the workload named (see simWorkloads).
-func simWorkload(name, trace string, traceBlock int) (*vsim.Workload, error) {
+// export writes w as a Mooncake trace with sessions to --export-trace.
+func (s *simFlags) export(w *vsim.Workload, stderr io.Writer) error {
+	bs := s.exportBlock
+	if bs == 0 {
+		bs = s.fleet.Engine.BlockSize
+	}
+	sessions, err := w.MooncakeSessions(s.fleet.Engine, bs)
+	if err != nil {
+		return err
+	}
+	f, err := os.Create(s.exportTrace)
+	if err != nil {
+		return fmt.Errorf("export trace: %w", err)
+	}
+	if err := bench.WriteSessionTrace(f, sessions); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("export trace: %w", err)
+	}
+	fmt.Fprintf(stderr, "wrote %s: %d sessions, %d requests, %d tokens per hash id (replay it with --trace-block-size %d)\n",
+		s.exportTrace, len(sessions), w.Requests(), bs, bs)
+	return nil
+}
+
+// simWorkload builds a simulation workload: a Mooncake trace file (with or
+// without sessions, in format) when trace is set, else the workload named
+// (see simWorkloads).
+func simWorkload(name, trace string, traceBlock int, format string) (*vsim.Workload, error) {
 	if trace != "" {
-		recs, err := bench.ReadTraceFile(trace, traceBlock)
+		sessions, err := bench.ReadSessionTraceFile(trace, traceBlock)
 		if err != nil {
 			return nil, err
 		}
-		return vsim.TraceWorkload(trace, recs, traceBlock), nil
+		return vsim.SessionTraceWorkload(trace, sessions, traceBlock, format)
 	}
 	switch name {
 	case "agent":

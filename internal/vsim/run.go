@@ -302,11 +302,22 @@ func (r *runner) arrive(i int32) {
 		prev := &r.reqs[i-1]
 		hist = prev.prompt // prompt + generated output
 		prev.prompt = nil
-		q.parent, q.shared = i-1, len(hist)/r.blockSize()
+		q.parent = i - 1
+		if !turn.Whole {
+			q.shared = len(hist) / r.blockSize()
+		}
 	}
-	prompt := make([]int32, 0, len(hist)+turn.Input+turn.New+turn.Output)
-	prompt = append(prompt, hist...)
+	var prompt []int32
+	if turn.Whole {
+		prompt = make([]int32, 0, turn.Input+turn.New+turn.Output)
+	} else {
+		prompt = make([]int32, 0, len(hist)+turn.Input+turn.New+turn.Output)
+		prompt = append(prompt, hist...)
+	}
 	q.prompt = r.w.appendPrompt(prompt, turn)
+	if turn.Whole && q.turn > 0 {
+		q.shared = commonPrefix(hist, q.prompt) / r.blockSize()
+	}
 
 	r.tok32 = r.tok32[:0]
 	for _, t := range q.prompt {
@@ -380,13 +391,26 @@ func (r *runner) fail(i int32, err error) {
 	r.next(i)
 }
 
-// next schedules the session's following turn, Think after now.
+// next schedules the session's following turn, Think and its Delay after
+// now.
 func (r *runner) next(i int32) {
 	q := &r.reqs[i]
 	sess := &r.w.Sessions[q.session]
-	if int(q.turn)+1 < len(sess.Turns) {
-		r.clock.at(r.clock.now+time.Duration(float64(sess.Think)/r.load), evArrive, i+1, 0)
+	if k := int(q.turn) + 1; k < len(sess.Turns) {
+		pause := sess.Think + sess.Turns[k].Delay
+		r.clock.at(r.clock.now+time.Duration(float64(pause)/r.load), evArrive, i+1, 0)
 	}
+}
+
+// commonPrefix is the number of leading tokens a and b share.
+func commonPrefix(a, b []int32) int {
+	n := min(len(a), len(b))
+	for i := 0; i < n; i++ {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return n
 }
 
 func (r *runner) deliver(i int32) {

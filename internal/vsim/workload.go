@@ -12,9 +12,11 @@ import (
 
 // Workload is what a simulation replays: sessions of turns. A session's
 // first turn arrives at Start (divided by the load multiplier); each later
-// turn arrives Think after the previous one finished, and its prompt is the
-// previous prompt, the tokens the engine generated for it, and New fresh
-// tokens, as a chat client or an agent re-sends its history.
+// turn arrives Think plus its own Delay after the previous one finished
+// (divided likewise), and its prompt is the previous prompt, the tokens the
+// engine generated for it, and the turn's own tokens, as a chat client or
+// an agent re-sends its history; a Whole turn's prompt is its own tokens
+// alone (a trace that spells out each turn's whole prompt).
 //
 // Prompts are built when a turn is sent, never all at once: the whole
 // Mooncake conversation trace would take over half a gigabyte of tokens.
@@ -42,16 +44,20 @@ type Session struct {
 
 // Turn is one request of a session.
 type Turn struct {
-	// Trace, for a trace record, lists its hash ids; the prompt is Input
-	// tokens long, TraceBlock tokens per id. Only a session's first turn
-	// may be a trace turn.
+	// Trace, for a trace record, lists its hash ids: Input tokens,
+	// TraceBlock tokens per id, appended to the history.
 	Trace []int64
 	Input int
-	// New tokens, drawn deterministically from Seed, follow the history.
+	// New tokens, drawn deterministically from Seed, follow them.
 	New  int
 	Seed uint64
 	// Output is the number of tokens generated (max_tokens, ignore_eos).
 	Output int
+	// Whole drops the history: the turn's prompt is its own tokens only.
+	Whole bool
+	// Delay is added to the session's Think before this turn (not the
+	// first) arrives.
+	Delay time.Duration
 }
 
 // Requests counts the turns of all sessions.
@@ -64,8 +70,12 @@ func (w *Workload) Requests() int {
 }
 
 // appendPrompt appends turn t's prompt to history (the previous turn's
-// prompt and output, nil for a first turn) and returns it.
+// prompt and output, nil for a first turn), or for a Whole turn writes it
+// over history, and returns it.
 func (w *Workload) appendPrompt(history []int32, t *Turn) []int32 {
+	if t.Whole {
+		history = history[:0]
+	}
 	if t.Trace != nil {
 		history = slices.Grow(history, t.Input)
 		for i, h := range t.Trace {
@@ -120,7 +130,7 @@ func (w *Workload) Prompts(cfg sim.EngineConfig, fn func(prompt []int32)) {
 			continue
 		}
 		c.hist = sim.AppendGenerated(cfg, c.hist, t.Output, c.hist)
-		c.at += s.Think
+		c.at += s.Think + s.Turns[c.turn].Delay
 	}
 }
 
