@@ -22,6 +22,7 @@ func runHop(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	workers := fs.Int("workers", 4, "upstreams that answer at once")
 	tok := fs.String("tokenizer", "tokenizer/testdata/qwen3", "`DIR` of the router's tokenizer")
 	prompts := fs.String("prompts", "short,8k", "prompt kinds: short (a one-line chat) and 8k (about 8,000 tokens, unique per request)")
+	reqOnly := fs.Bool("request-path-only", false, "take kvroute off the response path (Envoy sends it no response headers or body): what load bookkeeping costs")
 	jsonOut := fs.String("json", "", "also write the report as JSON to this `file`")
 	logf := cli.RegisterLog(fs, "off")
 	setUsage(fs, `kvbench hop measures what kvroute adds to a request's path through Envoy.
@@ -50,7 +51,7 @@ Everything shares this machine's cores, the load generator included.`)
 		return err
 	}
 	rep, err := bench.RunHop(ctx, bench.HopConfig{Workers: *workers, TokenizerDir: *tok, Rates: rs, Duration: *duration,
-		Rounds: *rounds, Prompts: splitList(*prompts), Logger: log, Progress: stderr})
+		Rounds: *rounds, Prompts: splitList(*prompts), RequestPathOnly: *reqOnly, Logger: log, Progress: stderr})
 	if err != nil {
 		return err
 	}

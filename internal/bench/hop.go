@@ -17,6 +17,7 @@ import (
 	"time"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -46,6 +47,10 @@ type HopConfig struct {
 	// and "8k" (a chat of about 8,000 tokens whose start is unique per
 	// request, so the router tokenizes it whole).
 	Prompts []string
+	// RequestPathOnly takes kvroute off the response path of the routed
+	// Envoy (no response headers or body sent to it), to see what the
+	// response-path bookkeeping costs.
+	RequestPathOnly bool
 	// Logger receives the components' logs; nil discards them.
 	Logger *slog.Logger
 	// Progress, when set, gets one line per measured round.
@@ -162,7 +167,11 @@ func RunHop(ctx context.Context, cfg HopConfig) (*HopReport, error) {
 	if err := poll(ctx, 30*time.Second, func() (bool, error) { return router.Ready(), nil }, "kvroute to be ready"); err != nil {
 		return nil, err
 	}
-	routed, err := StartEnvoy(ctx, EnvoyConfig{Style: envoy.StyleClusterHeader, Workers: workers, ExtProcAddr: router.GRPCAddr()})
+	var edit func([]byte) ([]byte, error)
+	if cfg.RequestPathOnly {
+		edit = requestPathOnly
+	}
+	routed, err := StartEnvoy(ctx, EnvoyConfig{Style: envoy.StyleClusterHeader, Workers: workers, ExtProcAddr: router.GRPCAddr(), Edit: edit})
 	if err != nil {
 		return nil, err
 	}
@@ -246,6 +255,41 @@ func routerDecisions(ctx context.Context, url string) (int, error) {
 // path, round robin over the workers (the cluster-header style's fallback
 // route), kvroute out of it.
 func withoutExtProc(data []byte) ([]byte, error) {
+	return editHCM(data, func(hcm *hcmv3.HttpConnectionManager) error {
+		hcm.HttpFilters = slices.DeleteFunc(hcm.HttpFilters, func(h *hcmv3.HttpFilter) bool {
+			return h.GetName() == extProcFilter
+		})
+		return nil
+	})
+}
+
+// requestPathOnly keeps kvroute on the request path and takes it off the
+// response path (no response headers or body sent to it): what the
+// response-path bookkeeping costs in latency.
+func requestPathOnly(data []byte) ([]byte, error) {
+	return editHCM(data, func(hcm *hcmv3.HttpConnectionManager) error {
+		for _, h := range hcm.HttpFilters {
+			if h.GetName() != extProcFilter {
+				continue
+			}
+			var ep extprocv3.ExternalProcessor
+			if err := h.GetTypedConfig().UnmarshalTo(&ep); err != nil {
+				return err
+			}
+			ep.ProcessingMode.ResponseHeaderMode = extprocv3.ProcessingMode_SKIP
+			ep.ProcessingMode.ResponseBodyMode = extprocv3.ProcessingMode_NONE
+			if err := h.GetTypedConfig().MarshalFrom(&ep); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+const extProcFilter = "envoy.filters.http.ext_proc"
+
+// editHCM applies edit to every HTTP connection manager of a bootstrap.
+func editHCM(data []byte, edit func(*hcmv3.HttpConnectionManager) error) ([]byte, error) {
 	b, err := envoy.ParseBootstrap(data)
 	if err != nil {
 		return nil, err
@@ -257,9 +301,9 @@ func withoutExtProc(data []byte) ([]byte, error) {
 				if err := f.GetTypedConfig().UnmarshalTo(&hcm); err != nil {
 					continue
 				}
-				hcm.HttpFilters = slices.DeleteFunc(hcm.HttpFilters, func(h *hcmv3.HttpFilter) bool {
-					return h.GetName() == "envoy.filters.http.ext_proc"
-				})
+				if err := edit(&hcm); err != nil {
+					return nil, err
+				}
 				if err := f.GetTypedConfig().MarshalFrom(&hcm); err != nil {
 					return nil, err
 				}
