@@ -280,7 +280,7 @@ func (o Options) Validate() error {
 		"host cache hit weight": o.HostCacheHitWeight, "disk cache hit weight": o.DiskCacheHitWeight,
 		"decode active request weight": o.DecodeActiveRequestWeight, "decode slowdown weight": o.DecodeSlowdownWeight,
 		"duplicate prefill weight": o.DuplicatePrefillWeight,
-		"weighted a": o.WeightedA, "weighted b": o.WeightedB, "weighted c": o.WeightedC,
+		"weighted a":               o.WeightedA, "weighted b": o.WeightedB, "weighted c": o.WeightedC,
 	} {
 		if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
 			return fmt.Errorf("scoring options: %s %g must be a finite number ≥ 0", name, v)
