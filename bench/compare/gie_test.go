@@ -47,6 +47,8 @@ var (
 	outDir      = flag.String("out", "", "directory for gie.md and gie.json")
 	concurrency = flag.String("concurrency", "16,40", "concurrent sessions, comma-separated")
 	repeats     = flag.Int("repeats", 1, "runs per picker and concurrency (fresh workers and picker each)")
+	dupWeight   = flag.Float64("duplicate-prefill-weight", -1, "kvroute's --duplicate-prefill-weight (-1: its default)")
+	only        = flag.String("only", "", "run only the pickers whose name contains this")
 )
 
 const (
@@ -151,6 +153,9 @@ func TestGIEAgainstKvroute(t *testing.T) {
 		}
 		for range *repeats {
 			for _, p := range pickers {
+				if !strings.Contains(p.name, *only) {
+					continue
+				}
 				run++
 				r := runOne(t, c, fmt.Sprintf("run%d", run), p, n)
 				t.Logf("%+v", r)
@@ -377,6 +382,9 @@ func kvrouteStart(t *testing.T, ctx context.Context, c *kubetest.Cluster, pool s
 	cfg.Fallbacks = 0 // ORIGINAL_DST reads one ip:port
 	cfg.ShutdownGrace = time.Second
 	cfg.Tokenizers = map[string]tokenizer.ModelSource{model: {Dir: qwenDir}}
+	if *dupWeight >= 0 {
+		cfg.Scoring.DuplicatePrefillWeight = *dupWeight
+	}
 	rctx, cancel := context.WithCancel(ctx)
 	r, err := server.Start(rctx, cfg)
 	if err != nil {
