@@ -148,7 +148,7 @@ func sglangRun(t *testing.T, ctx context.Context, env *bench.Env, r sglangRouter
 	defer client.Close()
 	rctx, rcancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer rcancel()
-	m, err := bench.RunOnFleet(rctx, env.Fleet.Workers(), client, wl, bench.RunOptions{
+	m, _, err := bench.RunOnFleet(rctx, env.Fleet.Workers(), client, wl, bench.RunOptions{
 		Arrival: bench.Arrival{Kind: bench.ArrivalConcurrency, Concurrency: sessions}})
 	if err != nil {
 		t.Fatalf("%s: %v", r.name, err)
@@ -254,7 +254,7 @@ func checkSGLangDefaults(t *testing.T, py string) {
 	}
 	for _, kv := range sglangCacheAware {
 		// "--flag FLAG  text ... (default: X)", the text wrapped over lines.
-		re := regexp.MustCompile(regexp.QuoteMeta(kv[0]) + ` [A-Z_]+\s[^(]*\(default: ([^)]*)\)`)
+		re := regexp.MustCompile(`(?s)` + regexp.QuoteMeta(kv[0]) + ` [A-Z_]+\s.*?\(default: ([^)]*)\)`)
 		m := re.FindStringSubmatch(out)
 		if m == nil {
 			t.Fatalf("sglang-router --help does not document %s", kv[0])

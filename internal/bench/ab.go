@@ -45,7 +45,7 @@ func RunAB(ctx context.Context, env *Env, c *Client, w *Workload, rep *Report, o
 			}
 			ro.Progress = bar.Update
 		}
-		m, err := RunOnFleet(ctx, env.Fleet.Workers(), c, w, ro)
+		m, _, err := RunOnFleet(ctx, env.Fleet.Workers(), c, w, ro)
 		if bar != nil {
 			bar.Done()
 		}
@@ -62,19 +62,20 @@ func RunAB(ctx context.Context, env *Env, c *Client, w *Workload, rep *Report, o
 
 // RunOnFleet replays the workload with c, as Run does, and measures it
 // together with the simulated workers' peaks and the clock lag they
-// accrued during the run. c may point at any router in front of workers:
-// Envoy with kvroute, or another router proxying to the same fleet.
-func RunOnFleet(ctx context.Context, workers []*sim.Worker, c *Client, w *Workload, ro RunOptions) (ModeResult, error) {
+// accrued during the run, and returns the results as well. c may point at
+// any router in front of the workers: Envoy with kvroute, or another
+// router proxying to the same fleet.
+func RunOnFleet(ctx context.Context, workers []*sim.Worker, c *Client, w *Workload, ro RunOptions) (ModeResult, []Result, error) {
 	stop := sampleFleet(ctx, workers)
 	start := time.Now()
 	results, err := Run(ctx, c, w, ro)
 	wall := time.Since(start)
 	sample := stop()
 	if err != nil {
-		return ModeResult{}, err
+		return ModeResult{}, results, err
 	}
 	m := Measure(results, wall)
 	m.Peaks = sample.Peaks
 	m.SetClockLag(sample.Lag, wall)
-	return m, nil
+	return m, results, nil
 }
