@@ -33,8 +33,9 @@ import (
 )
 
 var (
-	aiperfRequests  = flag.Int("aiperf-requests", 200, "records of the bundled Mooncake conversation trace the aiperf comparison replays")
-	aiperfTimeScale = flag.Float64("aiperf-time-scale", 2, "divide the trace's timestamps by this in the aiperf comparison")
+	aiperfRequests  = flag.Int("aiperf-requests", 100, "records of the bundled Mooncake conversation trace the aiperf comparison replays")
+	aiperfTimeScale = flag.Float64("aiperf-time-scale", 1, "divide the trace's timestamps by this in the aiperf comparison")
+	aiperfTokenIDs  = flag.Bool("aiperf-token-ids", false, "also replay kvbench's own token-id prompts of the same records (one more run)")
 )
 
 // aiperfGPUBlocks is each worker's KV cache: 256k tokens, so that every
@@ -53,19 +54,29 @@ type aiperfSide struct {
 	HitRate  float64 `json:"hit_rate"`
 	TTFTP50  float64 `json:"ttft_p50_ms"`
 	TTFTP90  float64 `json:"ttft_p90_ms"`
-	// ITLP50 is the median of the inter-token gaps: kvbench pools every
-	// gap of every request; for aiperf it is the median of its per-request
-	// inter_token_latency ((latency − TTFT) ÷ (tokens − 1)), and
-	// ChunkP50 the median of its pooled inter_chunk_latency.
-	ITLP50   float64 `json:"itl_p50_ms"`
-	ChunkP50 float64 `json:"inter_chunk_p50_ms,omitempty"`
-	ReqS     float64 `json:"req_s"`
-	WallS    float64 `json:"duration_s"`
+	// ITLP50 is the median of every inter-token gap of every request
+	// pooled: kvbench's ITL, aiperf's inter_chunk_latency (one token a
+	// chunk here).
+	ITLP50 float64 `json:"itl_p50_ms"`
+	ReqS   float64 `json:"req_s"`
+	WallS  float64 `json:"duration_s"`
 	// SchedLagP90 is how late the client sent requests against the trace's
 	// schedule (p90, ms).
 	SchedLagP90 float64 `json:"schedule_lag_p90_ms"`
 	WorstLagS   float64 `json:"worst_clock_lag_s"`
 	LagWarning  bool    `json:"clock_lag_warning"`
+	// WorkerTTFT is from the request's send to the worker's writing of the
+	// first token (kvsim's stamp); Delivery from there to the client's
+	// reading it. TTFT is their sum: Delivery is what the path and the
+	// client add.
+	WorkerTTFTP50 float64 `json:"worker_ttft_p50_ms"`
+	WorkerTTFTP90 float64 `json:"worker_ttft_p90_ms"`
+	DeliveryP50   float64 `json:"first_token_delivery_p50_ms"`
+	DeliveryP90   float64 `json:"first_token_delivery_p90_ms"`
+	// ITLRequestP50 is the median over requests of each request's mean
+	// inter-token gap: aiperf's inter_token_latency, (latency − TTFT) ÷
+	// (tokens − 1).
+	ITLRequestP50 float64 `json:"itl_per_request_p50_ms"`
 	// OSLMismatches (aiperf) counts requests whose re-tokenized output
 	// length differs from the server's usage.completion_tokens.
 	OSLMismatches int `json:"osl_mismatch_count,omitempty"`
@@ -108,7 +119,7 @@ func TestAIPerfAgainstKvbench(t *testing.T) {
 		"--model", peerModel, "--tokenizer", peerModel, "--url", env.URL(),
 		"--endpoint-type", "chat", "--streaming",
 		"--input-file", tracePath, "--custom-dataset-type", "mooncake_trace", "--fixed-schedule",
-		"--extra-inputs", "ignore_eos:true", "--random-seed", "1",
+		"--extra-inputs", "ignore_eos:true", "--use-server-token-count", "--random-seed", "1",
 		"--output-artifact-dir", artifacts, "--export-level", "raw",
 		"--ui-type", "none", "--no-server-metrics", "--no-gpu-telemetry"}
 	penv := []string{"HF_HOME=" + hfHome, "HF_HUB_OFFLINE=1"}
@@ -124,16 +135,20 @@ func TestAIPerfAgainstKvbench(t *testing.T) {
 	}
 	ap := readAIPerfSummary(t, filepath.Join(artifacts, "profile_export_aiperf.json"))
 	ap.WorstLagS, ap.LagWarning = lagSince(env, lag0, time.Duration(ap.WallS*float64(time.Second)))
-	sent := aiperfWorkload(t, filepath.Join(artifacts, "profile_export_raw.jsonl"), recs, *aiperfTimeScale)
+	sent, firsts := aiperfWorkload(t, filepath.Join(artifacts, "profile_export_raw.jsonl"), recs, *aiperfTimeScale)
+	ap.setFirstTokens(firsts)
 
 	// kvbench's client on the requests aiperf sent, then on its own
 	// token-id prompts of the same records.
 	ours := kvbenchReplay(t, ctx, env, "kvbench client, aiperf's requests", sent)
-	own := bench.TraceWorkload(recs, bench.TraceOptions{Model: peerModel, TimeScale: *aiperfTimeScale})
-	tokenIDs := kvbenchReplay(t, ctx, env, "kvbench client, kvbench's token-id prompts", own)
+	sides := []aiperfSide{ap, ours}
+	if *aiperfTokenIDs {
+		own := bench.TraceWorkload(recs, bench.TraceOptions{Model: peerModel, TimeScale: *aiperfTimeScale})
+		sides = append(sides, kvbenchReplay(t, ctx, env, "kvbench client, kvbench's token-id prompts", own))
+	}
 
 	rep := aiperfReport{AIPerf: version, Envoy: envoyVersion(), Fleet: fleetLine(aiperfGPUBlocks), Trace: bench.BundledTraceName,
-		Records: len(recs), TimeScale: *aiperfTimeScale, Env: penv, Sides: []aiperfSide{ap, ours, tokenIDs}}
+		Records: len(recs), TimeScale: *aiperfTimeScale, Env: penv, Sides: sides}
 	rep.Command = shellLine(append([]string{"python"}, redactPaths(argv[1:], work, env.URL())...))
 	rep.Env[0] = "HF_HOME=HF" // a temporary Hugging Face cache holding tokenizer/testdata/qwen3 as Qwen/Qwen3-8B
 	rep.Agreement, rep.Agree = aiperfAgreement(ap, ours)
@@ -233,7 +248,7 @@ func readAIPerfSummary(t *testing.T, path string) aiperfSide {
 	side := aiperfSide{Client: "aiperf",
 		Requests: int(metric("request_count").Avg), HitRate: metric("overall_usage_prompt_cache_read_pct").Avg / 100,
 		TTFTP50: metric("time_to_first_token").P50, TTFTP90: metric("time_to_first_token").P90,
-		ITLP50: metric("inter_token_latency").P50, ChunkP50: metric("inter_chunk_latency").P50,
+		ITLRequestP50: metric("inter_token_latency").P50, ITLP50: metric("inter_chunk_latency").P50,
 		ReqS: metric("request_throughput").Avg, WallS: metric("benchmark_duration").Avg,
 		SchedLagP90: metric("replay_sched_lag_p90").Avg, OSLMismatches: int(metric("usage_discrepancy_count").Avg)}
 	for _, e := range errs {
@@ -242,10 +257,16 @@ func readAIPerfSummary(t *testing.T, path string) aiperfSide {
 	return side
 }
 
+// firstToken is when a request was sent, when the worker wrote its first
+// token (the chunk's kvsim_t stamp) and when the client read it, all on
+// this host's wall clock.
+type firstToken struct{ sent, emitted, received time.Time }
+
 // aiperfWorkload rebuilds, from aiperf's raw export, the requests it sent:
 // record i of the trace is aiperf's conversation session_<i>, sent at the
-// record's scaled timestamp.
-func aiperfWorkload(t *testing.T, path string, recs []bench.TraceRecord, scale float64) *bench.Workload {
+// record's scaled timestamp. It also returns each request's first-token
+// times as aiperf recorded them.
+func aiperfWorkload(t *testing.T, path string, recs []bench.TraceRecord, scale float64) (*bench.Workload, []firstToken) {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -253,6 +274,7 @@ func aiperfWorkload(t *testing.T, path string, recs []bench.TraceRecord, scale f
 	}
 	defer f.Close()
 	bodies := make([][]byte, len(recs))
+	var firsts []firstToken
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
 	session := regexp.MustCompile(`^session_(\d+)$`)
@@ -260,8 +282,11 @@ func aiperfWorkload(t *testing.T, path string, recs []bench.TraceRecord, scale f
 		var line struct {
 			Metadata struct {
 				Conversation string `json:"conversation_id"`
+				StartNs      int64  `json:"request_start_ns"`
 			} `json:"metadata"`
-			Payload json.RawMessage `json:"payload"`
+			StartPerfNs int64           `json:"start_perf_ns"`
+			Payload     json.RawMessage `json:"payload"`
+			Responses   []aiperfChunk   `json:"responses"`
 		}
 		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
 			t.Fatalf("%s: %v", path, err)
@@ -281,6 +306,15 @@ func aiperfWorkload(t *testing.T, path string, recs []bench.TraceRecord, scale f
 			t.Fatalf("%s: %s asks for %d tokens, record %d for %d", path, m[0], p.MaxTokens, i, recs[i].OutputLength)
 		}
 		bodies[i] = line.Payload
+		// aiperf times chunks on the monotonic perf counter; the request's
+		// wall-clock start anchors them.
+		for _, r := range line.Responses {
+			if stamp, ok := r.firstContent(); ok {
+				firsts = append(firsts, firstToken{sent: time.Unix(0, line.Metadata.StartNs), emitted: time.Unix(0, stamp),
+					received: time.Unix(0, line.Metadata.StartNs+r.PerfNs-line.StartPerfNs)})
+				break
+			}
+		}
 	}
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
@@ -293,7 +327,50 @@ func aiperfWorkload(t *testing.T, path string, recs []bench.TraceRecord, scale f
 		at := time.Duration(float64(r.Timestamp-recs[0].Timestamp) * float64(time.Millisecond) / scale)
 		w.Flows = append(w.Flows, bench.Flow{At: at, Items: []bench.Item{{Path: bench.PathChat, Body: bodies[i], OutputLen: r.OutputLength}}})
 	}
-	return w
+	return w, firsts
+}
+
+// aiperfChunk is one streamed response of aiperf's raw export.
+type aiperfChunk struct {
+	PerfNs  int64 `json:"perf_ns"`
+	Packets []struct {
+		Name  string `json:"name"`
+		Value string `json:"value"`
+	} `json:"packets"`
+}
+
+// firstContent reports whether the chunk carries generated text and the
+// worker's emit stamp of it.
+func (c aiperfChunk) firstContent() (int64, bool) {
+	for _, p := range c.Packets {
+		if p.Name != "data" {
+			continue
+		}
+		var d struct {
+			Choices []struct {
+				Delta struct {
+					Content string `json:"content"`
+				} `json:"delta"`
+			} `json:"choices"`
+			Stamp int64 `json:"kvsim_t"`
+		}
+		if json.Unmarshal([]byte(p.Value), &d) == nil && len(d.Choices) > 0 && d.Choices[0].Delta.Content != "" && d.Stamp > 0 {
+			return d.Stamp, true
+		}
+	}
+	return 0, false
+}
+
+// setFirstTokens fills in the side's split of TTFT: until the worker wrote
+// the first token, and from then until the client read it.
+func (s *aiperfSide) setFirstTokens(firsts []firstToken) {
+	var worker, delivery []float64
+	for _, f := range firsts {
+		worker = append(worker, float64(f.emitted.Sub(f.sent))/float64(time.Millisecond))
+		delivery = append(delivery, float64(f.received.Sub(f.emitted))/float64(time.Millisecond))
+	}
+	w, d := bench.Summarize(worker), bench.Summarize(delivery)
+	s.WorkerTTFTP50, s.WorkerTTFTP90, s.DeliveryP50, s.DeliveryP90 = w.P50, w.P90, d.P50, d.P90
 }
 
 // kvbenchReplay clears the caches and replays wl with kvbench's client at
@@ -312,9 +389,29 @@ func kvbenchReplay(t *testing.T, ctx context.Context, env *bench.Env, name strin
 		t.Fatalf("%s: %v", name, err)
 	}
 	_, lag := m.WorstLag()
-	return aiperfSide{Client: name, Requests: m.Requests - m.Errors, Errors: m.Errors, HitRate: m.HitRate,
+	side := aiperfSide{Client: name, Requests: m.Requests - m.Errors, Errors: m.Errors, HitRate: m.HitRate,
 		TTFTP50: m.TTFT.P50, TTFTP90: m.TTFT.P90, ITLP50: m.ITL.P50, ReqS: m.ReqS, WallS: m.WallSeconds,
 		SchedLagP90: scheduleLagP90(results, wl), WorstLagS: lag, LagWarning: m.LagWarning}
+	var firsts []firstToken
+	var perRequest []float64
+	for _, r := range results {
+		if r.Err != nil {
+			continue
+		}
+		if !r.FirstEmit.IsZero() {
+			firsts = append(firsts, firstToken{sent: r.Start, emitted: r.FirstEmit, received: r.Start.Add(r.TTFT)})
+		}
+		if len(r.ITL) > 0 {
+			var sum float64
+			for _, g := range r.ITL {
+				sum += float64(g)
+			}
+			perRequest = append(perRequest, sum/float64(len(r.ITL)))
+		}
+	}
+	side.setFirstTokens(firsts)
+	side.ITLRequestP50 = bench.Summarize(perRequest).P50
+	return side
 }
 
 // scheduleLagP90 is the p90 of how late each request was sent against its
@@ -365,7 +462,8 @@ func aiperfAgreement(ap, ours aiperfSide) ([]string, bool) {
 	}{
 		{"TTFT p50", ap.TTFTP50, ours.TTFTP50, aiperfTolerance},
 		{"TTFT p90", ap.TTFTP90, ours.TTFTP90, aiperfTolerance},
-		{"ITL p50", ap.ITLP50, ours.ITLP50, aiperfTolerance},
+		{"ITL p50, per request (aiperf's inter_token_latency)", ap.ITLRequestP50, ours.ITLRequestP50, aiperfTolerance},
+		{"ITL p50, every gap pooled (kvbench's ITL, aiperf's inter_chunk_latency)", ap.ITLP50, ours.ITLP50, aiperfTolerance},
 	} {
 		d := (c.o - c.a) / c.a
 		ok := math.Abs(d) <= c.tol
@@ -398,18 +496,15 @@ func (r *aiperfReport) markdown() string {
 		"(read back from its raw export) at the same times, and then kvbench's own prompts for the same records (token ids, as `kvbench replay` sends them). "+
 		"aiperf synthesizes each record's text from its hash ids (512 tokens each) with the Qwen3 tokenizer and sends it to /v1/chat/completions.\n\n",
 		r.AIPerf, r.Records, r.Trace, r.TimeScale, r.Envoy, r.Fleet)
-	b.WriteString("| client | requests | errors | hit rate | TTFT p50 / p90 ms | ITL p50 ms | req/s | schedule lag p90 ms | worst clock lag s |\n|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| client | requests | errors | hit rate | TTFT p50 / p90 ms | worker wrote 1st token p50 / p90 ms | 1st token delivery p50 / p90 ms | ITL p50 per request / pooled ms | req/s | schedule lag p90 ms | worst clock lag s |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range r.Sides {
-		itl := fmt.Sprintf("%.1f", s.ITLP50)
-		if s.ChunkP50 > 0 {
-			itl += fmt.Sprintf(" (inter-chunk %.1f)", s.ChunkP50)
-		}
 		lag := fmt.Sprintf("%.2f", s.WorstLagS)
 		if s.LagWarning {
 			lag += " (stretched)"
 		}
-		fmt.Fprintf(&b, "| %s | %d | %d | %.3f | %.0f / %.0f | %s | %.2f | %.0f | %s |\n",
-			s.Client, s.Requests, s.Errors, s.HitRate, s.TTFTP50, s.TTFTP90, itl, s.ReqS, s.SchedLagP90, lag)
+		fmt.Fprintf(&b, "| %s | %d | %d | %.3f | %.0f / %.0f | %.0f / %.0f | %.1f / %.1f | %.1f / %.1f | %.2f | %.0f | %s |\n",
+			s.Client, s.Requests, s.Errors, s.HitRate, s.TTFTP50, s.TTFTP90, s.WorkerTTFTP50, s.WorkerTTFTP90, s.DeliveryP50, s.DeliveryP90,
+			s.ITLRequestP50, s.ITLP50, s.ReqS, s.SchedLagP90, lag)
 	}
 	b.WriteString("\naiperf against kvbench's client on the same requests (tolerance 10 %):\n\n")
 	for _, a := range r.Agreement {
@@ -417,11 +512,11 @@ func (r *aiperfReport) markdown() string {
 	}
 	fmt.Fprintf(&b, "\nThe aiperf command (ENVOY is the proxy's address; trace.jsonl the slice written by the test):\n\n    %s %s\n",
 		strings.Join(r.Env, " "), r.Command)
-	fmt.Fprintf(&b, "\nHow the two count: both take the first token as the first streamed chunk with non-empty content (kvsim's first chat chunk carries only the role) " +
-		"and time it from the moment the request is sent. aiperf's ITL is per request, (latency − TTFT) ÷ (output tokens − 1), with output tokens " +
-		"counted by re-tokenizing the text (%d requests of this run disagree with the server's usage count), and its p50 is over requests; kvbench's ITL p50 is over every gap of every request, " +
-		"timed from the worker's emit stamps when the chunks carry them. Request rate: aiperf divides by its benchmark duration, kvbench by its run's wall time. " +
-		"aiperf 0.13.0 loads its tokenizer in worker processes that force HF_HUB_OFFLINE=1, where a local directory passed to --tokenizer is taken for a hub " +
+	fmt.Fprintf(&b, "\nHow the two count: both take the first token as the first streamed chunk with non-empty content (kvsim's first chat chunk carries only the role) "+
+		"and time it from the moment the request is sent. aiperf's ITL is per request, (latency − TTFT) ÷ (output tokens − 1), with output tokens "+
+		"counted by re-tokenizing the text (%d requests of this run disagree with the server's usage count), and its p50 is over requests; kvbench's ITL p50 is over every gap of every request, "+
+		"timed from the worker's emit stamps when the chunks carry them. Request rate: aiperf divides by its benchmark duration, kvbench by its run's wall time. "+
+		"aiperf 0.13.0 loads its tokenizer in worker processes that force HF_HUB_OFFLINE=1, where a local directory passed to --tokenizer is taken for a hub "+
 		"repository id and fails to load; the test therefore lays tokenizer/testdata/qwen3 out as a hub cache entry named Qwen/Qwen3-8B (HF_HOME) and passes the name.\n",
 		r.Sides[0].OSLMismatches)
 	return b.String()
