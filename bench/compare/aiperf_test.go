@@ -35,6 +35,7 @@ import (
 var (
 	aiperfRequests  = flag.Int("aiperf-requests", 100, "records of the bundled Mooncake conversation trace the aiperf comparison replays")
 	aiperfTimeScale = flag.Float64("aiperf-time-scale", 1, "divide the trace's timestamps by this in the aiperf comparison")
+	aiperfSpeedup   = flag.Float64("aiperf-speedup", 2, "divide the aiperf comparison's simulated step times by this: at 2 the fleet has twice the trace's capacity, which keeps queueing, and run-to-run spread, low")
 	aiperfTokenIDs  = flag.Bool("aiperf-token-ids", false, "also replay kvbench's own token-id prompts of the same records (one more run)")
 )
 
@@ -111,7 +112,7 @@ func TestAIPerfAgainstKvbench(t *testing.T) {
 	tracePath := filepath.Join(work, "trace.jsonl")
 	writeScaledTrace(t, tracePath, recs, *aiperfTimeScale)
 	hfHome := hubCacheLayout(t, work)
-	env := startFleet(t, ctx, aiperfGPUBlocks)
+	env := startFleet(t, ctx, aiperfGPUBlocks, *aiperfSpeedup)
 
 	// aiperf first, on the fleet's cold caches.
 	artifacts := filepath.Join(work, "artifacts")
@@ -147,7 +148,7 @@ func TestAIPerfAgainstKvbench(t *testing.T) {
 		sides = append(sides, kvbenchReplay(t, ctx, env, "kvbench client, kvbench's token-id prompts", own))
 	}
 
-	rep := aiperfReport{AIPerf: version, Envoy: envoyVersion(), Fleet: fleetLine(aiperfGPUBlocks), Trace: bench.BundledTraceName,
+	rep := aiperfReport{AIPerf: version, Envoy: envoyVersion(), Fleet: fleetLine(aiperfGPUBlocks, *aiperfSpeedup), Trace: bench.BundledTraceName,
 		Records: len(recs), TimeScale: *aiperfTimeScale, Env: penv, Sides: sides}
 	rep.Command = shellLine(append([]string{"python"}, redactPaths(argv[1:], work, env.URL())...))
 	rep.Env[0] = "HF_HOME=HF" // a temporary Hugging Face cache holding tokenizer/testdata/qwen3 as Qwen/Qwen3-8B

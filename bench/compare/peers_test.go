@@ -33,8 +33,6 @@ const (
 	peerBlockSize = 16
 )
 
-var peerSpeedup = flag.Float64("peers-speedup", 1, "divide the simulated workers' step times by this (raise it if the workers report clock lag)")
-
 func init() {
 	// The report directory flag is shared with the other comparisons of
 	// this package; whichever file is built first defines it.
@@ -195,10 +193,10 @@ func shellLine(args []string) string {
 
 // startFleet starts the all-in-one environment the peers share: embedded
 // NATS and etcd, the kvsim fleet, kvroute (mode kv) and a real Envoy.
-func startFleet(t *testing.T, ctx context.Context, gpuBlocks int) *bench.Env {
+func startFleet(t *testing.T, ctx context.Context, gpuBlocks int, speedup float64) *bench.Env {
 	t.Helper()
 	env, err := bench.StartEnv(ctx, bench.EnvConfig{
-		Workers: peerWorkers, Model: peerModel, TokenizerDir: peerTokenizer, Speedup: *peerSpeedup,
+		Workers: peerWorkers, Model: peerModel, TokenizerDir: peerTokenizer, Speedup: speedup,
 		Engine: sim.EngineConfig{NumGPUBlocks: gpuBlocks, BlockSize: peerBlockSize},
 	})
 	if err != nil {
@@ -222,9 +220,9 @@ func fleetURLs(env *bench.Env) []string {
 func loadEncoder() (*sim.ChatEncoder, error) { return sim.LoadChatEncoder(peerTokenizer, "") }
 
 // fleetLine describes the fleet for the reports.
-func fleetLine(gpuBlocks int) string {
+func fleetLine(gpuBlocks int, speedup float64) string {
 	return fmt.Sprintf("%d kvsim workers (simulated vLLM, Dynamo mocker timing, speedup %g), %d-token blocks, %d KV blocks each, Qwen3 tokenizer and chat template",
-		peerWorkers, *peerSpeedup, peerBlockSize, gpuBlocks)
+		peerWorkers, speedup, peerBlockSize, gpuBlocks)
 }
 
 // runCapture runs a command to the end and returns its combined output.
