@@ -478,6 +478,19 @@ func aiperfAgreement(ap, ours aiperfSide) ([]string, bool) {
 	return out, all
 }
 
+// split says where the two runs' TTFTs part: in what the worker took to
+// write the first token (the system, run to run) or in its delivery to
+// the client (the path and the client's own measurement).
+func (ap aiperfSide) split(ours aiperfSide) string {
+	return fmt.Sprintf("Where the TTFTs part (kvbench − aiperf): TTFT p50 differs by %+.1f ms, the time until the worker wrote the first token by %+.1f ms "+
+		"and its delivery to the client by %+.1f ms; at p90 by %+.1f, %+.1f and %+.1f ms. Each client adds %.1f / %.1f ms (aiperf) and %.1f / %.1f ms (kvbench) at p50 / p90 between the worker's "+
+		"write and its own read of the first token: the measurements agree to that; a difference in the first part is the fleet answering differently "+
+		"in two runs (the workload's queueing on this host), not a client's error.",
+		ours.TTFTP50-ap.TTFTP50, ours.WorkerTTFTP50-ap.WorkerTTFTP50, ours.DeliveryP50-ap.DeliveryP50,
+		ours.TTFTP90-ap.TTFTP90, ours.WorkerTTFTP90-ap.WorkerTTFTP90, ours.DeliveryP90-ap.DeliveryP90,
+		ap.DeliveryP50, ap.DeliveryP90, ours.DeliveryP50, ours.DeliveryP90)
+}
+
 // redactPaths replaces the run's temporary paths and the Envoy URL in a
 // command line with placeholders.
 func redactPaths(args []string, work, url string) []string {
@@ -511,6 +524,7 @@ func (r *aiperfReport) markdown() string {
 	for _, a := range r.Agreement {
 		fmt.Fprintf(&b, "- %s\n", a)
 	}
+	b.WriteString("\n" + r.Sides[0].split(r.Sides[1]) + "\n")
 	fmt.Fprintf(&b, "\nThe aiperf command (ENVOY is the proxy's address; trace.jsonl the slice written by the test):\n\n    %s %s\n",
 		strings.Join(r.Env, " "), r.Command)
 	fmt.Fprintf(&b, "\nHow the two count: both take the first token as the first streamed chunk with non-empty content (kvsim's first chat chunk carries only the role) "+

@@ -23,6 +23,7 @@ import (
 	"github.com/kvroute/kvroute/internal/bench"
 	"github.com/kvroute/kvroute/internal/sim"
 	"github.com/kvroute/kvroute/internal/testenv"
+	"github.com/kvroute/kvroute/server"
 )
 
 // The peers' fleet: the same for every router and client under test.
@@ -32,6 +33,8 @@ const (
 	peerWorkers   = 4
 	peerBlockSize = 16
 )
+
+var peerCost = flag.String("peers-kvroute-cost", "", "kvroute's --cost-model in the peer comparisons (empty: its default)")
 
 func init() {
 	// The report directory flag is shared with the other comparisons of
@@ -198,6 +201,11 @@ func startFleet(t *testing.T, ctx context.Context, gpuBlocks int, speedup float6
 	env, err := bench.StartEnv(ctx, bench.EnvConfig{
 		Workers: peerWorkers, Model: peerModel, TokenizerDir: peerTokenizer, Speedup: speedup,
 		Engine: sim.EngineConfig{NumGPUBlocks: gpuBlocks, BlockSize: peerBlockSize},
+		Router: func(c *server.Config) {
+			if *peerCost != "" {
+				c.Scoring.CostModel = *peerCost
+			}
+		},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -229,4 +237,12 @@ func fleetLine(gpuBlocks int, speedup float64) string {
 func runCapture(args ...string) (string, error) {
 	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
 	return string(out), err
+}
+
+// costSuffix names a non-default kvroute cost model in row labels.
+func costSuffix() string {
+	if *peerCost == "" {
+		return ""
+	}
+	return ", cost " + *peerCost
 }

@@ -91,7 +91,7 @@ func TestSGLangRouter(t *testing.T) {
 	}
 	peerLogs := map[string]string{}
 	routers := []sglangRouter{
-		kvrouteMode(env, "kv", "kvroute (kv) via Envoy"),
+		kvrouteMode(env, "kv", "kvroute (kv"+costSuffix()+") via Envoy"),
 		sglangLaunch(py, env, "sglang-router cache_aware", append([]string{"--policy", "cache_aware"}, cacheAware...), peerLogs),
 		sglangLaunch(py, env, "sglang-router round_robin", []string{"--policy", "round_robin"}, peerLogs),
 	}
@@ -127,6 +127,7 @@ func TestSGLangRouter(t *testing.T) {
 		}
 	}
 	rep.Goal = sglangGoal(rows)
+	rep.KvrouteCost = *peerCost
 	writeFragment(t, "sglang", rep.markdown(), rep)
 }
 
@@ -300,6 +301,7 @@ type sglangReport struct {
 	// PeerEndpoints404 are the worker endpoints the router asked for and
 	// kvsim does not serve.
 	PeerEndpoints404 []string    `json:"peer_endpoints_404"`
+	KvrouteCost      string      `json:"kvroute_cost_model,omitempty"`
 	Rows             []sglangRow `json:"runs"`
 	Goal             []string    `json:"goal"`
 }
