@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"maps"
 	"net/http"
 	"regexp"
 	"slices"
@@ -306,6 +307,32 @@ type sglangReport struct {
 	Goal             []string    `json:"goal"`
 }
 
+// idealLine says which of the two cache-aware routers reached the ideal hit
+// rate at every load.
+func (r *sglangReport) idealLine() string {
+	short := map[string][]string{}
+	for _, x := range r.Rows {
+		if strings.HasPrefix(x.Router, "kvroute (kv") || strings.HasPrefix(x.Router, "sglang-router cache_aware") {
+			if x.HitRate < x.IdealHit-0.0005 {
+				short[x.Router] = append(short[x.Router], strconv.Itoa(x.Sessions))
+			}
+		}
+	}
+	if len(short) == 0 {
+		return "Both reach it at every load here, so what is left between them is TTFT, where a difference of a few percent in one run is not a ranking."
+	}
+	var parts []string
+	for _, name := range slices.Sorted(maps.Keys(short)) {
+		line := fmt.Sprintf("%s falls short of it at %s sessions", name, strings.Join(short[name], ", "))
+		if strings.HasPrefix(name, "kvroute") {
+			line += " (its cost weighs each worker's load against the blocks it would recompute, so it recomputes a shared " +
+				"prefix on a less loaded worker when the load term outweighs the prompt)"
+		}
+		parts = append(parts, line)
+	}
+	return strings.Join(parts, "; ") + "."
+}
+
 // sglangGoal checks, per load, that kvroute (kv) is ahead of
 // sglang-router cache_aware on hit rate and TTFT p90, as ratios.
 func sglangGoal(rows []sglangRow) []string {
@@ -329,13 +356,21 @@ func sglangGoal(rows []sglangRow) []string {
 		if kv == nil || sg == nil {
 			continue
 		}
-		ahead := kv.HitRate > sg.HitRate && kv.TTFTP90 < sg.TTFTP90
-		verdict := "kvroute ahead on both"
-		if !ahead {
-			verdict = "kvroute NOT ahead on both"
+		// Hit rates are token counts of the same prompts: equal to three
+		// places is the same routing outcome.
+		hit := "tied"
+		switch d := kv.HitRate - sg.HitRate; {
+		case d > 0.0005:
+			hit = "kvroute ahead"
+		case d < -0.0005:
+			hit = "kvroute behind"
 		}
-		out = append(out, fmt.Sprintf("%d sessions: hit rate %.3f vs %.3f (×%.2f), TTFT p90 %.0f vs %.0f ms (kvroute's is ×%.2f of sglang-router's): %s",
-			n, kv.HitRate, sg.HitRate, kv.HitRate/max(sg.HitRate, 1e-9), kv.TTFTP90, sg.TTFTP90, kv.TTFTP90/max(sg.TTFTP90, 1e-9), verdict))
+		verdict := "kvroute ahead on both"
+		if hit != "kvroute ahead" || kv.TTFTP90 >= sg.TTFTP90 {
+			verdict = "kvroute not ahead on both"
+		}
+		out = append(out, fmt.Sprintf("%d sessions: hit rate %.3f vs %.3f (%s), TTFT p90 %.0f vs %.0f ms (kvroute's is ×%.2f of sglang-router's): %s",
+			n, kv.HitRate, sg.HitRate, hit, kv.TTFTP90, sg.TTFTP90, kv.TTFTP90/max(sg.TTFTP90, 1e-9), verdict))
 	}
 	return out
 }
@@ -380,7 +415,7 @@ func (r *sglangReport) markdown() string {
 		"so here it is pure prefix affinity.\n\n")
 	b.WriteString("What this workload rewards. Every worker's cache holds the whole working set (the ideal hit rate is an infinite cache's) and each turn's " +
 		"text extends the previous turn's, so the text tree is exact and affinity alone reaches the ideal hit rate; kvroute's exact index has nothing " +
-		"to correct, and its load term costs it a few recomputed system prompts. Exact tokens and KV events matter where the approximation breaks: " +
+		"to correct. " + r.idealLine() + " Exact tokens and KV events matter where the approximation breaks: " +
 		"caches smaller than the working set (the tree keeps pointing at evicted prefixes), requests whose message text shares a prefix " +
 		"while their rendered prompts do not (tools or other template inputs ahead of the messages), and load high enough that affinity queues: " +
 		"none of which this workload exercises.\n")
