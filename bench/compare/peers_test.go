@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -71,14 +72,17 @@ func distVersion(t *testing.T, py, dist string) string {
 	return strings.TrimSpace(string(out))
 }
 
-// envoyVersion is the first line of `envoy --version`.
+// envoyVersion is Envoy's release number, from `envoy --version`.
 func envoyVersion() string {
 	bin, err := proxy.Find()
 	if err != nil {
 		return ""
 	}
 	out, _ := exec.Command(bin, "--version").Output()
-	return strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(out)), "envoy  version:"))
+	if m := regexp.MustCompile(`/(\d+\.\d+\.\d+)/`).FindSubmatch(out); m != nil {
+		return string(m[1])
+	}
+	return strings.TrimSpace(string(out))
 }
 
 // peerPort is a free loopback port.
