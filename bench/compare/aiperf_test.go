@@ -124,9 +124,9 @@ func TestAIPerfAgainstKvbench(t *testing.T) {
 	lag0 := fleetLag(env)
 	p := startPeer(t, ctx, "aiperf", work, penv, argv...)
 	select {
-	case err := <-p.done:
-		if err != nil {
-			t.Fatalf("aiperf: %v\n%s", err, p.logTail())
+	case <-p.done:
+		if p.err != nil {
+			t.Fatalf("aiperf: %v\n%s", p.err, p.logTail())
 		}
 	case <-time.After(4 * time.Minute):
 		t.Fatalf("aiperf did not finish in 4 minutes\n%s", p.logTail())
@@ -507,6 +507,7 @@ func redactPaths(args []string, work, url string) []string {
 	return out
 }
 
+// markdown renders aiperf.md.
 func (r *aiperfReport) markdown() string {
 	var b strings.Builder
 	b.WriteString("## An independent client: aiperf\n\n")
@@ -517,13 +518,9 @@ func (r *aiperfReport) markdown() string {
 		r.AIPerf, r.Records, r.Trace, r.TimeScale, r.Envoy, r.Fleet, r.tokenIDsNote())
 	b.WriteString("| client | requests | errors | hit rate | TTFT p50 / p90 ms | worker wrote 1st token p50 / p90 ms | 1st token delivery p50 / p90 ms | ITL p50 per request / pooled ms | req/s | schedule lag p90 ms | worst clock lag s |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range r.Sides {
-		lag := fmt.Sprintf("%.2f", s.WorstLagS)
-		if s.LagWarning {
-			lag += " (stretched)"
-		}
 		fmt.Fprintf(&b, "| %s | %d | %d | %.3f | %.0f / %.0f | %.0f / %.0f | %.1f / %.1f | %.1f / %.1f | %.2f | %.0f | %s |\n",
 			s.Client, s.Requests, s.Errors, s.HitRate, s.TTFTP50, s.TTFTP90, s.WorkerTTFTP50, s.WorkerTTFTP90, s.DeliveryP50, s.DeliveryP90,
-			s.ITLRequestP50, s.ITLP50, s.ReqS, s.SchedLagP90, lag)
+			s.ITLRequestP50, s.ITLP50, s.ReqS, s.SchedLagP90, lagCell(s.WorstLagS, s.LagWarning))
 	}
 	b.WriteString("\naiperf against kvbench's client on the same requests (tolerance 10 %):\n\n")
 	for _, a := range r.Agreement {

@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -85,23 +84,14 @@ func envoyVersion() string {
 	return strings.TrimSpace(string(out))
 }
 
-// peerPort is a free loopback port.
-func peerPort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // peerProc is a peer running as a child process in its own process group,
 // its output in a log file.
 type peerProc struct {
-	cmd  *exec.Cmd
-	log  string
-	done chan error
+	cmd *exec.Cmd
+	log string
+	// done is closed when the process has exited; err is then its exit.
+	done chan struct{}
+	err  error
 }
 
 // startPeer runs args in dir with extra environment variables; the test's
@@ -122,8 +112,12 @@ func startPeer(t *testing.T, ctx context.Context, name, dir string, env []string
 		logf.Close()
 		t.Fatal(err)
 	}
-	p := &peerProc{cmd: cmd, log: logf.Name(), done: make(chan error, 1)}
-	go func() { p.done <- cmd.Wait(); logf.Close() }()
+	p := &peerProc{cmd: cmd, log: logf.Name(), done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		logf.Close()
+		close(p.done)
+	}()
 	t.Cleanup(func() {
 		p.stop()
 		os.Remove(p.log)
@@ -133,8 +127,10 @@ func startPeer(t *testing.T, ctx context.Context, name, dir string, env []string
 
 // stop ends the process group (SIGTERM, then SIGKILL after 5 s) and waits.
 func (p *peerProc) stop() {
-	if p.cmd.ProcessState != nil {
+	select {
+	case <-p.done:
 		return
+	default:
 	}
 	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
 	select {
@@ -249,4 +245,13 @@ func costSuffix() string {
 		return ""
 	}
 	return ", cost " + *peerCost
+}
+
+// lagCell renders a worker's clock lag for a table, marking a run whose
+// times the lag stretched.
+func lagCell(secs float64, stretched bool) string {
+	if stretched {
+		return fmt.Sprintf("%.2f (stretched)", secs)
+	}
+	return fmt.Sprintf("%.2f", secs)
 }

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/internal/bench"
+	"github.com/kvroute/kvroute/internal/testenv"
 )
 
 // sglangGPUBlocks is each worker's KV cache: 64k tokens, room for the
@@ -190,7 +191,7 @@ func sglangLaunch(py string, env *bench.Env, name string, policy []string, logs 
 	r.argv = append(r.argv, "--prometheus-host", "127.0.0.1", "--prometheus-port", "PORT2", "--log-level", "warn")
 	r.start = func(t *testing.T, ctx context.Context) (string, func()) {
 		t.Helper()
-		port, prom := peerPort(t), peerPort(t)
+		port, prom := testenv.FreePort(t), testenv.FreePort(t)
 		args := slices.Clone(r.argv)
 		args[0] = py
 		for i, a := range args {
@@ -375,6 +376,7 @@ func sglangGoal(rows []sglangRow) []string {
 	return out
 }
 
+// markdown renders sglang.md.
 func (r *sglangReport) markdown() string {
 	var b strings.Builder
 	b.WriteString("## SGLang's router on the same fleet\n\n")
@@ -391,12 +393,8 @@ func (r *sglangReport) markdown() string {
 		if x.Stickiness != nil {
 			sticky = fmt.Sprintf("%.0f %%", 100**x.Stickiness)
 		}
-		lag := fmt.Sprintf("%.2f", x.WorstLagS)
-		if x.LagWarning {
-			lag += " (stretched)"
-		}
 		fmt.Fprintf(&b, "| %s | %d | %.3f (%.3f) | %s | %.0f / %.0f / %.0f | %.1f | %d | %.1f | %s |\n",
-			x.Router, x.Sessions, x.HitRate, x.IdealHit, sticky, x.TTFTP50, x.TTFTP90, x.TTFTP99, x.ITLP50, x.Errors, x.WallS, lag)
+			x.Router, x.Sessions, x.HitRate, x.IdealHit, sticky, x.TTFTP50, x.TTFTP90, x.TTFTP99, x.ITLP50, x.Errors, x.WallS, lagCell(x.WorstLagS, x.LagWarning))
 	}
 	b.WriteString("\nkvroute (kv) against sglang-router cache_aware, from this run:\n\n")
 	for _, g := range r.Goal {
