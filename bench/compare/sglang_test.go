@@ -418,8 +418,9 @@ func (r *sglangReport) markdown() string {
 		"while their rendered prompts do not (tools or other template inputs ahead of the messages), and load high enough that affinity queues: " +
 		"none of which this workload exercises.\n")
 	if len(r.PeerEndpoints404) > 0 {
-		fmt.Fprintf(&b, "\nCompatibility: at start sglang-router asks each worker for %s, SGLang's own metadata endpoints, which a vLLM-style server such as kvsim does not serve; "+
-			"it falls back, registers the workers with model id \"unknown\" and routes normally (health checks use /health, which kvsim serves).\n",
+		fmt.Fprintf(&b, "\nCompatibility: at start sglang-router asks each worker for %s (then their older /get_* forms), SGLang's own metadata endpoints, "+
+			"which a vLLM-style server such as kvsim does not serve; without them it registers the workers with model id \"unknown\" and routes normally "+
+			"(its health checks use /health, which kvsim serves). Nothing was added to kvsim for it.\n",
 			"`"+strings.Join(r.PeerEndpoints404, "`, `")+"`")
 	}
 	return b.String()
