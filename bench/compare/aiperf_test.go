@@ -536,6 +536,11 @@ func (ap aiperfSide) split(ours aiperfSide) string {
 		ours.TTFTP50-ap.TTFTP50, ours.WorkerTTFTP50-ap.WorkerTTFTP50, ours.DeliveryP50-ap.DeliveryP50,
 		ours.TTFTP90-ap.TTFTP90, ours.WorkerTTFTP90-ap.WorkerTTFTP90, ours.DeliveryP90-ap.DeliveryP90,
 		ap.DeliveryP50, ap.DeliveryP90, ours.DeliveryP50, ours.DeliveryP90)
+	for _, x := range []aiperfSide{ap, ours} {
+		if x.LagWarning {
+			head += fmt.Sprintf("The host fell behind during %s's run (the workers' clock lag, %.1f s), which stretches every time in it. ", x.Client, x.WorstLagS)
+		}
+	}
 	// A client's own share of TTFT is its delivery: within a few
 	// milliseconds, the two measure the same thing the same way.
 	if math.Abs(ours.DeliveryP50-ap.DeliveryP50) < 5 && math.Abs(ours.DeliveryP90-ap.DeliveryP90) < 5 {
