@@ -541,13 +541,15 @@ func (ap aiperfSide) split(ours aiperfSide) string {
 			head += fmt.Sprintf("The host fell behind during %s's run (the workers' clock lag, %.1f s), which stretches every time in it. ", x.Client, x.WorstLagS)
 		}
 	}
-	// A client's own share of TTFT is its delivery: within a few
-	// milliseconds, the two measure the same thing the same way.
-	if math.Abs(ours.DeliveryP50-ap.DeliveryP50) < 5 && math.Abs(ours.DeliveryP90-ap.DeliveryP90) < 5 {
-		return head + "The two clients measure alike to within that; what differs is the time before the worker wrote the first token, " +
-			"that is the fleet answering two runs differently (which worker got which long prompt, and what queued behind it), not a client's error."
+	// A client's own share of TTFT is its delivery: when the two differ
+	// there by less than 5 ms or 2 % of the TTFT, they measure the same
+	// thing the same way.
+	alike := func(d, ttft float64) bool { return math.Abs(d) < max(5, 0.02*ttft) }
+	if alike(ours.DeliveryP50-ap.DeliveryP50, ap.TTFTP50) && alike(ours.DeliveryP90-ap.DeliveryP90, ap.TTFTP90) {
+		return head + "The two clients measure alike to within that (under 5 ms or 2 % of TTFT); what differs is the time before the worker wrote " +
+			"the first token, that is the fleet answering two runs differently (which worker got which long prompt, and what queued behind it), not a client's error."
 	}
-	return head + "The clients differ in what they add themselves: that part of the gap is a measurement difference."
+	return head + "The clients differ in what they add themselves by more than 5 ms and 2 % of TTFT: that part of the gap is a measurement difference."
 }
 
 // redactPaths replaces the run's temporary paths and the Envoy URL in a
