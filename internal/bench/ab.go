@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/kvroute/kvroute/internal/sim"
 )
 
 // ABOptions configures an A/B run over router modes.
@@ -43,24 +45,37 @@ func RunAB(ctx context.Context, env *Env, c *Client, w *Workload, rep *Report, o
 			}
 			ro.Progress = bar.Update
 		}
-		stop := sampleFleet(ctx, env.Fleet.Workers())
-		start := time.Now()
-		results, err := Run(ctx, c, w, ro)
-		wall := time.Since(start)
-		sample := stop()
+		m, _, err := RunOnFleet(ctx, env.Fleet.Workers(), c, w, ro)
 		if bar != nil {
 			bar.Done()
 		}
 		if err != nil {
 			return fmt.Errorf("mode %s: %w", mode, err)
 		}
-		m := Measure(results, wall)
-		m.Peaks = sample.Peaks
-		m.SetClockLag(sample.Lag, wall)
 		rep.Add(mode, &m)
 		if opt.OnMode != nil {
 			opt.OnMode(mode, &m)
 		}
 	}
 	return nil
+}
+
+// RunOnFleet replays the workload with c, as Run does, and measures it
+// together with the simulated workers' peaks and the clock lag they
+// accrued during the run, and returns the results as well. c may point at
+// any router in front of the workers: Envoy with kvroute, or another
+// router proxying to the same fleet.
+func RunOnFleet(ctx context.Context, workers []*sim.Worker, c *Client, w *Workload, ro RunOptions) (ModeResult, []Result, error) {
+	stop := sampleFleet(ctx, workers)
+	start := time.Now()
+	results, err := Run(ctx, c, w, ro)
+	wall := time.Since(start)
+	sample := stop()
+	if err != nil {
+		return ModeResult{}, results, err
+	}
+	m := Measure(results, wall)
+	m.Peaks = sample.Peaks
+	m.SetClockLag(sample.Lag, wall)
+	return m, results, nil
 }

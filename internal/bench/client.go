@@ -23,6 +23,11 @@ type Result struct {
 	// TTFT is the time to the first generated token; E2E to the end of
 	// the stream.
 	TTFT, E2E time.Duration
+	// FirstEmit is when the worker wrote the first token (its "kvsim_t"
+	// stamp; zero when the chunk carried none). Start.Add(TTFT) minus
+	// FirstEmit is how long that token took to reach the client, which
+	// tells delay in the path or the client apart from the worker's.
+	FirstEmit time.Time
 	// ITL holds the gaps between consecutive token events, in ms: from the
 	// worker's emit stamps ("kvsim_t") when both events carry one, else
 	// from when each event was parsed. Stamps matter because events the
@@ -204,6 +209,9 @@ func readStream(body io.Reader, res *Result, expect int) error {
 			case res.OutputTokens == 0:
 				// TTFT stays client-side: the worker's clock need not be ours.
 				res.TTFT = now.Sub(res.Start)
+				if stamp > 0 {
+					res.FirstEmit = time.Unix(0, stamp)
+				}
 			case stamp > 0 && lastStamp > 0 && stamp >= lastStamp:
 				res.ITL = append(res.ITL, float32(float64(stamp-lastStamp)/1e6))
 			default:

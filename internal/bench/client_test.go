@@ -52,6 +52,11 @@ func TestClientMeasuresAKvsimCompletionStream(t *testing.T) {
 	if first.TTFT <= 0 || first.E2E < first.TTFT || first.CachedTokens != 0 {
 		t.Errorf("TTFT %v, E2E %v, cached %d", first.TTFT, first.E2E, first.CachedTokens)
 	}
+	// The worker is on this host: it wrote the first token after the
+	// request left and before the client read it.
+	if got := first.Start.Add(first.TTFT); first.FirstEmit.Before(first.Start) || first.FirstEmit.After(got) {
+		t.Errorf("first token emitted at %v, want within [%v, %v]", first.FirstEmit, first.Start, got)
+	}
 	again := c.Do(context.Background(), it)
 	if again.Err != nil || again.CachedTokens != 288 {
 		t.Errorf("repeat: err %v, cached %d, want 288 (all full blocks but the last token's)", again.Err, again.CachedTokens)

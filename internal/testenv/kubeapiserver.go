@@ -67,7 +67,7 @@ func StartKubeAPIServer(t testing.TB) *KubeAPIServer {
 			t.Fatal(err)
 		}
 	}
-	port := freePort(t)
+	port := FreePort(t)
 	logs := &syncWriter{w: new(bytes.Buffer)}
 	cmd := exec.Command(bin,
 		"--etcd-servers", etcd.Endpoints[0],

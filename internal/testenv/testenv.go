@@ -123,8 +123,8 @@ func StartEtcd(t testing.TB) *Etcd {
 	cfg.Logger = "zap"
 	cfg.LogLevel = "error"
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	clientURL := mustURL(t, fmt.Sprintf("http://127.0.0.1:%d", freePort(t)))
-	peerURL := mustURL(t, fmt.Sprintf("http://127.0.0.1:%d", freePort(t)))
+	clientURL := mustURL(t, fmt.Sprintf("http://127.0.0.1:%d", FreePort(t)))
+	peerURL := mustURL(t, fmt.Sprintf("http://127.0.0.1:%d", FreePort(t)))
 	cfg.ListenClientUrls = []url.URL{clientURL}
 	cfg.AdvertiseClientUrls = []url.URL{clientURL}
 	cfg.ListenPeerUrls = []url.URL{peerURL}
@@ -192,7 +192,8 @@ func mustURL(t testing.TB, s string) url.URL {
 	return *u
 }
 
-func freePort(t testing.TB) int {
+// FreePort is a loopback TCP port that was free a moment ago.
+func FreePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
