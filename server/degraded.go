@@ -14,6 +14,7 @@ import (
 const (
 	depNATS = "nats"
 	depEtcd = "etcd"
+	depKube = "kubernetes"
 )
 
 // degradedEffect says what the router does without each dependency, for
@@ -21,6 +22,7 @@ const (
 var degradedEffect = map[string]string{
 	depNATS: "routing by load and the index it has: no KV events, load reports or replica sync until it connects",
 	depEtcd: "routing over the last known workers: no joins or leaves until etcd answers",
+	depKube: "routing over the last known pods: no joins or leaves until the API server answers",
 }
 
 // dependencies tracks which dependencies are away, for one log line when
@@ -75,13 +77,17 @@ func (r *Server) dependenciesInUse() []string {
 	if len(r.cfg.EtcdEndpoints) > 0 && r.cfg.WorkersFile == "" && r.cfg.PoolName == "" {
 		deps = append(deps, depEtcd)
 	}
+	if r.cfg.PoolName != "" {
+		deps = append(deps, depKube)
+	}
 	return deps
 }
 
 // Degraded lists what the router runs without while it still routes:
 // "nats" when the event bus is not connected (no KV events, load reports
 // or replica sync until it is), "etcd" while worker discovery cannot reach
-// etcd (the last known workers are kept).
+// etcd (the last known workers are kept), "kubernetes" while InferencePool
+// discovery cannot reach the API server (the last known pods are kept).
 // Empty when nothing is missing.
 func (r *Server) Degraded() []string {
 	var out []string

@@ -34,7 +34,7 @@ var endpoints = []endpoint{
 	{"GET", "/healthz", "liveness: ok while the process runs", false},
 	{"GET", "/readyz", "readiness: 200 once discovery synced with a worker and ext_proc is up (a NATS or etcd outage only shows in \"degraded\"); else 503 and the reason", false},
 	{"GET", "/", "this list", true},
-	{"GET", "/debug/workers", "every worker: its record, live load and index holdings; \"degraded\" lists components the router runs without (nats, etcd)", true},
+	{"GET", "/debug/workers", "every worker: its record, live load and index holdings; \"degraded\" lists components the router runs without (nats, etcd, kubernetes)", true},
 	{"POST", "/debug/explain", "an OpenAI body in, the decision with every candidate's terms out, without side effects (?path=/v1/completions)", true},
 	{"GET", SnapshotPath, "the KV index as a versioned binary snapshot, for a restarting replica's --warm-from", true},
 	{"GET", "/admin/mode", "the router mode and the valid ones", true},

@@ -98,7 +98,14 @@ func (r *Server) startPoolDiscovery() error {
 	w, err := kubepool.New(kubepool.Config{
 		PoolName: r.cfg.PoolName, PoolNamespace: ns, REST: rest, Defaults: r.cfg.PoolDefaults, Sink: r.fleet,
 		OnBadPod: func(string, error) { r.metrics.badRecords.WithLabelValues("inferencepool").Inc() },
-		Logger:   r.log,
+		OnHealth: func(err error) {
+			if err != nil {
+				r.dependencyDown(depKube, err)
+			} else {
+				r.dependencyUp(depKube)
+			}
+		},
+		Logger: r.log,
 	})
 	if err != nil {
 		return err

@@ -40,6 +40,13 @@ type Config struct {
 	// OnBadPod is called when a matching pod cannot be turned into workers
 	// (it then serves nothing); optional.
 	OnBadPod func(pod string, err error)
+	// OnHealth, when set, hears whether the API server answers: an error
+	// when a list, watch or probe fails, nil when it answers again. The
+	// informers retry on their own meanwhile and keep the last known pods.
+	OnHealth func(err error)
+	// ProbeInterval is how often the API server is asked for its version
+	// (default 1 s), so that an outage of an idle watch is noticed.
+	ProbeInterval time.Duration
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -146,6 +153,13 @@ func (w *Watcher) Run(ctx context.Context) error {
 		DeleteFunc: func(o any) { w.podDeleted(o) },
 	}); err != nil {
 		return fmt.Errorf("inferencepool discovery: %w", err)
+	}
+	if w.cfg.OnHealth != nil {
+		h := &healthReport{report: w.cfg.OnHealth}
+		onErr := func(_ *cache.Reflector, err error) { h.set(err) }
+		_ = poolInf.SetWatchErrorHandler(onErr)
+		_ = podInf.Informer().SetWatchErrorHandler(onErr)
+		go w.probe(ctx, h)
 	}
 	poolF.Start(ctx.Done())
 	podF.Start(ctx.Done())
@@ -305,4 +319,50 @@ func (w *Watcher) applyLocked(name string, p *corev1.Pod) {
 func sameWorker(a, b scoring.WorkerSpec) bool {
 	return a.ID == b.ID && a.Model == b.Model && a.Address == b.Address && a.BlockSize == b.BlockSize &&
 		a.KVTotalBlocks == b.KVTotalBlocks && a.DPRank == b.DPRank
+}
+
+// healthReport passes on changes of the API server's reachability only.
+type healthReport struct {
+	mu     sync.Mutex
+	down   bool
+	report func(error)
+}
+
+func (h *healthReport) set(err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if (err != nil) == h.down {
+		return
+	}
+	h.down = err != nil
+	h.report(err)
+}
+
+// probe asks the API server for its version every ProbeInterval (GET
+// /version, which every authenticated client may read) and reports whether
+// it answered.
+func (w *Watcher) probe(ctx context.Context, h *healthReport) {
+	every := w.cfg.ProbeInterval
+	if every <= 0 {
+		every = time.Second
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, every)
+		err := w.kube.Discovery().RESTClient().Get().AbsPath("/version").Do(pctx).Error()
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			err = fmt.Errorf("kubernetes API server: %w", err)
+		}
+		h.set(err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
