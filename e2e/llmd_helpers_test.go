@@ -112,15 +112,20 @@ type llmdSim struct {
 	done     chan struct{}
 }
 
-// startLLMDSim runs the simulator with its own /etc/hosts (see hfStub).
-// podIP is what it names itself by in its KV event topic.
-func startLLMDSim(t *testing.T, bin string, hf *hfStub, id, podIP string, port int, args ...string) *llmdSim {
+// startLLMDSim runs the simulator, with its own /etc/hosts when hf is set
+// (see hfStub; without it the simulator tokenizes text with its dummy
+// tokenizer, and only token-id prompts reach its KV cache as sent). podIP
+// is what it names itself by in its KV event topic.
+func startLLMDSim(t testing.TB, bin string, hf *hfStub, id, podIP string, port int, args ...string) *llmdSim {
 	t.Helper()
-	script := `hosts=$0; mount --bind "$hosts" /etc/hosts && exec "$@"`
-	full := append([]string{"--mount", "--propagation", "private", "sh", "-c", script, hf.hostsFile, bin,
-		"--port", fmt.Sprint(port)}, args...)
-	cmd := exec.Command("unshare", full...)
-	cmd.Env = append(os.Environ(), "POD_IP="+podIP, "SSL_CERT_FILE="+hf.caFile)
+	args = append([]string{"--port", fmt.Sprint(port)}, args...)
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "POD_IP="+podIP)
+	if hf != nil {
+		script := `hosts=$0; mount --bind "$hosts" /etc/hosts && exec "$@"`
+		cmd = exec.Command("unshare", append([]string{"--mount", "--propagation", "private", "sh", "-c", script, hf.hostsFile, bin}, args...)...)
+		cmd.Env = append(os.Environ(), "POD_IP="+podIP, "SSL_CERT_FILE="+hf.caFile)
+	}
 	logf, err := os.Create(filepath.Join(t.TempDir(), id+".log"))
 	if err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/envoy"
+	"github.com/kvroute/kvroute/envoy/proxy"
 	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/internal/bench"
 	"github.com/kvroute/kvroute/scoring"
@@ -30,7 +31,7 @@ import (
 // llmdWorkers is the fleet size of the third-party engine test.
 const llmdWorkers = 4
 
-func freeTCPPort(t *testing.T) int {
+func freeTCPPort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -139,69 +140,8 @@ func TestLLMDInferenceSim(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
 	defer cancel()
 
-	// Workers: each simulator names itself by a loopback address of its own
-	// (POD_IP), which is how its topic kv@<ip>@<model> is told apart.
-	type worker struct {
-		id, ip string
-		port   int
-		mapFmt bool
-	}
-	workers := make([]worker, llmdWorkers)
-	var file strings.Builder
-	file.WriteString("workers:\n")
-	for i := range workers {
-		workers[i] = worker{id: fmt.Sprintf("llmd%d", i), ip: fmt.Sprintf("127.0.0.%d", 21+i), port: freeTCPPort(t), mapFmt: i >= llmdWorkers/2}
-		fmt.Fprintf(&file, "- {id: %s, model: %q, address: '%s:%d', block_size: 16, kv_total_blocks: 1024, max_num_seqs: 16}\n",
-			workers[i].id, model, workers[i].ip, workers[i].port)
-	}
-	wf := filepath.Join(t.TempDir(), "workers.yaml")
-	if err := os.WriteFile(wf, []byte(file.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-
-	cfg := server.DefaultConfig()
-	cfg.GRPCAddr, cfg.HTTPAddr, cfg.AdminAddr, cfg.RenderAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
-	cfg.Tokenizers = map[string]tokenizer.ModelSource{model: {Dir: qwenDir}}
-	cfg.WorkersFile = wf
-	cfg.EngineEvents, cfg.EngineEventsListen, cfg.EngineReplayPort = server.EngineEventsZMQ, "tcp://127.0.0.1:0", -1
-	cfg.EngineLoad = server.EngineLoadScrape
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	cfg.ShutdownGrace = time.Second
-	rctx, rcancel := context.WithCancel(context.Background())
-	r, err := server.Start(rctx, cfg)
-	if err != nil {
-		rcancel()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rcancel(); _ = r.Wait() })
-	zmqEndpoint := r.EngineFeeds().ListenEndpoint()
-
-	sims := make([]*llmdSim, len(workers))
-	for i, w := range workers {
-		args := []string{"--model", model, "--enable-kvcache", "--kv-cache-size", "1024", "--block-size", "16",
-			"--zmq-endpoint", zmqEndpoint, "--event-batch-size", "1", "--render-url", "http://" + r.RenderAddr(),
-			"--max-num-seqs", "16", "--max-model-len", "8192", "--prefill-overhead", "5ms", "--prefill-time-per-token", "200us", "--inter-token-latency", "2ms",
-			"--v", "0"}
-		if w.mapFmt {
-			args = append(args, "--use-vllm-map-event-format")
-		}
-		sims[i] = startLLMDSim(t, bin, hf, w.id, w.ip, w.port, args...)
-	}
-	for _, s := range sims {
-		if err := s.waitReady(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var ew []envoy.Worker
-	for _, w := range workers {
-		ew = append(ew, envoy.Worker{Cluster: w.id, Address: fmt.Sprintf("%s:%d", w.ip, w.port)})
-	}
-	px, err := bench.StartEnvoy(ctx, bench.EnvoyConfig{Style: envoy.StyleClusterHeader, Workers: ew, ExtProcAddr: r.GRPCAddr(), Edit: echoRouting})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = px.Close() })
-	waitFor(t, ctx, "kvroute ready", func() bool { return r.NotReadyReason() == "" })
+	f := startLLMDFleet(t, ctx, bin, fleetOptions{hf: hf})
+	r, cfg, workers, ew, px, sims, rctx := f.r, f.cfg, f.workers, f.ew, f.px, f.sims, f.ctx
 
 	// Until each simulator's PUB connection carries the listener's
 	// subscription its first events are lost (ZMQ's slow joiner); a warm-up
@@ -385,7 +325,104 @@ func reportedLoad(t *testing.T, r *server.Server, id string) (running, used int)
 	return 0, 0
 }
 
-func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
+// llmdWorker is one simulator's place in the fleet.
+type llmdWorker struct {
+	id, ip string
+	port   int
+	mapFmt bool
+}
+
+// fleetOptions shape a fleet of simulators behind kvroute and Envoy.
+type fleetOptions struct {
+	// hf stands in for huggingface.co so the simulators tokenize text
+	// through kvroute's render listener; nil for token-id workloads.
+	hf *hfStub
+	// simArgs replace the simulators' timing and capacity flags.
+	simArgs []string
+	// mode is kvroute's router mode (default kv).
+	mode string
+}
+
+// llmdFleet is kvroute (listen mode, render listener, scraped load) in
+// front of llmdWorkers simulators, half publishing vLLM's positional-array
+// events and half the map layout, and the real Envoy in front of kvroute.
+type llmdFleet struct {
+	r       *server.Server
+	cfg     server.Config
+	ctx     context.Context // the router's; ends when the test does
+	workers []llmdWorker
+	sims    []*llmdSim
+	ew      []envoy.Worker
+	px      *proxy.Proxy
+}
+
+func startLLMDFleet(t testing.TB, ctx context.Context, bin string, o fleetOptions) *llmdFleet {
+	t.Helper()
+	// Workers: each simulator names itself by a loopback address of its own
+	// (POD_IP), which is how its topic kv@<ip>@<model> is told apart.
+	f := &llmdFleet{workers: make([]llmdWorker, llmdWorkers)}
+	var file strings.Builder
+	file.WriteString("workers:\n")
+	for i := range f.workers {
+		f.workers[i] = llmdWorker{id: fmt.Sprintf("llmd%d", i), ip: fmt.Sprintf("127.0.0.%d", 21+i), port: freeTCPPort(t), mapFmt: i >= llmdWorkers/2}
+		fmt.Fprintf(&file, "- {id: %s, model: %q, address: '%s:%d', block_size: 16, kv_total_blocks: 1024, max_num_seqs: 16}\n",
+			f.workers[i].id, model, f.workers[i].ip, f.workers[i].port)
+	}
+	wf := filepath.Join(t.TempDir(), "workers.yaml")
+	if err := os.WriteFile(wf, []byte(file.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg := server.DefaultConfig()
+	cfg.GRPCAddr, cfg.HTTPAddr, cfg.AdminAddr, cfg.RenderAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Tokenizers = map[string]tokenizer.ModelSource{model: {Dir: qwenDir}}
+	cfg.WorkersFile = wf
+	cfg.EngineEvents, cfg.EngineEventsListen, cfg.EngineReplayPort = server.EngineEventsZMQ, "tcp://127.0.0.1:0", -1
+	cfg.EngineLoad = server.EngineLoadScrape
+	if o.mode != "" {
+		cfg.Scoring.Mode = o.mode
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.ShutdownGrace = time.Second
+	rctx, rcancel := context.WithCancel(context.Background())
+	r, err := server.Start(rctx, cfg)
+	if err != nil {
+		rcancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rcancel(); _ = r.Wait() })
+	f.r, f.cfg, f.ctx = r, cfg, rctx
+
+	simArgs := o.simArgs
+	if simArgs == nil {
+		simArgs = []string{"--kv-cache-size", "1024", "--max-num-seqs", "16", "--max-model-len", "8192",
+			"--prefill-overhead", "5ms", "--prefill-time-per-token", "200us", "--inter-token-latency", "2ms"}
+	}
+	f.sims = make([]*llmdSim, len(f.workers))
+	for i, w := range f.workers {
+		args := append([]string{"--model", model, "--enable-kvcache", "--block-size", "16",
+			"--zmq-endpoint", r.EngineFeeds().ListenEndpoint(), "--event-batch-size", "1", "--render-url", "http://" + r.RenderAddr(), "--v", "0"},
+			simArgs...)
+		if w.mapFmt {
+			args = append(args, "--use-vllm-map-event-format")
+		}
+		f.sims[i] = startLLMDSim(t, bin, o.hf, w.id, w.ip, w.port, args...)
+		f.ew = append(f.ew, envoy.Worker{Cluster: w.id, Address: fmt.Sprintf("%s:%d", w.ip, w.port)})
+	}
+	for _, s := range f.sims {
+		if err := s.waitReady(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if f.px, err = bench.StartEnvoy(ctx, bench.EnvoyConfig{Style: envoy.StyleClusterHeader, Workers: f.ew, ExtProcAddr: r.GRPCAddr(), Edit: echoRouting}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.px.Close() })
+	waitFor(t, ctx, "kvroute ready", func() bool { return r.NotReadyReason() == "" })
+	return f
+}
+
+func waitFor(t testing.TB, ctx context.Context, what string, cond func() bool) {
 	t.Helper()
 	for !cond() {
 		select {
