@@ -10,7 +10,7 @@ BENCH     ?= .
 BENCHTIME ?= 1s
 FUZZTIME  ?= 10s
 
-.PHONY: all build static install test test-main test-deploy test-kubeapiserver test-llmd llm-d-sim kube-apiserver envoy compare testdeps vet bench fuzz demo clean help
+.PHONY: all build static install test test-main test-deploy test-kubeapiserver test-llmd bench-llmd llm-d-sim kube-apiserver envoy compare testdeps vet bench fuzz demo clean help
 
 all: build
 
@@ -84,6 +84,10 @@ test-llmd: ## kvroute in front of four llm-d-inference-sim engines, through the 
 	@bin=$$(./scripts/llm-d-sim.sh) && \
 	$(GO) vet -tags llmdsim ./e2e/ && \
 	KVROUTE_LLMD_SIM=$$bin KVROUTE_ENVOY=$$(./scripts/envoy.sh) $(GO) test $(TEST_FLAGS) -tags llmdsim -run LLMD ./e2e/
+
+bench-llmd: ## kvbench's agent workload on four llm-d-inference-sim engines: kv against round_robin (hit rate, TTFT p90)
+	@bin=$$(./scripts/llm-d-sim.sh) && \
+	KVROUTE_LLMD_SIM=$$bin KVROUTE_ENVOY=$$(./scripts/envoy.sh) $(GO) test -count=1 -tags llmdsim -run '^$$' -bench LLMDAgent -benchtime 1x ./e2e/
 
 # The libzmq interop test (internal/vllmzmq) talks to real libzmq through
 # Debian's pyzmq; install it when we can, as CI runs as root on Debian.

@@ -354,6 +354,20 @@ type llmdFleet struct {
 	sims    []*llmdSim
 	ew      []envoy.Worker
 	px      *proxy.Proxy
+	stop    func() // the router's
+}
+
+// close stops Envoy, the simulators and the router; it may be called again.
+func (f *llmdFleet) close() {
+	if f.px != nil {
+		_ = f.px.Close()
+	}
+	for _, s := range f.sims {
+		if s != nil {
+			s.kill()
+		}
+	}
+	f.stop()
 }
 
 func startLLMDFleet(t testing.TB, ctx context.Context, bin string, o fleetOptions) *llmdFleet {
@@ -390,7 +404,8 @@ func startLLMDFleet(t testing.TB, ctx context.Context, bin string, o fleetOption
 		rcancel()
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { rcancel(); _ = r.Wait() })
+	f.stop = func() { rcancel(); _ = r.Wait() }
+	t.Cleanup(f.close)
 	f.r, f.cfg, f.ctx = r, cfg, rctx
 
 	simArgs := o.simArgs
@@ -417,7 +432,6 @@ func startLLMDFleet(t testing.TB, ctx context.Context, bin string, o fleetOption
 	if f.px, err = bench.StartEnvoy(ctx, bench.EnvoyConfig{Style: envoy.StyleClusterHeader, Workers: f.ew, ExtProcAddr: r.GRPCAddr(), Edit: echoRouting}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = f.px.Close() })
 	waitFor(t, ctx, "kvroute ready", func() bool { return r.NotReadyReason() == "" })
 	return f
 }
