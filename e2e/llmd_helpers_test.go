@@ -21,14 +21,10 @@ import (
 	"testing"
 	"time"
 
-	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
-	"github.com/kvroute/kvroute/envoy"
 	"github.com/kvroute/kvroute/extproc"
-	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/types/known/anypb"
+	"github.com/kvroute/kvroute/internal/bench"
 )
 
 // hfAddr is where the stand-in for huggingface.co listens. llm-d-inference-sim
@@ -182,37 +178,12 @@ const servedByHeader = "x-served-by"
 // address of the worker that served, so the test can hold them against the
 // engine's own usage.cached_tokens. kvsim echoes the prediction itself; a
 // third-party engine does not.
-func echoRouting(data []byte) ([]byte, error) {
-	b, err := envoy.ParseBootstrap(data)
-	if err != nil {
-		return nil, err
+var echoRouting = bench.EditHCM(func(hcm *hcmv3.HttpConnectionManager) error {
+	if rc := hcm.GetRouteConfig(); rc != nil {
+		rc.ResponseHeadersToAdd = append(rc.ResponseHeadersToAdd,
+			&corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: extproc.PredictedCachedTokensHeader,
+				Value: "%REQ(" + extproc.PredictedCachedTokensHeader + ")%"}},
+			&corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: servedByHeader, Value: "%UPSTREAM_REMOTE_ADDRESS%"}})
 	}
-	for _, l := range b.GetStaticResources().GetListeners() {
-		for _, fc := range l.GetFilterChains() {
-			for _, f := range fc.GetFilters() {
-				tc := f.GetTypedConfig()
-				if tc == nil {
-					continue
-				}
-				var hcm hcmv3.HttpConnectionManager
-				if err := tc.UnmarshalTo(&hcm); err != nil {
-					continue
-				}
-				rc := hcm.GetRouteConfig()
-				if rc == nil {
-					continue
-				}
-				rc.ResponseHeadersToAdd = append(rc.ResponseHeadersToAdd,
-					&corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: extproc.PredictedCachedTokensHeader,
-						Value: "%REQ(" + extproc.PredictedCachedTokensHeader + ")%"}},
-					&corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: servedByHeader, Value: "%UPSTREAM_REMOTE_ADDRESS%"}})
-				a, err := anypb.New(&hcm)
-				if err != nil {
-					return nil, err
-				}
-				f.ConfigType = &listenerv3.Filter_TypedConfig{TypedConfig: a}
-			}
-		}
-	}
-	return protojson.Marshal((*bootstrapv3.Bootstrap)(b))
-}
+	return nil
+})

@@ -245,28 +245,39 @@ func routerDecisions(ctx context.Context, url string) (int, error) {
 // withoutExtProc drops the ext_proc filter from a bootstrap: the same Envoy
 // path, round robin over the workers (the cluster-header style's fallback
 // route), kvroute out of it.
-func withoutExtProc(data []byte) ([]byte, error) {
-	b, err := envoy.ParseBootstrap(data)
-	if err != nil {
-		return nil, err
-	}
-	for _, l := range b.GetStaticResources().GetListeners() {
-		for _, fc := range l.GetFilterChains() {
-			for _, f := range fc.GetFilters() {
-				var hcm hcmv3.HttpConnectionManager
-				if err := f.GetTypedConfig().UnmarshalTo(&hcm); err != nil {
-					continue
-				}
-				hcm.HttpFilters = slices.DeleteFunc(hcm.HttpFilters, func(h *hcmv3.HttpFilter) bool {
-					return h.GetName() == "envoy.filters.http.ext_proc"
-				})
-				if err := f.GetTypedConfig().MarshalFrom(&hcm); err != nil {
-					return nil, err
+var withoutExtProc = EditHCM(func(hcm *hcmv3.HttpConnectionManager) error {
+	hcm.HttpFilters = slices.DeleteFunc(hcm.HttpFilters, func(h *hcmv3.HttpFilter) bool {
+		return h.GetName() == "envoy.filters.http.ext_proc"
+	})
+	return nil
+})
+
+// EditHCM returns an EnvoyConfig.Edit that applies edit to every HTTP
+// connection manager of the bootstrap's static listeners.
+func EditHCM(edit func(*hcmv3.HttpConnectionManager) error) func([]byte) ([]byte, error) {
+	return func(data []byte) ([]byte, error) {
+		b, err := envoy.ParseBootstrap(data)
+		if err != nil {
+			return nil, err
+		}
+		for _, l := range b.GetStaticResources().GetListeners() {
+			for _, fc := range l.GetFilterChains() {
+				for _, f := range fc.GetFilters() {
+					var hcm hcmv3.HttpConnectionManager
+					if err := f.GetTypedConfig().UnmarshalTo(&hcm); err != nil {
+						continue
+					}
+					if err := edit(&hcm); err != nil {
+						return nil, err
+					}
+					if err := f.GetTypedConfig().MarshalFrom(&hcm); err != nil {
+						return nil, err
+					}
 				}
 			}
 		}
+		return protojson.Marshal((*bootstrapv3.Bootstrap)(b))
 	}
-	return protojson.Marshal((*bootstrapv3.Bootstrap)(b))
 }
 
 // hopBody returns the request body for the i-th request of a prompt kind.

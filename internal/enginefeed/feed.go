@@ -3,7 +3,9 @@
 // holds it subscribes to the engine's ZMQ KV-event publisher (kvbridge's
 // vllmzmq code and gap handling, in-process) and applies the batches to the
 // KV index, and it scrapes the engine's /metrics every 250 ms into the
-// scoring pool's load reports.
+// scoring pool's load reports. With Config.Listen the engines connect
+// instead: one bound SUB socket takes every engine's events, and each
+// message's topic names its worker (listen.go).
 //
 // Feeds mirrors the fleet: the server adds it as one more fleet listener,
 // so a worker's feeds start when discovery adds it and stop the moment
