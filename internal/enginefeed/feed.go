@@ -19,6 +19,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvroute/kvroute/internal/bridge"
@@ -85,6 +86,7 @@ type Feeds struct {
 	stop context.CancelFunc
 
 	listener *vllmzmq.Listener // nil unless Config.Listen
+	gen      atomic.Uint64     // bumped by every Upsert and Remove: topics resolve anew
 
 	mu      sync.Mutex
 	workers map[string]*follower
@@ -163,6 +165,7 @@ func (f *Feeds) Stats() *bridge.Stats { return &f.stats }
 func (f *Feeds) Upsert(spec scoring.WorkerSpec) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.gen.Add(1)
 	if f.ctx.Err() != nil {
 		return
 	}
@@ -189,6 +192,7 @@ func (f *Feeds) Upsert(spec scoring.WorkerSpec) {
 func (f *Feeds) Remove(id string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.gen.Add(1)
 	if w, ok := f.workers[id]; ok {
 		w.cancel()
 		delete(f.workers, id)

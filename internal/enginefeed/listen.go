@@ -78,14 +78,20 @@ func (p *publisher) Replay(ctx context.Context, start uint64) ([]vllmzmq.Replaye
 }
 
 // maxLoggedTopics bounds the unknown topics logged one by one; past it
-// they are only counted.
-const maxLoggedTopics = 64
+// they are only counted. maxUnknownTopics bounds the topics remembered as
+// resolving to no worker (so a chatty stray publisher costs a map lookup
+// per batch, not a pass over the fleet) until the fleet changes.
+const (
+	maxLoggedTopics  = 64
+	maxUnknownTopics = 4096
+)
 
 // demux owns the listener's receive loop and the publishers by topic; only
 // its goroutine touches pubs and logged.
 func (f *Feeds) demux(l *vllmzmq.Listener) {
 	pubs := map[string]*publisher{}
 	logged := map[string]bool{}
+	unknown := map[string]uint64{} // topic -> fleet generation it failed to resolve in
 	for {
 		ev, err := l.Recv(f.ctx)
 		if err != nil {
@@ -101,7 +107,17 @@ func (f *Feeds) demux(l *vllmzmq.Listener) {
 		}
 		p := pubs[ev.Topic]
 		if p == nil || p.ctx.Err() != nil {
-			if p = f.startPublisher(ev.Topic); p == nil {
+			gen := f.gen.Load()
+			if g, ok := unknown[ev.Topic]; ok && g == gen {
+				p = nil
+			} else {
+				p = f.startPublisher(ev.Topic)
+			}
+			if p == nil {
+				if len(unknown) >= maxUnknownTopics {
+					clear(unknown)
+				}
+				unknown[ev.Topic] = gen
 				f.stats.UnknownPublisher.Add(1)
 				if f.cfg.OnUnknownPublisher != nil {
 					f.cfg.OnUnknownPublisher()
@@ -116,6 +132,7 @@ func (f *Feeds) demux(l *vllmzmq.Listener) {
 			}
 			pubs[ev.Topic] = p
 			delete(logged, ev.Topic)
+			delete(unknown, ev.Topic)
 		}
 		select {
 		case p.ch <- ev:
