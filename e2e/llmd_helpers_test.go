@@ -106,6 +106,7 @@ type llmdSim struct {
 	id, addr string
 	cmd      *exec.Cmd
 	done     chan struct{}
+	log      string // its output file
 }
 
 // startLLMDSim runs the simulator, with its own /etc/hosts when hf is set
@@ -130,19 +131,24 @@ func startLLMDSim(t testing.TB, bin string, hf *hfStub, id, podIP string, port i
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	s := &llmdSim{id: id, addr: net.JoinHostPort(podIP, fmt.Sprint(port)), cmd: cmd, done: make(chan struct{})}
+	s := &llmdSim{id: id, addr: net.JoinHostPort(podIP, fmt.Sprint(port)), cmd: cmd, done: make(chan struct{}), log: logf.Name()}
 	go func() { _ = cmd.Wait(); _ = logf.Close(); close(s.done) }()
 	t.Cleanup(func() {
 		s.kill()
 		if t.Failed() {
-			b, _ := os.ReadFile(logf.Name())
-			if len(b) > 4000 {
-				b = b[len(b)-4000:]
-			}
-			t.Logf("%s log tail:\n%s", id, b)
+			t.Logf("%s log tail:\n%s", id, s.logTail())
 		}
 	})
 	return s
+}
+
+// logTail is the end of the simulator's output.
+func (s *llmdSim) logTail() string {
+	b, _ := os.ReadFile(s.log)
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return string(b)
 }
 
 func (s *llmdSim) kill() {
@@ -164,7 +170,7 @@ func (s *llmdSim) waitReady(ctx context.Context) error {
 		case <-ctx.Done():
 			return fmt.Errorf("%s not ready: %w (last error %v)", s.id, ctx.Err(), err)
 		case <-s.done:
-			return fmt.Errorf("%s exited", s.id)
+			return fmt.Errorf("%s exited: %s", s.id, s.logTail())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
