@@ -3,6 +3,7 @@ package enginefeed
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -155,5 +156,67 @@ func TestListenRefusesABusyAddress(t *testing.T) {
 	if g, err := New(Config{Events: true, Listen: f.ListenEndpoint(), Index: ix}); err == nil {
 		g.Close()
 		t.Fatalf("a second listener on %s started", f.ListenEndpoint())
+	}
+}
+
+// An engine that connects to the listener but still binds a replay socket
+// (vLLM's replay_endpoint) gets the batches the listener missed replayed
+// from tcp://<worker host>:<ReplayPort> when its stream starts.
+func TestListenReplaysFromTheWorkersHost(t *testing.T) {
+	ix := kvindex.New(kvindex.Config{})
+	replayPort := freePort(t)
+	f, err := New(Config{Events: true, Listen: "tcp://127.0.0.1:0", ReplayPort: replayPort, Index: ix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	spec := scoring.WorkerSpec{ID: "w0", Model: model, Address: engineIP + ":8000", BlockSize: 16}
+	ix.AddWorker(spec.ID, spec.Model, spec.BlockSize)
+	f.Upsert(spec)
+	// The engine's replay side: a vLLM-like publisher whose own PUB reaches
+	// no one, so its first batches exist only in its replay buffer; the
+	// live side is a PUB connected to the listener sending the same
+	// numbered batches from then on.
+	topic := "kv@" + engineIP + "@" + model
+	pub, err := vllmzmq.NewPublisher(context.Background(), vllmzmq.PublisherConfig{
+		Endpoint: "tcp://127.0.0.1:0", Mode: vllmzmq.Bind, Topic: topic,
+		ReplayEndpoint: fmt.Sprintf("tcp://%s:%d", engineIP, replayPort)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	stored := func(first uint32) []byte {
+		r := 0
+		b, err := kvindex.EncodeBatch(kvindex.EventBatch{
+			Events: []kvindex.Event{kvindex.BlockStored{BlockHashes: []kvindex.EngineHash{kvindex.HashInt(int64(first))}, TokenIDs: block(first), BlockSize: 16}},
+			DPRank: &r, Format: kvindex.FormatArray})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	n := 0
+	for ; n < 3; n++ {
+		if _, err := pub.Publish(stored(uint32(1000 + 16*n))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	live := dialPub(t, f.ListenEndpoint(), topic)
+	eventually(t, "a live batch", func() bool {
+		payload := stored(uint32(1000 + 16*n))
+		seq, err := pub.Publish(payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := live.sock.Send(zmq4.NewMsgFrom(vllmzmq.EventFrames(topic, seq, payload)...)); err != nil {
+			t.Fatal(err)
+		}
+		n++
+		time.Sleep(20 * time.Millisecond)
+		return blocks(ix, "w0") > 0
+	})
+	eventually(t, "every batch published, the early ones replayed", func() bool { return blocks(ix, "w0") == n })
+	if f.Stats().Replayed.Load() == 0 {
+		t.Errorf("no batch came through replay (stats %+v)", f.Stats().Snapshot())
 	}
 }
