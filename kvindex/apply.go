@@ -44,7 +44,8 @@ func (s *ApplyStats) Add(o ApplyStats) {
 //     first block's extra_keys. Blocks whose extra_keys name multimodal
 //     items fold their identifiers in (HashBlocksMM, BlockMMKeys); extra
 //     keys that are not in a shape vLLM ships count as Malformed. An unknown parent drops the event, counts
-//     it and marks the worker stale. A block size other than the worker's
+//     it and marks the worker stale, except integer 0, which llm-d's
+//     simulator writes for "no parent" in the positional layout. A block size other than the worker's
 //     is rejected and counted. Blocks in a medium other than GPU are
 //     recorded but not matched.
 //   - BlockRemoved drops the given engine hashes from that medium; hashes
@@ -128,18 +129,33 @@ func (ix *Index) applyStored(w *workerState, e *BlockStored, st *ApplyStats) {
 	if e.LoraName != nil {
 		lora = *e.LoraName
 	}
+	// A parent hash of integer 0 that the worker never stored is llm-d's
+	// EmptyBlockHash: its positional layout (llm-d-inference-sim) writes 0,
+	// not nil, for a chain that starts at the root.
+	root := e.ParentBlockHash == nil
+	var prev uint64
+	if !root {
+		var ok bool
+		if prev, ok = w.router(e.ParentBlockHash.Key()); !ok {
+			if v, isInt := e.ParentBlockHash.Int(); !isInt || v != 0 {
+				st.UnknownParent++
+				w.stale = true
+				return
+			}
+			root = true
+		}
+	}
 	var mmKeys [][]MMKey
 	mmSalt := ""
 	if e.ExtraKeys != nil {
 		var err error
-		mmKeys, mmSalt, err = BlockMMKeys(e.ExtraKeys, lora, len(e.BlockHashes), e.ParentBlockHash == nil)
+		mmKeys, mmSalt, err = BlockMMKeys(e.ExtraKeys, lora, len(e.BlockHashes), root)
 		if err != nil {
 			st.Malformed++
 			return
 		}
 	}
-	var prev uint64
-	if e.ParentBlockHash == nil {
+	if root {
 		salt := mmSalt
 		if mmKeys == nil && e.ExtraKeys != nil {
 			salt = cacheSalt(e.ExtraKeys, lora)
@@ -147,13 +163,6 @@ func (ix *Index) applyStored(w *workerState, e *BlockStored, st *ApplyStats) {
 		prev = w.seed
 		if lora != "" || salt != "" {
 			prev = Seed(w.model, lora, salt)
-		}
-	} else {
-		var ok bool
-		if prev, ok = w.router(e.ParentBlockHash.Key()); !ok {
-			st.UnknownParent++
-			w.stale = true
-			return
 		}
 	}
 	ix.scratch = HashBlocksMM(prev, e.TokenIDs, e.BlockSize, mmKeys, ix.scratch[:0])

@@ -76,6 +76,8 @@ func TestApplySemantics(t *testing.T) {
 	wrongSize.TokenIDs = doc(1, 6)
 	short := storeEv(1, 0, 3)
 	short.TokenIDs = short.TokenIDs[:5]
+	zeroParent := storeEv(1, 0, 3)
+	zeroParent.ParentBlockHash = ptr(HashInt(0))
 	bytesEv := storeEv(1, 0, 2)
 	bytesEv.BlockHashes = []EngineHash{HashBytes([]byte("block-0")), HashBytes([]byte("block-1"))}
 
@@ -110,6 +112,13 @@ func TestApplySemantics(t *testing.T) {
 			want:      map[string]int{"w0": 3},
 			stale:     []string{"w0"},
 			wantStats: ApplyStats{StoredEvents: 1, StoredBlocks: 1, UnknownParent: 1},
+		},
+		{
+			name:      "an unknown parent of integer 0 is llm-d's root, not a gap",
+			steps:     []step{{"w0", []Event{zeroParent}}},
+			prompt:    promptHashes(1, 6),
+			want:      map[string]int{"w0": 3},
+			wantStats: ApplyStats{StoredEvents: 1, StoredBlocks: 3},
 		},
 		{
 			name:      "removing a middle block cuts the prefix there",

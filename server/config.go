@@ -37,6 +37,11 @@ type Config struct {
 	// AdminAddr serves /debug/* and /admin/* (default "127.0.0.1:9091",
 	// loopback only); "-" or "" disables it.
 	AdminAddr string
+	// RenderAddr serves vLLM's render API (POST /v1/completions/render and
+	// /v1/chat/completions/render) from the router's tokenizers, for
+	// engines that tokenize through a render service
+	// (llm-d-inference-sim --render-url); "" or "-" disables it (default).
+	RenderAddr string
 	// AdminToken, when set, is the bearer token the admin listener
 	// requires (Authorization: Bearer <token>). Never logged.
 	AdminToken string
@@ -97,6 +102,12 @@ type Config struct {
 	EngineEventsPort, EngineReplayPort int
 	// EngineEventsTopic is the ZMQ subscription filter ("" takes all).
 	EngineEventsTopic string
+	// EngineEventsListen, with EngineEvents "zmq", binds one ZMQ SUB socket
+	// there (e.g. "tcp://0.0.0.0:5557") that every engine's PUB socket
+	// connects to, instead of dialling each engine; topics
+	// "kv@<ip>[:<port>]@<model>" name the workers (enginefeed.Resolve).
+	// EngineReplayPort > 0 still asks each worker's host for replay.
+	EngineEventsListen string
 	// EngineLoad is where load reports come from: "nats" (the default) or
 	// "scrape", reading every worker's /metrics each 250 ms.
 	EngineLoad string

@@ -54,6 +54,9 @@ func (c *Config) validateDiscovery() []error {
 			errs = append(errs, err)
 		}
 	}
+	if c.EngineEventsListen != "" && c.EngineEvents != EngineEventsZMQ {
+		errs = append(errs, errors.New("--engine-events-listen needs --engine-events zmq"))
+	}
 	if c.EngineEventsPort < 0 || c.EngineEventsPort > 65535 || c.EngineReplayPort > 65535 {
 		errs = append(errs, fmt.Errorf("engine events port %d or replay port %d out of range", c.EngineEventsPort, c.EngineReplayPort))
 	}
@@ -79,6 +82,7 @@ func (r *Server) newEngineFeeds() (*enginefeed.Feeds, error) {
 	}
 	return enginefeed.New(enginefeed.Config{
 		Events: events, EventsPort: r.cfg.EngineEventsPort, ReplayPort: r.cfg.EngineReplayPort, Topic: r.cfg.EngineEventsTopic,
+		Listen: r.cfg.EngineEventsListen, OnUnknownPublisher: r.metrics.unknownPublishers.Inc,
 		Load: load, Engine: bridge.Engine(r.cfg.Engine),
 		Index: r.index, Pool: r.sched.Load().Pool(), Metrics: r.metrics, Logger: r.log,
 	})

@@ -41,8 +41,12 @@ type Metrics struct {
 	streamErrors  *prometheus.CounterVec
 	immediate     *prometheus.CounterVec
 	badRecords    *prometheus.CounterVec
-	health        healthMetrics // metrics_health.go
-	guard         guardMetrics
+	// unknownPublishers counts KV event batches on --engine-events-listen
+	// whose topic names no single worker (no label: topics come from the
+	// network and would be unbounded).
+	unknownPublishers prometheus.Counter
+	health            healthMetrics // metrics_health.go
+	guard             guardMetrics
 }
 
 var (
@@ -100,10 +104,12 @@ func newMetrics(reg *prometheus.Registry, r *Server) *Metrics {
 			Help: "Immediate (error) responses sent to clients, by HTTP status."}, []string{"status"}),
 		badRecords: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_discovery_bad_records_total",
 			Help: "Worker records ignored because they were invalid, by source (etcd, file)."}, []string{"source"}),
+		unknownPublishers: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_engine_events_unknown_publisher_total",
+			Help: "KV event batches received on --engine-events-listen whose topic names no single worker; dropped."}),
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.phase, m.overlap, m.cachedTokens, m.byLoad, m.finished, m.routed, m.queued,
 		m.queueWait, m.shed, m.expired, m.loadRejected, m.syncRejected, m.syncDropped, m.batches, m.events, m.blocks, m.sequence,
-		m.streams, m.streamsActive, m.streamErrors, m.immediate, m.badRecords, &stateCollector{r: r}} {
+		m.streams, m.streamsActive, m.streamErrors, m.immediate, m.badRecords, m.unknownPublishers, &stateCollector{r: r}} {
 		f(c)
 	}
 	m.health.register(f)

@@ -56,6 +56,8 @@ type Server struct {
 
 	grpcLis, httpLis, adminLis net.Listener
 	httpSrv, adminSrv          *http.Server
+	renderLis                  net.Listener // nil unless --render-addr
+	renderSrv                  *http.Server
 
 	xds        *envoy.XDSServer // nil unless cfg.XDSAddr
 	xdsLis     net.Listener
@@ -229,12 +231,15 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if r.adminLis, r.adminSrv, err = r.serveHTTP("admin", cfg.AdminAddr, r.adminHandler()); err != nil {
 		return nil, err
 	}
+	if r.renderLis, r.renderSrv, err = r.serveHTTP("render", cfg.RenderAddr, r.renderHandler()); err != nil {
+		return nil, err
+	}
 	r.grpcUp.Store(true) // bound: connections queue until Serve accepts them
 	r.goRun(func() error { return r.server.Serve(r.grpcLis) })
 	r.goRun(func() error { r.watchReadiness(); return nil })
 	go r.shutdownOn(ctx)
 	r.log.Info("kvroute config", "config", cfg) // secrets redacted by Config.LogValue
-	r.log.Info("kvroute serving", "grpc", r.GRPCAddr(), "http", r.HTTPAddr(), "admin", r.AdminAddr(), "admin_token", r.cfg.AdminToken != "", "nats", redactURL(r.NATSURL()),
+	r.log.Info("kvroute serving", "grpc", r.GRPCAddr(), "http", r.HTTPAddr(), "admin", r.AdminAddr(), "render", r.RenderAddr(), "admin_token", r.cfg.AdminToken != "", "nats", redactURL(r.NATSURL()),
 		"mode", sched.Mode().Name(), "namespace", cfg.Namespace, "tokenizers", r.toks.Models())
 	return r, nil
 }
@@ -547,7 +552,7 @@ func (r *Server) shutdownOn(ctx context.Context) {
 	gctx, cancel := context.WithTimeout(context.Background(), r.cfg.ShutdownGrace)
 	defer cancel()
 	r.server.Shutdown(gctx) // NOT_SERVING, GracefulStop, then Stop at the deadline
-	for _, hs := range []*http.Server{r.httpSrv, r.adminSrv} {
+	for _, hs := range []*http.Server{r.httpSrv, r.adminSrv, r.renderSrv} {
 		if hs != nil {
 			_ = hs.Shutdown(gctx)
 		}
@@ -580,7 +585,7 @@ func (r *Server) teardown() {
 		r.natsSrv.WaitForShutdown()
 	}
 	r.storeLock.release()
-	for _, l := range []net.Listener{r.grpcLis, r.httpLis, r.adminLis, r.xdsLis} {
+	for _, l := range []net.Listener{r.grpcLis, r.httpLis, r.adminLis, r.renderLis, r.xdsLis} {
 		if l != nil {
 			_ = l.Close()
 		}

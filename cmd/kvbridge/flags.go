@@ -19,6 +19,7 @@ type options struct {
 	engine           string
 	engineURL        string
 	eventsEndpoint   string
+	eventsListen     string
 	replayEndpoint   string
 	topic            string
 	dpSize           int
@@ -77,6 +78,7 @@ func newCommand(o *options) *cli.Command {
 	fs.StringVar(&o.engine, "engine", "vllm", "engine beside the bridge: vllm or sglang (picks the metric names)")
 	fs.StringVar(&o.engineURL, "engine-url", "http://127.0.0.1:8000", "the engine's HTTP server (/health, /v1/models, /metrics)")
 	fs.StringVar(&o.eventsEndpoint, "events-endpoint", "tcp://127.0.0.1:5557", "the engine's ZMQ KV event PUB endpoint (kv-events-config endpoint); rank r uses port+r")
+	fs.StringVar(&o.eventsListen, "engine-events-listen", "", "bind a ZMQ SUB `endpoint` (e.g. tcp://0.0.0.0:5557) that the engine's PUB connects to, instead of dialling --events-endpoint (vLLM kv-events-config endpoint tcp://<this pod>:5557, as llm-d deploys it); rank r listens on port+r")
 	fs.StringVar(&o.replayEndpoint, "replay-endpoint", "tcp://127.0.0.1:5558", "the engine's ZMQ replay endpoint (kv-events-config replay_endpoint); empty: none, every gap clears the worker")
 	fs.StringVar(&o.topic, "topic", "", "ZMQ topic filter (kv-events-config topic); empty receives every topic")
 	fs.IntVar(&o.dpSize, "data-parallel-size", 1, "data-parallel ranks of the engine; each rank is registered as worker <worker-id>-dp<rank>")

@@ -35,6 +35,7 @@ func statusHandler(b *bridge.Bridge) http.Handler {
 		{"kvbridge_malformed_messages_total", "ZMQ messages not in vLLM's frame layout.", func(s bridge.StatsSnapshot) int64 { return s.Malformed }},
 		{"kvbridge_bad_rank_batches_total", "Batches dropped for a data-parallel rank outside --data-parallel-size.", func(s bridge.StatsSnapshot) int64 { return s.BadRank }},
 		{"kvbridge_publish_errors_total", "NATS publish failures.", func(s bridge.StatsSnapshot) int64 { return s.PublishErrors }},
+		{"kvbridge_unknown_publisher_batches_total", "Batches dropped on --engine-events-listen from a publisher whose topic names another engine.", func(s bridge.StatsSnapshot) int64 { return s.UnknownPublisher }},
 		{"kvbridge_load_reports_total", "Load reports published.", func(s bridge.StatsSnapshot) int64 { return s.LoadReports }},
 		{"kvbridge_scrape_errors_total", "Failed scrapes of the engine's /metrics.", func(s bridge.StatsSnapshot) int64 { return s.ScrapeErrors }},
 	}

@@ -99,6 +99,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, hostnam
 		Engine:              bridge.Engine(o.engine),
 		EngineURL:           o.engineURL,
 		EventsEndpoint:      o.eventsEndpoint,
+		EventsListen:        o.eventsListen,
 		ReplayEndpoint:      o.replayEndpoint,
 		Topic:               o.topic,
 		DPSize:              o.dpSize,
@@ -128,7 +129,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, hostnam
 		}
 	}
 	log.Info("kvbridge starting", "worker", o.workerID, "engine", o.engine, "engine_url", o.engineURL,
-		"events", o.eventsEndpoint, "replay", o.replayEndpoint, "namespace", o.namespace,
+		"events", o.eventsEndpoint, "events_listen", o.eventsListen, "replay", o.replayEndpoint, "namespace", o.namespace,
 		"data_parallel_size", o.dpSize, "register", etcd != nil)
 	if err := b.Run(ctx); err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -42,6 +43,8 @@ type serveFlags struct {
 	natsCA, natsCert, natsKey string
 	log                       *cli.LogFlags
 	cost                      *costflag.Flags
+	// given names the flags set on the command line or in the environment.
+	given map[string]bool
 }
 
 func newServeFlags() (*cli.Command, *serveFlags) {
@@ -92,6 +95,8 @@ func newServeFlags() (*cli.Command, *serveFlags) {
 	fs.IntVar(&c.EngineEventsPort, "engine-events-port", 5557, "the engines' ZMQ KV event publisher port for --engine-events zmq (data-parallel rank r: port+r)")
 	fs.IntVar(&c.EngineReplayPort, "engine-replay-port", 5558, "the engines' ZMQ replay port for --engine-events zmq (-1: none; every gap then clears the worker's view)")
 	fs.StringVar(&c.EngineEventsTopic, "engine-events-topic", "", "ZMQ topic filter for --engine-events zmq (vLLM's kv-events-config topic; empty: all)")
+	fs.StringVar(&c.EngineEventsListen, "engine-events-listen", "", "bind one ZMQ SUB `endpoint` (e.g. tcp://0.0.0.0:5557) that every engine's PUB connects to, as llm-d deploys vLLM (kv-events-config endpoint tcp://<router>:5557, topic kv@<pod ip>[:<port>]@<model>), instead of dialling each engine; implies --engine-events zmq; replay only with --engine-replay-port given")
+	fs.StringVar(&c.RenderAddr, "render-addr", "", "serve vLLM's render API (POST /v1/completions/render, /v1/chat/completions/render) from the router's tokenizers on this `address`, for engines that tokenize through a render service (llm-d-inference-sim --render-url); empty: off")
 	fs.StringVar(&c.EngineLoad, "engine-load", server.EngineLoadNATS, "where load reports come from: nats (published by kvbridge or kvsim) or scrape (read every worker's /metrics each 250 ms)")
 	fs.StringVar(&c.Engine, "engine", "vllm", "metric names for --engine-load scrape: vllm or sglang")
 	fs.Var(&s.tokenizers, "tokenizer", "`MODEL=DIR`: tokenizer.json and tokenizer_config.json for MODEL (repeatable; LoRA adapters use their base model's); models without one are routed by load")
@@ -145,6 +150,16 @@ func (s *serveFlags) config(stderr io.Writer) (server.Config, error) {
 	}
 	if s.etcdEndpoints != "" {
 		c.EtcdEndpoints = strings.Split(s.etcdEndpoints, ",")
+	}
+	if c.EngineEventsListen != "" {
+		// Engines that connect to the router have no known replay socket
+		// unless the operator names its port.
+		if !s.given["engine-events"] {
+			c.EngineEvents = server.EngineEventsZMQ
+		}
+		if !s.given["engine-replay-port"] {
+			c.EngineReplayPort = -1
+		}
 	}
 	if s.noKVEvents {
 		fmt.Fprintln(stderr, "kvroute: --no-kv-events is deprecated; use --kv-events=false")
@@ -267,6 +282,8 @@ func parseServe(args []string, stdout, out io.Writer, lookupEnv func(string) (st
 	if err := applyEnv(fs, lookupEnv); err != nil {
 		return server.Config{}, &cli.UsageError{Err: err, Cmd: "kvroute"}
 	}
+	s.given = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { s.given[f.Name] = true })
 	return s.config(out)
 }
 

@@ -194,3 +194,45 @@ func TestServeStartsAndStopsOnCancel(t *testing.T) {
 		t.Fatal("serve did not stop after cancel")
 	}
 }
+
+func TestEngineEventsListenFlags(t *testing.T) {
+	none := envOf(nil)
+	for _, tc := range []struct {
+		name       string
+		args       []string
+		env        map[string]string
+		wantEvents string
+		wantReplay int
+		wantErr    string
+	}{
+		{name: "listen implies zmq and no replay", args: []string{"--engine-events-listen", "tcp://0.0.0.0:5557"}, wantEvents: "zmq", wantReplay: -1},
+		{name: "from the environment too", env: map[string]string{"KVROUTE_ENGINE_EVENTS_LISTEN": "tcp://0.0.0.0:5557"}, wantEvents: "zmq", wantReplay: -1},
+		{name: "a replay port given is kept", args: []string{"--engine-events-listen", "tcp://0.0.0.0:5557", "--engine-replay-port", "5558"}, wantEvents: "zmq", wantReplay: 5558},
+		{name: "listening with events over NATS is refused", args: []string{"--engine-events-listen", "tcp://0.0.0.0:5557", "--engine-events", "nats"}, wantErr: "engine-events-listen"},
+		{name: "without listen nothing changes", wantEvents: "nats", wantReplay: 5558},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out bytes.Buffer
+			env := none
+			if tc.env != nil {
+				env = envOf(tc.env)
+			}
+			cfg, err := parseServe(append([]string{"--workers-file", "w.yaml"}, tc.args...), &out, &out, env)
+			if err == nil {
+				err = cfg.Validate()
+			}
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want one mentioning %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.EngineEvents != tc.wantEvents || cfg.EngineReplayPort != tc.wantReplay {
+				t.Fatalf("engine events %q, replay port %d; want %q, %d", cfg.EngineEvents, cfg.EngineReplayPort, tc.wantEvents, tc.wantReplay)
+			}
+		})
+	}
+}

@@ -254,63 +254,62 @@ func routerDecisions(ctx context.Context, url string) (int, error) {
 // withoutExtProc drops the ext_proc filter from a bootstrap: the same Envoy
 // path, round robin over the workers (the cluster-header style's fallback
 // route), kvroute out of it.
-func withoutExtProc(data []byte) ([]byte, error) {
-	return editHCM(data, func(hcm *hcmv3.HttpConnectionManager) error {
-		hcm.HttpFilters = slices.DeleteFunc(hcm.HttpFilters, func(h *hcmv3.HttpFilter) bool {
-			return h.GetName() == extProcFilter
-		})
-		return nil
+var withoutExtProc = EditHCM(func(hcm *hcmv3.HttpConnectionManager) error {
+	hcm.HttpFilters = slices.DeleteFunc(hcm.HttpFilters, func(h *hcmv3.HttpFilter) bool {
+		return h.GetName() == extProcFilter
 	})
-}
+	return nil
+})
 
 // requestPathOnly keeps kvroute on the request path and takes it off the
 // response path (no response headers or body sent to it): what the
 // response-path bookkeeping costs in latency.
-func requestPathOnly(data []byte) ([]byte, error) {
-	return editHCM(data, func(hcm *hcmv3.HttpConnectionManager) error {
-		for _, h := range hcm.HttpFilters {
-			if h.GetName() != extProcFilter {
-				continue
-			}
-			var ep extprocv3.ExternalProcessor
-			if err := h.GetTypedConfig().UnmarshalTo(&ep); err != nil {
-				return err
-			}
-			ep.ProcessingMode.ResponseHeaderMode = extprocv3.ProcessingMode_SKIP
-			ep.ProcessingMode.ResponseBodyMode = extprocv3.ProcessingMode_NONE
-			if err := h.GetTypedConfig().MarshalFrom(&ep); err != nil {
-				return err
-			}
+var requestPathOnly = EditHCM(func(hcm *hcmv3.HttpConnectionManager) error {
+	for _, h := range hcm.HttpFilters {
+		if h.GetName() != extProcFilter {
+			continue
 		}
-		return nil
-	})
-}
+		var ep extprocv3.ExternalProcessor
+		if err := h.GetTypedConfig().UnmarshalTo(&ep); err != nil {
+			return err
+		}
+		ep.ProcessingMode.ResponseHeaderMode = extprocv3.ProcessingMode_SKIP
+		ep.ProcessingMode.ResponseBodyMode = extprocv3.ProcessingMode_NONE
+		if err := h.GetTypedConfig().MarshalFrom(&ep); err != nil {
+			return err
+		}
+	}
+	return nil
+})
 
 const extProcFilter = "envoy.filters.http.ext_proc"
 
-// editHCM applies edit to every HTTP connection manager of a bootstrap.
-func editHCM(data []byte, edit func(*hcmv3.HttpConnectionManager) error) ([]byte, error) {
-	b, err := envoy.ParseBootstrap(data)
-	if err != nil {
-		return nil, err
-	}
-	for _, l := range b.GetStaticResources().GetListeners() {
-		for _, fc := range l.GetFilterChains() {
-			for _, f := range fc.GetFilters() {
-				var hcm hcmv3.HttpConnectionManager
-				if err := f.GetTypedConfig().UnmarshalTo(&hcm); err != nil {
-					continue
-				}
-				if err := edit(&hcm); err != nil {
-					return nil, err
-				}
-				if err := f.GetTypedConfig().MarshalFrom(&hcm); err != nil {
-					return nil, err
+// EditHCM returns an EnvoyConfig.Edit that applies edit to every HTTP
+// connection manager of the bootstrap's static listeners.
+func EditHCM(edit func(*hcmv3.HttpConnectionManager) error) func([]byte) ([]byte, error) {
+	return func(data []byte) ([]byte, error) {
+		b, err := envoy.ParseBootstrap(data)
+		if err != nil {
+			return nil, err
+		}
+		for _, l := range b.GetStaticResources().GetListeners() {
+			for _, fc := range l.GetFilterChains() {
+				for _, f := range fc.GetFilters() {
+					var hcm hcmv3.HttpConnectionManager
+					if err := f.GetTypedConfig().UnmarshalTo(&hcm); err != nil {
+						continue
+					}
+					if err := edit(&hcm); err != nil {
+						return nil, err
+					}
+					if err := f.GetTypedConfig().MarshalFrom(&hcm); err != nil {
+						return nil, err
+					}
 				}
 			}
 		}
+		return protojson.Marshal((*bootstrapv3.Bootstrap)(b))
 	}
-	return protojson.Marshal((*bootstrapv3.Bootstrap)(b))
 }
 
 // hopBody returns the request body for the i-th request of a prompt kind.

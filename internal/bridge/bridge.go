@@ -21,7 +21,6 @@ import (
 
 	"github.com/kvroute/kvroute/internal/bus"
 	"github.com/kvroute/kvroute/internal/discovery"
-	"github.com/kvroute/kvroute/internal/vllmzmq"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/nats-io/nats.go"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -50,6 +49,14 @@ type Config struct {
 	// "tcp://127.0.0.1:5557"; rank r's port is offset by r, as the engine
 	// does.
 	EventsEndpoint string
+	// EventsListen, when set, replaces EventsEndpoint: the bridge binds a
+	// SUB socket there (e.g. "tcp://0.0.0.0:5557") and the engine connects
+	// its PUB socket to it, as llm-d deploys vLLM (kv-events-config endpoint
+	// "tcp://<bridge>:5557"). Rank r listens on the port offset by r. Only
+	// this engine's batches are taken: topics "kv@<host>[:port]@<model>"
+	// must name Address's host (and port); topics in other forms are taken
+	// as the engine's.
+	EventsListen string
 	// ReplayEndpoint is the engine's replay ROUTER for rank 0; empty means
 	// the engine has none, and every gap clears the worker's view.
 	ReplayEndpoint string
@@ -133,7 +140,7 @@ func (c *Config) setDefaults() error {
 	if c.EngineURL == "" {
 		errs = append(errs, errors.New("engine URL is empty"))
 	}
-	if c.EventsEndpoint == "" {
+	if c.EventsEndpoint == "" && c.EventsListen == "" {
 		errs = append(errs, errors.New("events endpoint is empty"))
 	}
 	if c.DPSize < 1 {
@@ -233,22 +240,11 @@ func (b *Bridge) Run(ctx context.Context) error {
 
 	streams := make([]*stream, b.cfg.DPSize)
 	for r := range streams {
-		ep, err := vllmzmq.OffsetEndpointPort(b.cfg.EventsEndpoint, r)
+		sub, closeSub, err := b.source(ctx, r)
 		if err != nil {
 			return fmt.Errorf("bridge: %w", err)
 		}
-		rep, err := vllmzmq.OffsetEndpointPort(b.cfg.ReplayEndpoint, r)
-		if err != nil {
-			return fmt.Errorf("bridge: %w", err)
-		}
-		sub, err := vllmzmq.Dial(ctx, vllmzmq.SubscriberConfig{
-			Endpoint: ep, ReplayEndpoint: rep, Topic: b.cfg.Topic,
-			ReplayTimeout: b.cfg.ReplayTimeout, Logger: b.log.With("endpoint", ep),
-		})
-		if err != nil {
-			return fmt.Errorf("bridge: subscribe rank %d: %w", r, err)
-		}
-		defer sub.Close()
+		defer closeSub()
 		streams[r] = newStream(r, b.WorkerID, sub, b.events, &b.stats, b.log)
 		streams[r].gate = b.forwarding
 	}

@@ -36,6 +36,7 @@ type Stats struct {
 	// earlier publish failed and NATS is still down; the stream is rebuilt
 	// from the engine's replay buffer once it is back.
 	HeldWhileDisconnected atomic.Int64
+	UnknownPublisher      atomic.Int64 // batches from a publisher that is not the followed engine, dropped
 	LoadReports           atomic.Int64 // load reports published
 	ScrapeErrors          atomic.Int64 // failed /metrics scrapes
 }
@@ -43,7 +44,7 @@ type Stats struct {
 // StatsSnapshot is a plain copy of Stats.
 type StatsSnapshot struct {
 	Received, Forwarded, Replayed, Duplicates, Heals, HealFailures, Resets, Clears,
-	Malformed, UndecodedRank, BadRank, PublishErrors, HeldWhileDisconnected, LoadReports, ScrapeErrors int64
+	Malformed, UndecodedRank, BadRank, PublishErrors, HeldWhileDisconnected, UnknownPublisher, LoadReports, ScrapeErrors int64
 }
 
 // Snapshot copies the counters.
@@ -53,7 +54,8 @@ func (s *Stats) Snapshot() StatsSnapshot {
 		Duplicates: s.Duplicates.Load(), Heals: s.Heals.Load(), HealFailures: s.HealFailures.Load(),
 		Resets: s.Resets.Load(), Clears: s.Clears.Load(), Malformed: s.Malformed.Load(),
 		UndecodedRank: s.UndecodedRank.Load(), BadRank: s.BadRank.Load(), PublishErrors: s.PublishErrors.Load(), HeldWhileDisconnected: s.HeldWhileDisconnected.Load(),
-		LoadReports: s.LoadReports.Load(), ScrapeErrors: s.ScrapeErrors.Load(),
+		UnknownPublisher: s.UnknownPublisher.Load(),
+		LoadReports:      s.LoadReports.Load(), ScrapeErrors: s.ScrapeErrors.Load(),
 	}
 }
 
@@ -127,10 +129,24 @@ type EventSink interface {
 	Connected() bool
 }
 
+// Source is where a stream's batches come from: a subscriber dialled to
+// an engine's PUB socket (vllmzmq.Subscriber), a bound listener the engine
+// connects to (vllmzmq.Listener), or one publisher's share of a listener
+// that many engines publish to.
+type Source interface {
+	// Recv returns the next live batch. An error wrapping
+	// vllmzmq.ErrDisconnected or vllmzmq.ErrBadFrames lets the stream go on;
+	// any other ends it.
+	Recv(ctx context.Context) (vllmzmq.Event, error)
+	// Replay returns the engine's buffered batches from start on
+	// (vllmzmq.ErrNoReplay when it has no replay socket).
+	Replay(ctx context.Context, start uint64) ([]vllmzmq.Replayed, error)
+}
+
 // FollowConfig configures Follow.
 type FollowConfig struct {
 	// Sub is the engine endpoint (one data-parallel rank) to follow.
-	Sub *vllmzmq.Subscriber
+	Sub Source
 	// Rank is the endpoint's data-parallel rank, used for batches that do
 	// not name theirs.
 	Rank int
@@ -164,7 +180,7 @@ func Follow(ctx context.Context, c FollowConfig) error {
 type stream struct {
 	rank     int
 	workerID func(rank int) (string, bool)
-	sub      *vllmzmq.Subscriber
+	sub      Source
 	out      EventSink
 	stats    *Stats
 	log      *slog.Logger
@@ -177,7 +193,7 @@ type stream struct {
 	touched map[int]string // ranks (and their worker ids) this stream published to
 }
 
-func newStream(rank int, workerID func(int) (string, bool), sub *vllmzmq.Subscriber, out EventSink, stats *Stats, log *slog.Logger) *stream {
+func newStream(rank int, workerID func(int) (string, bool), sub Source, out EventSink, stats *Stats, log *slog.Logger) *stream {
 	return &stream{
 		rank: rank, workerID: workerID, sub: sub, out: out, stats: stats,
 		log:     log.With("dp_rank", rank),

@@ -3,7 +3,9 @@
 // holds it subscribes to the engine's ZMQ KV-event publisher (kvbridge's
 // vllmzmq code and gap handling, in-process) and applies the batches to the
 // KV index, and it scrapes the engine's /metrics every 250 ms into the
-// scoring pool's load reports.
+// scoring pool's load reports. With Config.Listen the engines connect
+// instead: one bound SUB socket takes every engine's events, and each
+// message's topic names its worker (listen.go).
 //
 // Feeds mirrors the fleet: the server adds it as one more fleet listener,
 // so a worker's feeds start when discovery adds it and stop the moment
@@ -17,6 +19,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvroute/kvroute/internal/bridge"
@@ -46,6 +49,18 @@ type Config struct {
 	ReplayPort int
 	// Topic is the ZMQ subscription filter (vLLM's kv-events-config topic).
 	Topic string
+	// Listen, when set with Events, binds one ZMQ SUB socket there (e.g.
+	// "tcp://0.0.0.0:5557") that every engine connects its PUB socket to,
+	// as llm-d deploys vLLM, instead of dialling each engine. Each
+	// message's topic, "kv@<ip>[:<port>]@<model>", names its worker
+	// (Resolve); each publisher's sequence is checked apart. ReplayPort > 0
+	// asks the worker's host for replay there; otherwise a gap clears the
+	// worker's view.
+	Listen string
+	// OnUnknownPublisher is called for each batch on Listen whose topic
+	// names no single worker (the batch is dropped); nil: only counted in
+	// Stats.
+	OnUnknownPublisher func()
 	// Load scrapes each engine's /metrics into load reports when true.
 	Load bool
 	// Engine picks the metric names (vllm or sglang; default vllm).
@@ -70,6 +85,9 @@ type Feeds struct {
 	ctx  context.Context
 	stop context.CancelFunc
 
+	listener *vllmzmq.Listener // nil unless Config.Listen
+	gen      atomic.Uint64     // bumped by every Upsert and Remove: topics resolve anew
+
 	mu      sync.Mutex
 	workers map[string]*follower
 	wg      sync.WaitGroup
@@ -78,6 +96,7 @@ type Feeds struct {
 
 type follower struct {
 	spec   scoring.WorkerSpec
+	ctx    context.Context
 	cancel context.CancelFunc
 }
 
@@ -114,7 +133,28 @@ func New(cfg Config) (*Feeds, error) {
 		return nil, fmt.Errorf("engine feeds: load needs a pool")
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	return &Feeds{cfg: cfg, http: newScraper(cfg.Engine), ctx: ctx, stop: stop, workers: map[string]*follower{}}, nil
+	f := &Feeds{cfg: cfg, http: newScraper(cfg.Engine), ctx: ctx, stop: stop, workers: map[string]*follower{}}
+	if cfg.Events && cfg.Listen != "" {
+		l, err := vllmzmq.Listen(ctx, vllmzmq.ListenerConfig{Endpoint: cfg.Listen, Topic: cfg.Topic, Logger: cfg.Logger})
+		if err != nil {
+			stop()
+			return nil, fmt.Errorf("engine feeds: %w", err)
+		}
+		f.listener = l
+		cfg.Logger.Info("listening for engines' KV events", "endpoint", l.Endpoint())
+		f.wg.Add(1)
+		go func() { defer f.wg.Done(); defer l.Close(); f.demux(l) }()
+	}
+	return f, nil
+}
+
+// ListenEndpoint is the bound KV event listener's address ("tcp://ip:port"),
+// empty when not listening.
+func (f *Feeds) ListenEndpoint() string {
+	if f.listener == nil {
+		return ""
+	}
+	return f.listener.Endpoint()
 }
 
 // Stats returns the event streams' counters, summed over every worker.
@@ -125,6 +165,7 @@ func (f *Feeds) Stats() *bridge.Stats { return &f.stats }
 func (f *Feeds) Upsert(spec scoring.WorkerSpec) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.gen.Add(1)
 	if f.ctx.Err() != nil {
 		return
 	}
@@ -136,8 +177,8 @@ func (f *Feeds) Upsert(spec scoring.WorkerSpec) {
 		old.cancel()
 	}
 	ctx, cancel := context.WithCancel(f.ctx)
-	f.workers[spec.ID] = &follower{spec: spec, cancel: cancel}
-	if f.cfg.Events {
+	f.workers[spec.ID] = &follower{spec: spec, ctx: ctx, cancel: cancel}
+	if f.cfg.Events && f.listener == nil {
 		f.wg.Add(1)
 		go func() { defer f.wg.Done(); f.followEvents(ctx, spec) }()
 	}
@@ -151,6 +192,7 @@ func (f *Feeds) Upsert(spec scoring.WorkerSpec) {
 func (f *Feeds) Remove(id string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.gen.Add(1)
 	if w, ok := f.workers[id]; ok {
 		w.cancel()
 		delete(f.workers, id)

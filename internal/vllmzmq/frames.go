@@ -16,7 +16,9 @@
 // with the one it asked for.
 //
 // Publisher behaves like vLLM's ZmqEventPublisher (PUB plus a replay ROUTER
-// with a bounded buffer); Subscriber is the consuming side with replay.
+// with a bounded buffer); Subscriber is the consuming side with replay,
+// dialling the engine; Listener is the consuming side bound for engines
+// that connect out (llm-d's layout), whose topics ParseTopic reads.
 // Both use github.com/go-zeromq/zmq4, so no libzmq is needed. The payload is
 // opaque here: this package never decodes msgpack.
 package vllmzmq

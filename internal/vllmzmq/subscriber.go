@@ -188,10 +188,21 @@ func (s *Subscriber) Recv(ctx context.Context) (Event, error) {
 // silently omits batches that fell out of its buffer, so the caller checks
 // whether the first returned sequence is the one it asked for.
 func (s *Subscriber) Replay(ctx context.Context, start uint64) ([]Replayed, error) {
-	if s.cfg.ReplayEndpoint == "" {
+	return Replay(ctx, s.cfg.ReplayEndpoint, start, s.cfg.ReplayTimeout)
+}
+
+// Replay runs one replay exchange with an engine's replay ROUTER at
+// endpoint: every buffered batch from start on, in order, up to the end
+// marker, within timeout (2 s when not positive). An empty endpoint
+// returns ErrNoReplay.
+func Replay(ctx context.Context, endpoint string, start uint64, timeout time.Duration) ([]Replayed, error) {
+	if endpoint == "" {
 		return nil, ErrNoReplay
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.ReplayTimeout)
+	if timeout <= 0 {
+		timeout = 2 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	// A fresh DEALER per exchange: replies to an earlier request that timed
 	// out can never be mistaken for this one's.
@@ -200,8 +211,8 @@ func (s *Subscriber) Replay(ctx context.Context, start uint64) ([]Replayed, erro
 	dealer := zmq4.NewDealer(ctx, zmq4.WithID(zmq4.SocketIdentity("kvbridge-"+hex.EncodeToString(id))),
 		zmq4.WithDialerRetry(50*time.Millisecond), zmq4.WithDialerMaxRetries(3))
 	defer dealer.Close()
-	if err := dealer.Dial(s.cfg.ReplayEndpoint); err != nil {
-		return nil, fmt.Errorf("vllmzmq: dial replay %s: %w", s.cfg.ReplayEndpoint, err)
+	if err := dealer.Dial(endpoint); err != nil {
+		return nil, fmt.Errorf("vllmzmq: dial replay %s: %w", endpoint, err)
 	}
 	if err := dealer.Send(zmq4.NewMsgFrom(ReplayRequestFrames(start)...)); err != nil {
 		return nil, fmt.Errorf("vllmzmq: send replay request from %d: %w", start, err)
@@ -212,7 +223,7 @@ func (s *Subscriber) Replay(ctx context.Context, start uint64) ([]Replayed, erro
 		if err != nil {
 			if ctx.Err() != nil {
 				return got, fmt.Errorf("vllmzmq: replay from %d: no end marker within %v (%d batches received): %w",
-					start, s.cfg.ReplayTimeout, len(got), ctx.Err())
+					start, timeout, len(got), ctx.Err())
 			}
 			return got, fmt.Errorf("vllmzmq: replay from %d: %w", start, err)
 		}

@@ -1,0 +1,448 @@
+//go:build llmdsim
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvroute/kvroute/envoy"
+	"github.com/kvroute/kvroute/envoy/proxy"
+	"github.com/kvroute/kvroute/extproc"
+	"github.com/kvroute/kvroute/internal/bench"
+	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/server"
+	"github.com/kvroute/kvroute/tokenizer"
+)
+
+// llmdWorkers is the fleet size of the third-party engine test.
+const llmdWorkers = 4
+
+func freeTCPPort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// turn is what one chat request measured through Envoy.
+type turn struct {
+	session, index int
+	servedBy       string // the worker address Envoy sent it to
+	cached         int    // the engine's usage.prompt_tokens_details.cached_tokens
+	predicted      int    // kvroute's prediction; -1 when none
+	prompt         int
+	err            error
+}
+
+// chatTurn sends one non-streamed chat completion through Envoy.
+func chatTurn(ctx context.Context, url string, messages []map[string]string) (turn, string) {
+	body, _ := json.Marshal(map[string]any{"model": model, "messages": messages, "max_tokens": 8})
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/chat/completions", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return turn{err: err}, ""
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	tr := turn{servedBy: resp.Header.Get(servedByHeader), predicted: -1}
+	if v, err := strconv.Atoi(resp.Header.Get(extproc.PredictedCachedTokensHeader)); err == nil {
+		tr.predicted = v
+	}
+	if resp.StatusCode != http.StatusOK {
+		tr.err = fmt.Errorf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(raw))
+		return tr, ""
+	}
+	var out struct {
+		Usage struct {
+			PromptTokens        int `json:"prompt_tokens"`
+			PromptTokensDetails struct {
+				CachedTokens int `json:"cached_tokens"`
+			} `json:"prompt_tokens_details"`
+		} `json:"usage"`
+		Choices []struct {
+			Message struct {
+				Content string `json:"content"`
+			} `json:"message"`
+		} `json:"choices"`
+	}
+	if err := json.Unmarshal(raw, &out); err != nil || len(out.Choices) == 0 {
+		tr.err = fmt.Errorf("answer %s: %v", raw, err)
+		return tr, ""
+	}
+	tr.cached, tr.prompt = out.Usage.PromptTokensDetails.CachedTokens, out.Usage.PromptTokens
+	return tr, out.Choices[0].Message.Content
+}
+
+// runChats plays sessions of multi-turn chats, the sessions concurrently
+// and each one's turns in order, every session with its own long system
+// prompt.
+func runChats(ctx context.Context, url string, sessions, turns int, tag string) []turn {
+	var mu sync.Mutex
+	var all []turn
+	var wg sync.WaitGroup
+	for s := range sessions {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sys := fmt.Sprintf("Session %s-%d. You are a careful assistant for a team that ships a router for LLM fleets; "+
+				"answer in short sentences, cite the file you read, and never invent a flag. ", tag, s)
+			msgs := []map[string]string{{"role": "system", "content": strings.Repeat(sys, 4)}}
+			for i := range turns {
+				msgs = append(msgs, map[string]string{"role": "user", "content": fmt.Sprintf("Question %d of session %s-%d: what does the next step do, and why?", i, tag, s)})
+				tr, answer := chatTurn(ctx, url, msgs)
+				tr.session, tr.index = s, i
+				mu.Lock()
+				all = append(all, tr)
+				mu.Unlock()
+				if tr.err != nil {
+					return
+				}
+				msgs = append(msgs, map[string]string{"role": "assistant", "content": answer})
+			}
+		}()
+	}
+	wg.Wait()
+	return all
+}
+
+// A third-party engine: four llm-d-inference-sim processes, two publishing
+// vLLM's positional-array events and two the map layout, each connecting
+// its PUB socket to kvroute's one listener (as llm-d deploys vLLM) and
+// tokenizing through kvroute's render listener. Multi-turn chats go through
+// the real Envoy; kvroute's predicted cached tokens must equal what the
+// engine reports it had cached, follow-ups stay with their prefix, load
+// comes from the engines' own /metrics, and killing one engine costs the
+// clients nothing.
+func TestLLMDInferenceSim(t *testing.T) {
+	bin := os.Getenv("KVROUTE_LLMD_SIM")
+	if bin == "" {
+		t.Fatal("KVROUTE_LLMD_SIM is not set: run `make test-llmd`, which builds llm-d-inference-sim (scripts/llm-d-sim.sh)")
+	}
+	hf := startHFStub(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	defer cancel()
+
+	f := startLLMDFleet(t, ctx, bin, fleetOptions{hf: hf})
+	r, cfg, workers, ew, px, sims, rctx := f.r, f.cfg, f.workers, f.ew, f.px, f.sims, f.ctx
+
+	// Until each simulator's PUB connection carries the listener's
+	// subscription its first events are lost (ZMQ's slow joiner); a warm-up
+	// chat per worker makes sure every stream is live before measuring.
+	waitFor(t, ctx, "every simulator's KV events to reach the index", func() bool {
+		for i := range workers {
+			_, _ = chatTurn(ctx, "http://"+ew[i].Address, []map[string]string{{"role": "user", "content": fmt.Sprintf("warm-up %d %d", i, time.Now().UnixNano())}})
+		}
+		for _, w := range r.Index().Stats().PerWorker {
+			if w.Blocks == 0 {
+				return false
+			}
+		}
+		return len(r.Index().Stats().PerWorker) == llmdWorkers
+	})
+
+	turns := runChats(ctx, px.URL(), 12, 4, "a")
+	exact, predicted, followups, stayed := 0, 0, 0, 0
+	byLayout := map[bool][2]int{} // map layout? -> {exact, predicted}
+	prev := map[int]string{}
+	addrLayout := map[string]bool{}
+	for i, w := range workers {
+		addrLayout[ew[i].Address] = w.mapFmt
+	}
+	for _, tr := range turns {
+		if tr.err != nil {
+			t.Fatalf("session %d turn %d: %v", tr.session, tr.index, tr.err)
+		}
+		if tr.predicted >= 0 {
+			predicted++
+			l := byLayout[addrLayout[tr.servedBy]]
+			l[1]++
+			if tr.predicted == tr.cached {
+				exact++
+				l[0]++
+			}
+			byLayout[addrLayout[tr.servedBy]] = l
+		}
+		if tr.index > 0 {
+			followups++
+			if tr.servedBy == prev[tr.session] && tr.cached > 0 {
+				stayed++
+			}
+		}
+		prev[tr.session] = tr.servedBy
+	}
+	t.Logf("overlap_exact %d/%d (array layout %d/%d, map layout %d/%d); follow-ups on their prefix's worker with a cache hit %d/%d",
+		exact, predicted, byLayout[false][0], byLayout[false][1], byLayout[true][0], byLayout[true][1], stayed, followups)
+	if predicted < len(turns)*9/10 || float64(exact) < 0.95*float64(predicted) {
+		t.Errorf("overlap_exact %d/%d of %d requests, want ≥ 95%%", exact, predicted, len(turns))
+	}
+	for _, mapFmt := range []bool{false, true} {
+		if byLayout[mapFmt][1] == 0 {
+			t.Errorf("no request served by a worker with map layout %v", mapFmt)
+		}
+	}
+	if float64(stayed) < 0.95*float64(followups) {
+		t.Errorf("only %d of %d follow-ups landed on their prefix's worker with a cache hit", stayed, followups)
+	}
+	if st := r.EngineFeeds().Stats(); st.LoadReports.Load() == 0 || st.UnknownPublisher.Load() != 0 {
+		t.Errorf("load reports scraped %d (want > 0), batches from unknown publishers %d (want 0)", st.LoadReports.Load(), st.UnknownPublisher.Load())
+	}
+
+	// Load the engines report on /metrics steers fresh prompts: requests
+	// sent to one simulator behind the router's back show up only in its
+	// own gauges (vllm:kv_cache_usage_perc, vllm:num_requests_running).
+	// The default latency cost counts the router's own in-flight requests
+	// and reads the report's KV use for its memory term only, so a second
+	// router with the block cost (--cost-model default: decode = KV blocks
+	// in use, from the fresh report) shows the scrape deciding.
+	cfg2 := cfg
+	cfg2.GRPCAddr, cfg2.HTTPAddr, cfg2.AdminAddr, cfg2.RenderAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", ""
+	cfg2.EngineEventsListen = "tcp://127.0.0.1:0"
+	cfg2.Scoring.CostModel = scoring.CostDefault
+	r2, err := server.Start(rctx, cfg2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r2.Shutdown() })
+	px2, err := bench.StartEnvoy(ctx, bench.EnvoyConfig{Style: envoy.StyleClusterHeader, Workers: ew, ExtProcAddr: r2.GRPCAddr(), Edit: echoRouting})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = px2.Close() })
+	busy := 1
+	var hold sync.WaitGroup
+	for i := range 8 {
+		hold.Add(1)
+		go func() {
+			defer hold.Done()
+			// Long prompts: the simulator counts prompt blocks as KV in use.
+			prompt := fmt.Sprintf("document %d: %s", i, strings.Repeat("the router reads the engine's gauges and weighs them. ", 60))
+			body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":%q}],"max_tokens":1500,"ignore_eos":true}`, model, prompt)
+			resp, err := http.Post("http://"+ew[busy].Address+"/v1/chat/completions", "application/json", strings.NewReader(body))
+			if err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}()
+	}
+	waitFor(t, ctx, "the busy engine's /metrics to reach the router", func() bool {
+		running, used := reportedLoad(t, r2, workers[busy].id)
+		return running >= 8 && used >= 100
+	})
+	fresh := runChats(ctx, px2.URL(), 12, 1, "fresh")
+	onBusy := 0
+	for _, tr := range fresh {
+		if tr.err != nil {
+			t.Fatal(tr.err)
+		}
+		if tr.servedBy == ew[busy].Address {
+			onBusy++
+		}
+	}
+	running, used := reportedLoad(t, r2, workers[busy].id)
+	t.Logf("while %s reported %d running and %d KV blocks in use on /metrics, %d of %d fresh prompts went to it", workers[busy].id, running, used, onBusy, len(fresh))
+	if onBusy > 0 {
+		t.Errorf("%d of %d fresh prompts went to the worker whose /metrics shows it busy", onBusy, len(fresh))
+	}
+	hold.Wait()
+
+	// Kill the busiest worker: its events stop, requests move elsewhere,
+	// and Envoy's one retry to kvroute's fallback hides the dead endpoint.
+	count := map[string]int{}
+	for _, tr := range turns {
+		count[tr.servedBy]++
+	}
+	victim := 0
+	for i := range ew {
+		if count[ew[i].Address] > count[ew[victim].Address] {
+			victim = i
+		}
+	}
+	scrapeErrs := r.EngineFeeds().Stats().ScrapeErrors.Load()
+	sims[victim].kill()
+	after := runChats(ctx, px.URL(), 8, 3, "b")
+	for _, tr := range after {
+		if tr.err != nil {
+			t.Fatalf("after killing %s: session %d turn %d: %v", workers[victim].id, tr.session, tr.index, tr.err)
+		}
+		if tr.servedBy == ew[victim].Address {
+			t.Fatalf("a request was served by the killed worker %s", workers[victim].id)
+		}
+	}
+	waitFor(t, ctx, "the killed engine's /metrics to fail", func() bool {
+		return r.EngineFeeds().Stats().ScrapeErrors.Load() > scrapeErrs
+	})
+	t.Logf("killed %s (served %d of %d); %d requests after it all succeeded elsewhere", workers[victim].id, count[ew[victim].Address], len(turns), len(after))
+}
+
+// reportedLoad is a worker's running requests and KV blocks in use in the
+// load report the router holds (from the engine's /metrics).
+func reportedLoad(t *testing.T, r *server.Server, id string) (running, used int) {
+	t.Helper()
+	resp, err := http.Get("http://" + r.AdminAddr() + "/debug/workers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Workers []struct {
+			Record struct {
+				ID string `json:"id"`
+			} `json:"record"`
+			Load *struct {
+				Report struct {
+					Running int `json:"running"`
+					Used    int `json:"kv_used_blocks"`
+				} `json:"report"`
+			} `json:"load"`
+		} `json:"workers"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range out.Workers {
+		if w.Record.ID == id && w.Load != nil {
+			return w.Load.Report.Running, w.Load.Report.Used
+		}
+	}
+	return 0, 0
+}
+
+// llmdWorker is one simulator's place in the fleet.
+type llmdWorker struct {
+	id, ip string
+	port   int
+	mapFmt bool
+}
+
+// fleetOptions shape a fleet of simulators behind kvroute and Envoy.
+type fleetOptions struct {
+	// hf stands in for huggingface.co so the simulators tokenize text
+	// through kvroute's render listener; nil for token-id workloads.
+	hf *hfStub
+	// simArgs replace the simulators' timing and capacity flags.
+	simArgs []string
+	// mode is kvroute's router mode (default kv).
+	mode string
+}
+
+// llmdFleet is kvroute (listen mode, render listener, scraped load) in
+// front of llmdWorkers simulators, half publishing vLLM's positional-array
+// events and half the map layout, and the real Envoy in front of kvroute.
+type llmdFleet struct {
+	r       *server.Server
+	cfg     server.Config
+	ctx     context.Context // the router's; ends when the test does
+	workers []llmdWorker
+	sims    []*llmdSim
+	ew      []envoy.Worker
+	px      *proxy.Proxy
+	stop    func() // the router's
+}
+
+// close stops Envoy, the simulators and the router; it may be called again.
+func (f *llmdFleet) close() {
+	if f.px != nil {
+		_ = f.px.Close()
+	}
+	for _, s := range f.sims {
+		if s != nil {
+			s.kill()
+		}
+	}
+	f.stop()
+}
+
+func startLLMDFleet(t testing.TB, ctx context.Context, bin string, o fleetOptions) *llmdFleet {
+	t.Helper()
+	// Workers: each simulator names itself by a loopback address of its own
+	// (POD_IP), which is how its topic kv@<ip>@<model> is told apart.
+	f := &llmdFleet{workers: make([]llmdWorker, llmdWorkers)}
+	var file strings.Builder
+	file.WriteString("workers:\n")
+	for i := range f.workers {
+		f.workers[i] = llmdWorker{id: fmt.Sprintf("llmd%d", i), ip: fmt.Sprintf("127.0.0.%d", 21+i), port: freeTCPPort(t), mapFmt: i >= llmdWorkers/2}
+		fmt.Fprintf(&file, "- {id: %s, model: %q, address: '%s:%d', block_size: 16, kv_total_blocks: 1024, max_num_seqs: 16}\n",
+			f.workers[i].id, model, f.workers[i].ip, f.workers[i].port)
+	}
+	wf := filepath.Join(t.TempDir(), "workers.yaml")
+	if err := os.WriteFile(wf, []byte(file.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg := server.DefaultConfig()
+	cfg.GRPCAddr, cfg.HTTPAddr, cfg.AdminAddr, cfg.RenderAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Tokenizers = map[string]tokenizer.ModelSource{model: {Dir: qwenDir}}
+	cfg.WorkersFile = wf
+	cfg.EngineEvents, cfg.EngineEventsListen, cfg.EngineReplayPort = server.EngineEventsZMQ, "tcp://127.0.0.1:0", -1
+	cfg.EngineLoad = server.EngineLoadScrape
+	if o.mode != "" {
+		cfg.Scoring.Mode = o.mode
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.ShutdownGrace = time.Second
+	rctx, rcancel := context.WithCancel(context.Background())
+	r, err := server.Start(rctx, cfg)
+	if err != nil {
+		rcancel()
+		t.Fatal(err)
+	}
+	f.stop = func() { rcancel(); _ = r.Wait() }
+	t.Cleanup(f.close)
+	f.r, f.cfg, f.ctx = r, cfg, rctx
+
+	simArgs := o.simArgs
+	if simArgs == nil {
+		simArgs = []string{"--kv-cache-size", "1024", "--max-num-seqs", "16", "--max-model-len", "8192",
+			"--prefill-overhead", "5ms", "--prefill-time-per-token", "200us", "--inter-token-latency", "2ms"}
+	}
+	f.sims = make([]*llmdSim, len(f.workers))
+	for i, w := range f.workers {
+		args := append([]string{"--model", model, "--enable-kvcache", "--block-size", "16",
+			"--zmq-endpoint", r.EngineFeeds().ListenEndpoint(), "--event-batch-size", "1", "--render-url", "http://" + r.RenderAddr(), "--v", "0"},
+			simArgs...)
+		if w.mapFmt {
+			args = append(args, "--use-vllm-map-event-format")
+		}
+		f.sims[i] = startLLMDSim(t, bin, o.hf, w.id, w.ip, w.port, args...)
+		f.ew = append(f.ew, envoy.Worker{Cluster: w.id, Address: fmt.Sprintf("%s:%d", w.ip, w.port)})
+	}
+	for _, s := range f.sims {
+		if err := s.waitReady(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if f.px, err = bench.StartEnvoy(ctx, bench.EnvoyConfig{Style: envoy.StyleClusterHeader, Workers: f.ew, ExtProcAddr: r.GRPCAddr(), Edit: echoRouting}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "kvroute ready", func() bool { return r.NotReadyReason() == "" })
+	return f
+}
+
+func waitFor(t testing.TB, ctx context.Context, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("timed out waiting for %s", what)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
