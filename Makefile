@@ -55,9 +55,13 @@ test-main:
 	KVROUTE_ENVOY=$$bin $(GO) test $(TEST_FLAGS) $(PKGS)
 
 # deploy/ is a nested module (kustomize, k8s.io/api) so those dependencies
-# stay out of the router's module.
+# stay out of the router's module. Every overlay is also rendered with the
+# kustomize each recent kubectl minor bundles, built once by
+# scripts/kustomize.sh into the user cache (a few minutes cold, then reused).
 test-deploy:
-	cd deploy && $(GO) vet ./... && $(GO) test -count=1 -timeout 9m ./...
+	@echo "test-deploy: the kustomize releases of kubectl 1.32 to 1.37 (built once into the user cache)"
+	@kz=$$(./scripts/kustomize.sh) && cd deploy && $(GO) vet ./... && $(GO) vet -tags kubeapiserver ./... && \
+	KVROUTE_KUSTOMIZE="$$kz" $(GO) test -count=1 -timeout 9m ./...
 
 # The InferencePool tests run against a real kube-apiserver, built once from
 # tools/kube-apiserver (a nested module) into the user cache by
@@ -67,10 +71,11 @@ KUBE_TEST_PKGS ?= ./internal/kubepool/... ./e2e/
 kube-apiserver: ## build the real kube-apiserver for the InferencePool tests (once; cached outside the repo)
 	@./scripts/kube-apiserver.sh
 
-test-kubeapiserver: ## the InferencePool discovery tests and e2e against a real kube-apiserver
+test-kubeapiserver: ## the InferencePool discovery tests, e2e and every overlay's server-side dry run against a real kube-apiserver
 	@bin=$$(./scripts/kube-apiserver.sh) && \
 	$(GO) vet -tags kubeapiserver $(KUBE_TEST_PKGS) && \
-	KVROUTE_KUBE_APISERVER=$$bin KVROUTE_ENVOY=$$(./scripts/envoy.sh) $(GO) test $(TEST_FLAGS) -tags kubeapiserver -run KubeAPIServer $(KUBE_TEST_PKGS)
+	KVROUTE_KUBE_APISERVER=$$bin KVROUTE_ENVOY=$$(./scripts/envoy.sh) $(GO) test $(TEST_FLAGS) -tags kubeapiserver -run KubeAPIServer $(KUBE_TEST_PKGS) && \
+	cd deploy && KVROUTE_KUBE_APISERVER=$$bin $(GO) test -count=1 -timeout 9m -tags kubeapiserver -run KubeAPIServer .
 
 # The libzmq interop test (internal/vllmzmq) talks to real libzmq through
 # Debian's pyzmq; install it when we can, as CI runs as root on Debian.
