@@ -23,11 +23,14 @@ type Object struct {
 func (o Object) String() string { return o.Kind + "/" + o.Name }
 
 // overlays are every kustomization users apply; each must render.
-var overlays = []string{"base", "overlays/dev", "overlays/vllm", "overlays/gateway-api", "overlays/istio", "overlays/inferencepool", withMonitoring}
+var overlays = []string{"base", "overlays/dev", "overlays/vllm", "overlays/gateway-api", "overlays/istio", "overlays/inferencepool", withMonitoring, myFleet}
 
 // withMonitoring is the vllm overlay with the optional monitoring component
 // (ServiceMonitor, Grafana dashboard), as a user adds it; relative to k8s/.
 const withMonitoring = "../testdata/vllm-monitoring"
+
+// myFleet is docs/deploy.md's example of an overlay of one's own.
+const myFleet = "../testdata/my-fleet"
 
 var (
 	renderMu    sync.Mutex
