@@ -462,3 +462,23 @@ func TestChartLabelsAxesAndColoursModesByName(t *testing.T) {
 		t.Errorf("ModeColors = %v", c)
 	}
 }
+
+// When kvsim fell behind real time in either mode, the summary compares
+// hit rates but makes no latency claim, whichever mode the times favour.
+func TestComparisonMakesNoLatencyClaimWhenWorkersLagged(t *testing.T) {
+	r := fixedReport()
+	if c := r.Comparison(); !strings.Contains(c, "p99 10.00× lower (30 vs 300 ms)") {
+		t.Fatalf("without lag the summary compares p50, p90 and p99: %s", c)
+	}
+	for _, lagged := range r.Order {
+		r := fixedReport()
+		r.Modes[lagged].LagWarning = true
+		c := r.Comparison()
+		if strings.Contains(c, "× lower") || strings.Contains(c, "× higher") || !strings.Contains(c, "TTFT not compared: kvsim fell behind real time in "+lagged) {
+			t.Errorf("lag in %s: %s", lagged, c)
+		}
+		if !strings.Contains(c, "hit rate 20.0 % vs 0.0 %") {
+			t.Errorf("lag in %s: hit rates no longer compared: %s", lagged, c)
+		}
+	}
+}
