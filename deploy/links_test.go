@@ -283,7 +283,7 @@ func TestIstioEnvoyFilterMatchesOriginalDst(t *testing.T) {
 }
 
 func TestServiceMonitorScrapesKvrouteMetrics(t *testing.T) {
-	objs := render(t, "overlays/vllm")
+	objs := render(t, withMonitoring)
 	check := func(objs []Object) error {
 		o, ok := find(objs, "ServiceMonitor", "kvroute")
 		if !ok {

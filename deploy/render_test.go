@@ -23,7 +23,14 @@ type Object struct {
 func (o Object) String() string { return o.Kind + "/" + o.Name }
 
 // overlays are every kustomization users apply; each must render.
-var overlays = []string{"base", "overlays/dev", "overlays/vllm", "overlays/gateway-api", "overlays/istio", "overlays/inferencepool"}
+var overlays = []string{"base", "overlays/dev", "overlays/vllm", "overlays/gateway-api", "overlays/istio", "overlays/inferencepool", withMonitoring, myFleet}
+
+// withMonitoring is the vllm overlay with the optional monitoring component
+// (ServiceMonitor, Grafana dashboard), as a user adds it; relative to k8s/.
+const withMonitoring = "../testdata/vllm-monitoring"
+
+// myFleet is docs/deploy.md's example of an overlay of one's own.
+const myFleet = "../testdata/my-fleet"
 
 var (
 	renderMu    sync.Mutex
@@ -108,11 +115,13 @@ func TestEveryOverlayRenders(t *testing.T) {
 	want := map[string][]string{
 		"base":                 {"Deployment/kvroute", "Deployment/envoy", "Service/kvroute", "Service/kvroute-grpc", "Service/envoy", "ServiceAccount/kvroute"},
 		"overlays/dev":         {"Namespace/kvroute-dev", "Deployment/nats", "Deployment/etcd", "Deployment/kvsim", "Deployment/envoy"},
-		"overlays/vllm":        {"Deployment/vllm", "ServiceMonitor/kvroute", "ConfigMap/kvroute-dashboard", "Deployment/envoy"},
+		"overlays/vllm":        {"Deployment/vllm", "Deployment/envoy"},
+		withMonitoring:         {"Deployment/vllm", "ServiceMonitor/kvroute", "ConfigMap/kvroute-dashboard", "Deployment/envoy"},
 		"overlays/gateway-api": {"InferencePool/vllm", "HTTPRoute/llm", "Deployment/vllm", "Deployment/kvroute"},
 		"overlays/istio":       {"EnvoyFilter/kvroute-ext-proc", "DestinationRule/kvroute", "Gateway/llm-gateway", "VirtualService/llm", "Deployment/llm-gateway"},
 	}
 	absent := map[string][]string{
+		"overlays/vllm":        {"ServiceMonitor/kvroute"}, // optional: needs the Prometheus Operator's CRDs
 		"overlays/gateway-api": {"Deployment/envoy", "Service/envoy"},
 		"overlays/istio":       {"Deployment/envoy", "Service/envoy"},
 	}

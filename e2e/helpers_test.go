@@ -215,7 +215,7 @@ lines:
 // holds it, was stamped after t0.
 func (s *system) reportsSince(t *testing.T, t0 time.Time) int {
 	t.Helper()
-	resp, err := http.Get(s.AdminURL() + "/debug/workers")
+	resp, err := http.Get(s.AdminURL() + "/debug/workers?verbose=1")
 	if err != nil {
 		t.Fatal(err)
 	}

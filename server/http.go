@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/kvroute/kvroute/extproc"
-	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -34,7 +33,7 @@ var endpoints = []endpoint{
 	{"GET", "/healthz", "liveness: ok while the process runs", false},
 	{"GET", "/readyz", "readiness: 200 once discovery synced with a worker and ext_proc is up (a NATS or etcd outage only shows in \"degraded\"); else 503 and the reason", false},
 	{"GET", "/", "this list", true},
-	{"GET", "/debug/workers", "every worker: its record, live load and index holdings; \"degraded\" lists components the router runs without (nats, etcd, kubernetes)", true},
+	{"GET", "/debug/workers", "every worker on one line (id, health, running, waiting, cached blocks, learned prefill rate); ?verbose=1 gives its whole record, live load and index holdings; \"degraded\" lists components the router runs without (nats, etcd, kubernetes)", true},
 	{"POST", "/debug/explain", "an OpenAI body in, the decision with every candidate's terms out, without side effects (?path=/v1/completions)", true},
 	{"GET", SnapshotPath, "the KV index as a versioned binary snapshot, for a restarting replica's --warm-from", true},
 	{"GET", "/admin/mode", "the router mode and the valid ones", true},
@@ -158,34 +157,6 @@ func (r *Server) handleReady(w http.ResponseWriter, _ *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"ready": true, "workers": r.fleet.len(), "degraded": r.degradedList()})
-}
-
-// workerView is one worker on /debug/workers.
-type workerView struct {
-	Record scoring.WorkerSpec   `json:"record"`
-	Load   *scoring.Load        `json:"load,omitempty"`
-	Index  *kvindex.WorkerStats `json:"index,omitempty"`
-}
-
-func (r *Server) handleWorkers(w http.ResponseWriter, _ *http.Request) {
-	st := r.index.Stats()
-	byID := map[string]*kvindex.WorkerStats{}
-	for i := range st.PerWorker {
-		byID[st.PerWorker[i].ID] = &st.PerWorker[i]
-	}
-	pool := r.sched.Load().Pool()
-	var out []workerView
-	for _, rec := range r.fleet.snapshot() {
-		v := workerView{Record: rec, Index: byID[rec.ID]}
-		if l, ok := pool.Load(rec.ID); ok {
-			v.Load = &l
-		}
-		out = append(out, v)
-	}
-	writeJSON(w, http.StatusOK, map[string]any{
-		"mode": r.Mode(), "ready": r.Ready(), "degraded": r.degradedList(), "workers": out,
-		"index": map[string]int{"workers": st.Workers, "blocks": st.Blocks, "entries": st.Entries, "bytes": st.Bytes},
-	})
 }
 
 // handleExplain decides for a posted OpenAI body without side effects.

@@ -248,8 +248,12 @@ func TestRouterEventsOverNATSChangeTheNextDecision(t *testing.T) {
 	t.Run("health, readiness and workers", func(t *testing.T) {
 		get(t, base+"/healthz", 200)
 		get(t, base+"/readyz", 200)
-		if w := get(t, admin+"/debug/workers", 200); !strings.Contains(w, `"w2"`) || !strings.Contains(w, `"prefill_rate":`) {
-			t.Errorf("workers: %s", w)
+		w := get(t, admin+"/debug/workers", 200)
+		if !strings.Contains(w, `{"id":"w2","health":`) || strings.Contains(w, `"record"`) || strings.Count(w, "\n") != 5 {
+			t.Errorf("workers, one line each after the head: %s", w)
+		}
+		if w := get(t, admin+"/debug/workers?verbose=1", 200); !strings.Contains(w, `"record"`) || !strings.Contains(w, `"prefill_overhead_seconds":`) {
+			t.Errorf("workers?verbose=1: %s", w)
 		}
 	})
 	t.Run("snake_case JSON, one error shape, an index at /", func(t *testing.T) {

@@ -79,27 +79,30 @@ func newDemoFlags(d *demoFlags, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&d.maxBatch, "max-num-batched-tokens", sim.DefaultMaxNumBatchedTokens, "maximum tokens per engine step (chunked prefill)")
 	fs.BoolVar(&d.progress, "progress", false, "draw a progress bar on stderr even when it is not a terminal (otherwise one line every 5 s there)")
 	d.log = cli.RegisterLog(fs, "off")
-	setUsage(fs, `kvbench demo runs kvroute end to end in one process and compares router modes.
+	setUsage(fs, fmt.Sprintf(`kvbench demo compares router modes in two parts.
 
-It starts an embedded NATS server and etcd, --workers simulated vLLM workers
-(kvsim: paged KV cache with prefix caching, continuous batching, the Dynamo
-mocker's timing model), a kvroute router (ext_proc gRPC) and a real Envoy
-running the cluster-header bootstrap (KVROUTE_ENVOY, the copy "make envoy"
-installs, or envoy on the PATH). It then replays the
-workload once per mode: before each mode the fleet goes idle, every worker's
-cache is cleared and the router's mode is switched through /admin/mode, so
-every mode starts cold. By default it replays the first 500 requests of the
-bundled Mooncake conversation trace (token-id prompts, one deterministic
-512-token block per hash id; --max-requests 0 for all of it, --trace FILE
-for another trace, which is replayed whole unless --max-requests is given)
---speedup times faster than recorded; the workers run --speedup times faster
-too, so the load matches the trace. --load X multiplies the arrival rate
-alone, to push the same fleet harder or softer.
+Part 1, in virtual time (seconds of CPU, no network): the --sweep-workload
+workload (default agent: multi-turn agent sessions) at each of --sweep-loads
+(default %s) for %s on --workers simulated workers,
+through kvroute's real scheduler and KV index (kvbench sim). It writes
+sweep.json, sweep.md and sweep.svg. --sweep-loads "" skips it.
+
+Part 2, in real time: the --workload workload (default agent, whole sessions
+up to --max-requests, default %d, at --load, default %d for agent) through the
+real stack in one process: an embedded NATS server and etcd, --workers kvsim
+workers (paged KV cache with prefix caching, continuous batching, the Dynamo
+mocker's timing model, --speedup times faster than a GPU), a kvroute router
+(ext_proc gRPC) and a real Envoy running the cluster-header bootstrap
+(KVROUTE_ENVOY, the copy "make envoy" installs, or envoy on the PATH). It
+replays the workload once per mode in --modes: before each mode the fleet goes
+idle, every worker's cache is cleared and the router's mode is switched
+through /admin/mode, so every mode starts cold. --workload trace replays the
+bundled Mooncake conversation trace instead.
 
 It prints a table per mode (hit rate = Σ cached_tokens ÷ Σ prompt_tokens from
-the workers' usage, TTFT/ITL/E2E percentiles, output tokens/s, which worker
-served what) and the reference hit rates of the workload, and writes
-report.json, report.md and chart.svg.`)
+the workers' usage, TTFT/ITL/E2E percentiles with p50, p90 and p99, output
+tokens/s, which worker served what) and the reference hit rates of the
+workload, and writes report.json, report.md and chart.svg.`, demoSweepLoads, strings.ReplaceAll(demoSweepModes, ",", ", "), demoMaxRequests, demoLoad))
 	return fs
 }
 
@@ -143,7 +146,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if abs, err := filepath.Abs(outDir); err == nil {
 		outDir = abs
 	}
-	fmt.Fprintf(stdout, "kvbench demo: writing reports to %s\n", outDir)
+	fmt.Fprint(stdout, d.plan(wl.Name, wl.Requests(), modes, outDir))
 
 	engine := sim.EngineConfig{NumGPUBlocks: d.kvBlocks, BlockSize: d.blockSize, MaxNumSeqs: d.maxSeqs, MaxNumBatchedTokens: d.maxBatch}
 	if err := engine.Validate(); err != nil {
@@ -188,14 +191,14 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	defer client.Close()
 	ab := bench.ABOptions{Modes: modes, Run: bench.RunOptions{Arrival: arr, Duration: d.wl.duration},
 		OnMode: func(mode string, m *bench.ModeResult) {
-			fmt.Fprintf(stdout, "  %-18s %d requests, %d errors, hit rate %.1f%%, TTFT p90 %.0f ms, %.1fs\n",
-				mode, m.Requests, m.Errors, 100*m.HitRate, m.TTFT.P90, m.WallSeconds)
+			fmt.Fprintf(stdout, "  %-18s %d requests, %d errors, hit rate %.1f%%, TTFT p50 / p90 / p99 %.0f / %.0f / %.0f ms, %.1fs\n",
+				mode, m.Requests, m.Errors, 100*m.HitRate, m.TTFT.P50, m.TTFT.P90, m.TTFT.P99, m.WallSeconds)
 			if m.FirstError != "" {
 				fmt.Fprintf(stdout, "    first error: %s\n", m.FirstError)
 			}
 			if m.LagWarning {
 				id, secs := m.WorstLag()
-				fmt.Fprintf(stdout, "    warning: kvsim worker %s fell %.2f s behind real time; this mode's times are stretched (lower --speedup)\n", id, secs)
+				fmt.Fprintf(stdout, "    warning: kvsim worker %s fell %.2f s behind real time: this mode's times are unreliable, and the summary compares no latencies (lower --speedup, --workers or --load, or free CPU)\n", id, secs)
 			}
 		}}
 	ab.Progress = stderr
@@ -210,6 +213,22 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	listFiles(stdout, outDir)
 	return nil
+}
+
+// plan is the demo's first screen: what each part runs, from the flags as
+// given, so that it never describes a run other than the one that follows.
+func (d *demoFlags) plan(workload string, requests int, modes []string, outDir string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "kvbench demo: reports go to %s\n", outDir)
+	part := 1
+	if d.sweep != "" {
+		fmt.Fprintf(&b, "  part %d, virtual time: the %s workload at loads %s for %s on %d simulated workers (kvroute's scheduler and KV index, no network)\n",
+			part, d.sweepWL, d.sweep, strings.ReplaceAll(demoSweepModes, ",", ", "), d.workers)
+		part++
+	}
+	fmt.Fprintf(&b, "  part %d, real time: the %s workload (%d requests, load %g) through embedded NATS and etcd, %d kvsim workers, kvroute and a real Envoy, once per mode: %s\n",
+		part, workload, requests, d.wl.load, d.workers, strings.Join(modes, ", "))
+	return b.String()
 }
 
 // listFiles prints the files the demo left in dir, so the reader knows where
@@ -256,7 +275,7 @@ func (d *demoFlags) runSweep(stdout, stderr io.Writer, engine sim.EngineConfig, 
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "\n%s\nsweep: %s (%.0fs)\n\nkvbench demo, part 2: the real stack at one load\n",
+	fmt.Fprintf(stdout, "\n%s\nsweep: %s (%.0fs)\n\nkvbench demo, part 2: real time, through kvroute and a real Envoy\n",
 		rep.Markdown(), filepath.Join(outDir, "sweep.json"), time.Since(t0).Seconds())
 	return rep.WriteFile(filepath.Join(outDir, "sweep.json"))
 }

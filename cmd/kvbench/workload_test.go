@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"github.com/kvroute/kvroute/internal/sim"
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -150,5 +153,35 @@ func TestReplayBlockSizeFromWorkers(t *testing.T) {
 		if r.blockSize != tc.block || r.capacity != tc.capBlks {
 			t.Errorf("%v: block size %d, capacity %d; want %d, %d", tc.args, r.blockSize, r.capacity, tc.block, tc.capBlks)
 		}
+	}
+}
+
+// The first screen describes the run that follows: both parts with the
+// sweep, only the real-time part without it, and the real Envoy.
+func TestDemoPlanDescribesTheRun(t *testing.T) {
+	d := demoFlags{workers: 8, sweep: demoSweepLoads, sweepWL: "agent"}
+	d.wl.load = demoLoad
+	plan := d.plan("agent", 640, []string{"round_robin", "kv"}, "/tmp/out")
+	for _, want := range []string{"part 1, virtual time: the agent workload at loads 1,2,4,8,16 for kv, round_robin, least_loaded on 8 simulated workers",
+		"part 2, real time: the agent workload (640 requests, load 8)", "kvroute and a real Envoy", "round_robin, kv"} {
+		if !strings.Contains(plan, want) {
+			t.Errorf("plan lacks %q:\n%s", want, plan)
+		}
+	}
+	d.sweep = ""
+	if plan := d.plan("trace", 30, []string{"kv"}, "/tmp/out"); strings.Contains(plan, "virtual time") || !strings.Contains(plan, "part 1, real time: the trace workload") {
+		t.Errorf("without a sweep:\n%s", plan)
+	}
+	var out bytes.Buffer
+	if code := run(context.Background(), []string{"demo", "--help"}, &out, io.Discard); code != 0 {
+		t.Fatalf("demo --help: exit %d", code)
+	}
+	for _, want := range []string{"Part 1, in virtual time", "Part 2, in real time", "a real Envoy", "default " + strconv.Itoa(demoMaxRequests), demoSweepLoads} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("demo --help lacks %q", want)
+		}
+	}
+	if strings.Contains(out.String(), "first 500 requests") {
+		t.Error("demo --help still describes the old default (the trace's first 500 requests)")
 	}
 }

@@ -132,6 +132,7 @@ func newServeFlags() (*cli.Command, *serveFlags) {
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", c.ShutdownGrace, "on SIGTERM, how long open streams may finish before they are cut")
 	registerRecoveryFlags(fs, c)
 	s.log = cli.RegisterLog(fs, "info")
+	cmd.Groups = serveGroups
 	return cmd, s
 }
 

@@ -19,11 +19,15 @@ var commands = [][]string{
 var (
 	flagLine   = regexp.MustCompile(`^  --[a-z0-9][a-z0-9-]*( [A-Za-z=.:_,\[\]-]+)?$`)
 	detailLine = regexp.MustCompile(`^      \S`)
+	// groupLine heads a group of flags (kvroute serve): " Start here:".
+	groupLine = regexp.MustCompile(`^ [A-Z][A-Za-z ]*:$`)
 )
 
 // Every command's --help has the same layout: a summary with a Usage
 // section, then "Flags:" and, per flag, "  --name VALUE" followed by
-// indented lines; never Go's one-dash form or "default default".
+// indented lines, optionally under group headings (" Discovery:", a blank
+// line before each but the first); never Go's one-dash form or
+// "default default".
 func TestHelpLayout(t *testing.T) {
 	for _, c := range commands {
 		name := strings.Join(c, " ")
@@ -41,14 +45,18 @@ func TestHelpLayout(t *testing.T) {
 			continue
 		}
 		n := 0
-		for _, line := range strings.Split(flags, "\n") {
+		lines := strings.Split(flags, "\n")
+		for i, line := range lines {
 			if line == "" {
+				if i+1 < len(lines) && groupLine.MatchString(lines[i+1]) {
+					continue // the next group of flags
+				}
 				break // the footer follows a blank line
 			}
 			switch {
 			case flagLine.MatchString(line):
 				n++
-			case detailLine.MatchString(line):
+			case detailLine.MatchString(line), groupLine.MatchString(line):
 			default:
 				t.Errorf("%s --help: line %q is not in the shared layout", name, line)
 			}

@@ -10,9 +10,6 @@ import (
 	"unicode/utf8"
 )
 
-// palette colours modes in run order.
-var palette = []string{"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2"}
-
 // Chart geometry: a TTFT CDF panel on the left, hit-rate bars on the right,
 // and under both a legend band (modes on the left, reference rates on the
 // right) that grows with the number of modes. Nothing but value labels is
@@ -124,7 +121,9 @@ func (r *Report) cdfPanel(b *strings.Builder) {
 			cdfX0, y(q), cdfX1, y(q), cdfX0-6, y(q)+4, q*100)
 	}
 	fmt.Fprintf(b, `<text x="%d" y="%d" text-anchor="middle">TTFT (log scale)</text>`+"\n", (cdfX0+cdfX1)/2, axisLabelY)
-	for i, name := range r.Order {
+	yLabel(b, cdfX0-44, "requests answered (cumulative)")
+	colors := ModeColors(r.Order)
+	for _, name := range r.Order {
 		s := r.Modes[name].TTFTSamples
 		if len(s) == 0 {
 			continue
@@ -136,7 +135,7 @@ func (r *Report) cdfPanel(b *strings.Builder) {
 			fmt.Fprintf(&pts, " %.1f,%.1f", x(s[j]), y(float64(j+1)/float64(len(s))))
 		}
 		fmt.Fprintf(&pts, " %.1f,%.1f", x(s[len(s)-1]), y(1))
-		fmt.Fprintf(b, `<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>`+"\n", palette[i%len(palette)], pts.String())
+		fmt.Fprintf(b, `<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>`+"\n", colors[name], pts.String())
 	}
 }
 
@@ -163,14 +162,20 @@ type refRate struct {
 	label string
 }
 
-// refs are the reference hit rates that are known.
+// refs are the reference hit rates that are known. Two that round to the
+// same tenth of a percent are one line with one label ("infinite cache =
+// fleet-size LRU"), since two lines drawn on top of each other read as one.
 func (r *Report) refs() []refRate {
 	var out []refRate
 	if r.IdealHitRate != nil {
 		out = append(out, refRate{*r.IdealHitRate, "infinite cache"})
 	}
 	if r.IdealFleet != nil {
-		out = append(out, refRate{*r.IdealFleet, "fleet-size LRU"})
+		if len(out) == 1 && math.Round(out[0].v*1000) == math.Round(*r.IdealFleet*1000) {
+			out[0].label += " = fleet-size LRU"
+		} else {
+			out = append(out, refRate{*r.IdealFleet, "fleet-size LRU"})
+		}
 	}
 	return out
 }
@@ -188,12 +193,18 @@ func (r *Report) barPanel(b *strings.Builder) {
 	if n == 0 {
 		return
 	}
+	yLabel(b, barX0-44, "prompt tokens served from cache")
+	colors := ModeColors(r.Order)
 	slot := float64(barX1-barX0) / float64(n)
 	for i, name := range r.Order {
 		m := r.Modes[name]
 		bx := float64(barX0) + slot*float64(i) + slot*0.15
 		fmt.Fprintf(b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"/>`+"\n",
-			bx, y(m.HitRate), slot*0.7, float64(plotY1)-y(m.HitRate), palette[i%len(palette)])
+			bx, y(m.HitRate), slot*0.7, float64(plotY1)-y(m.HitRate), colors[name])
+		// The mode's name under its bar, shortened to its slot.
+		if l := fit(name, slot-4, fontSize); l != "" {
+			fmt.Fprintf(b, `<text x="%.1f" y="%d" text-anchor="middle">%s</text>`+"\n", bx+slot*0.35, xTickY, html.EscapeString(l))
+		}
 		// The value goes above its bar when it fits in the bar's slot;
 		// otherwise the legend carries it.
 		if v := fmt.Sprintf("%.1f%%", 100*m.HitRate); textWidth(v, fontSize) <= slot-4 {
@@ -209,10 +220,11 @@ func (r *Report) barPanel(b *strings.Builder) {
 // legend lists, under the plots, each mode (colour, name, TTFT p90, hit
 // rate) on the left and the reference lines on the right, one per row.
 func (r *Report) legend(b *strings.Builder) {
+	colors := ModeColors(r.Order)
 	for i, name := range r.Order {
 		m := r.Modes[name]
 		ly := legendY0 + legendRow*i
-		c := palette[i%len(palette)]
+		c := colors[name]
 		stats := fmt.Sprintf(" — TTFT p90 %s, hit rate %.1f%%", fmtMillis(m.TTFT.P90), 100*m.HitRate)
 		label := fit(name, cdfX1-cdfX0-20-textWidth(stats, fontSize), fontSize) + stats
 		fmt.Fprintf(b, `<rect x="%d" y="%d" width="14" height="4" fill="%s"/><text x="%d" y="%d">%s</text>`+"\n",
@@ -223,6 +235,12 @@ func (r *Report) legend(b *strings.Builder) {
 		fmt.Fprintf(b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#555" stroke-dasharray="%s"/><text x="%d" y="%d" fill="#555">%s %.1f%%</text>`+"\n",
 			barX0, ly-2, barX0+24, ly-2, refStyles[i%len(refStyles)], barX0+30, ly+1, ref.label, 100*ref.v)
 	}
+}
+
+// yLabel writes a vertical axis title centred on the plot, at x.
+func yLabel(b *strings.Builder, x int, text string) {
+	cy := (plotY0 + plotY1) / 2
+	fmt.Fprintf(b, `<text x="%d" y="%d" text-anchor="middle" transform="rotate(-90 %d %d)">%s</text>`+"\n", x, cy, x, cy, html.EscapeString(text))
 }
 
 func axes(b *strings.Builder, x0, x1 int) {

@@ -286,10 +286,10 @@ type DebugWorkers struct {
 	} `json:"index"`
 }
 
-// Workers fetches the router's /debug/workers.
+// Workers fetches the router's /debug/workers?verbose=1 (every worker's whole record).
 func (e *Env) Workers(ctx context.Context) (DebugWorkers, error) {
 	var out DebugWorkers
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.AdminURL()+"/debug/workers", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.AdminURL()+"/debug/workers?verbose=1", nil)
 	if err != nil {
 		return out, err
 	}

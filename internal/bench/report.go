@@ -168,13 +168,13 @@ func (r *Report) Markdown() string {
 	if s := r.SetupLine(); s != "" {
 		fmt.Fprintf(&b, "**Setup:** %s\n\n", s)
 	}
-	b.WriteString("| mode | requests | errors | hit rate | stickiness | overlap exact | TTFT p50 / p90 / p99 (ms) | ITL p50 / p90 (ms) | E2E p50 / p90 (ms) | output tok/s | worker share |\n")
+	b.WriteString("| mode | requests | errors | hit rate | stickiness | overlap exact | TTFT p50 / p90 / p99 (ms) | ITL p50 / p90 / p99 (ms) | E2E p50 / p90 / p99 (ms) | output tok/s | worker share |\n")
 	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, name := range r.Order {
 		m := r.Modes[name]
-		fmt.Fprintf(&b, "| %s | %d | %d | %.1f %% | %s | %s | %.0f / %.0f / %.0f | %.1f / %.1f | %.0f / %.0f | %.0f | %s |\n",
+		fmt.Fprintf(&b, "| %s | %d | %d | %.1f %% | %s | %s | %.0f / %.0f / %.0f | %.1f / %.1f / %.1f | %.0f / %.0f / %.0f | %.0f | %s |\n",
 			name, m.Requests, m.Errors, 100*m.HitRate, pct(m.Stickiness), pct(m.OverlapExact), m.TTFT.P50, m.TTFT.P90, m.TTFT.P99,
-			m.ITL.P50, m.ITL.P90, m.E2E.P50, m.E2E.P90, m.OutputTokS, shareString(m.WorkerShare))
+			m.ITL.P50, m.ITL.P90, m.ITL.P99, m.E2E.P50, m.E2E.P90, m.E2E.P99, m.OutputTokS, shareString(m.WorkerShare))
 	}
 	b.WriteString("\nStickiness: share of follow-up requests (next turn, same prefix) served by the worker that served the request they follow. " +
 		"Overlap exact: share of requests whose router-predicted cached tokens equal the worker's reported cached_tokens (n/a: the router made no prediction).\n")
@@ -234,15 +234,34 @@ func (r *Report) Comparison() string {
 	var b strings.Builder
 	for _, name := range r.Order[1:] {
 		m := r.Modes[name]
-		fmt.Fprintf(&b, "- %s vs %s: hit rate %.1f %% vs %.1f %%; stickiness %s vs %s; overlap exact %s vs %s; TTFT p50 %s, p90 %s",
+		fmt.Fprintf(&b, "- %s vs %s: hit rate %.1f %% vs %.1f %%; stickiness %s vs %s; overlap exact %s vs %s; ",
 			name, r.Order[0], 100*m.HitRate, 100*base.HitRate, pct(m.Stickiness), pct(base.Stickiness),
-			pct(m.OverlapExact), pct(base.OverlapExact), ratio(m.TTFT.P50, base.TTFT.P50), ratio(m.TTFT.P90, base.TTFT.P90))
+			pct(m.OverlapExact), pct(base.OverlapExact))
+		// A worker that fell behind real time stretched its mode's times:
+		// no latency claim then, whichever mode it favours.
+		if lagged := laggedOf(r.Order[0], base, name, m); lagged != "" {
+			fmt.Fprintf(&b, "TTFT not compared: kvsim fell behind real time in %s, so its times are unreliable", lagged)
+		} else {
+			fmt.Fprintf(&b, "TTFT p50 %s, p90 %s, p99 %s", ratio(m.TTFT.P50, base.TTFT.P50), ratio(m.TTFT.P90, base.TTFT.P90), ratio(m.TTFT.P99, base.TTFT.P99))
+		}
 		if r.IdealFleet != nil && *r.IdealFleet > 0 {
 			fmt.Fprintf(&b, "; %.0f %% of the fleet-capacity reference", 100*m.HitRate / *r.IdealFleet)
 		}
 		b.WriteString(".\n")
 	}
 	return b.String()
+}
+
+// laggedOf names the modes, of two, whose workers fell behind real time.
+func laggedOf(aName string, a *ModeResult, bName string, b *ModeResult) string {
+	var out []string
+	if a.LagWarning {
+		out = append(out, aName)
+	}
+	if b.LagWarning {
+		out = append(out, bName)
+	}
+	return strings.Join(out, " and ")
 }
 
 // ratio says how a latency compares with the baseline's.

@@ -195,7 +195,17 @@ func textBoxes(t *testing.T, svg []byte) (boxes []svgText, w, h float64) {
 			case "end":
 				x -= width
 			}
-			boxes = append(boxes, svgText{s: content, x0: x, y0: y - 0.8*fs, x1: x + width, y1: y + 0.2*fs, fontSz: fs})
+			box := svgText{s: content, x0: x, y0: y - 0.8*fs, x1: x + width, y1: y + 0.2*fs, fontSz: fs}
+			if tr := a["transform"]; tr != "" {
+				// Only a quarter turn about the anchor, as axis titles use.
+				if !strings.HasPrefix(tr, "rotate(-90 ") {
+					t.Fatalf("text %q: transform %q not understood", content, tr)
+				}
+				ax, ay := num(a["x"]), num(a["y"])
+				// (dx, dy) turns to (dy, -dx) about the anchor.
+				box = svgText{s: content, x0: ax + (box.y0 - ay), x1: ax + (box.y1 - ay), y0: ay - (box.x1 - ax), y1: ay - (box.x0 - ax), fontSz: fs}
+			}
+			boxes = append(boxes, box)
 		}
 	}
 	return boxes, w, h
@@ -395,6 +405,80 @@ func TestFollowUpsOfEachWorkload(t *testing.T) {
 			t.Errorf("shared-prefix flow %d follows %v, want nothing", i, f)
 		case i >= 2 && (f == nil || *f != ItemRef{Flow: i - 2}):
 			t.Errorf("shared-prefix flow %d follows %v, want flow %d", i, f, i-2)
+		}
+	}
+}
+
+// Equal reference rates are one line with one label; different ones two.
+func TestChartMergesEqualReferenceLines(t *testing.T) {
+	for _, tc := range []struct {
+		inf, fleet float64
+		lines      int
+		label      string
+	}{
+		{0.887, 0.887, 1, "infinite cache = fleet-size LRU 88.7%"},
+		{0.8871, 0.8869, 1, "infinite cache = fleet-size LRU 88.7%"},
+		{0.887, 0.80, 2, "fleet-size LRU 80.0%"},
+	} {
+		r := fixedReport()
+		r.IdealHitRate, r.IdealFleet = &tc.inf, &tc.fleet
+		var buf bytes.Buffer
+		if err := r.WriteSVG(&buf); err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(buf.String(), `stroke="#555" stroke-dasharray`); n != 2*tc.lines {
+			t.Errorf("%v/%v: %d dashed lines (plot and legend), want %d", tc.inf, tc.fleet, n, 2*tc.lines)
+		}
+		if !strings.Contains(buf.String(), tc.label) {
+			t.Errorf("%v/%v: no %q", tc.inf, tc.fleet, tc.label)
+		}
+	}
+}
+
+// Both panels name their axes, bars carry their mode's name, and a mode
+// keeps its colour whatever the run order.
+func TestChartLabelsAxesAndColoursModesByName(t *testing.T) {
+	r := fixedReport()
+	var buf bytes.Buffer
+	if err := r.WriteSVG(&buf); err != nil {
+		t.Fatal(err)
+	}
+	svg := buf.String()
+	for _, want := range []string{"TTFT (log scale)", "requests answered (cumulative)", "prompt tokens served from cache"} {
+		if !strings.Contains(svg, want) {
+			t.Errorf("chart lacks the axis title %q", want)
+		}
+	}
+	colors := ModeColors(r.Order)
+	for _, m := range r.Order {
+		if !strings.Contains(svg, `>`+m+`</text>`) {
+			t.Errorf("no label %q under its bar", m)
+		}
+		if !strings.Contains(svg, `fill="`+colors[m]+`"`) {
+			t.Errorf("%s's bar is not %s", m, colors[m])
+		}
+	}
+	if c := ModeColors([]string{"round-robin", "kv", "gie-epp", "sglang"}); c["kv"] != "#1f77b4" || c["round-robin"] != ModeColors([]string{"round_robin"})["round_robin"] || c["gie-epp"] == c["sglang"] {
+		t.Errorf("ModeColors = %v", c)
+	}
+}
+
+// When kvsim fell behind real time in either mode, the summary compares
+// hit rates but makes no latency claim, whichever mode the times favour.
+func TestComparisonMakesNoLatencyClaimWhenWorkersLagged(t *testing.T) {
+	r := fixedReport()
+	if c := r.Comparison(); !strings.Contains(c, "p99 10.00× lower (30 vs 300 ms)") {
+		t.Fatalf("without lag the summary compares p50, p90 and p99: %s", c)
+	}
+	for _, lagged := range r.Order {
+		r := fixedReport()
+		r.Modes[lagged].LagWarning = true
+		c := r.Comparison()
+		if strings.Contains(c, "× lower") || strings.Contains(c, "× higher") || !strings.Contains(c, "TTFT not compared: kvsim fell behind real time in "+lagged) {
+			t.Errorf("lag in %s: %s", lagged, c)
+		}
+		if !strings.Contains(c, "hit rate 20.0 % vs 0.0 %") {
+			t.Errorf("lag in %s: hit rates no longer compared: %s", lagged, c)
 		}
 	}
 }

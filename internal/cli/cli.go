@@ -59,6 +59,33 @@ type Command struct {
 	// Env names a flag's environment variable (nil: envflag.Name); a flag
 	// for which it returns "" is not read from the environment.
 	Env func(flag string) string
+	// Groups, when set, split the help's flags under headings, in order;
+	// flags in no group follow under "Other".
+	Groups []Group
+}
+
+// Group is a heading in --help and the flags under it, in the order shown.
+type Group struct {
+	Title string
+	Flags []string
+}
+
+// Ungrouped lists the visible flags that no group names, for tests that
+// keep every flag in a group.
+func (c *Command) Ungrouped() []string {
+	named := map[string]bool{}
+	for _, g := range c.Groups {
+		for _, f := range g.Flags {
+			named[f] = true
+		}
+	}
+	var out []string
+	c.Flags.VisitAll(func(f *flag.Flag) {
+		if !named[f.Name] && !strings.HasPrefix(f.Usage, Hidden) {
+			out = append(out, f.Name)
+		}
+	})
+	return out
 }
 
 // NewCommand returns a Command with a fresh, silent flag set.
@@ -76,10 +103,29 @@ func (c *Command) envName(name string) string {
 	return c.Env(name)
 }
 
-// Usage writes the help: the summary, the flags, the footer.
+// Usage writes the help: the summary, the flags (under their group
+// headings, " Title:", a blank line between groups), the footer.
 func (c *Command) Usage(w io.Writer) {
 	fmt.Fprint(w, strings.TrimRight(c.Summary, "\n")+"\n\nFlags:\n")
-	PrintFlags(w, c.Flags, c.envName)
+	if len(c.Groups) == 0 {
+		PrintFlags(w, c.Flags, c.envName)
+	} else {
+		groups := c.Groups
+		if rest := c.Ungrouped(); len(rest) > 0 {
+			groups = append(groups[:len(groups):len(groups)], Group{Title: "Other", Flags: rest})
+		}
+		for i, g := range groups {
+			if i > 0 {
+				fmt.Fprintln(w)
+			}
+			fmt.Fprintf(w, " %s:\n", g.Title)
+			for _, name := range g.Flags {
+				if f := c.Flags.Lookup(name); f != nil && !strings.HasPrefix(f.Usage, Hidden) {
+					printFlag(w, f, c.envName)
+				}
+			}
+		}
+	}
 	if c.Footer != "" {
 		fmt.Fprint(w, "\n"+strings.TrimRight(c.Footer, "\n")+"\n")
 	}
@@ -92,29 +138,32 @@ func (c *Command) Usage(w io.Writer) {
 //	    env KVROUTE_NAME, default "x"
 func PrintFlags(w io.Writer, fs *flag.FlagSet, env func(string) string) {
 	fs.VisitAll(func(f *flag.Flag) {
-		if strings.HasPrefix(f.Usage, Hidden) {
-			return
-		}
-		name, usage := flag.UnquoteUsage(f)
-		if isBool(f) {
-			name = "" // --x or --x=false
-		}
-		fmt.Fprintf(w, "  --%s", f.Name)
-		if name != "" {
-			fmt.Fprintf(w, " %s", name)
-		}
-		fmt.Fprintf(w, "\n      %s\n", usage)
-		var tail []string
-		if e := env(f.Name); e != "" {
-			tail = append(tail, "env "+e)
-		}
-		if d := defaultText(f); d != "" {
-			tail = append(tail, "default "+d)
-		}
-		if len(tail) > 0 {
-			fmt.Fprintf(w, "      %s\n", strings.Join(tail, ", "))
+		if !strings.HasPrefix(f.Usage, Hidden) {
+			printFlag(w, f, env)
 		}
 	})
+}
+
+func printFlag(w io.Writer, f *flag.Flag, env func(string) string) {
+	name, usage := flag.UnquoteUsage(f)
+	if isBool(f) {
+		name = "" // --x or --x=false
+	}
+	fmt.Fprintf(w, "  --%s", f.Name)
+	if name != "" {
+		fmt.Fprintf(w, " %s", name)
+	}
+	fmt.Fprintf(w, "\n      %s\n", usage)
+	var tail []string
+	if e := env(f.Name); e != "" {
+		tail = append(tail, "env "+e)
+	}
+	if d := defaultText(f); d != "" {
+		tail = append(tail, "default "+d)
+	}
+	if len(tail) > 0 {
+		fmt.Fprintf(w, "      %s\n", strings.Join(tail, ", "))
+	}
 }
 
 func isBool(f *flag.Flag) bool {
@@ -162,7 +211,7 @@ func (c *Command) Parse(args []string, lookup func(string) (string, bool), stdou
 			c.Usage(stdout)
 			return err
 		}
-		return &UsageError{Err: gnu(err), Cmd: c.Name}
+		return &UsageError{Err: didYouMean(gnu(err), c.Flags), Cmd: c.Name}
 	}
 	if !positional && c.Flags.NArg() > 0 {
 		return c.Usagef("unexpected argument %s", List(quoteAll(c.Flags.Args()), "and"))

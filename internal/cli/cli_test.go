@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -81,5 +82,44 @@ func TestList(t *testing.T) {
 		if got := List(items, "or"); got != want {
 			t.Errorf("List(%v) = %q, want %q", items, got, want)
 		}
+	}
+}
+
+func TestUnknownFlagSuggestsTheClosest(t *testing.T) {
+	c := NewCommand("demo", "demo")
+	c.Flags.String("workers-file", "", "file")
+	c.Flags.String("workers", "", "list")
+	c.Flags.Bool("verbose", false, "more")
+	c.Flags.Bool("old-name", false, Hidden+"gone")
+	for args, want := range map[string]string{
+		"--worker-file":  "flag provided but not defined: --worker-file; did you mean --workers-file?",
+		"--workres":      "flag provided but not defined: --workres; did you mean --workers?",
+		"-verbos":        "flag provided but not defined: --verbos; did you mean --verbose?",
+		"--verb":         "flag provided but not defined: --verb; did you mean --verbose?", // the only flag it starts
+		"--old-nam":      "flag provided but not defined: --old-nam",                       // hidden flags are not offered
+		"--tokenizer-id": "flag provided but not defined: --tokenizer-id",                  // nothing close
+	} {
+		err := c.Parse([]string{args}, nil, io.Discard, false)
+		if err == nil || err.Error() != want {
+			t.Errorf("%s: %v, want %q", args, err, want)
+		}
+	}
+}
+
+func TestGroupedHelp(t *testing.T) {
+	c := NewCommand("demo", "demo.\n\nUsage:\n  demo")
+	c.Flags.Int("b", 0, "b")
+	c.Flags.Int("a", 0, "a")
+	c.Flags.Int("stray", 0, "not grouped")
+	c.Flags.Int("gone", 0, Hidden+"hidden")
+	c.Groups = []Group{{Title: "First", Flags: []string{"b"}}, {Title: "Second", Flags: []string{"a", "gone"}}}
+	var out bytes.Buffer
+	c.Usage(&out)
+	want := "demo.\n\nUsage:\n  demo\n\nFlags:\n First:\n  --b int\n      b\n      env KVROUTE_B\n\n Second:\n  --a int\n      a\n      env KVROUTE_A\n\n Other:\n  --stray int\n      not grouped\n      env KVROUTE_STRAY\n"
+	if out.String() != want {
+		t.Errorf("help:\n%s\nwant:\n%s", out.String(), want)
+	}
+	if got := c.Ungrouped(); len(got) != 1 || got[0] != "stray" {
+		t.Errorf("Ungrouped = %v, want [stray]", got)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"math"
 	"os"
 	"strings"
+
+	"github.com/kvroute/kvroute/internal/bench"
 )
 
 // WriteJSON writes the report, indented. Maps are written with sorted keys,
@@ -84,8 +86,6 @@ func fmtMs(v float64) string {
 	return fmt.Sprintf("%.0f ms", v)
 }
 
-var palette = []string{"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"}
-
 // SVG draws TTFT p90 against load, log-log, one line per mode, with the
 // SLO as a dashed line. Labels sit in fixed rows (title, setup line,
 // legend column right of the plot), so none can overlap.
@@ -125,9 +125,7 @@ func (r *Report) SVG() string {
 		xhi = xlo + 1
 	}
 	x := func(load float64) float64 { return left + (math.Log2(load)-xlo)/(xhi-xlo)*plotW }
-	y := func(v float64) float64 {
-		return top + plotH - (math.Log10(math.Max(v, lo))-ylo)/(yhi-ylo)*plotH
-	}
+	y := logAxis{lo: ylo, hi: yhi, px0: top + plotH, px1: top}.pos
 	fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#333"/>`+"\n", left, top, plotW, plotH)
 	for e := ylo; e <= yhi; e++ {
 		v := math.Pow(10, e)
@@ -138,12 +136,14 @@ func (r *Report) SVG() string {
 		fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">%g×</text>`+"\n", x(l), top+plotH+18, l)
 	}
 	fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="middle">load (× the workload's arrival rate)</text>`+"\n", left+plotW/2, top+plotH+38)
+	fmt.Fprintf(&b, `<text x="16" y="%d" text-anchor="middle" transform="rotate(-90 16 %d)">TTFT p90 (log scale)</text>`+"\n", top+plotH/2, top+plotH/2)
 	if r.SLO.TTFTP90Ms > 0 {
 		fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#000" stroke-dasharray="6,4"/>`+"\n",
 			left, left+plotW, y(r.SLO.TTFTP90Ms), y(r.SLO.TTFTP90Ms))
 	}
+	colors := bench.ModeColors(r.Order)
 	for i, m := range r.Order {
-		c := palette[i%len(palette)]
+		c := colors[m]
 		var pts []string
 		for _, p := range r.Sweep[m] {
 			pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(p.Load), y(p.TTFT.P90)))
@@ -161,6 +161,22 @@ func (r *Report) SVG() string {
 	fmt.Fprintf(&b, `<text x="%d" y="%d">SLO %s</text>`+"\n", legendX+26, ly+4, fmtMs(r.SLO.TTFTP90Ms))
 	b.WriteString("</svg>\n")
 	return b.String()
+}
+
+// logAxis maps a value to a pixel on a log10 axis whose ends are the
+// decades 10^lo and 10^hi at pixels px0 and px1; values below the axis sit
+// on its low end.
+type logAxis struct {
+	lo, hi   float64 // decade exponents
+	px0, px1 float64
+}
+
+func (a logAxis) pos(v float64) float64 {
+	e := a.lo
+	if v > 0 {
+		e = math.Max(math.Log10(v), a.lo)
+	}
+	return a.px0 + (e-a.lo)/(a.hi-a.lo)*(a.px1-a.px0)
 }
 
 func escape(s string) string {

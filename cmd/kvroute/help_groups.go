@@ -1,0 +1,25 @@
+package main
+
+import "github.com/kvroute/kvroute/internal/cli"
+
+// serveGroups are the headings of `kvroute serve --help`, most asked-for
+// first. Every serve flag belongs to one (TestServeHelpGroupsEveryFlag).
+var serveGroups = []cli.Group{
+	{Title: "Start here", Flags: []string{"router-mode", "tokenizer", "chat-template", "workers-file", "etcd-endpoints", "pool-name", "nats-url", "namespace", "grpc-addr", "http-addr", "admin-listen"}},
+	{Title: "Discovery", Flags: []string{"workers-file-interval", "lease-flap-grace", "pool-namespace", "pool-model", "pool-block-size", "pool-kv-blocks", "kubeconfig", "xds-addr", "xds-node-id"}},
+	{Title: "Events", Flags: []string{"kv-events", "kv-cache-block-size", "engine", "engine-events", "engine-events-port", "engine-events-topic", "engine-replay-port", "engine-load",
+		"embedded-nats-addr", "durable-events", "events-max-age", "events-max-bytes", "jetstream-dir", "jetstream-replicas", "snapshot-interval",
+		"warm-from", "warm-timeout", "resync-interval", "stale-report-age", "replica-sync", "router-id", "sync-heartbeat"}},
+	{Title: "Routing cost", Flags: []string{"cost-model", "prefill-rate", "prefill-overhead", "learn-prefill-rate", "prefill-backlog-decay", "prefill-load-scale",
+		"decode-active-request-weight", "decode-slowdown-weight", "duplicate-prefill-weight", "host-cache-hit-weight", "disk-cache-hit-weight",
+		"kv-overlap-score-weight", "kv-overlap-score-credit", "pending-overlay-ttl", "no-track-prefill-tokens", "router-temperature",
+		"weighted-a", "weighted-b", "weighted-c", "fallbacks", "eject-after", "eject-backoff", "eject-backoff-max"}},
+	{Title: "Requests", Flags: []string{"model-header", "target-header", "target-value", "default-body-mode", "on-bad-body", "mm-model", "mm-inject-uuid"}},
+	{Title: "Limits", Flags: []string{"max-body-bytes", "max-messages", "max-prompt-bytes", "max-concurrent-decisions", "max-request-age", "max-streams",
+		"router-queue-policy", "router-queue-threshold", "router-queue-max-length", "router-queue-max-wait",
+		"stream-idle-timeout", "conn-idle-timeout", "keepalive-min-time", "shutdown-drain-delay", "shutdown-grace"}},
+	{Title: "Security", Flags: []string{"tls-cert", "tls-key", "tls-client-ca", "admin-token-file", "allow-address-ranges",
+		"etcd-ca", "etcd-cert", "etcd-key", "etcd-username", "etcd-password", "etcd-password-file",
+		"nats-creds", "nats-nkey", "nats-user", "nats-password", "nats-password-file", "nats-tls-ca", "nats-tls-cert", "nats-tls-key"}},
+	{Title: "Observability", Flags: []string{"log-format", "log-level", "debug-headers"}},
+}
