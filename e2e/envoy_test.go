@@ -105,6 +105,11 @@ func TestEnvoyResponsePathFeedsLoadAndRates(t *testing.T) {
 				s.metric(t, "kvroute_requests_finished_total", `outcome="local_reply"`); bad != 0 {
 				t.Errorf("%v requests ended as failures", bad)
 			}
+			// Envoy resets each ext_proc stream once its exchange is over;
+			// that is a normal end, not a stream error.
+			if errs := s.metric(t, "kvroute_extproc_stream_errors_total"); errs != 0 {
+				t.Errorf("%v ext_proc stream errors after %d completed requests", errs, n)
+			}
 			for _, w := range s.ids() {
 				if a := s.metric(t, "kvroute_worker_active_requests", `worker="`+w+`"`); a != 0 {
 					t.Errorf("worker %s still has %v active requests after every response ended", w, a)

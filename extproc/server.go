@@ -223,7 +223,13 @@ func (s *Server) Process(srv grpc.BidiStreamingServer[pb.ProcessingRequest, pb.P
 	var ended error
 	defer func() {
 		st.Close(ended)
-		s.metrics.StreamEnded(status.Code(err))
+		code := status.Code(err)
+		if code == codes.Canceled && st.Done() {
+			// Envoy resets the ext_proc stream once the HTTP exchange is
+			// over rather than half-closing it: a normal end.
+			code, err = codes.OK, nil
+		}
+		s.metrics.StreamEnded(code)
 		if code := status.Code(err); code != codes.OK && code != codes.Canceled {
 			s.log.Warn("ext_proc stream failed", "phase", st.Phase(), "err", err)
 		}

@@ -76,6 +76,10 @@ func NewStream(cfg *Config, d Decider) *Stream {
 // Phase names where the stream is, for logs.
 func (s *Stream) Phase() string { return s.phase.String() }
 
+// Done reports whether the HTTP exchange is over: the response ended or an
+// immediate response was sent.
+func (s *Stream) Done() bool { return s.phase == phDone }
+
 // Decision returns the routing decision, once made.
 func (s *Stream) Decision() (Decision, bool) { return s.decision, s.routed }
 
