@@ -63,7 +63,7 @@ func TestLatencyCostTerms(t *testing.T) {
 		{"backlog waits first", func(l *Load) { l.PrefillBacklog = 500 }, latencyTerms{ttft: 0.02 + 0.66}},
 		{"running decodes are slowed", func(l *Load) { l.ActiveRequests, l.PrefillRequests = 3, 1 }, latencyTerms{ttft: 0.18, slowdown: 0.5 * 2 * 0.16}},
 		{"a full cache preempts", func(l *Load) { l.ActiveBlocks = 995 }, latencyTerms{ttft: 0.18, memory: 5 * 16 / 1000.0}},
-		{"blocks held elsewhere cost again", func(*Load) {}, latencyTerms{ttft: 0.18, duplicate: 0.5 * 0.16}},
+		{"blocks held elsewhere cost again", func(*Load) {}, latencyTerms{ttft: 0.18, duplicate: 0.75 * 0.16}},
 		{"what it holds itself is no duplicate", func(l *Load) { l.MatchedBlocks = 10 }, latencyTerms{ttft: 0.02}},
 	}
 	t.Run("active requests cost their block-equivalents", func(t *testing.T) {

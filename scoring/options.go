@@ -77,8 +77,8 @@ type Options struct {
 	// has): fleet capacity spent twice on the same blocks. It keeps a
 	// burst of requests that share a new prefix together until the
 	// holder's queue costs more than computing the prefix again. 0 turns
-	// it off. Default 0.5: a hot prefix is computed again once waiting
-	// on its holder costs more than 1.5× its prefill.
+	// it off. Default 0.75: a hot prefix is computed again once waiting
+	// on its holder costs more than 1.75× its prefill.
 	DuplicatePrefillWeight float64
 	// Temperature 0 picks the best logit; T>0 samples from
 	// softmax(−logit ÷ (range × T)). Default 0.
@@ -157,7 +157,7 @@ const (
 	DefaultPrefillRate          = 20000.0
 	DefaultPrefillOverhead      = 25 * time.Millisecond
 	DefaultDecodeSlowdownWeight = 0.5
-	DefaultDuplicatePrefill     = 0.5
+	DefaultDuplicatePrefill     = 0.75
 	DefaultDecodeActiveRequests = 8.0
 	DefaultTemperature          = 0.0
 	DefaultQueueThreshold       = 4.0
