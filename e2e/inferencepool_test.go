@@ -167,14 +167,25 @@ func TestKubeAPIServerInferencePoolEndToEnd(t *testing.T) {
 		if m.Errors != 0 {
 			t.Fatalf("%d errors (first: %s)", m.Errors, m.FirstError)
 		}
-		if m.OverlapExact == nil || *m.OverlapExact < 0.95 {
-			exact := -1.0 // none predicted
-			if m.OverlapExact != nil {
-				exact = *m.OverlapExact
+		// A turn whose prefix is already computed and indexed (a follow-up)
+		// must be predicted exactly. A first turn that joins a prompt
+		// another session is still computing on that worker (the pending
+		// overlay and the duplicate-prefill cost send it there) finds
+		// however much of it the engine has finished: not predictable.
+		exact, predicted := 0, 0
+		for _, r := range results {
+			if r.Err != nil || r.Follows == nil || r.PredictedCached == nil {
+				continue
 			}
-			t.Fatalf("overlap_exact %.3f over %d predicted requests, want >= 0.95", exact, m.Predicted)
+			predicted++
+			if *r.PredictedCached == r.CachedTokens {
+				exact++
+			}
 		}
-		t.Logf("overlap_exact %.3f over %d requests, hit rate %.2f", *m.OverlapExact, m.Predicted, m.HitRate)
+		if predicted == 0 || float64(exact) < 0.95*float64(predicted) {
+			t.Fatalf("overlap_exact on follow-ups %d of %d, want >= 95 %%", exact, predicted)
+		}
+		t.Logf("overlap_exact on follow-ups %d of %d; over every request %.3f; hit rate %.2f", exact, predicted, *m.OverlapExact, m.HitRate)
 	})
 
 	t.Run("a ZMQ gap is repaired by replay", func(t *testing.T) {
