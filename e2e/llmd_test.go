@@ -296,7 +296,7 @@ func TestLLMDInferenceSim(t *testing.T) {
 // load report the router holds (from the engine's /metrics).
 func reportedLoad(t *testing.T, r *server.Server, id string) (running, used int) {
 	t.Helper()
-	resp, err := http.Get("http://" + r.AdminAddr() + "/debug/workers")
+	resp, err := http.Get("http://" + r.AdminAddr() + "/debug/workers?verbose=1")
 	if err != nil {
 		t.Fatal(err)
 	}
