@@ -103,9 +103,13 @@ func TestFeedFollowsEngine(t *testing.T) {
 	f.Upsert(spec)
 
 	// The subscription is made in the background; keep the engine busy
-	// until the first batch lands.
+	// until the first batch lands. Each prompt is new: a repeated one is a
+	// cache hit that publishes nothing, so a first batch published before
+	// the subscription joined would never be followed by another.
+	n := 0
 	eventually(t, "KV events in the index", func() bool {
-		complete(t, w, strings.Repeat("warm the cache ", 20))
+		n++
+		complete(t, w, strings.Repeat(fmt.Sprintf("warm the cache %d ", n), 20))
 		return blocks(ix, spec.ID) > 0
 	})
 	eventually(t, "a load report scraped from /metrics", func() bool {
