@@ -224,10 +224,15 @@ func (s *Server) Process(srv grpc.BidiStreamingServer[pb.ProcessingRequest, pb.P
 	defer func() {
 		st.Close(ended)
 		code := status.Code(err)
-		if code == codes.Canceled && st.Done() {
+		if code == codes.Canceled {
 			// Envoy resets the ext_proc stream once the HTTP exchange is
-			// over rather than half-closing it: a normal end.
-			code, err = codes.OK, nil
+			// over, or once the client has gone, rather than half-closing
+			// it: a normal end (a request cut short is counted where its
+			// load is freed, as outcome reset).
+			code = codes.OK
+			if st.Done() {
+				err = nil
+			}
 		}
 		s.metrics.StreamEnded(code)
 		if code := status.Code(err); code != codes.OK && code != codes.Canceled {

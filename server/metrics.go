@@ -99,7 +99,7 @@ func newMetrics(reg *prometheus.Registry, r *Server) *Metrics {
 		streams:       prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_extproc_streams_total", Help: "ext_proc streams opened."}),
 		streamsActive: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kvroute_extproc_streams_active", Help: "ext_proc streams open now."}),
 		streamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_extproc_stream_errors_total",
-			Help: "ext_proc streams that ended with a gRPC error, by code."}, []string{"code"}),
+			Help: "ext_proc streams that ended with a gRPC error, by code (Envoy cancelling a stream when its exchange ends or its client leaves is a normal end)."}, []string{"code"}),
 		immediate: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_extproc_immediate_responses_total",
 			Help: "Immediate (error) responses sent to clients, by HTTP status."}, []string{"status"}),
 		badRecords: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_discovery_bad_records_total",
