@@ -105,7 +105,7 @@ func (m *KV) Pick(req *Request, loads []Load, exp *Explanation) int {
 	}
 	idx := selectLogit(loads, m.temperature, m.rand)
 	if exp != nil {
-		m.explain(req, loads, idx, maxWaiting, exp)
+		m.explain(req, loads, idx, maxWaiting, held, exp)
 	}
 	return idx
 }
@@ -198,11 +198,9 @@ func (m *KV) weightedTerms(req *Request, l *Load, maxWaiting int) weightedTerms 
 	return t
 }
 
-func (m *KV) explain(req *Request, loads []Load, idx, maxWaiting int, exp *Explanation) {
-	held := 0
-	if m.model == CostLatency && m.duplicate > 0 {
-		held = maxHeldTokens(req, loads)
-	}
+// explain renders the decision; held is Pick's longest prefix held by any
+// candidate, for the duplicate-prefill term.
+func (m *KV) explain(req *Request, loads []Load, idx, maxWaiting, held int, exp *Explanation) {
 	exp.begin(m.name, req, m.temperature, loads[idx].ID)
 	exp.CostModel = m.model
 	switch m.model {
