@@ -69,7 +69,7 @@ test-deploy:
 # tools/kube-apiserver (a nested module) into the user cache by
 # scripts/kube-apiserver.sh: about 10 minutes cold on 2 cores, then reused.
 # They carry the kubeapiserver build tag, so plain `go test ./...` skips them.
-KUBE_TEST_PKGS ?= ./internal/kubepool/... ./e2e/
+KUBE_TEST_PKGS ?= ./discovery/kubepool/... ./e2e/
 kube-apiserver: ## build the real kube-apiserver for the InferencePool tests (once; cached outside the repo)
 	@./scripts/kube-apiserver.sh
 
@@ -97,7 +97,7 @@ bench-llmd: ## kvbench's agent workload on four llm-d-inference-sim engines: kv 
 	@bin=$$(./scripts/llm-d-sim.sh) && \
 	KVROUTE_LLMD_SIM=$$bin KVROUTE_ENVOY=$$(./scripts/envoy.sh) $(GO) test -count=1 -tags llmdsim -run '^$$' -bench LLMDAgent -benchtime 1x ./e2e/
 
-# The libzmq interop test (internal/vllmzmq) talks to real libzmq through
+# The libzmq interop test (engine/vllmzmq) talks to real libzmq through
 # Debian's pyzmq; install it when we can, as CI runs as root on Debian.
 testdeps:
 	@echo "testdeps: python3-zmq for the libzmq interop test (apt-get install once, as root on Debian)"

@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvroute/kvroute/discovery/kubepool"
+	"github.com/kvroute/kvroute/discovery/kubepool/kubetest"
 	"github.com/kvroute/kvroute/envoy"
 	"github.com/kvroute/kvroute/internal/bench"
-	"github.com/kvroute/kvroute/internal/kubepool"
-	"github.com/kvroute/kvroute/internal/kubepool/kubetest"
 	"github.com/kvroute/kvroute/internal/sim"
 	"github.com/kvroute/kvroute/internal/testenv"
 	"github.com/kvroute/kvroute/server"

@@ -5,7 +5,7 @@
 // byte for byte (DecodeBatch, EncodeBatch), keeps a concurrent prefix index
 // fed by those events (Index) and offers an approximate index for fleets that
 // publish no events (Approx). The NATS consumer that feeds the Index lives in
-// internal/bus.
+// bus.
 //
 // The router never matches on engine hashes: every stored block is re-hashed
 // from its token ids, and each worker keeps a map from its engine hashes to

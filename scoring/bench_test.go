@@ -118,7 +118,7 @@ func benchLifecycle(b *testing.B, p *Pool, progress bool) {
 // 50 per second (one removed, one added, every 20 ms). It isolates what
 // churn costs Pick through the pool's locks from the CPU an API server and
 // its informers take on a shared machine
-// (internal/kubepool's BenchmarkKubeAPIServerPickUnderChurn measures both).
+// (discovery/kubepool's BenchmarkKubeAPIServerPickUnderChurn measures both).
 func BenchmarkPickUnderChurn(b *testing.B) {
 	const workers = 500
 	r := newTestScheduler(b, DefaultOptions(), workers)

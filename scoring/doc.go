@@ -21,7 +21,7 @@
 //     orders waiters by policy (fcfs, wspt, lcfs) and sheds past the queue's
 //     limits with a *ShedError;
 //   - the data the NATS edges carry: LoadReport and SyncEvent. The adapters
-//     that move them (LoadReports, Sync) live in internal/bus.
+//     that move them (LoadReports, Sync) live in bus.
 //
 // Everything here is pure logic: no I/O, an injectable clock and random
 // source, so every behaviour is a table-driven test.

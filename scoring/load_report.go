@@ -4,7 +4,7 @@ import "time"
 
 // LoadReport is what a worker (or its bridge) publishes at least every
 // 250 ms; see docs/architecture.md §3.3. Its subject and codec are in
-// internal/bus.
+// bus.
 type LoadReport struct {
 	// TSMillis is the publisher's wall clock in Unix milliseconds.
 	TSMillis      int64 `json:"ts_ms"`

@@ -33,7 +33,7 @@ const MissedHeartbeats = 3
 const maxSyncHashes = 1 << 17
 
 // SyncEvent is one lifecycle event shared between router replicas; its
-// subject and codec (JSON) are in internal/bus.
+// subject and codec (JSON) are in bus.
 type SyncEvent struct {
 	// Router is the sending replica's ID.
 	Router string `json:"router"`
@@ -134,7 +134,7 @@ func (p *Pool) Apply(ev SyncEvent) error {
 			p.capacityChanged()
 		}
 	case OpHeartbeat:
-		// Liveness is tracked by the sync adapter (internal/bus), which
+		// Liveness is tracked by the sync adapter (bus), which
 		// calls DropPeer when a router falls silent.
 	}
 	return nil

@@ -16,9 +16,9 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/kvroute/kvroute/discovery"
+	"github.com/kvroute/kvroute/discovery/kubepool"
 	"github.com/kvroute/kvroute/extproc"
-	"github.com/kvroute/kvroute/internal/discovery"
-	"github.com/kvroute/kvroute/internal/kubepool"
 	"github.com/kvroute/kvroute/picker"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/tokenizer"
@@ -82,7 +82,7 @@ type Config struct {
 	// PoolName, when set, discovers workers from the Gateway API Inference
 	// Extension InferencePool of that name in PoolNamespace (GIE's
 	// --pool-name/--pool-namespace): its selector's Ready pods, one worker
-	// per target port (internal/kubepool).
+	// per target port (discovery/kubepool).
 	PoolName string
 	// PoolNamespace is the InferencePool's namespace (default "default").
 	PoolNamespace string

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvroute/kvroute/internal/bus"
+	"github.com/kvroute/kvroute/bus"
 	"github.com/kvroute/kvroute/internal/testenv"
 	"github.com/kvroute/kvroute/kvindex"
 	natsserver "github.com/nats-io/nats-server/v2/server"

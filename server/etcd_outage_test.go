@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvroute/kvroute/internal/bus"
+	"github.com/kvroute/kvroute/bus"
 	"github.com/kvroute/kvroute/internal/testenv"
 )
 

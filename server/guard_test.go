@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvroute/kvroute/internal/bus"
+	"github.com/kvroute/kvroute/bus"
 	"github.com/kvroute/kvroute/internal/testenv"
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	clientv3 "go.etcd.io/etcd/client/v3"

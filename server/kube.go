@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/kvroute/kvroute/internal/bridge"
+	"github.com/kvroute/kvroute/bridge"
+	"github.com/kvroute/kvroute/discovery/kubepool"
 	"github.com/kvroute/kvroute/internal/enginefeed"
-	"github.com/kvroute/kvroute/internal/kubepool"
 )
 
 // Values of Config.EngineEvents and Config.EngineLoad.

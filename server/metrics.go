@@ -4,8 +4,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/kvroute/kvroute/bus"
 	"github.com/kvroute/kvroute/extproc"
-	"github.com/kvroute/kvroute/internal/bus"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/picker"
 	"github.com/kvroute/kvroute/scoring"

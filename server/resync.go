@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/kvroute/kvroute/internal/bus"
+	"github.com/kvroute/kvroute/bus"
 )
 
 // resyncTimeout bounds one resync request's wait for the publisher.

@@ -14,10 +14,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvroute/kvroute/bus"
+	"github.com/kvroute/kvroute/discovery"
 	"github.com/kvroute/kvroute/envoy"
 	"github.com/kvroute/kvroute/extproc"
-	"github.com/kvroute/kvroute/internal/bus"
-	"github.com/kvroute/kvroute/internal/discovery"
 	"github.com/kvroute/kvroute/internal/enginefeed"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/picker"

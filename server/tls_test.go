@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvroute/kvroute/internal/discovery"
+	"github.com/kvroute/kvroute/discovery"
 	"github.com/kvroute/kvroute/internal/testenv"
 	"github.com/kvroute/kvroute/scoring"
 	clientv3 "go.etcd.io/etcd/client/v3"

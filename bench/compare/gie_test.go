@@ -30,11 +30,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvroute/kvroute/discovery/kubepool"
+	"github.com/kvroute/kvroute/discovery/kubepool/kubetest"
 	"github.com/kvroute/kvroute/envoy"
 	"github.com/kvroute/kvroute/envoy/proxy"
 	"github.com/kvroute/kvroute/internal/bench"
-	"github.com/kvroute/kvroute/internal/kubepool"
-	"github.com/kvroute/kvroute/internal/kubepool/kubetest"
 	"github.com/kvroute/kvroute/internal/sim"
 	"github.com/kvroute/kvroute/internal/testenv"
 	"github.com/kvroute/kvroute/server"

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvroute/kvroute/discovery"
 	"github.com/kvroute/kvroute/internal/bench"
-	"github.com/kvroute/kvroute/internal/discovery"
 	"github.com/kvroute/kvroute/internal/sim"
 )
 

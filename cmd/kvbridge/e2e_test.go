@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvroute/kvroute/bridge"
 	"github.com/kvroute/kvroute/extproc"
-	"github.com/kvroute/kvroute/internal/bridge"
 	"github.com/kvroute/kvroute/internal/sim"
 	"github.com/kvroute/kvroute/internal/testenv"
 	"github.com/kvroute/kvroute/picker"

@@ -9,7 +9,7 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/kvroute/kvroute/internal/bridge"
+	"github.com/kvroute/kvroute/bridge"
 	"github.com/kvroute/kvroute/internal/cli"
 	"github.com/kvroute/kvroute/internal/envflag"
 )

@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/kvroute/kvroute/internal/bridge"
+	"github.com/kvroute/kvroute/bridge"
 )
 
 // statusHandler serves the sidecar's own probes and counters:

@@ -18,7 +18,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/kvroute/kvroute/internal/bridge"
+	"github.com/kvroute/kvroute/bridge"
 	"github.com/kvroute/kvroute/internal/cli"
 )
 

@@ -14,10 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvroute/kvroute/internal/bus"
-	"github.com/kvroute/kvroute/internal/discovery"
+	"github.com/kvroute/kvroute/bus"
+	"github.com/kvroute/kvroute/discovery"
+	"github.com/kvroute/kvroute/engine/vllmzmq"
 	"github.com/kvroute/kvroute/internal/testenv"
-	"github.com/kvroute/kvroute/internal/vllmzmq"
 	"github.com/nats-io/nats.go"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -124,11 +124,11 @@ func TestRunForwardsRegistersAndDeregistersOnShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pub.Close()
-	metrics, err := os.ReadFile("../../internal/bridge/testdata/vllm_metrics.txt")
+	metrics, err := os.ReadFile("../../bridge/testdata/vllm_metrics.txt")
 	if err != nil {
 		t.Fatal(err)
 	}
-	models, err := os.ReadFile("../../internal/bridge/testdata/vllm_models.json")
+	models, err := os.ReadFile("../../bridge/testdata/vllm_models.json")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,9 +6,9 @@ import (
 	"io"
 	"time"
 
+	"github.com/kvroute/kvroute/discovery"
 	"github.com/kvroute/kvroute/envoy"
 	"github.com/kvroute/kvroute/internal/cli"
-	"github.com/kvroute/kvroute/internal/discovery"
 	"github.com/kvroute/kvroute/scoring"
 )
 

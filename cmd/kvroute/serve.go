@@ -12,10 +12,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvroute/kvroute/discovery"
 	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/internal/cli"
 	"github.com/kvroute/kvroute/internal/costflag"
-	"github.com/kvroute/kvroute/internal/discovery"
 	"github.com/kvroute/kvroute/picker"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/server"

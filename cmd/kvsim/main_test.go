@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvroute/kvroute/internal/discovery"
+	"github.com/kvroute/kvroute/discovery"
 	"github.com/kvroute/kvroute/scoring"
 )
 

@@ -6,7 +6,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/kvroute/kvroute/internal/discovery"
+	"github.com/kvroute/kvroute/discovery"
 	"github.com/kvroute/kvroute/scoring"
 )
 

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvroute/kvroute/internal/bridge"
+	"github.com/kvroute/kvroute/bridge"
 	"github.com/kvroute/kvroute/internal/sim"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/scoring"

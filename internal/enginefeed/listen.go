@@ -7,8 +7,8 @@ import (
 	"net"
 	"strconv"
 
-	"github.com/kvroute/kvroute/internal/bridge"
-	"github.com/kvroute/kvroute/internal/vllmzmq"
+	"github.com/kvroute/kvroute/bridge"
+	"github.com/kvroute/kvroute/engine/vllmzmq"
 	"github.com/kvroute/kvroute/scoring"
 )
 

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
-	"github.com/kvroute/kvroute/internal/vllmzmq"
+	"github.com/kvroute/kvroute/engine/vllmzmq"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/scoring"
 )

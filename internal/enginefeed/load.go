@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/kvroute/kvroute/internal/bridge"
+	"github.com/kvroute/kvroute/bridge"
 	"github.com/kvroute/kvroute/scoring"
 )
 

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvroute/kvroute/internal/bus"
+	"github.com/kvroute/kvroute/bus"
 	"github.com/kvroute/kvroute/internal/testenv"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/nats-io/nats.go"

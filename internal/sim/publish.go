@@ -8,8 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/kvroute/kvroute/internal/bus"
-	"github.com/kvroute/kvroute/internal/vllmzmq"
+	"github.com/kvroute/kvroute/bus"
+	"github.com/kvroute/kvroute/engine/vllmzmq"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/nats-io/nats.go"
 )

@@ -12,9 +12,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/kvroute/kvroute/internal/bus"
-	"github.com/kvroute/kvroute/internal/discovery"
-	"github.com/kvroute/kvroute/internal/vllmzmq"
+	"github.com/kvroute/kvroute/bus"
+	"github.com/kvroute/kvroute/discovery"
+	"github.com/kvroute/kvroute/engine/vllmzmq"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/nats-io/nats.go"

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvroute/kvroute/internal/bus"
-	"github.com/kvroute/kvroute/internal/discovery"
+	"github.com/kvroute/kvroute/bus"
+	"github.com/kvroute/kvroute/discovery"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/nats-io/nats.go"

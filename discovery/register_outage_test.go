@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvroute/kvroute/internal/bus"
+	"github.com/kvroute/kvroute/bus"
 	"github.com/kvroute/kvroute/internal/testenv"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"

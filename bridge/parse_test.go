@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvroute/kvroute/internal/vllmzmq"
+	"github.com/kvroute/kvroute/engine/vllmzmq"
 )
 
 func readTestdata(t testing.TB, name string) []byte {

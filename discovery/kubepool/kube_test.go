@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvroute/kvroute/internal/kubepool"
-	"github.com/kvroute/kvroute/internal/kubepool/kubetest"
+	"github.com/kvroute/kvroute/discovery/kubepool"
+	"github.com/kvroute/kvroute/discovery/kubepool/kubetest"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/scoring"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"

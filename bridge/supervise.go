@@ -6,8 +6,8 @@ import (
 	"errors"
 	"time"
 
-	"github.com/kvroute/kvroute/internal/bus"
-	"github.com/kvroute/kvroute/internal/discovery"
+	"github.com/kvroute/kvroute/bus"
+	"github.com/kvroute/kvroute/discovery"
 	"github.com/kvroute/kvroute/scoring"
 )
 

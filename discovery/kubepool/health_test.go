@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvroute/kvroute/internal/kubepool"
-	"github.com/kvroute/kvroute/internal/kubepool/kubetest"
+	"github.com/kvroute/kvroute/discovery/kubepool"
+	"github.com/kvroute/kvroute/discovery/kubepool/kubetest"
 )
 
 // cutProxy forwards TCP to target until cut, then refuses and drops every

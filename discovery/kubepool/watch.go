@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kvroute/kvroute/internal/discovery"
+	"github.com/kvroute/kvroute/discovery"
 	"github.com/kvroute/kvroute/scoring"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"

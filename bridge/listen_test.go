@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvroute/kvroute/internal/vllmzmq"
+	"github.com/kvroute/kvroute/engine/vllmzmq"
 )
 
 func TestTopicMatches(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvroute/kvroute/internal/kubepool"
+	"github.com/kvroute/kvroute/discovery/kubepool"
 	"github.com/kvroute/kvroute/internal/testenv"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"

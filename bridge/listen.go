@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/kvroute/kvroute/internal/vllmzmq"
+	"github.com/kvroute/kvroute/engine/vllmzmq"
 )
 
 // TopicMatches reports whether a publisher's topic names the engine at

@@ -3,7 +3,7 @@ package bridge
 import (
 	"fmt"
 
-	"github.com/kvroute/kvroute/internal/vllmzmq"
+	"github.com/kvroute/kvroute/engine/vllmzmq"
 )
 
 // Action is what a stream must do with a batch that just arrived live from

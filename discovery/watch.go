@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/kvroute/kvroute/internal/bus"
+	"github.com/kvroute/kvroute/bus"
 	"github.com/kvroute/kvroute/scoring"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )

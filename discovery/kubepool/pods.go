@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/kvroute/kvroute/internal/discovery"
+	"github.com/kvroute/kvroute/discovery"
 	"github.com/kvroute/kvroute/scoring"
 	corev1 "k8s.io/api/core/v1"
 )
