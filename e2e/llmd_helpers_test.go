@@ -168,7 +168,7 @@ func (s *llmdSim) waitReady(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%s not ready: %w (last error %v)", s.id, ctx.Err(), err)
+			return fmt.Errorf("%s not ready: %w (last error %w)", s.id, ctx.Err(), err)
 		case <-s.done:
 			return fmt.Errorf("%s exited: %s", s.id, s.logTail())
 		case <-time.After(50 * time.Millisecond):

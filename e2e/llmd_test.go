@@ -84,7 +84,7 @@ func chatTurn(ctx context.Context, url string, messages []map[string]string) (tu
 		} `json:"choices"`
 	}
 	if err := json.Unmarshal(raw, &out); err != nil || len(out.Choices) == 0 {
-		tr.err = fmt.Errorf("answer %s: %v", raw, err)
+		tr.err = fmt.Errorf("answer %s: %w", raw, err)
 		return tr, ""
 	}
 	tr.cached, tr.prompt = out.Usage.PromptTokensDetails.CachedTokens, out.Usage.PromptTokens
@@ -396,7 +396,7 @@ func startLLMDFleet(t testing.TB, ctx context.Context, bin string, o fleetOption
 	if o.mode != "" {
 		cfg.Scoring.Mode = o.mode
 	}
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.Logger = slog.New(slog.DiscardHandler)
 	cfg.ShutdownGrace = time.Second
 	rctx, rcancel := context.WithCancel(context.Background())
 	r, err := server.Start(rctx, cfg)

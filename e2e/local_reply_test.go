@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -31,7 +30,7 @@ func editWorkerClusters(edit func(*clusterv3.Cluster)) func([]byte) ([]byte, err
 				edit(c)
 			}
 		}
-		return protojson.Marshal((*bootstrapv3.Bootstrap)(b))
+		return protojson.Marshal(b)
 	}
 }
 

@@ -2,7 +2,6 @@ package extproc
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"slices"
 	"sync"
@@ -245,4 +244,4 @@ func kinds(rs []*pb.ProcessingResponse) []string {
 	return out
 }
 
-func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }

@@ -2,7 +2,6 @@ package picker
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"net"
 	"testing"
@@ -46,7 +45,7 @@ func routed(r *pb.ProcessingResponse) bool {
 	return c.GetHeaderMutation() != nil
 }
 
-func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // startServer serves cfg on a loopback port and returns a connected client.
 func startServer(t testing.TB, cfg extproc.ServerConfig) (*extproc.Server, *grpc.ClientConn) {

@@ -6,7 +6,7 @@ import "strings"
 // that byte strings can live in a text vocabulary. Printable Latin-1 bytes map
 // to themselves; the other 68 bytes map, in order, to U+0100 onwards.
 var (
-	byteToRune, runeToByte, byteToStr = byteTables()
+	_, runeToByte, byteToStr = byteTables()
 )
 
 // byteTables builds the alphabet. It is a variable initializer rather than

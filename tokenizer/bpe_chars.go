@@ -290,7 +290,7 @@ func (m *bpeModel) wholeChar(s string, i int) (uint32, uint32, int) {
 			return 0, 0, 0
 		}
 	}
-	second := uint32(noRank)
+	second := noRank
 	if e&charTwo != 0 {
 		second = m.charMasks[cp].second
 	}

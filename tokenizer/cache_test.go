@@ -121,13 +121,11 @@ func TestPrefixCacheStaysWithinItsBound(t *testing.T) {
 // points, or the pieces would tokenize differently from the whole.
 func TestBoundaryTokensRejectOverlappingOccurrences(t *testing.T) {
 	b := &boundaryTokens{byText: map[string]AddedToken{}, conflict: map[string][]string{}}
-	for _, tk := range []AddedToken{
-		{ID: 1, Content: "<end>", Special: true},
-		{ID: 2, Content: "<end>>", Special: true},
-		{ID: 3, Content: "d><x", Special: true},
-	} {
-		b.raw = append(b.raw, tk)
-	}
+	b.raw = append(b.raw,
+		AddedToken{ID: 1, Content: "<end>", Special: true},
+		AddedToken{ID: 2, Content: "<end>>", Special: true},
+		AddedToken{ID: 3, Content: "d><x", Special: true},
+	)
 	b.byText["<end>"] = b.raw[0]
 	b.first['<'] = true
 	b.lengths = []int{5}

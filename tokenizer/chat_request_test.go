@@ -107,7 +107,7 @@ func TestDecodeJSONKeepsOrderAndPythonNumbers(t *testing.T) {
 	if len(o) != 4 || o[0].Key != "b" || o[0].Value != int64(2) || o[1].Value != 1.5 {
 		t.Fatalf("object = %#v", o)
 	}
-	var p pyJSON = defaultPyJSON
+	p := defaultPyJSON
 	s, err := p.dumps(o)
 	if err != nil || s != `{"b": 2, "a": 1.5, "c": Infinity, "d": 1.2345678901234568e+29}` {
 		t.Fatalf("dumps = %s, %v", s, err)

@@ -33,11 +33,6 @@ type patternJSON struct {
 	Regex  *string `json:"Regex"`
 }
 
-// typed reads only the "type" field of a component.
-type typed struct {
-	Type string `json:"type"`
-}
-
 // isNull reports whether a raw component is absent or JSON null.
 // parseSequence parses the members of a Sequence component with parse,
 // drops members that parse to nothing (a no-op component), and collapses
@@ -67,15 +62,6 @@ func parseSequence[E comparable, S ~[]E](raws []json.RawMessage, parse func(json
 func isNull(raw json.RawMessage) bool {
 	raw = bytes.TrimSpace(raw)
 	return len(raw) == 0 || bytes.Equal(raw, []byte("null"))
-}
-
-// componentType returns the "type" of a component object.
-func componentType(raw json.RawMessage) (string, error) {
-	var t typed
-	if err := json.Unmarshal(raw, &t); err != nil {
-		return "", err
-	}
-	return t.Type, nil
 }
 
 // readFile splits tokenizer.json into its members, reading the model's vocab

@@ -115,11 +115,10 @@ func decodeMulti(s string, i int) (rune, int) {
 	return utf8.DecodeRuneInString(s[i:])
 }
 
-func isL(r rune) bool     { return class(r)&clL != 0 }
-func isN(r rune) bool     { return class(r)&clN != 0 }
-func isSpace(r rune) bool { return class(r)&clS != 0 }
-func isPS(r rune) bool    { return class(r)&(clP|clSy) != 0 }
-func isLM(r rune) bool    { return class(r)&(clL|clM) != 0 }
+func isL(r rune) bool  { return class(r)&clL != 0 }
+func isN(r rune) bool  { return class(r)&clN != 0 }
+func isPS(r rune) bool { return class(r)&(clP|clSy) != 0 }
+func isLM(r rune) bool { return class(r)&(clL|clM) != 0 }
 
 // runAny returns the end of the run from s[i:] of runes having a class in
 // mask, and runNone that of runes having none. ASCII bytes are classified

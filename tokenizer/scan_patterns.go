@@ -224,7 +224,6 @@ func scanCL100K(s string, i, maxDigits int) int {
 }
 
 func isOther(r rune) bool { return class(r)&(clS|clL|clN) == 0 }
-func isCRLF(r rune) bool  { return r == '\r' || r == '\n' }
 
 // otherRun matches ` ?[^\s\p{L}\p{N}]+[\r\n]*` at s[i:].
 func otherRun(s string, i int, r rune, n int, cl uint16) int {

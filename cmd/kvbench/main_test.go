@@ -107,7 +107,7 @@ func TestReplayAgainstARunningWorker(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	w, err := sim.StartWorker(ctx, sim.WorkerConfig{ID: "solo", Model: bench.DefaultModel, Speedup: 100,
-		Engine: sim.EngineConfig{NumGPUBlocks: 2048, BlockSize: 16}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Engine: sim.EngineConfig{NumGPUBlocks: 2048, BlockSize: 16}, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

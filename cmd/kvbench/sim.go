@@ -141,7 +141,7 @@ func (s *simFlags) export(w *vsim.Workload, stderr io.Writer) error {
 		return fmt.Errorf("export trace: %w", err)
 	}
 	if err := bench.WriteSessionTrace(f, sessions); err != nil {
-		f.Close()
+		_ = f.Close()
 		return err
 	}
 	if err := f.Close(); err != nil {

@@ -28,7 +28,7 @@ const (
 	qwenDir  = "../../tokenizer/testdata/qwen3"
 )
 
-func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // TestEndToEndKvsimZMQThroughBridgeToRouter runs the path a real vLLM fleet
 // takes: simulated vLLM workers that publish KV events only over ZMQ (no

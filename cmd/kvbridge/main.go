@@ -83,7 +83,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, hostnam
 		if err != nil {
 			return fmt.Errorf("etcd client %s: %w", o.etcdEndpoints, err)
 		}
-		defer etcd.Close()
+		defer func() { _ = etcd.Close() }()
 		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		if _, err := etcd.Status(sctx, etcd.Endpoints()[0]); err != nil {
 			log.Warn("etcd unreachable; the worker registers once it answers", "endpoints", o.etcdEndpoints, "err", err)

@@ -87,7 +87,7 @@ func TestEnvoyConfigRefusesBadInput(t *testing.T) {
 - {id: b, model: m, address: "10.0.0.2:8000", cluster: c, block_size: 16, kv_total_blocks: 1}
 `)
 	reserved := writeFile(t, "reserved.yaml", `[{id: kvroute, model: m, address: "10.0.0.1:8000", block_size: 16, kv_total_blocks: 1}]`)
-	broken := writeFile(t, "broken.yaml", `[{id: w0, model: m, adress: "10.0.0.1:8000"}]`)
+	broken := writeFile(t, "broken.yaml", `[{id: w0, model: m, adress: "10.0.0.1:8000"}]`) //nolint:misspell // an unknown field on purpose
 	empty := writeFile(t, "empty.yaml", ``)
 	cases := []struct {
 		name  string
@@ -100,7 +100,7 @@ func TestEnvoyConfigRefusesBadInput(t *testing.T) {
 		{"cluster-header without workers file", []string{"--style", "cluster-header"}, true, "needs --workers-file"},
 		{"cluster-header with an empty workers file", []string{"--style", "cluster-header", "--workers-file", empty}, true, "needs --workers-file"},
 		{"missing workers file", []string{"--style", "cluster-header", "--workers-file", "/nonexistent/w.yaml"}, false, "no such file"},
-		{"unknown record field", []string{"--style", "cluster-header", "--workers-file", broken}, false, "adress"},
+		{"unknown record field", []string{"--style", "cluster-header", "--workers-file", broken}, false, "adress"}, //nolint:misspell // the unknown field named in the error
 		{"one cluster, two addresses", []string{"--style", "cluster-header", "--workers-file", conflict}, false, "two addresses"},
 		{"reserved cluster name", []string{"--style", "cluster-header", "--workers-file", reserved}, false, "reserved"},
 		{"ext_proc address without port", []string{"--style", "original-dst", "--ext-proc-addr", "kvroute"}, false, "ext_proc address"},

@@ -121,7 +121,7 @@ func runTokenize(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		v, err := tokenizer.DecodeJSON([]byte(*kwargs))
 		obj, ok := v.(tokenizer.Object)
 		if err != nil || !ok {
-			return fmt.Errorf("tokenize: --chat-template-kwargs must be a JSON object (%v)", err)
+			return fmt.Errorf("tokenize: --chat-template-kwargs must be a JSON object (%w)", err)
 		}
 		opts.DefaultKwargs = obj
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"io"
 	"time"
 
@@ -110,9 +109,6 @@ func newCommand(o *options) *cli.Command {
 	o.log = cli.RegisterLog(fs, "info")
 	return c
 }
-
-// newFlagSet returns kvsim's flags, bound to o.
-func newFlagSet(o *options) *flag.FlagSet { return newCommand(o).Flags }
 
 // parseFlags reads the command line, then KVROUTE_* variables for the flags
 // it did not set; --help and --version print on out.

@@ -64,7 +64,7 @@ func run(ctx context.Context, args []string) error {
 	go fleet.WatchConnections(ctx, 5*time.Second)
 	if o.workersFile != "" {
 		if err := writeWorkersFile(o.workersFile, fleet.Records()); err != nil {
-			fleet.Close(context.Background())
+			_ = fleet.Close(context.Background())
 			return err
 		}
 		log.Info("workers file written", "path", o.workersFile, "workers", len(fleet.Records()))

@@ -33,7 +33,7 @@ func TestFlagsComeFromEnvironmentAndCommandLine(t *testing.T) {
 	if o.speedup != 100 || o.blockSize != 16 {
 		t.Fatalf("command line must win over the environment: speedup %g block %d", o.speedup, o.blockSize)
 	}
-	cfg, err := fleetConfig(o, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	cfg, err := fleetConfig(o, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func TestBadSettingsAreRejected(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			o, err := parseFlags(tt.args, func(k string) string { return tt.env[k] }, io.Discard)
 			if err == nil {
-				_, err = fleetConfig(o, slog.New(slog.NewTextHandler(io.Discard, nil)))
+				_, err = fleetConfig(o, slog.New(slog.DiscardHandler))
 			}
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("err = %v, want mention of %q", err, tt.want)

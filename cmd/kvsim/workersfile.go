@@ -24,9 +24,9 @@ func writeWorkersFile(path string, recs []scoring.WorkerSpec) error {
 	if err != nil {
 		return fmt.Errorf("workers file: %w", err)
 	}
-	defer os.Remove(tmp.Name())
+	defer func() { _ = os.Remove(tmp.Name()) }()
 	if _, err := tmp.Write(append(data, '\n')); err != nil {
-		tmp.Close()
+		_ = tmp.Close()
 		return fmt.Errorf("workers file: %w", err)
 	}
 	if err := tmp.Close(); err != nil {

@@ -2,6 +2,7 @@ package operator
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -48,7 +49,8 @@ func runBin(t *testing.T, name string, args ...string) result {
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
 	r := result{stdout: out.String(), stderr: errb.String()}
-	if ee, ok := err.(*exec.ExitError); ok {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
 		r.code = ee.ExitCode()
 	} else if err != nil {
 		t.Fatalf("%s %v: %v", name, args, err)

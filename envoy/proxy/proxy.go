@@ -139,7 +139,7 @@ func Start(ctx context.Context, cfg Config) (_ *Proxy, err error) {
 	p := &Proxy{dir: dir, tail: &tailBuffer{max: 64 << 10}, done: make(chan struct{})}
 	defer func() {
 		if err != nil {
-			p.Close()
+			_ = p.Close()
 		}
 	}()
 	boot := filepath.Join(dir, "bootstrap.yaml")
@@ -171,7 +171,7 @@ func Start(ctx context.Context, cfg Config) (_ *Proxy, err error) {
 	go func() {
 		select {
 		case <-ctx.Done():
-			p.Close()
+			_ = p.Close()
 		case <-p.done:
 		}
 	}()
@@ -186,7 +186,7 @@ func (p *Proxy) waitReady(ctx context.Context, adminFile, listener string, timeo
 	for {
 		select {
 		case <-p.done:
-			return fmt.Errorf("envoy exited before it was ready (%v):\n%s", p.exitErr, p.tail.String())
+			return fmt.Errorf("envoy exited before it was ready (%w):\n%s", p.exitErr, p.tail.String())
 		case <-ctx.Done():
 			return ctx.Err()
 		default:
@@ -222,7 +222,7 @@ func (p *Proxy) ready(ctx context.Context) bool {
 func (p *Proxy) listenerAddr(ctx context.Context, name string) (string, error) {
 	body, code, err := p.get(ctx, "/listeners?format=json")
 	if err != nil || code != http.StatusOK {
-		return "", nil
+		return "", nil //nolint:nilerr // not answering yet: the caller polls again
 	}
 	var ls struct {
 		ListenerStatuses []struct {
@@ -269,7 +269,7 @@ func (p *Proxy) get(ctx context.Context, path string) (string, int, error) {
 	if err != nil {
 		return "", 0, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	return string(b), resp.StatusCode, err
 }

@@ -76,7 +76,7 @@ func (r *Report) WriteSVGFile(path string) error {
 		return fmt.Errorf("write chart: %w", err)
 	}
 	if err := r.WriteSVG(f); err != nil {
-		f.Close()
+		_ = f.Close()
 		return err
 	}
 	return f.Close()

@@ -128,7 +128,7 @@ func (c *Client) Do(ctx context.Context, it *Item) Result {
 		res.E2E = time.Since(res.Start)
 		return res
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	res.Status = resp.StatusCode
 	if v := resp.Header.Get(sim.PredictedCachedTokensHeader); v != "" {
 		if n, err := strconv.Atoi(v); err == nil && n >= 0 {

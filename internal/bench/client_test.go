@@ -22,7 +22,7 @@ func startWorker(t testing.TB) *sim.Worker {
 	w, err := sim.StartWorker(ctx, sim.WorkerConfig{
 		ID: "w7", Model: DefaultModel, Speedup: 100,
 		Engine: sim.EngineConfig{NumGPUBlocks: 1024, BlockSize: 16},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		cancel()

@@ -109,7 +109,7 @@ func (c *EnvConfig) defaults() {
 		c.Style = envoy.StyleClusterHeader
 	}
 	if c.Logger == nil {
-		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		c.Logger = slog.New(slog.DiscardHandler)
 	}
 }
 
@@ -297,7 +297,7 @@ func (e *Env) Workers(ctx context.Context) (DebugWorkers, error) {
 	if err != nil {
 		return out, fmt.Errorf("router /debug/workers: %w", err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
 		return out, fmt.Errorf("router /debug/workers: %w", err)
 	}
@@ -323,7 +323,7 @@ func (e *Env) SetMode(ctx context.Context, mode string) error {
 	if err != nil {
 		return fmt.Errorf("set mode %s: %w", mode, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("set mode %s: %s: %s", mode, resp.Status, body)

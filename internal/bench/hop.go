@@ -16,7 +16,6 @@ import (
 	"sync"
 	"time"
 
-	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -146,7 +145,7 @@ func RunHop(ctx context.Context, cfg HopConfig) (*HopReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }()
 	wf := filepath.Join(dir, "workers.json")
 	b, _ := json.Marshal(map[string]any{"workers": recs})
 	if err := os.WriteFile(wf, b, 0o600); err != nil {
@@ -163,7 +162,7 @@ func RunHop(ctx context.Context, cfg HopConfig) (*HopReport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start kvroute: %w", err)
 	}
-	defer router.Shutdown()
+	defer func() { _ = router.Shutdown() }()
 	if err := poll(ctx, 30*time.Second, func() (bool, error) { return router.Ready(), nil }, "kvroute to be ready"); err != nil {
 		return nil, err
 	}
@@ -175,13 +174,13 @@ func RunHop(ctx context.Context, cfg HopConfig) (*HopReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer routed.Close()
+	defer func() { _ = routed.Close() }()
 	plain, err := StartEnvoy(ctx, EnvoyConfig{Style: envoy.StyleClusterHeader, Workers: workers, ExtProcAddr: router.GRPCAddr(),
 		Edit: withoutExtProc})
 	if err != nil {
 		return nil, err
 	}
-	defer plain.Close()
+	defer func() { _ = plain.Close() }()
 	bin, _ := proxy.Find()
 	rep := &HopReport{PromptTokens: map[string]int{}, Envoy: bin}
 
@@ -234,7 +233,7 @@ func routerDecisions(ctx context.Context, url string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return 0, err
@@ -308,7 +307,7 @@ func EditHCM(edit func(*hcmv3.HttpConnectionManager) error) func([]byte) ([]byte
 				}
 			}
 		}
-		return protojson.Marshal((*bootstrapv3.Bootstrap)(b))
+		return protojson.Marshal(b)
 	}
 }
 
@@ -350,7 +349,7 @@ func promptTokens(ctx context.Context, adminURL string, body []byte) (int, error
 	if err != nil {
 		return 0, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	var x struct {
 		PromptTokens int `json:"prompt_tokens"`
 	}
@@ -380,7 +379,7 @@ func offer(ctx context.Context, c *http.Client, url string, body func(int) []byt
 			resp, err := c.Post(url, "application/json", bytes.NewReader(b))
 			if err == nil {
 				_, err = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
+				_ = resp.Body.Close()
 				if err == nil && resp.StatusCode != http.StatusOK {
 					err = fmt.Errorf("status %d", resp.StatusCode)
 				}

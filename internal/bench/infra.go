@@ -66,12 +66,12 @@ func StartEtcd() (*EmbeddedEtcd, error) {
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	client, err := loopbackURL()
 	if err != nil {
-		os.RemoveAll(dir)
+		_ = os.RemoveAll(dir)
 		return nil, err
 	}
 	peer, err := loopbackURL()
 	if err != nil {
-		os.RemoveAll(dir)
+		_ = os.RemoveAll(dir)
 		return nil, err
 	}
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
@@ -79,14 +79,14 @@ func StartEtcd() (*EmbeddedEtcd, error) {
 	cfg.InitialCluster = cfg.Name + "=" + peer.String()
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
-		os.RemoveAll(dir)
+		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("embedded etcd: %w", err)
 	}
 	select {
 	case <-e.Server.ReadyNotify():
 	case <-time.After(30 * time.Second):
 		e.Close()
-		os.RemoveAll(dir)
+		_ = os.RemoveAll(dir)
 		return nil, errors.New("embedded etcd: not ready after 30s")
 	}
 	return &EmbeddedEtcd{e: e, dir: dir, Endpoints: []string{client.String()}}, nil
@@ -95,7 +95,7 @@ func StartEtcd() (*EmbeddedEtcd, error) {
 // Close stops etcd and removes its data.
 func (e *EmbeddedEtcd) Close() {
 	e.e.Close()
-	os.RemoveAll(e.dir)
+	_ = os.RemoveAll(e.dir)
 }
 
 // loopbackURL reserves a free loopback port. The port is released before
@@ -107,6 +107,6 @@ func loopbackURL() (url.URL, error) {
 		return url.URL{}, fmt.Errorf("free port: %w", err)
 	}
 	addr := l.Addr().String()
-	l.Close()
+	_ = l.Close()
 	return url.URL{Scheme: "http", Host: addr}, nil
 }

@@ -93,7 +93,7 @@ func (r *Report) WriteJSONFile(path string) error {
 		return fmt.Errorf("write report: %w", err)
 	}
 	if err := r.WriteJSON(f); err != nil {
-		f.Close()
+		_ = f.Close()
 		return err
 	}
 	return f.Close()

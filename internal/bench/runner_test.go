@@ -18,7 +18,6 @@ type cannedServer struct {
 	inFlight, peak atomic.Int64
 	mu             sync.Mutex
 	arrivals       []time.Time
-	bodies         []string
 }
 
 func (s *cannedServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {

@@ -167,7 +167,7 @@ func ReadSessionTraceFile(path string, blockSize int) ([]TraceSession, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open trace: %w", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	s, err := ReadSessionTrace(f, blockSize)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)

@@ -91,7 +91,7 @@ func ReadTraceFile(path string, blockSize int) ([]TraceRecord, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open trace: %w", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	recs, err := ReadTrace(f, blockSize)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)

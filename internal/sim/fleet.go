@@ -125,7 +125,7 @@ func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 		}
 		w, err := StartWorker(ctx, wc)
 		if err != nil {
-			f.Close(context.Background())
+			_ = f.Close(context.Background())
 			return nil, fmt.Errorf("start fleet: %w", err)
 		}
 		f.mu.Lock()
@@ -136,7 +136,7 @@ func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 	if cfg.AdminAddr != "" {
 		a, err := startAdmin(cfg.AdminAddr, f)
 		if err != nil {
-			f.Close(context.Background())
+			_ = f.Close(context.Background())
 			return nil, fmt.Errorf("start fleet: %w", err)
 		}
 		f.admin = a

@@ -98,7 +98,7 @@ func (w *Worker) prompt(body []byte, req apiRequest, chat bool, extra int) ([]in
 		if errors.Is(err, errBadRequest) {
 			return nil, nil, err
 		}
-		return nil, nil, fmt.Errorf("%w: %v", errBadRequest, err)
+		return nil, nil, fmt.Errorf("%w: %w", errBadRequest, err)
 	}
 	out := make([]int32, len(ids), len(ids)+extra)
 	for i, id := range ids {
@@ -315,7 +315,7 @@ func (g *generation) finish(snap snapshot, created int64) error {
 			g.event(completionResponse{ID: g.id, Object: "text_completion", Created: created, Model: g.w.cfg.Model,
 				Choices: []completionChoice{}, Usage: u, PredictedCachedTokens: g.predicted})
 		}
-		g.bw.WriteString("data: [DONE]\n\n")
+		_, _ = g.bw.WriteString("data: [DONE]\n\n")
 		return g.flush()
 	}
 	if g.chat {
@@ -336,9 +336,9 @@ func (g *generation) event(v any) {
 	if err != nil {
 		return
 	}
-	g.bw.WriteString("data: ")
-	g.bw.Write(data)
-	g.bw.WriteString("\n\n")
+	_, _ = g.bw.WriteString("data: ")
+	_, _ = g.bw.Write(data)
+	_, _ = g.bw.WriteString("\n\n")
 }
 
 func (g *generation) flush() error {

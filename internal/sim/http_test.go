@@ -20,7 +20,7 @@ import (
 
 var update = flag.Bool("update", false, "rewrite golden files")
 
-func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 func startTestWorker(t *testing.T, cfg WorkerConfig) *Worker {
 	t.Helper()

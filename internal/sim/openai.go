@@ -27,7 +27,7 @@ var errBadRequest = errors.New("bad request")
 func parseAPIRequest(body []byte) (apiRequest, error) {
 	var req apiRequest
 	if err := json.Unmarshal(body, &req); err != nil {
-		return apiRequest{}, fmt.Errorf("%w: body is not a JSON object: %v", errBadRequest, err)
+		return apiRequest{}, fmt.Errorf("%w: body is not a JSON object: %w", errBadRequest, err)
 	}
 	if req.N != nil && *req.N != 1 {
 		return apiRequest{}, fmt.Errorf("%w: n=%d: the simulator generates one choice per request", errBadRequest, *req.N)

@@ -35,7 +35,7 @@ func (ByteEncoder) EncodeChat(body []byte) ([]uint32, error) {
 		} `json:"messages"`
 	}
 	if err := json.Unmarshal(body, &req); err != nil {
-		return nil, fmt.Errorf("%w: chat body: %v", errBadRequest, err)
+		return nil, fmt.Errorf("%w: chat body: %w", errBadRequest, err)
 	}
 	if len(req.Messages) == 0 {
 		return nil, fmt.Errorf("%w: messages is empty", errBadRequest)

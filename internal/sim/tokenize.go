@@ -46,7 +46,7 @@ func (e *ChatEncoder) SetMultimodal(family multimodal.Family) error {
 func (e *ChatEncoder) EncodeChatMM(body []byte) ([]uint32, []kvindex.MMPlacement, error) {
 	req, err := tokenizer.ParseChatRequest(body)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %v", errBadRequest, err)
+		return nil, nil, fmt.Errorf("%w: %w", errBadRequest, err)
 	}
 	if e.MM == nil || !multimodal.HasImages(&req) {
 		ids, err := e.EncodeChat(body)
@@ -54,7 +54,7 @@ func (e *ChatEncoder) EncodeChatMM(body []byte) ([]uint32, []kvindex.MMPlacement
 	}
 	enc, err := multimodal.EncodeChat(e.Chat, *e.MM, req, nil)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %v", errBadRequest, err)
+		return nil, nil, fmt.Errorf("%w: %w", errBadRequest, err)
 	}
 	if enc.Cut {
 		return nil, nil, fmt.Errorf("%w: the simulator does not fetch remote images", errBadRequest)
@@ -88,12 +88,12 @@ func LoadChatEncoder(dir, templateFile string) (*ChatEncoder, error) {
 func (e *ChatEncoder) EncodeChat(body []byte) ([]uint32, error) {
 	req, err := tokenizer.ParseChatRequest(body)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", errBadRequest, err)
+		return nil, fmt.Errorf("%w: %w", errBadRequest, err)
 	}
 	ids, err := e.Chat.EncodeChat(req)
 	if err != nil {
 		if errors.Is(err, tokenizer.ErrNoChatTemplate) {
-			return nil, fmt.Errorf("%w: %v", errBadRequest, err)
+			return nil, fmt.Errorf("%w: %w", errBadRequest, err)
 		}
 		return nil, fmt.Errorf("render chat template: %w", err)
 	}

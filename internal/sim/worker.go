@@ -179,7 +179,7 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 		DPRank: cfg.DPRank,
 	}
 	if err := discovery.ValidateRecord(w.rec); err != nil {
-		w.ln.Close()
+		_ = w.ln.Close()
 		w.shutdownZMQ()
 		w.cancel()
 		return nil, fmt.Errorf("start worker %s: %w", cfg.ID, err)
@@ -363,7 +363,7 @@ func (w *Worker) Kill() {
 			w.reg.Abandon()
 		}
 		w.cancel()
-		w.srv.Close()
+		_ = w.srv.Close()
 		w.shutdownZMQ()
 		w.wg.Wait()
 	})
@@ -381,7 +381,7 @@ func (w *Worker) Close(ctx context.Context) error {
 		}
 		if err := w.srv.Shutdown(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("worker %s: http shutdown: %w", w.cfg.ID, err))
-			w.srv.Close()
+			_ = w.srv.Close()
 		}
 		w.cancel()
 		w.shutdownZMQ()

@@ -87,8 +87,9 @@ func StartKubeAPIServer(t testing.TB) *KubeAPIServer {
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start kube-apiserver: %v", err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	exited := make(chan struct{}) // closed once the process is gone; waitErr says how
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
@@ -112,8 +113,8 @@ func StartKubeAPIServer(t testing.TB) *KubeAPIServer {
 			}
 		}
 		select {
-		case err := <-exited:
-			t.Fatalf("kube-apiserver exited: %v\n%s", err, tail(logs.String(), 4000))
+		case <-exited:
+			t.Fatalf("kube-apiserver exited: %v\n%s", waitErr, tail(logs.String(), 4000))
 		case <-ctx.Done():
 			t.Fatalf("kube-apiserver not ready after 90s\n%s", tail(logs.String(), 4000))
 		case <-time.After(200 * time.Millisecond):

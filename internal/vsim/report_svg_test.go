@@ -2,6 +2,7 @@ package vsim
 
 import (
 	"encoding/xml"
+	"errors"
 	"io"
 	"math"
 	"strconv"
@@ -40,7 +41,7 @@ func svgLabels(t *testing.T, svg string) []svgLabel {
 	var cur *svgLabel
 	for {
 		tok, err := dec.Token()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return out
 		}
 		if err != nil {

@@ -1,0 +1,187 @@
+package importrules
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"sort"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/kvroute/kvroute"
+
+// mayImport is the "may import" column of docs/architecture.md §2: for every
+// package of the module, the module's packages it may import directly
+// (non-test files). A package missing here fails the test, so a new package
+// gets a row in the map and here at once.
+var mayImport = map[string][]string{
+	"cmd/kvroute": {"server", "extproc", "picker", "scoring", "tokenizer", "envoy", "multimodal",
+		"discovery", "internal/cli", "internal/envflag", "internal/costflag"},
+	"cmd/kvsim":    {"internal/sim", "internal/cli", "internal/envflag", "scoring", "multimodal"},
+	"cmd/kvbridge": {"bridge", "internal/cli", "internal/envflag"},
+	"cmd/kvbench": {"internal/bench", "internal/vsim", "internal/sim", "internal/cli", "internal/costflag",
+		"discovery", "scoring", "envoy/proxy"},
+
+	"server": {"extproc", "picker", "scoring", "kvindex", "tokenizer", "envoy",
+		"bus", "discovery", "discovery/kubepool", "internal/enginefeed", "bridge"},
+	"extproc":     {},
+	"picker":      {"extproc", "scoring", "kvindex", "tokenizer", "multimodal"},
+	"scoring":     {},
+	"multimodal":  {"kvindex", "tokenizer"},
+	"kvindex":     {},
+	"tokenizer":   {},
+	"envoy":       {},
+	"envoy/proxy": {},
+
+	"bus":                         {"scoring", "kvindex"},
+	"discovery":                   {"scoring", "bus"},
+	"discovery/kubepool":          {"scoring", "discovery"},
+	"discovery/kubepool/kubetest": {"discovery/kubepool", "internal/testenv"},
+	"engine/vllmzmq":              {},
+	"bridge":                      {"scoring", "kvindex", "bus", "discovery", "engine/vllmzmq"},
+	"internal/enginefeed":         {"scoring", "kvindex", "bus", "bridge", "engine/vllmzmq"},
+
+	"internal/sim":         {"scoring", "kvindex", "tokenizer", "multimodal", "bus", "discovery", "engine/vllmzmq"},
+	"internal/bench":       {"server", "internal/sim", "envoy", "envoy/proxy", "picker", "tokenizer", "multimodal"},
+	"internal/vsim":        {"scoring", "kvindex", "internal/sim", "internal/bench"},
+	"internal/costflag":    {"scoring"},
+	"internal/cli":         {"internal/envflag"},
+	"internal/envflag":     {},
+	"internal/testenv":     {},
+	"internal/importrules": {},
+
+	// End-to-end tests and the peer harnesses may use anything.
+	"e2e":           nil,
+	"e2e/operator":  nil,
+	"bench/compare": nil,
+}
+
+// neverInDeps lists, per package, what must not appear anywhere in its
+// transitive dependencies (go list -deps): the router binary carries no test
+// or benchmark tooling and no sidecar code, and the pure packages do no I/O.
+var neverInDeps = map[string][]string{
+	"cmd/kvroute": {module + "/envoy/proxy", module + "/internal/sim", module + "/internal/bench",
+		module + "/internal/vsim", module + "/internal/testenv"},
+	"scoring":    {"github.com/nats-io/", "go.etcd.io/", "google.golang.org/grpc", "k8s.io/", "net/http"},
+	"kvindex":    {"github.com/nats-io/", "go.etcd.io/", "google.golang.org/grpc", "k8s.io/", "net/http"},
+	"tokenizer":  {"github.com/nats-io/", "go.etcd.io/", "google.golang.org/grpc", "k8s.io/", "net/http"},
+	"multimodal": {"github.com/nats-io/", "go.etcd.io/", "google.golang.org/grpc", "k8s.io/", "net/http"},
+	"extproc":    {module + "/"},
+}
+
+type pkg struct {
+	ImportPath string
+	Imports    []string
+	Deps       []string
+}
+
+func goList(t *testing.T, args ...string) []pkg {
+	t.Helper()
+	cmd := exec.Command("go", append([]string{"list", "-json=ImportPath,Imports,Deps", "-tags", "compare kubeapiserver llmdsim"}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list %v: %v\n%s", args, err, stderr.String())
+	}
+	var pkgs []pkg
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for dec.More() {
+		var p pkg
+		if err := dec.Decode(&p); err != nil {
+			t.Fatalf("go list output: %v", err)
+		}
+		pkgs = append(pkgs, p)
+	}
+	return pkgs
+}
+
+func rel(path string) (string, bool) {
+	if path == module {
+		return "", true
+	}
+	r, ok := strings.CutPrefix(path, module+"/")
+	return r, ok
+}
+
+func TestEveryPackageImportsOnlyWhatTheMapAllows(t *testing.T) {
+	for _, p := range goList(t, module+"/...") {
+		name, _ := rel(p.ImportPath)
+		allowed, known := mayImport[name]
+		if !known {
+			t.Errorf("%s has no row in the import rules: add it to docs/architecture.md §2 and to mayImport", name)
+			continue
+		}
+		if allowed == nil {
+			continue
+		}
+		ok := map[string]bool{}
+		for _, a := range allowed {
+			ok[a] = true
+		}
+		for _, imp := range p.Imports {
+			if r, ours := rel(imp); ours && !ok[r] {
+				t.Errorf("%s imports %s, which docs/architecture.md §2 does not allow", name, r)
+			}
+		}
+	}
+}
+
+func TestForbiddenDependenciesStayOut(t *testing.T) {
+	var names []string
+	for n := range neverInDeps {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		for _, p := range goList(t, "-deps=false", module+"/"+name) {
+			// -deps=false keeps one record per package; Deps is still the
+			// whole transitive closure.
+			for _, d := range p.Deps {
+				for _, bad := range neverInDeps[name] {
+					if d == strings.TrimSuffix(bad, "/") || strings.HasPrefix(d, bad) {
+						t.Errorf("%s depends on %s (through its imports), which it must never carry", name, d)
+					}
+				}
+			}
+		}
+	}
+}
+
+// The map is checked against reality in both directions: a row for a
+// package that no longer exists is drift too.
+func TestNoRuleForAMissingPackage(t *testing.T) {
+	have := map[string]bool{}
+	for _, p := range goList(t, module+"/...") {
+		name, _ := rel(p.ImportPath)
+		have[name] = true
+	}
+	for name := range mayImport {
+		if !have[name] {
+			t.Errorf("mayImport has a row for %s, which is not a package of the module", name)
+		}
+	}
+}
+
+// Every package with a rule has its row in docs/architecture.md §2, so the
+// map a newcomer reads is the one this test enforces.
+func TestEveryRuleHasARowInTheArchitectureMap(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/architecture.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(doc)
+	start := strings.Index(text, "\n## 2.")
+	end := strings.Index(text, "\n## 3.")
+	if start < 0 || end < start {
+		t.Fatal("docs/architecture.md has no section 2 followed by section 3")
+	}
+	section := text[start:end]
+	for name := range mayImport {
+		if !strings.Contains(section, "`"+name+"`") && !strings.Contains(section, "`"+name+"/`") {
+			t.Errorf("docs/architecture.md §2 has no row naming `%s`", name)
+		}
+	}
+}
