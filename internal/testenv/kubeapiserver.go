@@ -107,7 +107,7 @@ func StartKubeAPIServer(t testing.TB) *KubeAPIServer {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+"/readyz", nil)
 		req.Header.Set("Authorization", "Bearer "+token)
 		if resp, err := cl.Do(req); err == nil {
-			resp.Body.Close()
+			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				break
 			}
