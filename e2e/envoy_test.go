@@ -126,8 +126,8 @@ func TestEnvoyResponsePathFeedsLoadAndRates(t *testing.T) {
 
 // kvroute down: the styles that fail open (cluster-header, xds) still serve
 // every request, spread over the workers, and a client's own routing
-// headers cannot pick the worker; original-dst fails closed, as the README
-// says.
+// headers cannot pick the worker; original-dst fails closed, as
+// docs/operating.md says.
 func TestRouterDownFailsOpenOrClosedByStyle(t *testing.T) {
 	for _, tc := range []struct {
 		style string

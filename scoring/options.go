@@ -34,7 +34,7 @@ type Options struct {
 	// Mode is the router mode (see ModeNames); default "kv".
 	Mode string
 	// CostModel is CostLatency, CostDefault or CostWeighted; default
-	// CostLatency (chosen by the kvbench sim sweep in the README).
+	// CostLatency (chosen by kvbench sim sweeps: docs/routing.md).
 	CostModel string
 	// OverlapCredit is how many prefill blocks one device-cached block
 	// takes off the default cost; above 1 it also discounts the worker's

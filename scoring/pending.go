@@ -23,7 +23,7 @@ const (
 	// DefaultPendingTTL: long enough to cover a burst's queueing and
 	// prefill before the worker's events confirm the blocks, short enough
 	// that a worker without prefix caching is not believed for long.
-	// Chosen with kvbench sim (the burst workload; the README's table).
+	// Chosen with kvbench sim (the burst workload; docs/routing.md).
 	DefaultPendingTTL = 2 * time.Second
 	// DefaultPendingMaxBlocks bounds one worker's pending records.
 	DefaultPendingMaxBlocks = 1 << 14

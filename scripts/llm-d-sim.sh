@@ -3,7 +3,7 @@
 # at the version tools/llm-d-sim pins, once, into a cache outside the
 # repository (keyed by that module's go.mod and go.sum), and prints the
 # binary's path. It is the third-party engine `make test-llmd` and the
-# README's engine figures run kvroute against; `go install` of that version
+# docs/engines.md's figures run kvroute against; `go install` of that version
 # does not work (the module proxy lists no versions of it), building it from
 # a wrapper module does. No -trimpath: the build shares Go's build cache.
 set -eu

@@ -44,8 +44,8 @@ func uncached(tok *Tokenizer) *Tokenizer { return tok.WithPieceCache(0) }
 //     them;
 //   - "cached": the cache is warm from a previous pass over the corpus.
 //
-// None of them uses the chat prefix cache. The target is >= 10 MB/s
-// for byte-level BPE uncached on one core.
+// None of them uses the chat prefix cache. The target is >= 10 MB/s for
+// byte-level BPE uncached on one core (docs/performance.md).
 func BenchmarkEncode(b *testing.B) {
 	corpus := readCorpus(b)
 	for _, fam := range families {

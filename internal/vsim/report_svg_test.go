@@ -75,8 +75,8 @@ func svgLabels(t *testing.T, svg string) []svgLabel {
 }
 
 // The decade ticks of the TTFT axis are evenly spaced and where the scale
-// puts their values: the lowest tick used to sit at the data's minimum
-// (60 ms) instead of at 10 ms.
+// puts their values: the lowest tick sits at 10 ms, not at the data's
+// minimum (60 ms).
 func TestSweepSVGLogTicksMatchTheScale(t *testing.T) {
 	const top, plotH = 64, 320 // SVG's plot geometry
 	ticks := map[string]float64{}

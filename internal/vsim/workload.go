@@ -178,9 +178,9 @@ type AgentOptions struct {
 	Seed  uint64
 }
 
-// DefaultAgentOptions is the agent workload the README's figures use: 1,000
-// sessions of 4–16 turns over eight 3k-token system prompts, about 9k
-// requests whose reuse fits in an 8-worker fleet's cache.
+// DefaultAgentOptions is the agent workload docs/routing.md's figures use:
+// 1,000 sessions of 4–16 turns over eight 4k-token system prompts, about
+// 9.8k requests whose reuse fits in an 8-worker fleet's cache.
 func DefaultAgentOptions() AgentOptions {
 	return AgentOptions{
 		Sessions: 1000, MinTurns: 4, MaxTurns: 16,
