@@ -1,4 +1,4 @@
-package bridge
+package engine
 
 import (
 	"fmt"
@@ -103,6 +103,16 @@ func (s *Sequencer) Forwarded(seq uint64) {
 // next republished batch counts any more.
 func (s *Sequencer) Cleared() {
 	s.forwarded = false
+}
+
+// Resume starts the sequencer as if batch seq had been forwarded (a loaded
+// index snapshot holds the engine's batches up to it): later batches up to
+// seq are dropped, seq+1 goes on, a higher one heals from the replay
+// socket, and 0 (a restarted engine) resets.
+func (s *Sequencer) Resume(seq uint64) {
+	s.started = true
+	s.liveLast = 0
+	s.fwdLast, s.forwarded = seq, true
 }
 
 // Lost records that the connection to the engine dropped.
