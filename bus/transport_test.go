@@ -2,6 +2,8 @@ package bus
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,4 +77,25 @@ func TestSubscribeEventsDeliversTheNamespacesBatches(t *testing.T) {
 	if ix.NeedsResync("w0") {
 		t.Fatal("the other namespace's AllBlocksCleared or the garbage touched w0")
 	}
+}
+
+// FuzzEventDelivery: any message on the events subjects becomes a delivery
+// without panicking; the worker is what follows the prefix, and a header
+// that is not a decimal number leaves the batch unnumbered.
+func FuzzEventDelivery(f *testing.F) {
+	f.Add("kvroute.prod.events.w0", "7", []byte{0x93})
+	f.Add("kvroute.prod.events.", "", []byte{})
+	f.Add("kvroute.other.events.w0", "-1", []byte{0xc1})
+	f.Add("kvroute.prod.events.w0", "18446744073709551616", []byte(nil))
+	prefix := "kvroute.prod.events."
+	f.Fuzz(func(t *testing.T, subject, seq string, data []byte) {
+		d := eventDelivery(prefix, &nats.Msg{Subject: subject, Header: nats.Header{SeqHeader: {seq}}, Data: data})
+		if w, ok := strings.CutPrefix(subject, prefix); (ok && d.Worker != w) || (!ok && d.Worker != "") {
+			t.Fatalf("subject %q gave worker %q", subject, d.Worker)
+		}
+		n, err := strconv.ParseUint(seq, 10, 64)
+		if d.NoSeq != (err != nil) || (err == nil && d.Seq != n) {
+			t.Fatalf("header %q gave seq %d, unnumbered %v", seq, d.Seq, d.NoSeq)
+		}
+	})
 }
