@@ -12,6 +12,12 @@
 // belong to one transport (the ZMQ replay socket that heals a gap before
 // the core sees it, JetStream's stream position) stay with it
 // (docs/architecture.md §3.2).
+//
+// A new transport: name the worker and its publisher's number for each
+// batch, keep each worker's batches in order, and hand them to Deliver (or
+// Offer, where a dropped batch may show as a gap); deliver a Reset where
+// the transport itself knows the worker's stream started over. Add it to
+// the transports of TestSequenceRules.
 package kvevents
 
 import (
@@ -204,9 +210,12 @@ func (c *Core) run(ctx context.Context) {
 	}
 }
 
+// ErrStopped is returned by Deliver once the core has stopped.
+var ErrStopped = errors.New("kv events: core stopped")
+
 // Deliver queues d, waiting while the buffer is full, until ctx ends (its
-// error is returned) or the core has stopped. Transports that must not
-// lose a batch (the durable stream, ZMQ feeds) use it.
+// error is returned) or the core has stopped (ErrStopped). Transports that
+// must not lose a batch (the durable stream, ZMQ feeds) use it.
 func (c *Core) Deliver(ctx context.Context, d Delivery) error {
 	select {
 	case c.in <- d:
@@ -214,7 +223,7 @@ func (c *Core) Deliver(ctx context.Context, d Delivery) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-c.done:
-		return errors.New("kv events: stopped")
+		return ErrStopped
 	}
 }
 

@@ -15,6 +15,7 @@ package feed
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -273,9 +274,19 @@ type coreSink struct {
 func (s coreSink) Connected() bool { return true }
 
 func (s coreSink) Publish(worker string, seq uint64, payload []byte) error {
-	return s.core.Deliver(s.ctx, kvevents.Delivery{Worker: worker, Seq: seq, Payload: payload})
+	return s.deliver(kvevents.Delivery{Worker: worker, Seq: seq, Payload: payload})
 }
 
 func (s coreSink) Clear(worker string, _ int) error {
-	return s.core.Deliver(s.ctx, kvevents.Delivery{Worker: worker, Reset: true})
+	return s.deliver(kvevents.Delivery{Worker: worker, Reset: true})
+}
+
+// deliver hands d to the core. A stream that is ending (its worker removed,
+// the router stopping) drops the batch quietly: nobody will read it.
+func (s coreSink) deliver(d kvevents.Delivery) error {
+	err := s.core.Deliver(s.ctx, d)
+	if err != nil && (s.ctx.Err() != nil || errors.Is(err, kvevents.ErrStopped)) {
+		return nil
+	}
+	return err
 }
