@@ -22,14 +22,14 @@ type Stats struct {
 	Duplicates    atomic.Int64 // live batches dropped: already republished via replay
 	Heals         atomic.Int64 // gaps healed completely by replay
 	HealFailures  atomic.Int64 // gaps replay could not fill: AllBlocksCleared sent
-	Resets        atomic.Int64 // bridge start, engine restart or lost connection
+	Resets        atomic.Int64 // stream start, engine restart or lost connection
 	Clears        atomic.Int64 // synthetic AllBlocksCleared batches published
 	Malformed     atomic.Int64 // ZMQ messages not in vLLM's frame layout
 	UndecodedRank atomic.Int64 // payloads whose dp rank could not be read (sent to the endpoint's rank)
 	BadRank       atomic.Int64 // batches dropped: dp rank outside the configured ranks
-	PublishErrors atomic.Int64 // NATS publish failures
+	PublishErrors atomic.Int64 // sink failures (kvbridge: NATS publishes)
 	// HeldWhileDisconnected counts live batches not forwarded because an
-	// earlier publish failed and NATS is still down; the stream is rebuilt
+	// earlier publish failed and the sink is still down; the stream is rebuilt
 	// from the engine's replay buffer once it is back.
 	HeldWhileDisconnected atomic.Int64
 	UnknownPublisher      atomic.Int64 // batches from a publisher that is not the followed engine, dropped
@@ -250,7 +250,7 @@ func (s *Stream) handle(ctx context.Context, ev vllmzmq.Event) {
 	if s.dirty && act != Drop {
 		if !s.out.Connected() {
 			// Rebuilding now would only fail again; the first batch after
-			// NATS is back does it.
+			// the sink is back does it.
 			s.stats.HeldWhileDisconnected.Add(1)
 			return
 		}

@@ -20,7 +20,7 @@ const (
 	// one; replay them from the engine before republishing this one.
 	Heal
 	// Reset: the stream's history is unknown or belongs to an earlier engine
-	// (the bridge just started, the engine restarted, or the connection was
+	// (the stream just started, the engine restarted, or the connection was
 	// lost and the numbers do not simply continue). Publish AllBlocksCleared,
 	// replay what the engine still buffers from 0, then republish this one.
 	Reset
