@@ -21,9 +21,9 @@ type Stats struct {
 	Replayed      atomic.Int64 // of those, batches that came through replay
 	Duplicates    atomic.Int64 // live batches dropped: already republished via replay
 	Heals         atomic.Int64 // gaps healed completely by replay
-	HealFailures  atomic.Int64 // gaps replay could not fill: AllBlocksCleared sent
+	HealFailures  atomic.Int64 // gaps replay could not fill: the worker cleared
 	Resets        atomic.Int64 // stream start, engine restart or lost connection
-	Clears        atomic.Int64 // synthetic AllBlocksCleared batches published
+	Clears        atomic.Int64 // EventSink.Clear calls that succeeded (kvbridge: AllBlocksCleared published)
 	Malformed     atomic.Int64 // ZMQ messages not in vLLM's frame layout
 	UndecodedRank atomic.Int64 // payloads whose dp rank could not be read (sent to the endpoint's rank)
 	BadRank       atomic.Int64 // batches dropped: dp rank outside the configured ranks
