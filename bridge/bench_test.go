@@ -1,7 +1,6 @@
 package bridge
 
 import (
-	"bytes"
 	"context"
 	"sync/atomic"
 	"testing"
@@ -78,17 +77,5 @@ func BenchmarkForwardZMQToNATS(b *testing.B) {
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "batches/s")
 	if s := br.Stats().Snapshot(); s.HealFailures != 0 {
 		b.Logf("stats: %+v", s)
-	}
-}
-
-// BenchmarkParseMetricsVLLM measures one scrape's parsing, done every 250 ms.
-func BenchmarkParseMetricsVLLM(b *testing.B) {
-	text := readTestdata(b, "vllm_metrics.txt")
-	b.ReportAllocs()
-	b.SetBytes(int64(len(text)))
-	for i := 0; i < b.N; i++ {
-		if _, err := ParseMetrics(EngineVLLM, bytes.NewReader(text)); err != nil {
-			b.Fatal(err)
-		}
 	}
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/kvroute/kvroute/bus"
 	"github.com/kvroute/kvroute/discovery"
+	"github.com/kvroute/kvroute/engine"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/nats-io/nats.go"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -42,7 +43,7 @@ type Config struct {
 	// rank is its own worker "<WorkerID>-dp<rank>".
 	WorkerID string
 	// Engine is vllm or sglang; it picks the metric names.
-	Engine Engine
+	Engine engine.Engine
 	// EngineURL is the engine's HTTP server, e.g. "http://127.0.0.1:8000".
 	EngineURL string
 	// EventsEndpoint is the engine's ZMQ PUB endpoint for rank 0, e.g.
@@ -123,10 +124,10 @@ func (c *Config) setDefaults() error {
 		c.Logger = slog.Default()
 	}
 	if c.Engine == "" {
-		c.Engine = EngineVLLM
+		c.Engine = engine.EngineVLLM
 	}
 	var errs []error
-	if _, err := ParseEngine(string(c.Engine)); err != nil {
+	if _, err := engine.ParseEngine(string(c.Engine)); err != nil {
 		errs = append(errs, err)
 	}
 	if c.Namespace == "" {
@@ -167,16 +168,16 @@ func (c *Config) setDefaults() error {
 type Bridge struct {
 	cfg    Config
 	log    *slog.Logger
-	engine *engineClient
+	engine *engine.Client
 	events *natsEvents
-	stats  Stats
+	stats  engine.Stats
 
 	// forwarding is closed once the worker is registered and settled;
 	// streams hold their batches until then.
 	forwarding chan struct{}
 
 	mu         sync.Mutex
-	streams    []*stream
+	streams    []*engine.Stream
 	registered []*discovery.Registration
 	records    []scoring.WorkerSpec
 }
@@ -189,14 +190,14 @@ func New(cfg Config) (*Bridge, error) {
 	return &Bridge{
 		cfg:        cfg,
 		log:        cfg.Logger,
-		engine:     newEngineClient(cfg.EngineURL, cfg.Engine, cfg.HTTPTimeout),
+		engine:     engine.NewClient(cfg.EngineURL, cfg.Engine, cfg.HTTPTimeout),
 		events:     newNATSEvents(cfg.NATS, cfg.Namespace),
 		forwarding: make(chan struct{}),
 	}, nil
 }
 
 // Stats returns the bridge's counters.
-func (b *Bridge) Stats() *Stats { return &b.stats }
+func (b *Bridge) Stats() *engine.Stats { return &b.stats }
 
 // WorkerID returns the worker id of a data-parallel rank, and false for a
 // rank outside the configured size.
@@ -227,7 +228,7 @@ func (b *Bridge) Resync() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, s := range b.streams {
-		s.requestResync()
+		s.RequestResync()
 	}
 }
 
@@ -238,15 +239,15 @@ func (b *Bridge) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	streams := make([]*stream, b.cfg.DPSize)
+	streams := make([]*engine.Stream, b.cfg.DPSize)
 	for r := range streams {
 		sub, closeSub, err := b.source(ctx, r)
 		if err != nil {
 			return fmt.Errorf("bridge: %w", err)
 		}
 		defer closeSub()
-		streams[r] = newStream(r, b.WorkerID, sub, b.events, &b.stats, b.log)
-		streams[r].gate = b.forwarding
+		streams[r] = engine.NewStream(engine.FollowConfig{Sub: sub, Rank: r, WorkerID: b.WorkerID,
+			Sink: b.events, Stats: &b.stats, Logger: b.log, Gate: b.forwarding})
 	}
 
 	b.mu.Lock()
@@ -262,7 +263,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 		}
 		rs, err := bus.ServeResync(b.cfg.NATS, b.cfg.Namespace, id, func(req bus.ResyncRequest) error {
 			b.log.Info("resync requested", "worker", id, "router", req.Router, "reason", req.Reason)
-			s.requestResync()
+			s.RequestResync()
 			return nil
 		})
 		if err != nil {
@@ -276,7 +277,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := s.run(ctx); err != nil {
+			if err := s.Run(ctx); err != nil {
 				errc <- err
 			}
 		}()

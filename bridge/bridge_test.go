@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/bus"
+	"github.com/kvroute/kvroute/engine"
 	"github.com/kvroute/kvroute/internal/testenv"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/nats-io/nats.go"
@@ -19,7 +20,7 @@ const testModel = "Qwen/Qwen3-8B" // what testdata/vllm_models.json serves
 func bridgeConfig(in *infra, ns string, eng *fakeEngine, es *engineSide) Config {
 	ev, rep := es.endpoints()
 	return Config{
-		Namespace: ns, WorkerID: "w0", Engine: EngineVLLM, EngineURL: eng.URL,
+		Namespace: ns, WorkerID: "w0", Engine: engine.EngineVLLM, EngineURL: eng.URL,
 		EventsEndpoint: ev, ReplayEndpoint: rep, Topic: "kv-events",
 		Address: "10.0.0.5:8000", NATS: in.nc, Etcd: in.cli,
 		ScrapeInterval: 50 * time.Millisecond, UnhealthyAfter: 400 * time.Millisecond,
@@ -60,10 +61,7 @@ func TestBridgeEvents(t *testing.T) {
 		ix.AddWorker("w0", testModel, 16)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		cons := bus.NewEventConsumer(in.nc, bus.EventConsumerConfig{Namespace: ns, Index: ix, Logger: quiet()})
-		if err := cons.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
+		consumeEvents(ctx, t, in.nc, ns, ix)
 		tap := tapEvents(t, in.nc, ns)
 		eng := newFakeEngine(t, "vllm_metrics.txt")
 		es := newEngineSide(t, 1, 0)
@@ -197,9 +195,7 @@ func TestBridgeEvents(t *testing.T) {
 			ix.AddWorker("w0", testModel, 16)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			if err := bus.NewEventConsumer(in.nc, bus.EventConsumerConfig{Namespace: ns, Index: ix, Logger: quiet()}).Start(ctx); err != nil {
-				t.Fatal(err)
-			}
+			consumeEvents(ctx, t, in.nc, ns, ix)
 			tap := tapEvents(t, in.nc, ns)
 			eng := newFakeEngine(t, "vllm_metrics.txt")
 			es := newEngineSide(t, 1, 0)

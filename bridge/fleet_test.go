@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvroute/kvroute/bus"
 	"github.com/kvroute/kvroute/discovery"
+	"github.com/kvroute/kvroute/engine"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/nats-io/nats.go"
@@ -221,7 +222,7 @@ func TestBridgeFleet(t *testing.T) {
 		eng := newFakeEngine(t, "sglang_metrics.txt")
 		es := newEngineSide(t, 1, 0)
 		cfg := bridgeConfig(in, ns, eng, es)
-		cfg.Engine = EngineSGLang
+		cfg.Engine = engine.EngineSGLang
 		b, _ := runBridge(t, cfg)
 		waitFor(t, "registration", 10*time.Second, func() bool { return len(b.Records()) == 1 })
 		if rec := b.Records()[0]; rec.BlockSize != 16 || rec.KVTotalBlocks != 10240 {

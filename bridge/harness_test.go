@@ -19,6 +19,7 @@ import (
 	"github.com/kvroute/kvroute/bus"
 	"github.com/kvroute/kvroute/engine/vllmzmq"
 	"github.com/kvroute/kvroute/internal/testenv"
+	"github.com/kvroute/kvroute/kvevents"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/nats-io/nats.go"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -341,4 +342,28 @@ func seqTokens(first, n int) []uint32 {
 		out[i] = uint32(first + i)
 	}
 	return out
+}
+
+// readTestdata reads the engine package's recorded engine answers.
+func readTestdata(t testing.TB, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile("../engine/testdata/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// consumeEvents applies the namespace's KV events on NATS to ix as a
+// router does: the event core behind a core NATS subscription.
+func consumeEvents(ctx context.Context, t *testing.T, nc *nats.Conn, ns string, ix *kvindex.Index) *kvevents.Core {
+	t.Helper()
+	core := kvevents.New(kvevents.Config{Index: ix, Logger: quiet()})
+	if err := core.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.SubscribeEvents(ctx, nc, ns, core); err != nil {
+		t.Fatal(err)
+	}
+	return core
 }

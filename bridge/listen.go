@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/kvroute/kvroute/engine"
 	"github.com/kvroute/kvroute/engine/vllmzmq"
 )
 
@@ -38,9 +39,9 @@ func TopicMatches(topic, address string) (match, ok bool) {
 // once per topic, and its batches dropped, so its sequence numbers never
 // mix with the engine's.
 type ownEngine struct {
-	src     Source
+	src     engine.Source
 	address string
-	stats   *Stats
+	stats   *engine.Stats
 	log     *slog.Logger
 
 	mu     sync.Mutex
@@ -73,7 +74,7 @@ func (o *ownEngine) Replay(ctx context.Context, start uint64) ([]vllmzmq.Replaye
 // source opens rank r's event source: a subscriber dialled to the engine's
 // PUB socket, or, with EventsListen, a bound SUB socket the engine's PUB
 // connects to.
-func (b *Bridge) source(ctx context.Context, r int) (Source, func() error, error) {
+func (b *Bridge) source(ctx context.Context, r int) (engine.Source, func() error, error) {
 	rep, err := vllmzmq.OffsetEndpointPort(b.cfg.ReplayEndpoint, r)
 	if err != nil {
 		return nil, nil, err

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvroute/kvroute/engine"
 	"github.com/kvroute/kvroute/engine/vllmzmq"
 )
 
@@ -36,7 +37,7 @@ func TestBridgeListensForItsEngine(t *testing.T) {
 	port := freePorts(t, 1)
 	listen := fmt.Sprintf("tcp://127.0.0.1:%d", port)
 	cfg := Config{
-		Namespace: ns, WorkerID: "w0", Engine: EngineVLLM, EngineURL: eng.URL,
+		Namespace: ns, WorkerID: "w0", Engine: engine.EngineVLLM, EngineURL: eng.URL,
 		EventsListen: listen, Address: "10.0.0.5:8000", NATS: in.nc,
 		ScrapeInterval: 50 * time.Millisecond, SettleDelay: -1,
 	}

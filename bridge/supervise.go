@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvroute/kvroute/bus"
 	"github.com/kvroute/kvroute/discovery"
+	"github.com/kvroute/kvroute/engine"
 	"github.com/kvroute/kvroute/scoring"
 )
 
@@ -22,7 +23,7 @@ const (
 // until the engine is ready, register, report load every ScrapeInterval,
 // deregister when /metrics has failed for UnhealthyAfter, and start over.
 // It returns when ctx ends.
-func (b *Bridge) superviseEngine(ctx context.Context, streams []*stream) {
+func (b *Bridge) superviseEngine(ctx context.Context, streams []*engine.Stream) {
 	first := true
 	for ctx.Err() == nil {
 		info, ok := b.waitReady(ctx)
@@ -33,7 +34,7 @@ func (b *Bridge) superviseEngine(ctx context.Context, streams []*stream) {
 			// The engine came back, most likely restarted: whatever the
 			// router still believes about its cache is void.
 			for _, s := range streams {
-				s.requestResync()
+				s.RequestResync()
 			}
 		}
 		b.register(ctx, info)
@@ -61,9 +62,9 @@ func (b *Bridge) openForwarding(ctx context.Context) {
 
 // engineInfo is what the bridge learned about a ready engine.
 type engineInfo struct {
-	models    Models
+	models    engine.Models
 	blockSize int
-	metrics   EngineMetrics
+	metrics   engine.EngineMetrics
 }
 
 // waitReady polls /health, /v1/models and /metrics until all answer.
@@ -89,29 +90,29 @@ func (b *Bridge) waitReady(ctx context.Context) (engineInfo, bool) {
 }
 
 func (b *Bridge) probe(ctx context.Context) (engineInfo, error) {
-	if err := b.engine.health(ctx); err != nil {
+	if err := b.engine.Health(ctx); err != nil {
 		return engineInfo{}, err
 	}
-	models, err := b.engine.models(ctx)
+	models, err := b.engine.Models(ctx)
 	if err != nil {
 		return engineInfo{}, err
 	}
-	m, err := b.engine.metrics(ctx)
+	m, err := b.engine.Metrics(ctx)
 	if err != nil {
 		return engineInfo{}, err
 	}
 	info := engineInfo{models: models, metrics: m, blockSize: b.cfg.BlockSize}
 	if info.blockSize == 0 {
 		switch b.cfg.Engine {
-		case EngineVLLM:
+		case engine.EngineVLLM:
 			if rm, ok := m.Rank(0); ok && rm.BlockSize > 0 {
 				info.blockSize = rm.BlockSize
 			} else {
 				info.blockSize = fallbackVLLMBlockSize
 				b.log.Warn("vllm:cache_config_info has no block_size; assuming vLLM's default (set --block-size if wrong)", "block_size", info.blockSize)
 			}
-		case EngineSGLang:
-			if ps := b.engine.sglangPageSize(ctx); ps > 0 {
+		case engine.EngineSGLang:
+			if ps := b.engine.SGLangPageSize(ctx); ps > 0 {
 				info.blockSize = ps
 			} else {
 				info.blockSize = fallbackSGLangBlockSize
@@ -206,7 +207,7 @@ func (b *Bridge) deregister() {
 // report per rank, until ctx ends or the engine has been unreachable for
 // UnhealthyAfter. A change of the engine's process start time makes every
 // stream resync.
-func (b *Bridge) reportLoad(ctx context.Context, info engineInfo, streams []*stream) {
+func (b *Bridge) reportLoad(ctx context.Context, info engineInfo, streams []*engine.Stream) {
 	tick := time.NewTicker(b.cfg.ScrapeInterval)
 	defer tick.Stop()
 	lastOK := time.Now()
@@ -223,7 +224,7 @@ func (b *Bridge) reportLoad(ctx context.Context, info engineInfo, streams []*str
 			return
 		case <-tick.C:
 		}
-		m, err = b.engine.metrics(ctx)
+		m, err = b.engine.Metrics(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -247,7 +248,7 @@ func (b *Bridge) reportLoad(ctx context.Context, info engineInfo, streams []*str
 		if m.ProcessStart != 0 && started != 0 && m.ProcessStart != started {
 			b.log.Info("engine process restarted; resyncing KV events", "start_time", m.ProcessStart)
 			for _, s := range streams {
-				s.requestResync()
+				s.RequestResync()
 			}
 		}
 		if m.ProcessStart != 0 {
@@ -256,7 +257,7 @@ func (b *Bridge) reportLoad(ctx context.Context, info engineInfo, streams []*str
 	}
 }
 
-func (b *Bridge) publishLoad(m EngineMetrics, blockSize int) {
+func (b *Bridge) publishLoad(m engine.EngineMetrics, blockSize int) {
 	now := time.Now().UnixMilli()
 	for r := 0; r < b.cfg.DPSize; r++ {
 		rm, ok := m.Rank(r)

@@ -2,8 +2,10 @@
 // the subjects and headers, the codecs of what travels on them, and the
 // adapters that move it between the network and the pure packages.
 //
-//   - KV events: EventsSubject, SeqHeader, PublishEvents and EventConsumer,
-//     which applies vLLM KVEventBatches (kvindex's codec) to a kvindex.Index;
+//   - KV events: EventsSubject, SeqHeader and PublishEvents; the transports
+//     SubscribeEvents (core NATS) and ConsumeEventStream (the durable
+//     JetStream stream) deliver each batch with its worker and number to the
+//     KV event core (kvevents), which sequences and applies them;
 //   - load reports: LoadSubject, ParseLoadReport and LoadReports, which feeds
 //     scoring.LoadReport values into a scoring.Pool;
 //   - replica sync: SyncSubject, ParseSyncEvent and Sync, which shares a

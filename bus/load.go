@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/kvroute/kvroute/kvevents"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/nats-io/nats.go"
 )
@@ -25,7 +26,7 @@ type LoadReports struct {
 	log     *slog.Logger
 
 	// events hears each report's kv_event_batches (FollowEvents).
-	events   atomic.Pointer[EventConsumer]
+	events   atomic.Pointer[kvevents.Core]
 	done     chan struct{}
 	accepted atomic.Int64
 	rejected atomic.Int64
@@ -65,11 +66,11 @@ func (a *LoadReports) Start(ctx context.Context) error {
 }
 
 // FollowEvents passes each report's kv_event_batches to c
-// (EventConsumer.Published), so c notices a lost batch on a quiet worker.
+// (kvevents.Core.Published), so c notices a lost batch on a quiet worker.
 // Call it once c applies live batches (after a warm start or a durable
 // replay): a claim checked against an index still catching up is a false
 // gap. Safe to call while reports arrive.
-func (a *LoadReports) FollowEvents(c *EventConsumer) { a.events.Store(c) }
+func (a *LoadReports) FollowEvents(c *kvevents.Core) { a.events.Store(c) }
 
 // Done is closed when the adapter has stopped.
 func (a *LoadReports) Done() <-chan struct{} { return a.done }

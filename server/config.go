@@ -94,7 +94,7 @@ type Config struct {
 	PoolDefaults kubepool.Defaults
 	// EngineEvents is where KV events come from: "nats" (the default;
 	// kvbridge or kvsim publish them) or "zmq", subscribing to every
-	// worker's engine directly (internal/enginefeed).
+	// worker's engine directly (engine/feed).
 	EngineEvents string
 	// EngineEventsPort and EngineReplayPort are the engines' ZMQ publisher
 	// and replay ports for rank 0 with EngineEvents "zmq" (defaults 5557 and
@@ -105,7 +105,7 @@ type Config struct {
 	// EngineEventsListen, with EngineEvents "zmq", binds one ZMQ SUB socket
 	// there (e.g. "tcp://0.0.0.0:5557") that every engine's PUB socket
 	// connects to, instead of dialling each engine; topics
-	// "kv@<ip>[:<port>]@<model>" name the workers (enginefeed.Resolve).
+	// "kv@<ip>[:<port>]@<model>" name the workers (feed.Resolve).
 	// EngineReplayPort > 0 still asks each worker's host for replay.
 	EngineEventsListen string
 	// EngineLoad is where load reports come from: "nats" (the default) or
@@ -266,7 +266,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, err)
 	}
 	if c.Recovery.DurableEvents && (!c.KVEvents || c.EngineEvents == EngineEventsZMQ) {
-		errs = append(errs, errors.New("--durable-events needs KV events over NATS (not --kv-events=false or --engine-events zmq)"))
+		errs = append(errs, errors.New("--durable-events needs KV events over NATS (not --kv-events=false or --engine-events zmq): the JetStream stream it recovers from captures the NATS event subjects, and with --engine-events zmq no event passes through NATS; use --warm-from to start from a peer's index, and the engines' replay sockets fill short gaps"))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("router config: %w", errors.Join(errs...))

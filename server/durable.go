@@ -72,10 +72,10 @@ func (r *Server) setupDurable() error {
 	return nil
 }
 
-// durableRecover runs after discovery and before the consumer starts:
+// durableRecover runs after discovery and before the event core starts:
 // it loads the newest snapshot from the object store (if any), seeds the
-// consumer with the sequence numbers it covers, starts the consumer at
-// the next stream message and waits until the consumer has caught up
+// core with the sequence numbers it covers, starts the core at
+// the next stream message and waits until the core has caught up
 // with the stream's last message as of now. Only then does Start go on
 // and the router turn ready. Messages that aged out of the stream since
 // the snapshot leave every known worker stale, so each gets a resync.
@@ -141,15 +141,18 @@ func (r *Server) durableRecover() error {
 	// Start at the first message still there: the stale marks stand for
 	// the ones that are gone.
 	replayFrom := max(covered+1, first)
-	r.events.SeedStream(replayFrom - 1)
+	r.events.SeedCursor(replayFrom - 1)
 	if err := r.events.Start(r.ctx); err != nil {
 		return fmt.Errorf("kv events: %w", err)
 	}
-	for last >= replayFrom && r.events.StreamSeq() < last {
+	if err := bus.ConsumeEventStream(r.ctx, d.js, bus.EventStreamName(r.cfg.Namespace), r.cfg.Namespace, r.events, r.log); err != nil {
+		return fmt.Errorf("kv events: %w", err)
+	}
+	for last >= replayFrom && r.events.Cursor() < last {
 		select {
 		case <-ctx.Done():
 			r.log.Warn("durable events: the stream replay did not catch up in time; turning ready behind the stream",
-				"at", r.events.StreamSeq(), "target", last, "timeout", r.cfg.Recovery.WarmTimeout)
+				"at", r.events.Cursor(), "target", last, "timeout", r.cfg.Recovery.WarmTimeout)
 			return nil
 		case <-time.After(5 * time.Millisecond):
 		}
@@ -212,7 +215,7 @@ func (r *Server) writeSnapshot(ctx context.Context) (uint64, error) {
 	var werr error
 	start := time.Now()
 	if err := r.events.Do(ctx, func(seqs map[string]uint64) {
-		seq = r.events.StreamSeq()
+		seq = r.events.Cursor()
 		if d.wrote && seq == d.lastSeq {
 			return
 		}

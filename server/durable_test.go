@@ -154,7 +154,7 @@ func TestDurableEventsRecoverFromSnapshotThenStream(t *testing.T) {
 	if got := b.Index().Stats().Entries; got != 4*per {
 		t.Fatalf("fresh replica holds %d entries when Start returns, want A's %d (snapshot + replay)", got, 4*per)
 	}
-	if got := b.events.StreamSeq(); got != 4 {
+	if got := b.events.Cursor(); got != 4 {
 		t.Fatalf("fresh replica's consumer is at stream sequence %d when Start returns, want 4", got)
 	}
 	if got := metricValue(t, b, "kvroute_index_recovery_replayed_messages"); got != 2 {
@@ -346,7 +346,7 @@ func TestDurableEventsSurviveNATSRestart(t *testing.T) {
 	if st := a.events.Stats(); st.Gaps != 0 || st.Duplicates != 0 || st.Applied != 2 {
 		t.Fatalf("consumer after the restart %+v, want 2 applied, no gap or repeat", st)
 	}
-	if got := a.events.StreamSeq(); got != 2 {
+	if got := a.events.Cursor(); got != 2 {
 		t.Fatalf("consumer at stream sequence %d, want 2", got)
 	}
 }

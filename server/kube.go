@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/kvroute/kvroute/bridge"
 	"github.com/kvroute/kvroute/discovery/kubepool"
-	"github.com/kvroute/kvroute/internal/enginefeed"
+	"github.com/kvroute/kvroute/engine"
+	"github.com/kvroute/kvroute/engine/feed"
 )
 
 // Values of Config.EngineEvents and Config.EngineLoad.
@@ -50,7 +50,7 @@ func (c *Config) validateDiscovery() []error {
 		errs = append(errs, fmt.Errorf("engine load %q: want nats or scrape", c.EngineLoad))
 	}
 	if c.Engine != "" {
-		if _, err := bridge.ParseEngine(c.Engine); err != nil {
+		if _, err := engine.ParseEngine(c.Engine); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -74,17 +74,17 @@ func (c *Config) needsNATS() bool {
 
 // newEngineFeeds returns the fleet listener that follows every worker's
 // engine itself, or nil when neither events nor load come from engines.
-func (r *Server) newEngineFeeds() (*enginefeed.Feeds, error) {
+func (r *Server) newEngineFeeds(hold <-chan struct{}) (*feed.Feeds, error) {
 	events := r.cfg.KVEvents && r.cfg.EngineEvents == EngineEventsZMQ
 	load := r.cfg.EngineLoad == EngineLoadScrape
 	if !events && !load {
 		return nil, nil
 	}
-	return enginefeed.New(enginefeed.Config{
+	return feed.New(feed.Config{
 		Events: events, EventsPort: r.cfg.EngineEventsPort, ReplayPort: r.cfg.EngineReplayPort, Topic: r.cfg.EngineEventsTopic,
 		Listen: r.cfg.EngineEventsListen, OnUnknownPublisher: r.metrics.unknownPublishers.Inc,
-		Load: load, Engine: bridge.Engine(r.cfg.Engine),
-		Index: r.index, Pool: r.sched.Load().Pool(), Metrics: r.metrics, Logger: r.log,
+		Load: load, Engine: engine.Engine(r.cfg.Engine),
+		Core: r.events, Hold: hold, Pool: r.sched.Load().Pool(), Logger: r.log,
 	})
 }
 
@@ -134,4 +134,4 @@ func (r *Server) startPoolDiscovery() error {
 
 // EngineFeeds exposes the engine followers (nil unless --engine-events zmq
 // or --engine-load scrape).
-func (r *Server) EngineFeeds() *enginefeed.Feeds { return r.feeds }
+func (r *Server) EngineFeeds() *feed.Feeds { return r.feeds }

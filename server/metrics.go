@@ -4,8 +4,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/kvroute/kvroute/bus"
 	"github.com/kvroute/kvroute/extproc"
+	"github.com/kvroute/kvroute/kvevents"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/picker"
 	"github.com/kvroute/kvroute/scoring"
@@ -15,7 +15,7 @@ import (
 )
 
 // Metrics is the router's Prometheus instrumentation (prefix kvroute_). It
-// implements extproc.Metrics, picker.Metrics, bus.EventMetrics and
+// implements extproc.Metrics, picker.Metrics, kvevents.Metrics and
 // scoring.Metrics.
 type Metrics struct {
 	requests      *prometheus.CounterVec
@@ -53,7 +53,7 @@ var (
 	_ extproc.Metrics  = (*Metrics)(nil)
 	_ picker.Metrics   = (*Metrics)(nil)
 	_ scoring.Metrics  = (*Metrics)(nil)
-	_ bus.EventMetrics = (*Metrics)(nil)
+	_ kvevents.Metrics = (*Metrics)(nil)
 )
 
 var latencyBuckets = []float64{5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 0.1, 1, 10}
@@ -157,12 +157,12 @@ func (m *Metrics) LoadReportRejected()         { m.loadRejected.Inc() }
 func (m *Metrics) SyncRejected()               { m.syncRejected.Inc() }
 func (m *Metrics) SyncDropped()                { m.syncDropped.Inc() }
 
-// bus.EventMetrics
+// kvevents.Metrics
 
-func (m *Metrics) Batch(worker string, o bus.BatchOutcome) {
+func (m *Metrics) Batch(worker string, o kvevents.BatchOutcome) {
 	m.batches.WithLabelValues(string(o)).Inc()
 }
-func (m *Metrics) Sequence(worker string, ev bus.SeqEvent) {
+func (m *Metrics) Sequence(worker string, ev kvevents.SeqEvent) {
 	m.sequence.WithLabelValues(worker, string(ev)).Inc()
 }
 func (m *Metrics) Applied(worker string, s kvindex.ApplyStats) {

@@ -52,21 +52,23 @@ func (a approxRecorder) Record(worker string, hashes []uint64) {
 var _ scoring.PrefixRecorder = approxRecorder{}
 
 // startScheduler starts the scheduler's sweeper and the NATS adapters that
-// feed its pool (load reports, replica sync). They stop when r.ctx ends;
+// feed its pool: load reports unless --engine-load scrape, replica sync
+// when on. They stop when r.ctx ends;
 // teardown waits for them through r.schedDone.
 func (r *Server) startScheduler(s *scoring.Scheduler) error {
 	sweep := make(chan struct{})
 	go func() { defer close(sweep); s.Run(r.ctx) }()
 	r.schedDone = append(r.schedDone, sweep)
-	if r.nc == nil {
-		return nil // no NATS: load comes from the engines (server/kube.go)
+	if r.cfg.EngineLoad != EngineLoadScrape {
+		// Load comes over NATS; with scrape it comes from the engines
+		// (engine/feed, server/kube.go) and no report is subscribed to.
+		lr := bus.NewLoadReports(r.nc, r.cfg.Namespace, s.Pool())
+		if err := lr.Start(r.ctx); err != nil {
+			return fmt.Errorf("load reports: %w", err)
+		}
+		r.schedDone = append(r.schedDone, lr.Done())
+		r.loadReports = lr
 	}
-	lr := bus.NewLoadReports(r.nc, r.cfg.Namespace, s.Pool())
-	if err := lr.Start(r.ctx); err != nil {
-		return fmt.Errorf("load reports: %w", err)
-	}
-	r.schedDone = append(r.schedDone, lr.Done())
-	r.loadReports = lr
 	if r.cfg.ReplicaSync {
 		sy := bus.NewSync(r.nc, r.cfg.Namespace, r.cfg.RouterID, s.Pool())
 		sy.SetHeartbeat(r.cfg.Recovery.SyncHeartbeat)

@@ -16,9 +16,10 @@ import (
 
 	"github.com/kvroute/kvroute/bus"
 	"github.com/kvroute/kvroute/discovery"
+	"github.com/kvroute/kvroute/engine/feed"
 	"github.com/kvroute/kvroute/envoy"
 	"github.com/kvroute/kvroute/extproc"
-	"github.com/kvroute/kvroute/internal/enginefeed"
+	"github.com/kvroute/kvroute/kvevents"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/picker"
 	"github.com/kvroute/kvroute/scoring"
@@ -41,11 +42,11 @@ type Server struct {
 	approx  *kvindex.Approx
 	toks    *tokenizer.Registry
 	fleet   *fleet
-	events  *bus.EventConsumer // nil without KV events
-	// loadReports feeds the pool; nil without NATS.
+	events  *kvevents.Core // nil without KV events
+	// loadReports feeds the pool; nil unless load comes over NATS.
 	loadReports *bus.LoadReports
-	feeds       *enginefeed.Feeds // nil unless engines are followed directly
-	durable     *durable          // nil unless --durable-events
+	feeds       *feed.Feeds // nil unless engines are followed directly
+	durable     *durable    // nil unless --durable-events
 
 	natsSrv *natsserver.Server
 	// storeLock keeps another process off the embedded server's JetStream
@@ -143,7 +144,12 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	r.fleet = &fleet{blockSize: cfg.BlockSize, log: r.log, records: map[string]scoring.WorkerSpec{},
 		listeners: []fleetListener{poolListener{sched.Pool(), r.log}, xdsListener{r}},
 		kept:      []fleetListener{indexListener{r.index}, approxListener{r.approx}}, flapGrace: leaseFlapGrace(cfg)}
-	if r.feeds, err = r.newEngineFeeds(); err != nil {
+	var hold chan struct{} // a warm start holds the live tail until the snapshot is in
+	if cfg.Recovery.WarmFrom != "" {
+		hold = make(chan struct{})
+	}
+	r.events = r.newEventCore(hold)
+	if r.feeds, err = r.newEngineFeeds(hold); err != nil {
 		return nil, err
 	} else if r.feeds != nil {
 		r.fleet.listeners = append(r.fleet.listeners, r.feeds)
@@ -166,29 +172,8 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	var hold chan struct{} // a warm start holds the live tail until the snapshot is in
-	if cfg.Recovery.WarmFrom != "" {
-		hold = make(chan struct{})
-	}
-	if cfg.KVEvents && r.nc != nil && cfg.EngineEvents != EngineEventsZMQ {
-		ccfg := bus.EventConsumerConfig{Namespace: cfg.Namespace, Index: r.index, Metrics: r.metrics, Logger: r.log}
-		if hold != nil {
-			ccfg.Hold, ccfg.Buffer = hold, 1<<16
-		}
-		if cfg.Recovery.DurableEvents {
-			// The stream keeps what arrives meanwhile: the consumer starts
-			// after discovery and the snapshot (durableRecover).
-			if err = r.setupDurable(); err != nil {
-				return nil, err
-			}
-			ccfg.JetStream, ccfg.Stream = r.durable.js, bus.EventStreamName(cfg.Namespace)
-		}
-		r.events = bus.NewEventConsumer(r.nc, ccfg)
-		if r.durable == nil {
-			if err = r.events.Start(r.ctx); err != nil {
-				return nil, fmt.Errorf("kv events: %w", err)
-			}
-		}
+	if err = r.startEvents(); err != nil {
+		return nil, err
 	}
 	if cfg.XDSAddr != "" {
 		if err = r.startXDS(); err != nil {
@@ -207,12 +192,13 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		}
 		r.goRun(func() error { r.runSnapshots(); return nil })
 	}
-	if r.events != nil && r.loadReports != nil {
-		// Now that the consumer applies live batches: a quiet worker's lost
-		// batch shows in its next load report.
+	if r.eventsOverNATS() && r.loadReports != nil {
+		// Now that the core applies live batches: a quiet worker's lost
+		// batch shows in its next load report. Only over NATS: a report
+		// counts the publisher's NATS numbering, not an engine's.
 		r.loadReports.FollowEvents(r.events)
 	}
-	if r.events != nil && cfg.Recovery.ResyncInterval > 0 { // resync asks over NATS; ZMQ feeds replay by themselves
+	if r.eventsOverNATS() && cfg.Recovery.ResyncInterval > 0 { // resync asks over NATS; ZMQ feeds replay by themselves
 		r.goRun(func() error { r.runResync(); return nil })
 	}
 

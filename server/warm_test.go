@@ -2,11 +2,18 @@ package server
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/kvroute/kvroute/bus"
+	"github.com/kvroute/kvroute/engine/vllmzmq"
 	"github.com/kvroute/kvroute/internal/testenv"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/nats-io/nats.go"
@@ -93,4 +100,106 @@ func TestSnapshotEndpointServesAVersionedSnapshot(t *testing.T) {
 	if len(s.Workers) != 2 {
 		t.Fatalf("snapshot of %d workers, want 2", len(s.Workers))
 	}
+}
+
+// With --engine-events zmq a warm start works as over NATS: the peer's
+// snapshot carries each worker's engine sequence number, and the warm
+// replica's stream resumes after it (the batches it missed meanwhile come
+// from the engine's replay socket) instead of clearing the worker at its
+// first batch.
+func TestWarmStartOverZMQResumesAfterThePeersSnapshot(t *testing.T) {
+	testenv.Quiet()
+	pubPort, replayPort := freeTCPPort(t), freeTCPPort(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	eng, err := vllmzmq.NewPublisher(ctx, vllmzmq.PublisherConfig{
+		Endpoint: fmt.Sprintf("tcp://127.0.0.1:%d", pubPort), ReplayEndpoint: fmt.Sprintf("tcp://127.0.0.1:%d", replayPort),
+		Mode: vllmzmq.Bind, Logger: quiet(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	file := filepath.Join(t.TempDir(), "workers.yaml")
+	rec := fmt.Sprintf("workers:\n- {id: w1, model: %q, address: '127.0.0.1:8000', block_size: 16, kv_total_blocks: 4096}\n", model)
+	if err := os.WriteFile(file, []byte(rec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	zmqConfig := func() Config {
+		cfg := testConfig(t)
+		cfg.WorkersFile, cfg.EngineEvents = file, EngineEventsZMQ
+		cfg.EngineEventsPort, cfg.EngineReplayPort = pubPort, replayPort
+		return cfg
+	}
+	tokens := promptTokens(t, chatBody(300))
+	per := len(tokens) / 16 / 3
+	publish := func(part int) {
+		t.Helper()
+		var ev kvindex.Event = kvindex.BlockRemoved{BlockHashes: []kvindex.EngineHash{kvindex.HashInt(1 << 40)}} // holds nothing: a no-op
+		if part >= 0 {
+			hs := make([]kvindex.EngineHash, per)
+			for i := range hs {
+				hs[i] = kvindex.HashInt(int64(part*per + i + 1))
+			}
+			st := kvindex.BlockStored{BlockHashes: hs, TokenIDs: tokens[part*per*16 : (part+1)*per*16], BlockSize: 16}
+			if part > 0 {
+				parent := kvindex.HashInt(int64(part * per))
+				st.ParentBlockHash = &parent
+			}
+			ev = st
+		}
+		data, err := kvindex.EncodeBatch(kvindex.EventBatch{TS: 1, Events: []kvindex.Event{ev}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := eng.Publish(data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := start(t, zmqConfig())
+	publish(0)
+	publish(1)
+	// A's subscription joins in the background; its first live batch
+	// replays the engine's buffer from 0.
+	eventually(t, "peer A indexes two batches", func() bool {
+		publish(-1)
+		time.Sleep(10 * time.Millisecond)
+		return a.Index().Stats().Entries == 2*per
+	})
+
+	cfgB := zmqConfig()
+	cfgB.Recovery.WarmFrom = "http://" + a.AdminAddr()
+	b := start(t, cfgB)
+	if got := b.Index().Stats().Entries; got != 2*per {
+		t.Fatalf("warm replica holds %d entries when Start returns, want the peer's %d", got, 2*per)
+	}
+	// B joins the engine after the snapshot: the no-ops it misses are
+	// replayed, the next part extends the chain, and B never starts the
+	// worker over.
+	publish(-1)
+	publish(2)
+	eventually(t, "both replicas apply the live tail", func() bool {
+		publish(-1)
+		time.Sleep(10 * time.Millisecond)
+		return a.Index().Stats().Entries == 3*per && b.Index().Stats().Entries == 3*per
+	})
+	if st := b.EngineFeeds().Stats().Snapshot(); st.Resets != 0 || st.Clears != 0 {
+		t.Fatalf("warm replica's engine stream %+v: want it resumed after the snapshot, never reset", st)
+	}
+	if st := b.events.Stats(); st.Fresh != 0 || st.Gaps != 0 || st.Restarts != 0 {
+		t.Fatalf("warm replica's event core %+v: want no fresh start, gap or restart", st)
+	}
+	if got, want := b.Index().Match(kvindex.HashBlocks(kvindex.Seed(model, "", ""), tokens, 16, nil), []string{"w1"}, nil)[0].Blocks, 3*per; got != want {
+		t.Fatalf("warm replica matches %d blocks of the prompt on w1, want %d", got, want)
+	}
+}
+
+func freeTCPPort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/bridge"
+	"github.com/kvroute/kvroute/engine"
 	"github.com/kvroute/kvroute/internal/cli"
 	"github.com/kvroute/kvroute/internal/envflag"
 )
@@ -110,7 +111,7 @@ func parseFlags(args []string, getenv func(string) string, hostname func() (stri
 	if err := newCommand(o).Parse(args, envflag.Getenv(getenv), out, false); err != nil {
 		return nil, err
 	}
-	if _, err := bridge.ParseEngine(o.engine); err != nil {
+	if _, err := engine.ParseEngine(o.engine); err != nil {
 		return nil, cli.Usagef("--engine: %w", err)
 	}
 	if o.workerID == "" {

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/kvroute/kvroute/bridge"
+	"github.com/kvroute/kvroute/engine"
 )
 
 // statusHandler serves the sidecar's own probes and counters:
@@ -22,22 +23,22 @@ func statusHandler(b *bridge.Bridge) http.Handler {
 	reg := prometheus.NewRegistry()
 	counters := []struct {
 		name, help string
-		get        func(bridge.StatsSnapshot) int64
+		get        func(engine.StatsSnapshot) int64
 	}{
-		{"kvbridge_batches_received_total", "KV event batches received live from the engine.", func(s bridge.StatsSnapshot) int64 { return s.Received }},
-		{"kvbridge_batches_forwarded_total", "KV event batches republished on NATS (live or replayed).", func(s bridge.StatsSnapshot) int64 { return s.Forwarded }},
-		{"kvbridge_batches_replayed_total", "Batches republished after fetching them from the engine's replay socket.", func(s bridge.StatsSnapshot) int64 { return s.Replayed }},
-		{"kvbridge_batches_duplicate_total", "Live batches dropped because replay had already republished them.", func(s bridge.StatsSnapshot) int64 { return s.Duplicates }},
-		{"kvbridge_gaps_healed_total", "Sequence gaps filled completely by replay.", func(s bridge.StatsSnapshot) int64 { return s.Heals }},
-		{"kvbridge_gaps_unhealed_total", "Sequence gaps replay could not fill (AllBlocksCleared sent).", func(s bridge.StatsSnapshot) int64 { return s.HealFailures }},
-		{"kvbridge_stream_resets_total", "Stream restarts: bridge start, engine restart, lost connection.", func(s bridge.StatsSnapshot) int64 { return s.Resets }},
-		{"kvbridge_clears_published_total", "Synthetic AllBlocksCleared batches published.", func(s bridge.StatsSnapshot) int64 { return s.Clears }},
-		{"kvbridge_malformed_messages_total", "ZMQ messages not in vLLM's frame layout.", func(s bridge.StatsSnapshot) int64 { return s.Malformed }},
-		{"kvbridge_bad_rank_batches_total", "Batches dropped for a data-parallel rank outside --data-parallel-size.", func(s bridge.StatsSnapshot) int64 { return s.BadRank }},
-		{"kvbridge_publish_errors_total", "NATS publish failures.", func(s bridge.StatsSnapshot) int64 { return s.PublishErrors }},
-		{"kvbridge_unknown_publisher_batches_total", "Batches dropped on --engine-events-listen from a publisher whose topic names another engine.", func(s bridge.StatsSnapshot) int64 { return s.UnknownPublisher }},
-		{"kvbridge_load_reports_total", "Load reports published.", func(s bridge.StatsSnapshot) int64 { return s.LoadReports }},
-		{"kvbridge_scrape_errors_total", "Failed scrapes of the engine's /metrics.", func(s bridge.StatsSnapshot) int64 { return s.ScrapeErrors }},
+		{"kvbridge_batches_received_total", "KV event batches received live from the engine.", func(s engine.StatsSnapshot) int64 { return s.Received }},
+		{"kvbridge_batches_forwarded_total", "KV event batches republished on NATS (live or replayed).", func(s engine.StatsSnapshot) int64 { return s.Forwarded }},
+		{"kvbridge_batches_replayed_total", "Batches republished after fetching them from the engine's replay socket.", func(s engine.StatsSnapshot) int64 { return s.Replayed }},
+		{"kvbridge_batches_duplicate_total", "Live batches dropped because replay had already republished them.", func(s engine.StatsSnapshot) int64 { return s.Duplicates }},
+		{"kvbridge_gaps_healed_total", "Sequence gaps filled completely by replay.", func(s engine.StatsSnapshot) int64 { return s.Heals }},
+		{"kvbridge_gaps_unhealed_total", "Sequence gaps replay could not fill (AllBlocksCleared sent).", func(s engine.StatsSnapshot) int64 { return s.HealFailures }},
+		{"kvbridge_stream_resets_total", "Stream restarts: bridge start, engine restart, lost connection.", func(s engine.StatsSnapshot) int64 { return s.Resets }},
+		{"kvbridge_clears_published_total", "Synthetic AllBlocksCleared batches published.", func(s engine.StatsSnapshot) int64 { return s.Clears }},
+		{"kvbridge_malformed_messages_total", "ZMQ messages not in vLLM's frame layout.", func(s engine.StatsSnapshot) int64 { return s.Malformed }},
+		{"kvbridge_bad_rank_batches_total", "Batches dropped for a data-parallel rank outside --data-parallel-size.", func(s engine.StatsSnapshot) int64 { return s.BadRank }},
+		{"kvbridge_publish_errors_total", "NATS publish failures.", func(s engine.StatsSnapshot) int64 { return s.PublishErrors }},
+		{"kvbridge_unknown_publisher_batches_total", "Batches dropped on --engine-events-listen from a publisher whose topic names another engine.", func(s engine.StatsSnapshot) int64 { return s.UnknownPublisher }},
+		{"kvbridge_load_reports_total", "Load reports published.", func(s engine.StatsSnapshot) int64 { return s.LoadReports }},
+		{"kvbridge_scrape_errors_total", "Failed scrapes of the engine's /metrics.", func(s engine.StatsSnapshot) int64 { return s.ScrapeErrors }},
 	}
 	for _, c := range counters {
 		get := c.get

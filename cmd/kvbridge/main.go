@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kvroute/kvroute/bridge"
+	"github.com/kvroute/kvroute/engine"
 	"github.com/kvroute/kvroute/internal/cli"
 )
 
@@ -96,7 +97,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, hostnam
 	b, err := bridge.New(bridge.Config{
 		Namespace:           o.namespace,
 		WorkerID:            o.workerID,
-		Engine:              bridge.Engine(o.engine),
+		Engine:              engine.Engine(o.engine),
 		EngineURL:           o.engineURL,
 		EventsEndpoint:      o.eventsEndpoint,
 		EventsListen:        o.eventsListen,

@@ -124,11 +124,11 @@ func TestRunForwardsRegistersAndDeregistersOnShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pub.Close()
-	metrics, err := os.ReadFile("../../bridge/testdata/vllm_metrics.txt")
+	metrics, err := os.ReadFile("../../engine/testdata/vllm_metrics.txt")
 	if err != nil {
 		t.Fatal(err)
 	}
-	models, err := os.ReadFile("../../bridge/testdata/vllm_models.json")
+	models, err := os.ReadFile("../../engine/testdata/vllm_models.json")
 	if err != nil {
 		t.Fatal(err)
 	}

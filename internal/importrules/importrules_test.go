@@ -20,12 +20,12 @@ var mayImport = map[string][]string{
 	"cmd/kvroute": {"server", "extproc", "picker", "scoring", "tokenizer", "envoy", "multimodal",
 		"discovery", "internal/cli", "internal/envflag", "internal/costflag"},
 	"cmd/kvsim":    {"internal/sim", "internal/cli", "internal/envflag", "scoring", "multimodal"},
-	"cmd/kvbridge": {"bridge", "internal/cli", "internal/envflag"},
+	"cmd/kvbridge": {"bridge", "engine", "internal/cli", "internal/envflag"},
 	"cmd/kvbench": {"internal/bench", "internal/vsim", "internal/sim", "internal/cli", "internal/costflag",
 		"discovery", "scoring", "envoy/proxy"},
 
 	"server": {"extproc", "picker", "scoring", "kvindex", "tokenizer", "envoy",
-		"bus", "discovery", "discovery/kubepool", "internal/enginefeed", "bridge"},
+		"kvevents", "bus", "discovery", "discovery/kubepool", "engine", "engine/feed"},
 	"extproc":     {},
 	"picker":      {"extproc", "scoring", "kvindex", "tokenizer", "multimodal"},
 	"scoring":     {},
@@ -35,13 +35,15 @@ var mayImport = map[string][]string{
 	"envoy":       {},
 	"envoy/proxy": {},
 
-	"bus":                         {"scoring", "kvindex"},
+	"kvevents":                    {"kvindex"},
+	"bus":                         {"scoring", "kvindex", "kvevents"},
 	"discovery":                   {"scoring", "bus"},
 	"discovery/kubepool":          {"scoring", "discovery"},
 	"discovery/kubepool/kubetest": {"discovery/kubepool", "internal/testenv"},
+	"engine":                      {"kvindex", "engine/vllmzmq"},
 	"engine/vllmzmq":              {},
-	"bridge":                      {"scoring", "kvindex", "bus", "discovery", "engine/vllmzmq"},
-	"internal/enginefeed":         {"scoring", "kvindex", "bus", "bridge", "engine/vllmzmq"},
+	"engine/feed":                 {"scoring", "kvevents", "engine", "engine/vllmzmq"},
+	"bridge":                      {"scoring", "kvindex", "bus", "discovery", "engine", "engine/vllmzmq"},
 
 	"internal/sim":         {"scoring", "kvindex", "tokenizer", "multimodal", "bus", "discovery", "engine/vllmzmq"},
 	"internal/bench":       {"server", "internal/sim", "envoy", "envoy/proxy", "picker", "tokenizer", "multimodal"},
@@ -63,7 +65,7 @@ var mayImport = map[string][]string{
 // or benchmark tooling and no sidecar code, and the pure packages do no I/O.
 var neverInDeps = map[string][]string{
 	"cmd/kvroute": {module + "/envoy/proxy", module + "/internal/sim", module + "/internal/bench",
-		module + "/internal/vsim", module + "/internal/testenv"},
+		module + "/internal/vsim", module + "/internal/testenv", module + "/bridge"},
 	"scoring":    {"github.com/nats-io/", "go.etcd.io/", "google.golang.org/grpc", "k8s.io/", "net/http"},
 	"kvindex":    {"github.com/nats-io/", "go.etcd.io/", "google.golang.org/grpc", "k8s.io/", "net/http"},
 	"tokenizer":  {"github.com/nats-io/", "go.etcd.io/", "google.golang.org/grpc", "k8s.io/", "net/http"},

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvroute/kvroute/bus"
 	"github.com/kvroute/kvroute/internal/testenv"
+	"github.com/kvroute/kvroute/kvevents"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/nats-io/nats.go"
 )
@@ -101,11 +102,11 @@ func TestRouterIndexAgreesWithTheEngine(t *testing.T) {
 	waitUntil(t, "the reset to reach the index", func() bool { apply(); return predicted(a) == 0 })
 }
 
-// routerView is a router-side index fed from a worker's NATS events by a
-// bus.EventConsumer, as kvroute runs it.
+// routerView is a router-side index fed from a worker's NATS events by the
+// KV event core behind bus.SubscribeEvents, as kvroute runs it.
 type routerView struct {
 	ix   *kvindex.Index
-	cons *bus.EventConsumer
+	cons *kvevents.Core
 	seed uint64
 }
 
@@ -120,10 +121,13 @@ func newRouterView(t *testing.T, url, ns string, workers ...string) *routerView 
 	for _, w := range workers {
 		ix.AddWorker(w, "m", 16)
 	}
-	cons := bus.NewEventConsumer(nc, bus.EventConsumerConfig{Namespace: ns, Index: ix, Logger: quietLogger()})
+	cons := kvevents.New(kvevents.Config{Index: ix, Logger: quietLogger()})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	if err := cons.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.SubscribeEvents(ctx, nc, ns, cons); err != nil {
 		t.Fatal(err)
 	}
 	if err := nc.Flush(); err != nil {

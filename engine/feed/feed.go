@@ -1,19 +1,21 @@
-// Package enginefeed lets the router follow its workers' engines itself, with
-// no kvbridge sidecar and no NATS in between: for every worker the fleet
-// holds it subscribes to the engine's ZMQ KV-event publisher (kvbridge's
-// vllmzmq code and gap handling, in-process) and applies the batches to the
-// KV index, and it scrapes the engine's /metrics every 250 ms into the
-// scoring pool's load reports. With Config.Listen the engines connect
-// instead: one bound SUB socket takes every engine's events, and each
-// message's topic names its worker (listen.go).
+// Package feed lets the router follow its workers' engines itself, with no
+// kvbridge sidecar and no NATS in between: for every worker the fleet holds
+// it subscribes to the engine's ZMQ KV-event publisher (engine.Follow, the
+// same gap handling as kvbridge's) and delivers the batches, numbered as
+// the engine numbered them, to the KV event core (kvevents), and it scrapes
+// the engine's /metrics every 250 ms into the scoring pool's load reports.
+// With Config.Listen the engines connect instead: one bound SUB socket
+// takes every engine's events, and each message's topic names its worker
+// (listen.go).
 //
 // Feeds mirrors the fleet: the server adds it as one more fleet listener,
 // so a worker's feeds start when discovery adds it and stop the moment
 // discovery removes it.
-package enginefeed
+package feed
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -22,10 +24,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/kvroute/kvroute/bridge"
-	"github.com/kvroute/kvroute/bus"
+	"github.com/kvroute/kvroute/engine"
 	"github.com/kvroute/kvroute/engine/vllmzmq"
-	"github.com/kvroute/kvroute/kvindex"
+	"github.com/kvroute/kvroute/kvevents"
 	"github.com/kvroute/kvroute/scoring"
 )
 
@@ -33,7 +34,7 @@ import (
 const (
 	DefaultEventsPort     = 5557
 	DefaultReplayPort     = 5558
-	DefaultScrapeInterval = bridge.DefaultScrapeInterval
+	DefaultScrapeInterval = 250 * time.Millisecond
 )
 
 // Config configures Feeds.
@@ -64,15 +65,17 @@ type Config struct {
 	// Load scrapes each engine's /metrics into load reports when true.
 	Load bool
 	// Engine picks the metric names (vllm or sglang; default vllm).
-	Engine bridge.Engine
+	Engine engine.Engine
 	// ScrapeInterval is how often /metrics is read (default 250 ms).
 	ScrapeInterval time.Duration
-	// Index receives the KV events; required with Events.
-	Index *kvindex.Index
+	// Core receives the KV events; required with Events. Each stream waits
+	// for Core's hold (a warm start) and resumes after the sequence number
+	// a loaded snapshot holds for its worker (kvevents.Core.Resume).
+	Core *kvevents.Core
+	// Hold, when not nil, is Core's hold: streams start once it is closed.
+	Hold <-chan struct{}
 	// Pool receives the load reports; required with Load.
 	Pool *scoring.Pool
-	// Metrics counts the batches as the NATS consumer does; nil: none.
-	Metrics bus.EventMetrics
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -81,7 +84,6 @@ type Config struct {
 // concurrent use; Upsert and Remove never block on the network.
 type Feeds struct {
 	cfg  Config
-	http *scraper
 	ctx  context.Context
 	stop context.CancelFunc
 
@@ -91,7 +93,7 @@ type Feeds struct {
 	mu      sync.Mutex
 	workers map[string]*follower
 	wg      sync.WaitGroup
-	stats   bridge.Stats
+	stats   engine.Stats
 }
 
 type follower struct {
@@ -112,28 +114,25 @@ func New(cfg Config) (*Feeds, error) {
 		cfg.ScrapeInterval = DefaultScrapeInterval
 	}
 	if cfg.Engine == "" {
-		cfg.Engine = bridge.EngineVLLM
-	}
-	if cfg.Metrics == nil {
-		cfg.Metrics = bus.NopEventMetrics{}
+		cfg.Engine = engine.EngineVLLM
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if _, err := bridge.ParseEngine(string(cfg.Engine)); err != nil {
+	if _, err := engine.ParseEngine(string(cfg.Engine)); err != nil {
 		return nil, fmt.Errorf("engine feeds: %w", err)
 	}
 	if cfg.EventsPort < 1 || cfg.EventsPort > 65535 || cfg.ReplayPort > 65535 {
 		return nil, fmt.Errorf("engine feeds: events port %d or replay port %d out of range", cfg.EventsPort, cfg.ReplayPort)
 	}
-	if cfg.Events && cfg.Index == nil {
-		return nil, fmt.Errorf("engine feeds: events need an index")
+	if cfg.Events && cfg.Core == nil {
+		return nil, fmt.Errorf("engine feeds: events need the KV event core")
 	}
 	if cfg.Load && cfg.Pool == nil {
 		return nil, fmt.Errorf("engine feeds: load needs a pool")
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	f := &Feeds{cfg: cfg, http: newScraper(cfg.Engine), ctx: ctx, stop: stop, workers: map[string]*follower{}}
+	f := &Feeds{cfg: cfg, ctx: ctx, stop: stop, workers: map[string]*follower{}}
 	if cfg.Events && cfg.Listen != "" {
 		l, err := vllmzmq.Listen(ctx, vllmzmq.ListenerConfig{Endpoint: cfg.Listen, Topic: cfg.Topic, Logger: cfg.Logger})
 		if err != nil {
@@ -158,7 +157,7 @@ func (f *Feeds) ListenEndpoint() string {
 }
 
 // Stats returns the event streams' counters, summed over every worker.
-func (f *Feeds) Stats() *bridge.Stats { return &f.stats }
+func (f *Feeds) Stats() *engine.Stats { return &f.stats }
 
 // Upsert starts following a worker's engine, or restarts when its address
 // or rank changed.
@@ -245,39 +244,49 @@ func (f *Feeds) followEvents(ctx context.Context, spec scoring.WorkerSpec) {
 	}
 	defer sub.Close()
 	log.Info("following engine KV events", "endpoint", ep, "replay", rep)
-	// One endpoint is one worker, whatever rank its batches name.
-	id := func(int) (string, bool) { return spec.ID, true }
-	err = bridge.Follow(ctx, bridge.FollowConfig{Sub: sub, Rank: spec.DPRank, WorkerID: id,
-		Sink: indexSink{f.cfg.Index, f.cfg.Metrics, log}, Stats: &f.stats, Logger: log})
+	err = engine.Follow(ctx, f.followConfig(ctx, spec, sub, log))
 	if err != nil && ctx.Err() == nil {
 		log.Warn("KV event stream ended", "err", err)
 	}
 }
 
-// indexSink applies batches to the index exactly as the NATS consumer does
-// once a batch is in order: the stream has already healed or cleared gaps.
-type indexSink struct {
-	ix      *kvindex.Index
-	metrics bus.EventMetrics
-	log     *slog.Logger
+// followConfig is the stream of one worker's engine: one endpoint is one
+// worker, whatever rank its batches name; batches go to the core with the
+// engine's numbers, after the core's hold, resuming after a loaded
+// snapshot.
+func (f *Feeds) followConfig(ctx context.Context, spec scoring.WorkerSpec, sub engine.Source, log *slog.Logger) engine.FollowConfig {
+	return engine.FollowConfig{
+		Sub: sub, Rank: spec.DPRank, WorkerID: func(int) (string, bool) { return spec.ID, true },
+		Sink: coreSink{ctx: ctx, core: f.cfg.Core}, Stats: &f.stats, Logger: log, Gate: f.cfg.Hold,
+		Resume: func(ctx context.Context) (uint64, bool) { return f.cfg.Core.Resume(ctx, spec.ID) },
+	}
 }
 
-func (s indexSink) Connected() bool { return true }
+// coreSink delivers a stream's batches to the KV event core, which applies
+// them with the same rules as batches from NATS; the stream has already
+// healed what the engine's replay socket could heal, and its Clear is a
+// kvevents Reset.
+type coreSink struct {
+	ctx  context.Context
+	core *kvevents.Core
+}
 
-func (s indexSink) Publish(worker string, payload []byte) error {
-	b, err := kvindex.DecodeBatch(payload)
-	if err != nil {
-		// Counted and dropped, never fatal; the stream goes on.
-		s.metrics.Batch(worker, bus.BatchDecodeError)
-		s.log.Warn("dropping KV event batch", "bytes", len(payload), "err", err)
+func (s coreSink) Connected() bool { return true }
+
+func (s coreSink) Publish(worker string, seq uint64, payload []byte) error {
+	return s.deliver(kvevents.Delivery{Worker: worker, Seq: seq, Payload: payload})
+}
+
+func (s coreSink) Clear(worker string, _ int) error {
+	return s.deliver(kvevents.Delivery{Worker: worker, Reset: true})
+}
+
+// deliver hands d to the core. A stream that is ending (its worker removed,
+// the router stopping) drops the batch quietly: nobody will read it.
+func (s coreSink) deliver(d kvevents.Delivery) error {
+	err := s.core.Deliver(s.ctx, d)
+	if err != nil && (s.ctx.Err() != nil || errors.Is(err, kvevents.ErrStopped)) {
 		return nil
 	}
-	st := s.ix.Apply(worker, b)
-	if st.UnknownWorker {
-		s.metrics.Batch(worker, bus.BatchUnknownWorker)
-		return nil
-	}
-	s.metrics.Batch(worker, bus.BatchApplied)
-	s.metrics.Applied(worker, st)
-	return nil
+	return err
 }

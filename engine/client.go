@@ -1,6 +1,7 @@
-package bridge
+package engine
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,25 +12,29 @@ import (
 	"time"
 )
 
-// maxBody bounds what the bridge reads from any engine endpoint.
+// maxBody bounds what is read from any engine endpoint.
 const maxBody = 8 << 20
 
-// engineClient talks to the engine's HTTP server.
-type engineClient struct {
+// Client talks to one engine's HTTP server: /health, /v1/models,
+// /metrics and SGLang's /get_server_info.
+type Client struct {
 	base   string // e.g. "http://127.0.0.1:8000"
 	engine Engine
 	http   *http.Client
 }
 
-func newEngineClient(base string, engine Engine, timeout time.Duration) *engineClient {
-	return &engineClient{
+// NewClient returns a client for the engine at base (e.g.
+// "http://127.0.0.1:8000") whose metrics speak engine's dialect; each
+// request is bounded by timeout.
+func NewClient(base string, engine Engine, timeout time.Duration) *Client {
+	return &Client{
 		base:   strings.TrimRight(base, "/"),
 		engine: engine,
 		http:   &http.Client{Timeout: timeout},
 	}
 }
 
-func (c *engineClient) get(ctx context.Context, path string) ([]byte, error) {
+func (c *Client) get(ctx context.Context, path string) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
 	if err != nil {
 		return nil, fmt.Errorf("GET %s: %w", path, err)
@@ -52,8 +57,8 @@ func (c *engineClient) get(ctx context.Context, path string) ([]byte, error) {
 	return body, nil
 }
 
-// health reports whether /health answers 200.
-func (c *engineClient) health(ctx context.Context) error {
+// Health reports whether /health answers 200.
+func (c *Client) Health(ctx context.Context) error {
 	_, err := c.get(ctx, "/health")
 	return err
 }
@@ -101,7 +106,8 @@ func ParseModels(data []byte) (Models, error) {
 	return m, nil
 }
 
-func (c *engineClient) models(ctx context.Context) (Models, error) {
+// Models reads /v1/models.
+func (c *Client) Models(ctx context.Context) (Models, error) {
 	body, err := c.get(ctx, "/v1/models")
 	if err != nil {
 		return Models{}, err
@@ -109,17 +115,18 @@ func (c *engineClient) models(ctx context.Context) (Models, error) {
 	return ParseModels(body)
 }
 
-func (c *engineClient) metrics(ctx context.Context) (EngineMetrics, error) {
+// Metrics scrapes and parses /metrics.
+func (c *Client) Metrics(ctx context.Context) (EngineMetrics, error) {
 	body, err := c.get(ctx, "/metrics")
 	if err != nil {
 		return EngineMetrics{}, err
 	}
-	return ParseMetrics(c.engine, strings.NewReader(string(body)))
+	return ParseMetrics(c.engine, bytes.NewReader(body))
 }
 
-// sglangPageSize asks SGLang's /get_server_info for its KV page size, the
+// SGLangPageSize asks SGLang's /get_server_info for its KV page size, the
 // block size of its KV events. Zero means the server did not say.
-func (c *engineClient) sglangPageSize(ctx context.Context) int {
+func (c *Client) SGLangPageSize(ctx context.Context) int {
 	body, err := c.get(ctx, "/get_server_info")
 	if err != nil {
 		return 0

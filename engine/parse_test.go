@@ -1,4 +1,4 @@
-package bridge
+package engine
 
 import (
 	"bytes"
@@ -251,4 +251,16 @@ func FuzzParseModels(f *testing.F) {
 			t.Fatal("no error but no base model")
 		}
 	})
+}
+
+// BenchmarkParseMetricsVLLM measures one scrape's parsing, done every 250 ms.
+func BenchmarkParseMetricsVLLM(b *testing.B) {
+	text := readTestdata(b, "vllm_metrics.txt")
+	b.ReportAllocs()
+	b.SetBytes(int64(len(text)))
+	for i := 0; i < b.N; i++ {
+		if _, err := ParseMetrics(EngineVLLM, bytes.NewReader(text)); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

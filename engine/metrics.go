@@ -1,4 +1,4 @@
-package bridge
+package engine
 
 import (
 	"errors"
@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/common/model"
 )
 
-// Engine names the kind of engine the bridge sits beside.
+// Engine names a kind of engine, and with it the dialect of its /metrics.
 type Engine string
 
 // Supported engines.

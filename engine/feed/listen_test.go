@@ -1,4 +1,4 @@
-package enginefeed
+package feed
 
 import (
 	"context"
@@ -104,7 +104,7 @@ func TestListenDemultiplexesPublishers(t *testing.T) {
 		{ID: "w1", Model: model, Address: "127.0.0.3:8000", BlockSize: 16},
 	}
 	var unknown atomic.Int64
-	f, err := New(Config{Events: true, Listen: "tcp://127.0.0.1:0", ReplayPort: -1, Index: ix,
+	f, err := New(Config{Events: true, Listen: "tcp://127.0.0.1:0", ReplayPort: -1, Core: startCore(t, ix),
 		OnUnknownPublisher: func() { unknown.Add(1) }})
 	if err != nil {
 		t.Fatal(err)
@@ -148,12 +148,12 @@ func TestListenDemultiplexesPublishers(t *testing.T) {
 
 func TestListenRefusesABusyAddress(t *testing.T) {
 	ix := kvindex.New(kvindex.Config{})
-	f, err := New(Config{Events: true, Listen: "tcp://127.0.0.1:0", Index: ix})
+	f, err := New(Config{Events: true, Listen: "tcp://127.0.0.1:0", Core: startCore(t, ix)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if g, err := New(Config{Events: true, Listen: f.ListenEndpoint(), Index: ix}); err == nil {
+	if g, err := New(Config{Events: true, Listen: f.ListenEndpoint(), Core: startCore(t, ix)}); err == nil {
 		g.Close()
 		t.Fatalf("a second listener on %s started", f.ListenEndpoint())
 	}
@@ -165,7 +165,7 @@ func TestListenRefusesABusyAddress(t *testing.T) {
 func TestListenReplaysFromTheWorkersHost(t *testing.T) {
 	ix := kvindex.New(kvindex.Config{})
 	replayPort := freePort(t)
-	f, err := New(Config{Events: true, Listen: "tcp://127.0.0.1:0", ReplayPort: replayPort, Index: ix})
+	f, err := New(Config{Events: true, Listen: "tcp://127.0.0.1:0", ReplayPort: replayPort, Core: startCore(t, ix)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package enginefeed
+package feed
 
 import (
 	"bytes"
@@ -10,8 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvroute/kvroute/bridge"
+	"github.com/kvroute/kvroute/engine"
 	"github.com/kvroute/kvroute/internal/sim"
+	"github.com/kvroute/kvroute/kvevents"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/scoring"
 )
@@ -31,9 +32,9 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// engine is a kvsim worker publishing KV events on ZMQ as vLLM does, with
-// no NATS: the feed is its only consumer.
-func engine(t *testing.T) (*sim.Worker, int, int) {
+// startEngine starts a kvsim worker publishing KV events on ZMQ as vLLM
+// does, with no NATS: the feed is its only consumer.
+func startEngine(t *testing.T) (*sim.Worker, int, int) {
 	t.Helper()
 	pub, rep := freePort(t), freePort(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -72,6 +73,18 @@ func blocks(ix *kvindex.Index, id string) int {
 	return -1
 }
 
+// startCore runs a KV event core into ix for the test's duration.
+func startCore(t *testing.T, ix *kvindex.Index) *kvevents.Core {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	core := kvevents.New(kvevents.Config{Index: ix})
+	if err := core.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); <-core.Done() })
+	return core
+}
+
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
@@ -87,7 +100,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // /metrics into load reports; a batch lost on the wire is replayed; the
 // worker's removal stops both.
 func TestFeedFollowsEngine(t *testing.T) {
-	w, pub, rep := engine(t)
+	w, pub, rep := startEngine(t)
 	ix := kvindex.New(kvindex.Config{})
 	pool := scoring.NewPool(scoring.DefaultOptions())
 	spec := w.Record()
@@ -95,7 +108,7 @@ func TestFeedFollowsEngine(t *testing.T) {
 		t.Fatal(err)
 	}
 	ix.AddWorker(spec.ID, spec.Model, spec.BlockSize)
-	f, err := New(Config{Events: true, EventsPort: pub, ReplayPort: rep, Load: true, Index: ix, Pool: pool, ScrapeInterval: 50 * time.Millisecond})
+	f, err := New(Config{Events: true, EventsPort: pub, ReplayPort: rep, Load: true, Core: startCore(t, ix), Pool: pool, ScrapeInterval: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +140,8 @@ func TestFeedFollowsEngine(t *testing.T) {
 		eventually(t, "the gap healed by replay", func() bool {
 			i++
 			complete(t, w, fmt.Sprintf("%d %s", i, strings.Repeat("a later prompt ", 20)))
-			return f.Stats().Heals.Load() > heals
+			// Heals counts before the replayed batches are forwarded.
+			return f.Stats().Heals.Load() > heals && f.Stats().Replayed.Load() > 0
 		})
 		if st := f.Stats().Snapshot(); st.HealFailures != 0 || st.Replayed == 0 {
 			t.Fatalf("counters %+v: want the missing batch replayed, no gap left unfilled", st)
@@ -171,6 +185,6 @@ vllm:cache_config_info{engine="0",block_size="16",num_gpu_blocks="1000"} 1
 	}
 }
 
-func parseVLLM(s string) (bridge.EngineMetrics, error) {
-	return bridge.ParseMetrics(bridge.EngineVLLM, strings.NewReader(s))
+func parseVLLM(s string) (engine.EngineMetrics, error) {
+	return engine.ParseMetrics(engine.EngineVLLM, strings.NewReader(s))
 }

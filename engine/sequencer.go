@@ -1,4 +1,4 @@
-package bridge
+package engine
 
 import (
 	"fmt"
@@ -20,7 +20,7 @@ const (
 	// one; replay them from the engine before republishing this one.
 	Heal
 	// Reset: the stream's history is unknown or belongs to an earlier engine
-	// (the bridge just started, the engine restarted, or the connection was
+	// (the stream just started, the engine restarted, or the connection was
 	// lost and the numbers do not simply continue). Publish AllBlocksCleared,
 	// replay what the engine still buffers from 0, then republish this one.
 	Reset
@@ -103,6 +103,16 @@ func (s *Sequencer) Forwarded(seq uint64) {
 // next republished batch counts any more.
 func (s *Sequencer) Cleared() {
 	s.forwarded = false
+}
+
+// Resume starts the sequencer as if batch seq had been forwarded (a loaded
+// index snapshot holds the engine's batches up to it): later batches up to
+// seq are dropped, seq+1 goes on, a higher one heals from the replay
+// socket, and 0 (a restarted engine) resets.
+func (s *Sequencer) Resume(seq uint64) {
+	s.started = true
+	s.liveLast = 0
+	s.fwdLast, s.forwarded = seq, true
 }
 
 // Lost records that the connection to the engine dropped.

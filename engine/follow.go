@@ -1,4 +1,4 @@
-package bridge
+package engine
 
 import (
 	"bytes"
@@ -6,18 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/kvroute/kvroute/bus"
 	"github.com/kvroute/kvroute/engine/vllmzmq"
 	"github.com/kvroute/kvroute/kvindex"
-	"github.com/nats-io/nats.go"
 )
 
-// Stats counts what the bridge did with the engine's KV events. All fields
+// Stats counts what following an engine did with its KV events and load. All fields
 // are updated atomically; read them with Snapshot.
 type Stats struct {
 	Received      atomic.Int64 // live batches received
@@ -25,15 +21,15 @@ type Stats struct {
 	Replayed      atomic.Int64 // of those, batches that came through replay
 	Duplicates    atomic.Int64 // live batches dropped: already republished via replay
 	Heals         atomic.Int64 // gaps healed completely by replay
-	HealFailures  atomic.Int64 // gaps replay could not fill: AllBlocksCleared sent
-	Resets        atomic.Int64 // bridge start, engine restart or lost connection
-	Clears        atomic.Int64 // synthetic AllBlocksCleared batches published
+	HealFailures  atomic.Int64 // gaps replay could not fill: the worker cleared
+	Resets        atomic.Int64 // stream start, engine restart or lost connection
+	Clears        atomic.Int64 // EventSink.Clear calls that succeeded (kvbridge: AllBlocksCleared published)
 	Malformed     atomic.Int64 // ZMQ messages not in vLLM's frame layout
 	UndecodedRank atomic.Int64 // payloads whose dp rank could not be read (sent to the endpoint's rank)
 	BadRank       atomic.Int64 // batches dropped: dp rank outside the configured ranks
-	PublishErrors atomic.Int64 // NATS publish failures
+	PublishErrors atomic.Int64 // sink failures (kvbridge: NATS publishes)
 	// HeldWhileDisconnected counts live batches not forwarded because an
-	// earlier publish failed and NATS is still down; the stream is rebuilt
+	// earlier publish failed and the sink is still down; the stream is rebuilt
 	// from the engine's replay buffer once it is back.
 	HeldWhileDisconnected atomic.Int64
 	UnknownPublisher      atomic.Int64 // batches from a publisher that is not the followed engine, dropped
@@ -59,54 +55,9 @@ func (s *Stats) Snapshot() StatsSnapshot {
 	}
 }
 
-// natsEvents republishes batches on NATS with a per-worker sequence in
-// bus.SeqHeader. The sequence is the bridge's own, not the engine's: the
-// bridge inserts synthetic batches and outlives engine restarts, and the
-// router must see one gap-free stream per worker. It starts at 0 when the
-// bridge starts, which the router reads as a fresh stream.
-type natsEvents struct {
-	nc *nats.Conn
-	ns string
-
-	mu   sync.Mutex
-	next map[string]uint64
-}
-
-func newNATSEvents(nc *nats.Conn, ns string) *natsEvents {
-	return &natsEvents{nc: nc, ns: ns, next: map[string]uint64{}}
-}
-
-// Connected implements EventSink.
-func (p *natsEvents) Connected() bool { return p.nc.IsConnected() }
-
-// Publish implements EventSink.
-func (p *natsEvents) Publish(worker string, payload []byte) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	seq := p.next[worker]
-	msg := nats.NewMsg(bus.EventsSubject(p.ns, worker))
-	msg.Header.Set(bus.SeqHeader, strconv.FormatUint(seq, 10))
-	msg.Data = payload
-	// The number is spent even on failure, so the router sees a gap rather
-	// than a silently missing batch.
-	p.next[worker] = seq + 1
-	if err := p.nc.PublishMsg(msg); err != nil {
-		return fmt.Errorf("publish KV events for %s (seq %d): %w", worker, seq, err)
-	}
-	return nil
-}
-
-// Numbered is how many batches Publish has numbered for worker (a load
-// report's kv_event_batches).
-func (p *natsEvents) Numbered(worker string) uint64 {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.next[worker]
-}
-
-// clearPayload encodes the synthetic batch that tells the router to forget
-// everything a worker held.
-func clearPayload(rank int) ([]byte, error) {
+// ClearPayload encodes the synthetic batch that tells a router to forget
+// everything a worker held (AllBlocksCleared, for data-parallel rank rank).
+func ClearPayload(rank int) ([]byte, error) {
 	r := rank
 	return kvindex.EncodeBatch(kvindex.EventBatch{
 		TS:     float64(time.Now().UnixNano()) / 1e9,
@@ -116,15 +67,20 @@ func clearPayload(rank int) ([]byte, error) {
 	})
 }
 
-// EventSink receives the batches a stream forwards, in the engine's order:
-// live ones, replayed ones, and the synthetic AllBlocksCleared that stands
-// for a gap replay could not fill. The bridge's sink is NATS; a router that
-// follows engines itself applies them to its index.
+// EventSink receives what a stream forwards, in the engine's order: live
+// and replayed batches with the engine's sequence numbers, and a Clear
+// where the stream starts over (its first batch, an engine restart, a gap
+// replay could not fill). The bridge's sink is NATS; a router that follows
+// engines itself delivers to its KV event core (engine/feed).
 type EventSink interface {
-	// Publish hands one batch for worker on. An error marks the worker's
-	// view suspect: the stream clears and rebuilds it from the engine's
-	// replay buffer once Connected is true again.
-	Publish(worker string, payload []byte) error
+	// Publish hands one batch for worker on; seq is the engine's number for
+	// it. An error marks the worker's view suspect: the stream clears and
+	// rebuilds it from the engine's replay buffer once Connected is true
+	// again.
+	Publish(worker string, seq uint64, payload []byte) error
+	// Clear says that everything worker (data-parallel rank rank) held
+	// before is void; what follows rebuilds it.
+	Clear(worker string, rank int) error
 	// Connected reports whether Publish can succeed now.
 	Connected() bool
 }
@@ -159,25 +115,28 @@ type FollowConfig struct {
 	Stats *Stats
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
+	// Gate, when not nil, holds the stream until it is closed (the
+	// engine's batches wait in its socket meanwhile).
+	Gate <-chan struct{}
+	// Resume, when not nil, is asked once the gate opens for the engine
+	// sequence number a loaded index snapshot already holds: with ok, the
+	// stream picks up after it (skipping what the snapshot has, healing
+	// from the replay socket what it lacks) instead of clearing the worker
+	// at its first batch.
+	Resume func(ctx context.Context) (seq uint64, ok bool)
 }
 
 // Follow carries one engine endpoint's KV events to a sink until ctx ends,
-// with the bridge's sequence handling: the first batch clears the worker
+// with the ZMQ sequence handling (docs/architecture.md §3.2): the first batch clears the worker
 // and replays the engine's buffer, a gap is filled from the replay socket
 // or, when it cannot be, the worker is cleared and the log says so.
 func Follow(ctx context.Context, c FollowConfig) error {
-	if c.Stats == nil {
-		c.Stats = new(Stats)
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	return newStream(c.Rank, c.WorkerID, c.Sub, c.Sink, c.Stats, c.Logger).run(ctx)
+	return NewStream(c).Run(ctx)
 }
 
-// stream carries one engine endpoint (one data-parallel rank) to a sink. One
-// goroutine owns it: run.
-type stream struct {
+// Stream carries one engine endpoint (one data-parallel rank) to a sink. One
+// goroutine owns it: Run.
+type Stream struct {
 	rank     int
 	workerID func(rank int) (string, bool)
 	sub      Source
@@ -186,6 +145,7 @@ type stream struct {
 	log      *slog.Logger
 	resync   chan struct{}
 	gate     <-chan struct{} // closed when batches may flow; nil: at once
+	resume   func(context.Context) (uint64, bool)
 
 	seq     Sequencer
 	last    []byte         // payload of the last republished batch, for Verify
@@ -193,18 +153,28 @@ type stream struct {
 	touched map[int]string // ranks (and their worker ids) this stream published to
 }
 
-func newStream(rank int, workerID func(int) (string, bool), sub Source, out EventSink, stats *Stats, log *slog.Logger) *stream {
-	return &stream{
-		rank: rank, workerID: workerID, sub: sub, out: out, stats: stats,
-		log:     log.With("dp_rank", rank),
+// NewStream returns the stream Follow runs, for a caller that also asks it
+// to resync (RequestResync).
+func NewStream(c FollowConfig) *Stream {
+	if c.Stats == nil {
+		c.Stats = new(Stats)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return &Stream{
+		rank: c.Rank, workerID: c.WorkerID, sub: c.Sub, out: c.Sink, stats: c.Stats,
+		gate: c.Gate, resume: c.Resume,
+		log:     c.Logger.With("dp_rank", c.Rank),
 		resync:  make(chan struct{}, 1),
 		touched: map[int]string{},
 	}
 }
 
-// requestResync asks the stream to clear and rebuild its workers' view from
+// RequestResync asks the stream to clear and rebuild its workers' view from
 // the engine's replay buffer, e.g. after the engine was seen restarting.
-func (s *stream) requestResync() {
+// It does not block.
+func (s *Stream) RequestResync() {
 	select {
 	case s.resync <- struct{}{}:
 	default:
@@ -216,12 +186,19 @@ type received struct {
 	err error
 }
 
-func (s *stream) run(ctx context.Context) error {
+// Run carries batches until ctx ends (nil) or the source fails for good.
+func (s *Stream) Run(ctx context.Context) error {
 	if s.gate != nil {
 		select {
 		case <-s.gate:
 		case <-ctx.Done():
 			return nil
+		}
+	}
+	if s.resume != nil {
+		if seq, ok := s.resume(ctx); ok {
+			s.seq.Resume(seq)
+			s.log.Info("KV event stream resumes after the loaded snapshot", "seq", seq)
 		}
 	}
 	in := make(chan received)
@@ -266,14 +243,14 @@ func (s *stream) run(ctx context.Context) error {
 	}
 }
 
-func (s *stream) handle(ctx context.Context, ev vllmzmq.Event) {
+func (s *Stream) handle(ctx context.Context, ev vllmzmq.Event) {
 	s.stats.Received.Add(1)
 	act := s.seq.Step(ev.Seq)
 	s.seq.Live(ev.Seq)
 	if s.dirty && act != Drop {
 		if !s.out.Connected() {
 			// Rebuilding now would only fail again; the first batch after
-			// NATS is back does it.
+			// the sink is back does it.
 			s.stats.HeldWhileDisconnected.Add(1)
 			return
 		}
@@ -322,7 +299,7 @@ func (s *stream) handle(ctx context.Context, ev vllmzmq.Event) {
 // verify decides, after a lost connection, whether the engine is the one
 // the stream was following: its replay buffer must still hold the last
 // republished batch, byte for byte.
-func (s *stream) verify(ctx context.Context, seq uint64) Action {
+func (s *Stream) verify(ctx context.Context, seq uint64) Action {
 	last, _ := s.seq.Next()
 	last--
 	replayed, err := s.sub.Replay(ctx, last)
@@ -337,7 +314,7 @@ func (s *stream) verify(ctx context.Context, seq uint64) Action {
 }
 
 // resyncFromReplay clears and replays everything the engine still buffers.
-func (s *stream) resyncFromReplay(ctx context.Context) {
+func (s *Stream) resyncFromReplay(ctx context.Context) {
 	s.stats.Resets.Add(1)
 	s.clear()
 	replayed, err := s.sub.Replay(ctx, 0)
@@ -350,13 +327,13 @@ func (s *stream) resyncFromReplay(ctx context.Context) {
 	}
 }
 
-func (s *stream) forwardAll(batches []vllmzmq.Replayed) {
+func (s *Stream) forwardAll(batches []vllmzmq.Replayed) {
 	for _, r := range batches {
 		s.forward(r.Seq, r.Payload, true)
 	}
 }
 
-func (s *stream) forward(seq uint64, payload []byte, replayed bool) {
+func (s *Stream) forward(seq uint64, payload []byte, replayed bool) {
 	rank := s.rank
 	if b, err := kvindex.DecodeBatch(payload); err != nil {
 		s.stats.UndecodedRank.Add(1)
@@ -366,15 +343,15 @@ func (s *stream) forward(seq uint64, payload []byte, replayed bool) {
 	worker, ok := s.workerID(rank)
 	if !ok {
 		s.stats.BadRank.Add(1)
-		s.log.Warn("dropping batch for a data-parallel rank the bridge was not configured for", "batch_rank", rank, "seq", seq)
+		s.log.Warn("dropping batch for a data-parallel rank the stream was not configured for", "batch_rank", rank, "seq", seq)
 		s.seq.Forwarded(seq)
 		return
 	}
 	s.touched[rank] = worker
-	if err := s.out.Publish(worker, payload); err != nil {
+	if err := s.out.Publish(worker, seq, payload); err != nil {
 		s.stats.PublishErrors.Add(1)
 		s.dirty = true
-		s.log.Warn("NATS publish failed; the worker will be cleared and replayed", "err", err)
+		s.log.Warn("forwarding a batch failed; the worker will be cleared and replayed", "err", err)
 		return
 	}
 	s.seq.Forwarded(seq)
@@ -385,18 +362,14 @@ func (s *stream) forward(seq uint64, payload []byte, replayed bool) {
 	}
 }
 
-// clear publishes AllBlocksCleared to every worker this stream feeds.
-func (s *stream) clear() {
+// clear tells the sink that every worker this stream feeds starts over.
+func (s *Stream) clear() {
 	if w, ok := s.workerID(s.rank); ok {
 		s.touched[s.rank] = w
 	}
 	failed := false
 	for rank, worker := range s.touched {
-		payload, err := clearPayload(rank)
-		if err == nil {
-			err = s.out.Publish(worker, payload)
-		}
-		if err != nil {
+		if err := s.out.Clear(worker, rank); err != nil {
 			s.stats.PublishErrors.Add(1)
 			s.log.Warn("could not publish AllBlocksCleared", "worker", worker, "err", err)
 			failed = true

@@ -1,4 +1,4 @@
-package enginefeed
+package feed
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"net"
 	"strconv"
 
-	"github.com/kvroute/kvroute/bridge"
+	"github.com/kvroute/kvroute/engine"
 	"github.com/kvroute/kvroute/engine/vllmzmq"
 	"github.com/kvroute/kvroute/scoring"
 )
@@ -175,12 +175,10 @@ func (f *Feeds) startPublisher(topic string) *publisher {
 	}
 	log := f.cfg.Logger.With("worker", spec.ID, "topic", topic)
 	log.Info("following a publisher on the KV event listener", "replay", p.replay)
-	id := func(int) (string, bool) { return spec.ID, true }
 	f.wg.Add(1)
 	go func() {
 		defer f.wg.Done()
-		err := bridge.Follow(p.ctx, bridge.FollowConfig{Sub: p, Rank: spec.DPRank, WorkerID: id,
-			Sink: indexSink{f.cfg.Index, f.cfg.Metrics, log}, Stats: &f.stats, Logger: log})
+		err := engine.Follow(p.ctx, f.followConfig(p.ctx, spec, p, log))
 		if err != nil && p.ctx.Err() == nil {
 			log.Warn("KV event stream ended", "err", err)
 		}
