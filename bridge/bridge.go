@@ -245,7 +245,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("bridge: %w", err)
 		}
-		defer closeSub()
+		defer func() { _ = closeSub() }()
 		streams[r] = engine.NewStream(engine.FollowConfig{Sub: sub, Rank: r, WorkerID: b.WorkerID,
 			Sink: b.events, Stats: &b.stats, Logger: b.log, Gate: b.forwarding})
 	}

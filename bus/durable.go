@@ -160,7 +160,7 @@ func (s *SnapshotStore) Put(ctx context.Context, m SnapshotMeta, body []byte) er
 	}
 	infos, err := s.list(ctx)
 	if err != nil {
-		return nil // stored; the clean-up can wait for the next one
+		return nil //nolint:nilerr // stored; the clean-up can wait for the next one
 	}
 	for _, in := range infos {
 		if in.name != name && in.meta.StreamSeq < m.StreamSeq {

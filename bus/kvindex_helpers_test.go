@@ -38,14 +38,6 @@ func storeEv(d, from, to int) kvindex.BlockStored {
 	return ev
 }
 
-func removeEv(d int, blocks ...int) kvindex.BlockRemoved {
-	ev := kvindex.BlockRemoved{Medium: ptr(kvindex.MediumGPU)}
-	for _, j := range blocks {
-		ev.BlockHashes = append(ev.BlockHashes, engineOf(d, j))
-	}
-	return ev
-}
-
 func promptHashes(d, n int) []uint64 {
 	return kvindex.HashBlocks(kvindex.Seed(testModel, "", ""), doc(d, n), testBS, nil)
 }

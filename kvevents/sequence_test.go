@@ -3,7 +3,6 @@ package kvevents_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -93,7 +92,7 @@ var sequenceRows = []struct {
 		want:  outcome{held: []int{0}}, counts: counts{fresh: 1}},
 }
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+var quiet = slog.New(slog.DiscardHandler)
 
 func ptr[T any](v T) *T { return &v }
 

@@ -36,7 +36,7 @@ const model = "Qwen/Qwen3-8B"
 
 var qwenDir = "../tokenizer/testdata/qwen3"
 
-func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 func workersFile(t *testing.T, n int) string {
 	t.Helper()

@@ -27,7 +27,7 @@ func lockStoreDir(dir string) (*storeLock, error) {
 		return nil, fmt.Errorf("jetstream store %s: %w", dir, err)
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
+		_ = f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
 			return nil, fmt.Errorf("jetstream store %s is in use by another process (an embedded NATS server of another kvroute?); give each its own --jetstream-dir", dir)
 		}

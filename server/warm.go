@@ -84,7 +84,7 @@ func (r *Server) fetchSnapshot(ctx context.Context, url string) (kvindex.LoadSta
 	if err != nil {
 		return kvindex.LoadStats{}, nil, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
 		return kvindex.LoadStats{}, nil, fmt.Errorf("GET %s: %s", url, resp.Status)
 	}

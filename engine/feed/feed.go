@@ -142,7 +142,7 @@ func New(cfg Config) (*Feeds, error) {
 		f.listener = l
 		cfg.Logger.Info("listening for engines' KV events", "endpoint", l.Endpoint())
 		f.wg.Add(1)
-		go func() { defer f.wg.Done(); defer l.Close(); f.demux(l) }()
+		go func() { defer f.wg.Done(); defer func() { _ = l.Close() }(); f.demux(l) }()
 	}
 	return f, nil
 }
@@ -242,7 +242,7 @@ func (f *Feeds) followEvents(ctx context.Context, spec scoring.WorkerSpec) {
 		log.Warn("not following KV events", "err", err)
 		return
 	}
-	defer sub.Close()
+	defer func() { _ = sub.Close() }()
 	log.Info("following engine KV events", "endpoint", ep, "replay", rep)
 	err = engine.Follow(ctx, f.followConfig(ctx, spec, sub, log))
 	if err != nil && ctx.Err() == nil {
@@ -286,7 +286,7 @@ func (s coreSink) Clear(worker string, _ int) error {
 func (s coreSink) deliver(d kvevents.Delivery) error {
 	err := s.core.Deliver(s.ctx, d)
 	if err != nil && (s.ctx.Err() != nil || errors.Is(err, kvevents.ErrStopped)) {
-		return nil
+		return nil //nolint:nilerr // stopping: the batch is not lost, the stream ends
 	}
 	return err
 }

@@ -86,7 +86,7 @@ func (l *Listener) Endpoint() string {
 
 func (l *Listener) run(ctx context.Context) {
 	defer close(l.done)
-	defer l.sub.Close()
+	defer func() { _ = l.sub.Close() }()
 	for {
 		msg, err := l.sub.Recv()
 		if err != nil {

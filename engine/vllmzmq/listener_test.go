@@ -2,6 +2,7 @@ package vllmzmq
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -83,7 +84,7 @@ func TestListenerCloseReturns(t *testing.T) {
 	if _, err := l.Recv(context.Background()); err == nil {
 		t.Fatal("Recv after Close returned no error")
 	}
-	if _, err := l.Replay(context.Background(), 0); err != ErrNoReplay {
+	if _, err := l.Replay(context.Background(), 0); !errors.Is(err, ErrNoReplay) {
 		t.Fatalf("Replay without endpoint: %v, want ErrNoReplay", err)
 	}
 }

@@ -128,7 +128,7 @@ func (s *Subscriber) connectOnce(ctx context.Context) connectEnd {
 	defer cancel()
 	sub := zmq4.NewSub(sockCtx, zmq4.WithDialerRetry(s.cfg.RetryInterval), zmq4.WithDialerMaxRetries(-1),
 		zmq4.WithDialerTimeout(2*time.Second))
-	defer sub.Close()
+	defer func() { _ = sub.Close() }()
 	if err := sub.SetOption(zmq4.OptionSubscribe, s.cfg.Topic); err != nil {
 		s.log.Error("subscribe failed", "topic", s.cfg.Topic, "err", err)
 		return shutDown
@@ -210,7 +210,7 @@ func Replay(ctx context.Context, endpoint string, start uint64, timeout time.Dur
 	_, _ = rand.Read(id)
 	dealer := zmq4.NewDealer(ctx, zmq4.WithID(zmq4.SocketIdentity("kvbridge-"+hex.EncodeToString(id))),
 		zmq4.WithDialerRetry(50*time.Millisecond), zmq4.WithDialerMaxRetries(3))
-	defer dealer.Close()
+	defer func() { _ = dealer.Close() }()
 	if err := dealer.Dial(endpoint); err != nil {
 		return nil, fmt.Errorf("vllmzmq: dial replay %s: %w", endpoint, err)
 	}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"strings"
@@ -15,7 +14,7 @@ import (
 	"github.com/go-zeromq/zmq4"
 )
 
-func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 func startPublisher(t *testing.T, cfg PublisherConfig) *Publisher {
 	t.Helper()
@@ -91,10 +90,7 @@ func TestPublisherSendsVLLMFramesByteForByte(t *testing.T) {
 		return ParseEvent(m.Frames)
 	})
 	// Drain warm-up batches still in flight.
-	for {
-		if p.NextSeq() == last+1 {
-			break
-		}
+	for p.NextSeq() != last+1 {
 		m, err := sub.Recv()
 		if err != nil {
 			t.Fatal(err)
