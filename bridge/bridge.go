@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/bus"
-	"github.com/kvroute/kvroute/discovery"
+	"github.com/kvroute/kvroute/discovery/etcd"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/nats-io/nats.go"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -177,7 +177,7 @@ type Bridge struct {
 
 	mu         sync.Mutex
 	streams    []*stream
-	registered []*discovery.Registration
+	registered []*etcd.Registration
 	records    []scoring.WorkerSpec
 }
 
