@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/bus"
-	"github.com/kvroute/kvroute/discovery"
+	"github.com/kvroute/kvroute/discovery/etcd"
 	"github.com/kvroute/kvroute/engine"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/nats-io/nats.go"
@@ -178,7 +178,7 @@ type Bridge struct {
 
 	mu         sync.Mutex
 	streams    []*engine.Stream
-	registered []*discovery.Registration
+	registered []*etcd.Registration
 	records    []scoring.WorkerSpec
 }
 

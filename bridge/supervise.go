@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvroute/kvroute/bus"
 	"github.com/kvroute/kvroute/discovery"
+	"github.com/kvroute/kvroute/discovery/etcd"
 	"github.com/kvroute/kvroute/engine"
 	"github.com/kvroute/kvroute/scoring"
 )
@@ -152,7 +153,7 @@ func (b *Bridge) recordsFor(info engineInfo) []scoring.WorkerSpec {
 }
 
 // register writes every rank's record, retrying until it succeeds or ctx
-// ends. discovery.Registration then keeps each alive and re-registers after
+// ends. etcd.Registration then keeps each alive and re-registers after
 // an etcd outage.
 func (b *Bridge) register(ctx context.Context, info engineInfo) {
 	recs := b.recordsFor(info)
@@ -168,7 +169,7 @@ func (b *Bridge) register(ctx context.Context, info engineInfo) {
 			continue
 		}
 		for {
-			reg, err := discovery.Register(ctx, b.cfg.Etcd, b.cfg.Namespace, rec, discovery.RegisterOptions{
+			reg, err := etcd.Register(ctx, b.cfg.Etcd, b.cfg.Namespace, rec, etcd.RegisterOptions{
 				TTL: b.cfg.LeaseTTL, Logger: b.log,
 			})
 			if err == nil {

@@ -2,45 +2,69 @@ package discovery
 
 import (
 	"context"
+	"errors"
+	"slices"
+	"sync"
 	"testing"
 	"time"
-
-	"github.com/kvroute/kvroute/internal/testenv"
 )
 
-// An etcd outage is reported when it starts and when it ends; the etcd
-// client's own silent retries hid it before.
-func TestWatcherReportsEtcdOutage(t *testing.T) {
-	testenv.Quiet()
-	e := testenv.StartEtcd(t)
-	cli := e.Client(t)
-	health := make(chan bool, 16)
-	w := NewWatcher(cli, "ns", newFleetSink(), WatchOptions{Logger: quietLogger(), ProbeInterval: 100 * time.Millisecond,
-		OnHealth: func(up bool, _ error) { health <- up }})
+// healthLog is an Observer that keeps the Health calls.
+type healthLog struct {
+	mu  sync.Mutex
+	ups []bool
+}
+
+func (*healthLog) BadRecord(string, error) {}
+func (l *healthLog) Health(err error) {
+	l.mu.Lock()
+	l.ups = append(l.ups, err == nil)
+	l.mu.Unlock()
+}
+
+func (l *healthLog) got() []bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.ups)
+}
+
+// Only changes are reported, and the first report is an outage: a
+// healthy start is not news.
+func TestReachabilityReportsChangesOnly(t *testing.T) {
+	away := errors.New("away")
+	var l healthLog
+	h := NewReachability(&l)
+	for _, err := range []error{nil, nil, away, away, nil, nil, away, nil} {
+		h.Set(err)
+	}
+	if got, want := l.got(), []bool{false, true, false, true}; !slices.Equal(got, want) {
+		t.Errorf("Health calls (up?) = %v, want %v", got, want)
+	}
+}
+
+// Probe sets the reachability from each check and stops with its context.
+func TestProbeReportsEachCheck(t *testing.T) {
+	answers := []error{errors.New("refused"), errors.New("refused"), nil}
+	calls := make(chan struct{}, 16)
+	var l healthLog
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); _ = w.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	<-w.Synced()
-
-	expect := func(want bool) {
-		t.Helper()
-		select {
-		case up := <-health:
-			if up != want {
-				t.Fatalf("OnHealth(%v), want %v", up, want)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("no OnHealth(%v) within 10 s", want)
-		}
+	go func() {
+		defer close(done)
+		i := 0
+		Probe(ctx, NewReachability(&l), time.Millisecond, time.Second, func(context.Context) error {
+			calls <- struct{}{}
+			err := answers[min(i, len(answers)-1)]
+			i++
+			return err
+		})
+	}()
+	for range len(answers) + 1 { // one more call: the third answer has been set
+		<-calls
 	}
-	e.Stop() // ~7 s: etcd waits out its request timeout for the open watch
-	expect(false)
-	e.Resume(t)
-	expect(true)
-	select {
-	case up := <-health:
-		t.Fatalf("extra OnHealth(%v)", up)
-	case <-time.After(300 * time.Millisecond):
+	cancel()
+	<-done
+	if got, want := l.got(), []bool{false, true}; !slices.Equal(got, want) {
+		t.Errorf("Health calls (up?) = %v, want %v", got, want)
 	}
 }

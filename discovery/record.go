@@ -1,7 +1,3 @@
-// Package discovery finds the fleet's workers: records in etcd under a lease,
-// or a static file where there is no etcd. A record is a scoring.WorkerSpec
-// as JSON; the layout is the contract between workers (kvsim, kvbridge) and
-// the router; see docs/architecture.md §3.1.
 package discovery
 
 import (

@@ -249,7 +249,10 @@ func (c *Config) Validate() error {
 	if c.GRPCAddr == "" {
 		errs = append(errs, errors.New("grpc address is empty"))
 	}
-	errs = append(errs, c.validateDiscovery()...)
+	if _, err := c.workerSource(); err != nil {
+		errs = append(errs, err)
+	}
+	errs = append(errs, c.validateEngineFeed()...)
 	if c.Fallbacks < 0 {
 		errs = append(errs, fmt.Errorf("fallbacks %d must not be negative", c.Fallbacks))
 	}

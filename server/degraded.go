@@ -74,11 +74,8 @@ func (r *Server) isDown(name string) bool {
 // order Degraded lists them.
 func (r *Server) dependenciesInUse() []string {
 	deps := []string{depNATS} // reported (as 0) even without NATS, as it always was
-	if len(r.cfg.EtcdEndpoints) > 0 && r.cfg.WorkersFile == "" && r.cfg.PoolName == "" {
-		deps = append(deps, depEtcd)
-	}
-	if r.cfg.PoolName != "" {
-		deps = append(deps, depKube)
+	if ws, err := r.cfg.workerSource(); err == nil && ws.dep != "" {
+		deps = append(deps, ws.dep)
 	}
 	return deps
 }

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/bus"
-	"github.com/kvroute/kvroute/discovery"
+	"github.com/kvroute/kvroute/discovery/etcd"
 	"github.com/kvroute/kvroute/internal/testenv"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/scoring"
@@ -23,7 +23,7 @@ type flapRig struct {
 	cli    *clientv3.Client
 	spec   scoring.WorkerSpec
 	blocks int
-	reg    *discovery.Registration // w9's first registration
+	reg    *etcd.Registration // w9's first registration
 }
 
 func startFlapRig(t *testing.T, grace time.Duration, logger ...*slog.Logger) *flapRig {
@@ -62,9 +62,9 @@ func startFlapRig(t *testing.T, grace time.Duration, logger ...*slog.Logger) *fl
 	return rig
 }
 
-func (rig *flapRig) register(t *testing.T) *discovery.Registration {
+func (rig *flapRig) register(t *testing.T) *etcd.Registration {
 	t.Helper()
-	reg, err := discovery.Register(context.Background(), rig.cli, rig.r.cfg.Namespace, rig.spec, discovery.RegisterOptions{TTL: time.Second, Logger: quiet()})
+	reg, err := etcd.Register(context.Background(), rig.cli, rig.r.cfg.Namespace, rig.spec, etcd.RegisterOptions{TTL: time.Second, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,9 +3,7 @@ package server
 import (
 	"errors"
 	"fmt"
-	"time"
 
-	"github.com/kvroute/kvroute/discovery/kubepool"
 	"github.com/kvroute/kvroute/engine"
 	"github.com/kvroute/kvroute/engine/feed"
 )
@@ -18,27 +16,9 @@ const (
 	EngineLoadScrape = "scrape"
 )
 
-// validateDiscovery checks that exactly one worker source is chosen and
-// that the engine feed settings make sense.
-func (c *Config) validateDiscovery() []error {
+// validateEngineFeed checks that the engine feed settings make sense.
+func (c *Config) validateEngineFeed() []error {
 	var errs []error
-	var sources []string
-	if len(c.EtcdEndpoints) > 0 {
-		sources = append(sources, "etcd endpoints")
-	}
-	if c.WorkersFile != "" {
-		sources = append(sources, "a workers file")
-	}
-	if c.PoolName != "" {
-		sources = append(sources, "an InferencePool")
-	}
-	switch len(sources) {
-	case 0:
-		errs = append(errs, errors.New("no worker discovery: give etcd endpoints, a workers file or an InferencePool name"))
-	case 1:
-	default:
-		errs = append(errs, fmt.Errorf("worker discovery sources are exclusive, got %v: give one of etcd endpoints, a workers file or an InferencePool name", sources))
-	}
 	switch c.EngineEvents {
 	case "", EngineEventsNATS, EngineEventsZMQ:
 	default:
@@ -86,50 +66,6 @@ func (r *Server) newEngineFeeds(hold <-chan struct{}) (*feed.Feeds, error) {
 		Load: load, Engine: engine.Engine(r.cfg.Engine),
 		Core: r.events, Hold: hold, Pool: r.sched.Load().Pool(), Logger: r.log,
 	})
-}
-
-// startPoolDiscovery watches the InferencePool and waits (10 s at most)
-// for the first full list, as etcd discovery does.
-func (r *Server) startPoolDiscovery() error {
-	rest, err := kubepool.RESTConfig(r.cfg.Kubeconfig)
-	if err != nil {
-		return err
-	}
-	ns := r.cfg.PoolNamespace
-	if ns == "" {
-		ns = "default"
-	}
-	w, err := kubepool.New(kubepool.Config{
-		PoolName: r.cfg.PoolName, PoolNamespace: ns, REST: rest, Defaults: r.cfg.PoolDefaults, Sink: r.fleet,
-		OnBadPod: func(string, error) { r.metrics.badRecords.WithLabelValues("inferencepool").Inc() },
-		OnHealth: func(err error) {
-			if err != nil {
-				r.dependencyDown(depKube, err)
-			} else {
-				r.dependencyUp(depKube)
-			}
-		},
-		Logger: r.log,
-	})
-	if err != nil {
-		return err
-	}
-	start := time.Now()
-	r.goRun(func() error { _ = w.Run(r.ctx); return nil })
-	go func() {
-		select {
-		case <-w.Synced():
-			r.synced.Store(true) // readiness: discovery synced
-		case <-r.ctx.Done():
-		}
-	}()
-	select {
-	case <-w.Synced():
-		r.log.Info("inferencepool synced", "pool", ns+"/"+r.cfg.PoolName, "workers", r.fleet.len(), "took", time.Since(start).Round(time.Millisecond))
-	case <-time.After(10 * time.Second):
-		r.log.Warn("inferencepool not synced after 10s; serving without workers until it is", "pool", ns+"/"+r.cfg.PoolName)
-	}
-	return nil
 }
 
 // EngineFeeds exposes the engine followers (nil unless --engine-events zmq

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/bus"
-	"github.com/kvroute/kvroute/discovery"
 	"github.com/kvroute/kvroute/engine/feed"
 	"github.com/kvroute/kvroute/envoy"
 	"github.com/kvroute/kvroute/extproc"
@@ -28,7 +27,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // Server is a running kvroute instance.
@@ -41,6 +39,7 @@ type Server struct {
 	index   *kvindex.Index
 	approx  *kvindex.Approx
 	toks    *tokenizer.Registry
+	src     *source // the worker source (discovery.go)
 	fleet   *fleet
 	events  *kvevents.Core // nil without KV events
 	// loadReports feeds the pool; nil unless load comes over NATS.
@@ -141,9 +140,12 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 	r.sched.Store(sched)
+	if r.src, err = r.openSource(); err != nil {
+		return nil, err
+	}
 	r.fleet = &fleet{blockSize: cfg.BlockSize, log: r.log, records: map[string]scoring.WorkerSpec{},
 		listeners: []fleetListener{poolListener{sched.Pool(), r.log}, xdsListener{r}},
-		kept:      []fleetListener{indexListener{r.index}, approxListener{r.approx}}, flapGrace: leaseFlapGrace(cfg)}
+		kept:      []fleetListener{indexListener{r.index}, approxListener{r.approx}}, flapGrace: r.src.FlapGrace()}
 	var hold chan struct{} // a warm start holds the live tail until the snapshot is in
 	if cfg.Recovery.WarmFrom != "" {
 		hold = make(chan struct{})
@@ -180,9 +182,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 			return nil, err
 		}
 	}
-	if err = r.startDiscovery(); err != nil {
-		return nil, err
-	}
+	r.startDiscovery()
 	if hold != nil {
 		r.warmStart(hold) // after discovery: the snapshot loads known workers only
 	}
@@ -276,17 +276,6 @@ func (r *Server) serveHTTP(name, addr string, h http.Handler) (net.Listener, *ht
 		return nil
 	})
 	return lis, srv, nil
-}
-
-// leaseFlapGrace is how long a removed worker's index entries are kept:
-// only etcd leases flap (a worker that lost its lease re-registers the same
-// record); a worker removed from a workers file, or a pod deleted or no
-// longer Ready in an InferencePool, is purged at once.
-func leaseFlapGrace(cfg Config) time.Duration {
-	if cfg.PoolName != "" || cfg.WorkersFile != "" {
-		return 0
-	}
-	return cfg.Recovery.LeaseFlapGrace
 }
 
 // goRun runs fn until it returns; an error ends the router.
@@ -411,73 +400,6 @@ func (r *Server) resyncAfterLateNATS() {
 		}
 	}
 	r.log.Info("nats arrived after the start: workers marked stale until they resync their KV events", "workers", n)
-}
-
-func (r *Server) startDiscovery() error {
-	if r.cfg.PoolName != "" {
-		return r.startPoolDiscovery()
-	}
-	if r.cfg.WorkersFile != "" {
-		fw, err := discovery.NewFileWatcher(r.cfg.WorkersFile, r.fleet, discovery.FileOptions{
-			Interval: r.cfg.WorkersFileInterval, Logger: r.log, Policy: &discovery.AddressPolicy{Allow: r.cfg.AllowAddressRanges},
-			OnBadFile: func(error) { r.metrics.badRecords.WithLabelValues("file").Inc() },
-		})
-		if err != nil {
-			return err
-		}
-		r.synced.Store(true)
-		r.log.Info("workers file loaded", "path", r.cfg.WorkersFile, "workers", r.fleet.len(), "reload_every", r.cfg.WorkersFileInterval)
-		r.goRun(func() error { _ = fw.Run(r.ctx); return nil })
-		return nil
-	}
-	start := time.Now()
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints: r.cfg.EtcdEndpoints, Username: r.cfg.EtcdUsername, Password: r.cfg.EtcdPassword,
-		// The client's own logger would print every retried call while etcd
-		// is away; the watcher's OnHealth says it once.
-		TLS: r.cfg.EtcdTLS, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
-	})
-	if err != nil {
-		return fmt.Errorf("etcd client: %w", err)
-	}
-	r.etcd = cli
-	away := make(chan struct{}) // closed when the first probe finds etcd away
-	var awayOnce sync.Once
-	w := discovery.NewWatcher(cli, r.cfg.Namespace, r.fleet, discovery.WatchOptions{
-		Logger:     r.log,
-		Policy:     &discovery.AddressPolicy{Allow: r.cfg.AllowAddressRanges},
-		OnBadValue: func(string, error) { r.metrics.badRecords.WithLabelValues("etcd").Inc() },
-		OnHealth: func(up bool, err error) {
-			r.fleet.sourceHealth(up)
-			if up {
-				r.dependencyUp(depEtcd)
-			} else {
-				r.dependencyDown(depEtcd, err)
-				awayOnce.Do(func() { close(away) })
-			}
-		},
-	})
-	r.goRun(func() error { _ = w.Run(r.ctx); return nil })
-	go func() {
-		select {
-		case <-w.Synced():
-			r.synced.Store(true)
-		case <-r.ctx.Done():
-		}
-	}()
-	select {
-	case <-w.Synced():
-		r.log.Info("etcd synced", "endpoints", redactURLs(r.cfg.EtcdEndpoints), "workers", r.fleet.len(), "took", time.Since(start).Round(time.Millisecond))
-		return nil
-	case <-away:
-		// Keep going, degraded: readiness waits for etcd's workers.
-		r.log.Warn("etcd unreachable at start; serving without workers until it answers", "endpoints", redactURLs(r.cfg.EtcdEndpoints))
-		return nil
-	case <-time.After(10 * time.Second):
-		// Keep going: readiness stays false until workers appear.
-		r.log.Warn("etcd not synced after 10s; serving without workers until it is", "endpoints", redactURLs(r.cfg.EtcdEndpoints))
-		return nil
-	}
 }
 
 // watchReadiness keeps the health status in step with Ready.

@@ -18,7 +18,7 @@ import (
 	extprocmode "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/kvroute/kvroute/bus"
-	"github.com/kvroute/kvroute/discovery"
+	"github.com/kvroute/kvroute/discovery/etcd"
 	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/internal/testenv"
 	"github.com/kvroute/kvroute/kvindex"
@@ -382,8 +382,8 @@ func TestRouterFollowsEtcdRegistrations(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	reg, err := discovery.Register(context.Background(), cli, cfg.Namespace,
-		scoring.WorkerSpec{ID: "w9", Model: model, Address: "10.0.0.9:8000", BlockSize: 16, KVTotalBlocks: 100}, discovery.RegisterOptions{TTL: time.Second, Logger: quiet()})
+	reg, err := etcd.Register(context.Background(), cli, cfg.Namespace,
+		scoring.WorkerSpec{ID: "w9", Model: model, Address: "10.0.0.9:8000", BlockSize: 16, KVTotalBlocks: 100}, etcd.RegisterOptions{TTL: time.Second, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}

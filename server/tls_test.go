@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvroute/kvroute/discovery"
+	"github.com/kvroute/kvroute/discovery/etcd"
 	"github.com/kvroute/kvroute/internal/testenv"
 	"github.com/kvroute/kvroute/scoring"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -89,9 +89,9 @@ func TestEtcdOverMutualTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	if _, err := discovery.Register(context.Background(), cli, cfg.Namespace,
+	if _, err := etcd.Register(context.Background(), cli, cfg.Namespace,
 		scoring.WorkerSpec{ID: "tls0", Model: model, Address: "10.0.0.9:8000", BlockSize: 16, KVTotalBlocks: 100},
-		discovery.RegisterOptions{TTL: 5 * time.Second, Logger: quiet()}); err != nil {
+		etcd.RegisterOptions{TTL: 5 * time.Second, Logger: quiet()}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "ready after a registration over TLS", r.Ready)

@@ -13,7 +13,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"github.com/kvroute/kvroute/discovery"
+	"github.com/kvroute/kvroute/discovery/etcd"
 	"github.com/kvroute/kvroute/envoy"
 	"github.com/kvroute/kvroute/internal/testenv"
 	"github.com/kvroute/kvroute/scoring"
@@ -114,7 +114,7 @@ func TestXDSServesEtcdRegisteredWorkersAsClusters(t *testing.T) {
 	}
 	defer cli.Close()
 	rec := scoring.WorkerSpec{ID: "w7", Cluster: "vllm-7", Model: model, Address: "10.0.0.7:8000", BlockSize: 16, KVTotalBlocks: 100}
-	reg, err := discovery.Register(context.Background(), cli, cfg.Namespace, rec, discovery.RegisterOptions{TTL: time.Second, Logger: quiet()})
+	reg, err := etcd.Register(context.Background(), cli, cfg.Namespace, rec, etcd.RegisterOptions{TTL: time.Second, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kvroute/kvroute/discovery"
+	"github.com/kvroute/kvroute/discovery/file"
 	"github.com/kvroute/kvroute/internal/bench"
 	"github.com/kvroute/kvroute/internal/sim"
 )
@@ -115,7 +115,7 @@ func (r *replayFlags) fromWorkers(fs *flag.FlagSet, stdout io.Writer) error {
 	if r.workers == "" {
 		return nil
 	}
-	recs, err := discovery.LoadWorkersFile(r.workers)
+	recs, err := file.Load(r.workers)
 	if err != nil {
 		return err
 	}

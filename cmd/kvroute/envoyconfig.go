@@ -6,7 +6,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/kvroute/kvroute/discovery"
+	"github.com/kvroute/kvroute/discovery/file"
 	"github.com/kvroute/kvroute/envoy"
 	"github.com/kvroute/kvroute/internal/cli"
 	"github.com/kvroute/kvroute/scoring"
@@ -67,7 +67,7 @@ func runEnvoyConfig(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	var workers []envoy.Worker
 	if workersFile != "" {
-		recs, err := discovery.LoadWorkersFile(workersFile)
+		recs, err := file.Load(workersFile)
 		if err != nil {
 			return fmt.Errorf("envoy-config: %w", err)
 		}

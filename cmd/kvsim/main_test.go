@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvroute/kvroute/discovery"
+	"github.com/kvroute/kvroute/discovery/file"
 	"github.com/kvroute/kvroute/scoring"
 )
 
@@ -84,7 +84,7 @@ func TestRunServesUntilCancelled(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if data, err := os.ReadFile(path); err == nil {
-			if recs, err = discovery.ParseWorkersFile(data); err != nil {
+			if recs, err = file.Parse(data, nil); err != nil {
 				t.Fatal(err)
 			}
 			break

@@ -6,7 +6,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/kvroute/kvroute/discovery"
+	"github.com/kvroute/kvroute/discovery/file"
 	"github.com/kvroute/kvroute/scoring"
 )
 
@@ -26,7 +26,7 @@ func TestWorkersFileIsReadableByTheRouter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := discovery.ParseWorkersFile(data)
+	got, err := file.Parse(data, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

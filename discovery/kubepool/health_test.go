@@ -84,6 +84,12 @@ func (p *cutProxy) restore(t *testing.T) {
 	p.serve(ln)
 }
 
+// healthChan is a discovery.Observer that passes on Health reports.
+type healthChan chan error
+
+func (healthChan) BadRecord(string, error) {}
+func (h healthChan) Health(err error)      { h <- err }
+
 // An API server outage is reported once when it starts and once when the
 // API server answers again; the last known pods stay in the Sink meanwhile.
 func TestKubeAPIServerOutageIsReported(t *testing.T) {
@@ -100,15 +106,15 @@ func TestKubeAPIServerOutageIsReported(t *testing.T) {
 	rest.Host = "https://" + proxy.addr
 	health := make(chan error, 16)
 	rec := newRecorder()
-	w, err := kubepool.New(kubepool.Config{PoolName: "vllm", PoolNamespace: c.NS, REST: &rest, Sink: rec,
+	w, err := kubepool.New(kubepool.Config{PoolName: "vllm", PoolNamespace: c.NS, REST: &rest,
 		Defaults:      kubepool.Defaults{Model: "Qwen/Qwen3-8B", BlockSize: 16},
-		ProbeInterval: 100 * time.Millisecond, OnHealth: func(err error) { health <- err }})
+		ProbeInterval: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go func() { _ = w.Run(ctx) }()
+	go func() { _ = w.Run(ctx, rec, healthChan(health)) }()
 	rec.waitFor(t, "vllm-a")
 	select {
 	case err := <-health:

@@ -88,14 +88,14 @@ func (r *recorder) waitFor(t testing.TB, want ...string) {
 
 func startWatcher(t testing.TB, c *kubetest.Cluster, pool string, sink *recorder) *kubepool.Watcher {
 	t.Helper()
-	w, err := kubepool.New(kubepool.Config{PoolName: pool, PoolNamespace: c.NS, REST: c.REST, Sink: sink,
+	w, err := kubepool.New(kubepool.Config{PoolName: pool, PoolNamespace: c.NS, REST: c.REST,
 		Defaults: kubepool.Defaults{Model: "Qwen/Qwen3-8B", BlockSize: 16}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); _ = w.Run(ctx) }()
+	go func() { defer close(done); _ = w.Run(ctx, sink, nil) }()
 	t.Cleanup(func() { cancel(); <-done })
 	select {
 	case <-w.Synced():
@@ -238,14 +238,14 @@ func BenchmarkKubeAPIServerPickUnderChurn(b *testing.B) {
 		b.Fatal(err)
 	}
 	sink := fleetSink{sched.Pool(), kvindex.New(kvindex.Config{}), newRecorder()}
-	w, err := kubepool.New(kubepool.Config{PoolName: "vllm", PoolNamespace: c.NS, REST: c.REST, Sink: sink,
+	w, err := kubepool.New(kubepool.Config{PoolName: "vllm", PoolNamespace: c.NS, REST: c.REST,
 		Defaults: kubepool.Defaults{Model: "m", BlockSize: 16, KVTotalBlocks: 4096}})
 	if err != nil {
 		b.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go func() { _ = w.Run(ctx) }()
+	go func() { _ = w.Run(ctx, sink, nil) }()
 	<-w.Synced()
 	req := &scoring.Request{ID: "r", Model: "m", PromptTokens: 2048}
 	pick := func(b *testing.B) {

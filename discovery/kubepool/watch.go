@@ -35,15 +35,6 @@ type Config struct {
 	REST *rest.Config
 	// Defaults fill what pod annotations do not say.
 	Defaults Defaults
-	// Sink receives the workers.
-	Sink discovery.Sink
-	// OnBadPod is called when a matching pod cannot be turned into workers
-	// (it then serves nothing); optional.
-	OnBadPod func(pod string, err error)
-	// OnHealth, when set, hears whether the API server answers: an error
-	// when a list, watch or probe fails, nil when it answers again. The
-	// informers retry on their own meanwhile and keep the last known pods.
-	OnHealth func(err error)
 	// ProbeInterval is how often the API server is asked for its version
 	// (default 1 s), so that an outage of an idle watch is noticed.
 	ProbeInterval time.Duration
@@ -73,13 +64,41 @@ func RESTConfig(kubeconfig string) (*rest.Config, error) {
 	return cfg, nil
 }
 
-// Watcher mirrors an InferencePool's Ready pods into a Sink.
+// Validate reports the settings that cannot work.
+func (c Config) Validate() error {
+	var errs []error
+	if c.PoolName == "" {
+		errs = append(errs, errors.New("pool name is empty"))
+	}
+	if c.PoolNamespace == "" {
+		errs = append(errs, errors.New("pool namespace is empty"))
+	}
+	if c.REST == nil {
+		errs = append(errs, errors.New("no API server configuration"))
+	}
+	if c.ProbeInterval < 0 {
+		errs = append(errs, fmt.Errorf("probe interval %v must not be negative", c.ProbeInterval))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("inferencepool discovery: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// Watcher mirrors an InferencePool's Ready pods into a Sink. The informers
+// retry on their own while the API server is away and keep the last known
+// pods; a failed list or watch and a probe of GET /version tell the
+// Observer whether it answers.
 type Watcher struct {
 	cfg    Config
 	log    *slog.Logger
 	dyn    dynamic.Interface
 	kube   kubernetes.Interface
 	synced chan struct{}
+
+	// Set by Run before the informers start.
+	sink discovery.Sink
+	obs  discovery.Observer
 
 	mu    sync.Mutex // serialises the two informers' handlers
 	spec  *Spec      // nil: no (valid) pool
@@ -89,21 +108,11 @@ type Watcher struct {
 
 // New checks cfg and builds the clients; Run starts watching.
 func New(cfg Config) (*Watcher, error) {
-	var errs []error
-	if cfg.PoolName == "" {
-		errs = append(errs, errors.New("pool name is empty"))
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
-	if cfg.PoolNamespace == "" {
-		errs = append(errs, errors.New("pool namespace is empty"))
-	}
-	if cfg.REST == nil {
-		errs = append(errs, errors.New("no API server configuration"))
-	}
-	if cfg.Sink == nil {
-		errs = append(errs, errors.New("no sink"))
-	}
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("inferencepool discovery: %w", errors.Join(errs...))
+	if cfg.ProbeInterval == 0 {
+		cfg.ProbeInterval = time.Second
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -122,13 +131,24 @@ func New(cfg Config) (*Watcher, error) {
 	}, nil
 }
 
+var _ discovery.Source = (*Watcher)(nil)
+
 // Synced is closed once both informers have listed and every pod then
 // known has been applied to the Sink.
 func (w *Watcher) Synced() <-chan struct{} { return w.synced }
 
-// Run watches until ctx ends and returns ctx's error. Informers retry on
-// their own when the API server is away.
-func (w *Watcher) Run(ctx context.Context) error {
+// FlapGrace is zero: a pod deleted or no longer Ready is gone.
+func (*Watcher) FlapGrace() time.Duration { return 0 }
+
+// Run watches until ctx ends and returns ctx's error. A pod that cannot be
+// turned into workers goes to obs.BadRecord (it then serves nothing).
+func (w *Watcher) Run(ctx context.Context, sink discovery.Sink, obs discovery.Observer) error {
+	if obs == nil {
+		obs = discovery.NopObserver{}
+	}
+	w.mu.Lock()
+	w.sink, w.obs = sink, obs
+	w.mu.Unlock()
 	poolF := dynamicinformer.NewFilteredDynamicSharedInformerFactory(w.dyn, 0, w.cfg.PoolNamespace,
 		func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", w.cfg.PoolName).String()
@@ -154,13 +174,17 @@ func (w *Watcher) Run(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("inferencepool discovery: %w", err)
 	}
-	if w.cfg.OnHealth != nil {
-		h := &healthReport{report: w.cfg.OnHealth}
-		onErr := func(_ *cache.Reflector, err error) { h.set(err) }
-		_ = poolInf.SetWatchErrorHandler(onErr)
-		_ = podInf.Informer().SetWatchErrorHandler(onErr)
-		go w.probe(ctx, h)
-	}
+	h := discovery.NewReachability(obs)
+	onErr := func(_ *cache.Reflector, err error) { h.Set(err) }
+	_ = poolInf.SetWatchErrorHandler(onErr)
+	_ = podInf.Informer().SetWatchErrorHandler(onErr)
+	probed := make(chan struct{})
+	go func() {
+		defer close(probed)
+		every := w.cfg.ProbeInterval
+		discovery.Probe(ctx, h, every, every, w.probe)
+	}()
+	defer func() { <-probed }()
 	poolF.Start(ctx.Done())
 	podF.Start(ctx.Done())
 	start := time.Now()
@@ -291,22 +315,20 @@ func (w *Watcher) applyLocked(name string, p *corev1.Pod) {
 		var err error
 		if want, err = Workers(p, *w.spec, w.cfg.Defaults); err != nil {
 			w.log.Warn("pod serves nothing", "pod", name, "err", err)
-			if w.cfg.OnBadPod != nil {
-				w.cfg.OnBadPod(name, err)
-			}
+			w.obs.BadRecord(name, err)
 			want = nil
 		}
 	}
 	old := w.known[name]
 	for _, o := range old {
 		if !slices.ContainsFunc(want, func(n scoring.WorkerSpec) bool { return n.ID == o.ID }) {
-			w.cfg.Sink.Remove(o.ID)
+			w.sink.Remove(o.ID)
 		}
 	}
 	for _, n := range want {
 		i := slices.IndexFunc(old, func(o scoring.WorkerSpec) bool { return o.ID == n.ID })
 		if i < 0 || !sameWorker(old[i], n) {
-			w.cfg.Sink.Upsert(n)
+			w.sink.Upsert(n)
 		}
 	}
 	if len(want) == 0 {
@@ -321,48 +343,11 @@ func sameWorker(a, b scoring.WorkerSpec) bool {
 		a.KVTotalBlocks == b.KVTotalBlocks && a.DPRank == b.DPRank
 }
 
-// healthReport passes on changes of the API server's reachability only.
-type healthReport struct {
-	mu     sync.Mutex
-	down   bool
-	report func(error)
-}
-
-func (h *healthReport) set(err error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if (err != nil) == h.down {
-		return
+// probe asks the API server for its version (GET /version, which every
+// authenticated client may read).
+func (w *Watcher) probe(ctx context.Context) error {
+	if err := w.kube.Discovery().RESTClient().Get().AbsPath("/version").Do(ctx).Error(); err != nil {
+		return fmt.Errorf("kubernetes API server: %w", err)
 	}
-	h.down = err != nil
-	h.report(err)
-}
-
-// probe asks the API server for its version every ProbeInterval (GET
-// /version, which every authenticated client may read) and reports whether
-// it answered.
-func (w *Watcher) probe(ctx context.Context, h *healthReport) {
-	every := w.cfg.ProbeInterval
-	if every <= 0 {
-		every = time.Second
-	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		pctx, cancel := context.WithTimeout(ctx, every)
-		err := w.kube.Discovery().RESTClient().Get().AbsPath("/version").Do(pctx).Error()
-		cancel()
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil {
-			err = fmt.Errorf("kubernetes API server: %w", err)
-		}
-		h.set(err)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	return nil
 }

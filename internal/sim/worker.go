@@ -14,6 +14,7 @@ import (
 
 	"github.com/kvroute/kvroute/bus"
 	"github.com/kvroute/kvroute/discovery"
+	"github.com/kvroute/kvroute/discovery/etcd"
 	"github.com/kvroute/kvroute/engine/vllmzmq"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/scoring"
@@ -90,7 +91,7 @@ type Worker struct {
 	zmq     *vllmzmq.Publisher
 	ln      net.Listener
 	srv     *http.Server
-	reg     *discovery.Registration
+	reg     *etcd.Registration
 	encoder PromptEncoder
 	nextID  atomic.Uint64
 	created int64
@@ -212,8 +213,8 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 		}
 	})
 	if cfg.Etcd != nil {
-		w.reg, err = discovery.Register(w.ctx, cfg.Etcd, cfg.Namespace, w.rec,
-			discovery.RegisterOptions{TTL: cfg.LeaseTTL, Logger: log})
+		w.reg, err = etcd.Register(w.ctx, cfg.Etcd, cfg.Namespace, w.rec,
+			etcd.RegisterOptions{TTL: cfg.LeaseTTL, Logger: log})
 		if err != nil {
 			w.Kill()
 			return nil, fmt.Errorf("start worker %s: %w", cfg.ID, err)

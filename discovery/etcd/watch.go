@@ -1,7 +1,13 @@
-package discovery
+// Package etcd is the etcd side of worker discovery: Watcher, a
+// discovery.Source that mirrors the records under a namespace's worker
+// prefix, and Register, which workers (kvsim, kvbridge) use to keep their
+// record there under a lease. The key layout and the record are the
+// contract of docs/architecture.md §3.1.
+package etcd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -10,81 +16,119 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/bus"
+	"github.com/kvroute/kvroute/discovery"
 	"github.com/kvroute/kvroute/scoring"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Sink receives the fleet as discovery learns it. The watcher calls it from
-// one goroutine; Upsert may repeat a record that did not change.
-type Sink interface {
-	// Upsert adds a worker or replaces its record.
-	Upsert(scoring.WorkerSpec)
-	// Remove drops a worker: its key was deleted or its lease lapsed.
-	Remove(id string)
-}
-
-// WatchOptions tune a Watcher. The zero value works.
-type WatchOptions struct {
+// Config configures a Watcher.
+type Config struct {
+	// Client reaches etcd; the caller closes it after Run returns.
+	Client *clientv3.Client
+	// Namespace scopes the worker keys (bus.WorkersPrefix).
+	Namespace string
+	// Policy refuses worker addresses; nil is the default policy.
+	Policy *discovery.AddressPolicy
+	// FlapGrace is how long a removed worker's state is kept in case its
+	// lease lapsed and the same worker registers again (--lease-flap-grace);
+	// see Watcher.FlapGrace.
+	FlapGrace time.Duration
 	// RetryInterval is the pause before a new Get after etcd failed or the
 	// watch was compacted. Zero means 1 s.
 	RetryInterval time.Duration
-	// OnBadValue is called for each value that is not a valid record; the
-	// value is ignored (a worker already known keeps its last good record).
-	OnBadValue func(key string, err error)
+	// ProbeInterval is how often etcd's reachability is checked for
+	// Observer.Health; a probe waits twice this long for an answer. Zero
+	// means 1 s.
+	ProbeInterval time.Duration
 	// Logger receives watch events. Nil means slog.Default().
 	Logger *slog.Logger
-	// Policy refuses worker addresses; nil is the default policy.
-	Policy *AddressPolicy
-	// OnHealth, when set, is told each time etcd stops or starts answering
-	// (up false with the error, then up true), from its own goroutine; a
-	// start with etcd away is reported too. The watch itself keeps the last
-	// known workers while etcd is away.
-	OnHealth func(up bool, err error)
-	// ProbeInterval is how often etcd's reachability is checked for
-	// OnHealth; a probe waits twice this long for an answer. Zero means 1 s.
-	ProbeInterval time.Duration
+}
+
+// Validate reports the settings that cannot work.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Client == nil {
+		errs = append(errs, errors.New("no etcd client"))
+	}
+	if !discovery.ValidName(c.Namespace) {
+		errs = append(errs, fmt.Errorf("namespace %q: want 1-%d characters of [A-Za-z0-9_-]", c.Namespace, discovery.MaxIDLen))
+	}
+	if c.FlapGrace < 0 || c.RetryInterval < 0 || c.ProbeInterval < 0 {
+		errs = append(errs, errors.New("flap grace, retry and probe intervals must not be negative"))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("etcd discovery: %w", errors.Join(errs...))
+	}
+	return nil
 }
 
 // Watcher mirrors a namespace's worker records from etcd into a Sink: an
 // initial Get, then a Watch from the revision after it. A delete or a lease
 // lapse removes the worker. After a compaction or a broken watch it gets
 // everything again and removes the workers that disappeared meanwhile.
+// While etcd is away it keeps the last known workers; a probe reads one
+// key every ProbeInterval (a linearizable read: it needs a quorum) and
+// reports each change of etcd's reachability to the Observer.
 type Watcher struct {
 	cli    *clientv3.Client
 	prefix string
-	sink   Sink
-	opts   WatchOptions
+	cfg    Config
 
-	known   map[string]scoring.WorkerSpec // owned by Run's goroutine
+	// Set by Run, used by its goroutine only.
+	sink  discovery.Sink
+	obs   discovery.Observer
+	known map[string]scoring.WorkerSpec
+
 	bad     atomic.Int64
 	synced  chan struct{}
 	syncOne sync.Once
 }
 
-// NewWatcher returns a Watcher over namespace's records; Run starts it.
-func NewWatcher(cli *clientv3.Client, namespace string, sink Sink, opts WatchOptions) *Watcher {
-	if opts.RetryInterval <= 0 {
-		opts.RetryInterval = time.Second
+// New checks cfg and returns a Watcher over its namespace; Run starts it.
+func New(cfg Config) (*Watcher, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
+	if cfg.RetryInterval == 0 {
+		cfg.RetryInterval = time.Second
 	}
-	if opts.ProbeInterval <= 0 {
-		opts.ProbeInterval = time.Second
+	if cfg.ProbeInterval == 0 {
+		cfg.ProbeInterval = time.Second
 	}
-	return &Watcher{cli: cli, prefix: bus.WorkersPrefix(namespace), sink: sink, opts: opts, known: map[string]scoring.WorkerSpec{}, synced: make(chan struct{})}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Watcher{cli: cfg.Client, prefix: bus.WorkersPrefix(cfg.Namespace), cfg: cfg,
+		known: map[string]scoring.WorkerSpec{}, synced: make(chan struct{})}, nil
 }
+
+var _ discovery.Source = (*Watcher)(nil)
 
 // Synced is closed once the first Get has been applied to the Sink.
 func (w *Watcher) Synced() <-chan struct{} { return w.synced }
+
+// FlapGrace is Config.FlapGrace: a worker whose lease lapsed (while etcd
+// was away, or a keepalive that broke) registers the same record again.
+func (w *Watcher) FlapGrace() time.Duration { return w.cfg.FlapGrace }
 
 // BadValues counts the invalid values seen so far.
 func (w *Watcher) BadValues() int64 { return w.bad.Load() }
 
 // Run watches until ctx ends, then returns ctx's error.
-func (w *Watcher) Run(ctx context.Context) error {
+func (w *Watcher) Run(ctx context.Context, sink discovery.Sink, obs discovery.Observer) error {
+	if obs == nil {
+		obs = discovery.NopObserver{}
+	}
+	w.sink, w.obs = sink, obs
 	probed := make(chan struct{})
-	go func() { defer close(probed); w.probe(ctx) }()
+	go func() {
+		defer close(probed)
+		every := w.cfg.ProbeInterval
+		discovery.Probe(ctx, discovery.NewReachability(obs), every, 2*every, func(ctx context.Context) error {
+			_, err := w.cli.Get(ctx, w.prefix, clientv3.WithCountOnly())
+			return err
+		})
+	}()
 	defer func() { <-probed }()
 	for {
 		rev, err := w.resync(ctx)
@@ -95,11 +139,11 @@ func (w *Watcher) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		w.opts.Logger.Warn("etcd worker watch interrupted; resyncing", "prefix", w.prefix, "err", err)
+		w.cfg.Logger.Warn("etcd worker watch interrupted; resyncing", "prefix", w.prefix, "err", err)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(w.opts.RetryInterval):
+		case <-time.After(w.cfg.RetryInterval):
 		}
 	}
 }
@@ -156,7 +200,7 @@ func (w *Watcher) put(key string, value []byte) (string, bool) {
 		w.badValue(key, err)
 		return "", false
 	}
-	rec, err := ParseRecordWith(value, w.opts.Policy)
+	rec, err := discovery.ParseRecordWith(value, w.cfg.Policy)
 	if err == nil && rec.ID != id {
 		err = fmt.Errorf("record id %q does not match its key's id %q", rec.ID, id)
 	}
@@ -187,8 +231,6 @@ func (w *Watcher) idOf(key string) (string, error) {
 
 func (w *Watcher) badValue(key string, err error) {
 	w.bad.Add(1)
-	w.opts.Logger.Warn("ignoring bad worker record", "key", key, "err", err)
-	if w.opts.OnBadValue != nil {
-		w.opts.OnBadValue(key, err)
-	}
+	w.cfg.Logger.Warn("ignoring bad worker record", "key", key, "err", err)
+	w.obs.BadRecord(key, err)
 }

@@ -1,4 +1,4 @@
-package discovery
+package etcd
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/bus"
+	"github.com/kvroute/kvroute/discovery"
 	"github.com/kvroute/kvroute/internal/testenv"
 	"github.com/kvroute/kvroute/scoring"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -42,7 +43,7 @@ func getRecord(t *testing.T, cli *clientv3.Client, key string) (scoring.WorkerSp
 	if len(resp.Kvs) == 0 {
 		return scoring.WorkerSpec{}, 0, false
 	}
-	rec, err := ParseRecord(resp.Kvs[0].Value)
+	rec, err := discovery.ParseRecord(resp.Kvs[0].Value)
 	if err != nil {
 		t.Fatal(err)
 	}

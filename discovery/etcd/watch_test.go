@@ -1,4 +1,4 @@
-package discovery
+package etcd
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/bus"
+	"github.com/kvroute/kvroute/discovery"
 	"github.com/kvroute/kvroute/internal/testenv"
 	"github.com/kvroute/kvroute/scoring"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -54,6 +55,41 @@ func eventually(t *testing.T, what string, cond func() bool) {
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
+// newWatcher watches namespace "ns" and logs nothing.
+func newWatcher(t *testing.T, cli *clientv3.Client) *Watcher {
+	t.Helper()
+	w, err := New(Config{Client: cli, Namespace: "ns", Logger: quietLogger(), ProbeInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// observer is a discovery.Observer that keeps what it hears.
+type observer struct {
+	mu  sync.Mutex
+	bad []string
+	ups chan bool
+}
+
+func (o *observer) BadRecord(key string, _ error) {
+	o.mu.Lock()
+	o.bad = append(o.bad, key)
+	o.mu.Unlock()
+}
+
+func (o *observer) Health(err error) {
+	if o.ups != nil {
+		o.ups <- err == nil
+	}
+}
+
+func (o *observer) badKeys() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]string(nil), o.bad...)
+}
+
 func record(id string, blockSize int) scoring.WorkerSpec {
 	return scoring.WorkerSpec{ID: id, Model: "m", Address: "10.0.0.1:8000", BlockSize: blockSize, KVTotalBlocks: 100}
 }
@@ -90,15 +126,10 @@ func TestWatcherFollowsEtcd(t *testing.T) {
 	putJSON(t, cli, bus.WorkerKey("other", "x"), record("x", 16))
 
 	sink := newFleetSink()
-	var badMu sync.Mutex
-	var badKeys []string
-	w := NewWatcher(cli, "ns", sink, WatchOptions{Logger: quietLogger(), OnBadValue: func(key string, err error) {
-		badMu.Lock()
-		badKeys = append(badKeys, key)
-		badMu.Unlock()
-	}})
+	obs := &observer{}
+	w := newWatcher(t, cli)
 	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
+	go func() { done <- w.Run(ctx, sink, obs) }()
 	select {
 	case <-w.Synced():
 	case <-time.After(10 * time.Second):
@@ -139,11 +170,9 @@ func TestWatcherFollowsEtcd(t *testing.T) {
 				t.Errorf("bad record %s reached the fleet", id)
 			}
 		}
-		badMu.Lock()
-		if len(badKeys) < 3 {
-			t.Errorf("OnBadValue saw %v", badKeys)
+		if keys := obs.badKeys(); len(keys) < 3 {
+			t.Errorf("Observer.BadRecord saw %v", keys)
 		}
-		badMu.Unlock()
 	})
 	t.Run("delete removes", func(t *testing.T) {
 		if _, err := cli.Delete(ctx, bus.WorkerKey("ns", "w4")); err != nil {
@@ -187,7 +216,8 @@ func TestWatcherResyncRemovesVanishedWorkers(t *testing.T) {
 	}
 	defer cli.Close()
 	sink := newFleetSink()
-	w := NewWatcher(cli, "ns", sink, WatchOptions{Logger: quietLogger()})
+	w := newWatcher(t, cli)
+	w.sink, w.obs = sink, discovery.NopObserver{} // resync without Run
 	for i := range 3 {
 		putJSON(t, cli, bus.WorkerKey("ns", fmt.Sprintf("w%d", i)), record(fmt.Sprintf("w%d", i), 16))
 	}
@@ -206,5 +236,26 @@ func TestWatcherResyncRemovesVanishedWorkers(t *testing.T) {
 	}
 	if _, ok := sink.get("w2"); !ok {
 		t.Error("w2 lost in resync")
+	}
+}
+
+func TestNewChecksItsConfig(t *testing.T) {
+	cli := &clientv3.Client{}
+	for _, cfg := range []Config{
+		{Namespace: "ns"},               // no client
+		{Client: cli},                   // no namespace
+		{Client: cli, Namespace: "a.>"}, // not a token
+		{Client: cli, Namespace: "ns", FlapGrace: -time.Second},
+	} {
+		if _, err := New(cfg); err == nil {
+			t.Errorf("New(%+v) accepted", cfg)
+		}
+	}
+	w, err := New(Config{Client: cli, Namespace: "ns", FlapGrace: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := w.FlapGrace(); g != 30*time.Second {
+		t.Errorf("FlapGrace() = %v, want the configured 30s", g)
 	}
 }

@@ -1,4 +1,4 @@
-package discovery
+package etcd
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/bus"
+	"github.com/kvroute/kvroute/discovery"
 	"github.com/kvroute/kvroute/scoring"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -82,7 +83,7 @@ func Register(ctx context.Context, cli *clientv3.Client, namespace string, rec s
 	if namespace == "" {
 		return nil, errors.New("register worker: empty namespace")
 	}
-	if err := ValidateRecord(rec); err != nil {
+	if err := discovery.ValidateRecord(rec); err != nil {
 		return nil, fmt.Errorf("register worker: %w", err)
 	}
 	val, err := json.Marshal(rec)
