@@ -2,7 +2,6 @@ package etcd
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"testing"
 	"time"
@@ -30,7 +29,7 @@ func etcdClient(t *testing.T) *clientv3.Client {
 }
 
 func quietOpts(ttl time.Duration) RegisterOptions {
-	return RegisterOptions{TTL: ttl, RetryInterval: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	return RegisterOptions{TTL: ttl, RetryInterval: 100 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)}
 }
 
 // getRecord reads the key and its lease; ok is false when absent.

@@ -3,8 +3,8 @@ package etcd
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"sync"
 	"testing"
@@ -53,7 +53,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // newWatcher watches namespace "ns" and logs nothing.
 func newWatcher(t *testing.T, cli *clientv3.Client) *Watcher {
@@ -199,7 +199,7 @@ func TestWatcherFollowsEtcd(t *testing.T) {
 	cancel()
 	select {
 	case err := <-done:
-		if err != context.Canceled {
+		if !errors.Is(err, context.Canceled) {
 			t.Errorf("Run returned %v", err)
 		}
 	case <-time.After(5 * time.Second):

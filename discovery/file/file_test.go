@@ -3,7 +3,7 @@ package file
 import (
 	"context"
 	"encoding/json"
-	"io"
+	"errors"
 	"log/slog"
 	"maps"
 	"os"
@@ -73,7 +73,7 @@ func writeFile(t *testing.T, path, s string) {
 	}
 }
 
-func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 func TestWatcherReloadsOnChange(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "workers.yaml")
@@ -105,7 +105,7 @@ func TestWatcherReloadsOnChange(t *testing.T) {
 		t.Error("a bad file dropped the previous fleet")
 	}
 	cancel()
-	if err := <-done; err != context.Canceled {
+	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Errorf("Run returned %v", err)
 	}
 	if bad := obs.Bad(); bad != 1 {

@@ -54,7 +54,8 @@ func Run(t *testing.T, b Backend) {
 	defer func() { // Run must not outlive the backend the test cleans up
 		cancel()
 		select {
-		case <-done:
+		case err := <-done:
+			_ = err // the step that ends the context checks Run's error
 		case <-time.After(30 * time.Second):
 		}
 	}()
