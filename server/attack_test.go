@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc"
 )
 
-// attackBody is the issue's hostile body: a chat of n one-character
+// attackBody is a hostile body: a chat of n one-character
 // messages (~30 bytes each).
 func attackBody(n int) []byte {
 	var b strings.Builder
@@ -98,7 +98,7 @@ func heapInuse() uint64 {
 	return ms.HeapInuse
 }
 
-// The issue's memory attack: six concurrent 9 MB chat bodies of 300k
+// A memory attack: six concurrent 9 MB chat bodies of 300k
 // one-character messages. With the caps (messages, decision slots) every
 // request is answered, routed by load or shed with 429, and the heap
 // stays under a ceiling derived from the caps. What can be live at once:
@@ -112,8 +112,8 @@ func heapInuse() uint64 {
 //
 // The live heap the GC marks must stay under L + 64 MiB, and the heap in
 // use (live plus garbage not yet collected) under 2 × L, the most GOGC=100
-// lets it reach. With N = 6, D = 4 and B = 9 MB, L ≈ 486 MB (the issue
-// measured 4 GB RSS, the pod's limit, before the caps).
+// lets it reach. With N = 6, D = 4 and B = 9 MB, L ≈ 486 MB (without the caps
+// the same bodies reached 4 GB RSS, the pod's limit).
 func TestMemoryAttackStaysUnderCeiling(t *testing.T) {
 	if testing.Short() {
 		t.Skip("sends 54 MB of JSON")
