@@ -44,6 +44,7 @@ func cases(tok *tokenizer.Tokenizer, c corpus, model string) []benchCase {
 		{"chat/uncached", len(chat), func() int { return len(fresh().Encode(chat, false)) }},
 		{"whole/warm", len(whole), func() int { return len(warm.Encode(whole, false)) }},
 		{"docs/warm", len(whole), func() int { return docs(warm) }},
+		{"chat/warm", len(chat), func() int { return len(warm.Encode(chat, false)) }},
 		{"chat/prefix-hit", len(chat), func() int { return len(prefix.Encode(chat)) }},
 	}
 }

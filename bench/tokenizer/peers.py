@@ -159,9 +159,9 @@ def tiktoken_cases(enc, nfc, c, model, ordinary):
         ("docs/uncached", len_utf8(whole), lambda: sum(one(d) for d in docs)),
         ("docs/batch-uncached", len_utf8(whole), lambda: many(docs)),
     ]
-    if not ordinary:
-        chat = c["chat"][model]
-        out.append(("chat/uncached", len_utf8(chat), lambda: one(chat)))
+    # cl100k_base reads the model's end-of-turn tokens as plain text.
+    chat = c["chat"][model]
+    out.append(("chat/uncached", len_utf8(chat), lambda: one(chat)))
     return out
 
 
@@ -169,11 +169,13 @@ def len_utf8(s):
     return len(s.encode("utf-8"))
 
 
-def measure_op(op, min_cpu):
-    op()
+def measure_op(name, op, min_cpu):
+    """Runs op (once first when it keeps a cache warm) for at least min_cpu CPU seconds and two ops."""
+    if "warm" in name:
+        op()
     ops = 0
     cpu0, wall0 = time.process_time(), time.perf_counter()
-    while ops < 3 or time.process_time() - cpu0 < min_cpu:
+    while ops < 2 or time.process_time() - cpu0 < min_cpu:
         if op() == 0:
             raise SystemExit("no ids")
         ops += 1
@@ -192,7 +194,7 @@ def cmd_measure(a):
             sides.append(("tiktoken-cl100k", tiktoken_cases(tiktoken_cl100k(), False, c, model, True)))
         for side, cs in sides:
             for name, nbytes, op in cs:
-                ops, cpu, wall = measure_op(op, a.min_cpu)
+                ops, cpu, wall = measure_op(name, op, a.min_cpu)
                 print(json.dumps({"side": side, "model": model, "case": name, "bytes": nbytes * ops,
                                   "ops": ops, "cpu_s": cpu, "wall_s": wall}), flush=True)
 
@@ -298,6 +300,19 @@ def cmd_compare(a):
     print(report)
 
 
+def environment():
+    from importlib.metadata import version
+
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True).stdout.strip() or "unknown"
+    except OSError:
+        rev = "unknown"
+    return "Run on %s at revision %s, %d cores, load average %.1f at the end; tokenizers %s, tiktoken %s, Python %s." % (
+        time.strftime("%Y-%m-%d", time.gmtime()), rev, os.cpu_count(), os.getloadavg()[0],
+        version("tokenizers"), version("tiktoken"), sys.version.split()[0])
+
+
 def render(results, check_lines, a):
     by = {}
     for x in results:
@@ -313,41 +328,60 @@ def render(results, check_lines, a):
     def fmt(v):
         return "—" if v is None else "%.1f (%.1f–%.1f)" % v
 
-    peers = sorted({s for (_, s, _) in by if s != "kvroute"})
+    def best(model, text, sides):
+        top = None
+        for (m, s, case) in by:
+            if m == model and s in sides and case.startswith(text + "/"):
+                v = med(m, s, case)
+                if top is None or v[0] > top[0][0]:
+                    top = (v, "%s %s" % (s, case.split("/", 1)[1]))
+        return top
+
+    def ratio(v, b):
+        return "—" if v is None or b is None else "%.1f×" % (v[0] / b[0][0])
+
+    c = load_corpus(a.dir)
+    peers = {s for (_, s, _) in by if s != "kvroute"}
+    hf = {s for s in peers if s.startswith("hf")}
     out = ["# kvroute's tokenizer beside the native peers", "",
            "MB of UTF-8 text per CPU-second (one core's speed; batch runs divide by the CPU time of",
-           "all their threads), median of %d interleaved rounds with the range in brackets." % a.rounds,
-           "kvroute runs with GOMAXPROCS=1. `whole` is the %d-byte corpus in one call, `docs` the same text as %d documents of about 2 KB,"
-           % (len_utf8(load_corpus(a.dir)["whole"]), len(load_corpus(a.dir)["docs"])),
-           "`chat` the documents joined by the model's end-of-turn token. `uncached` starts every pass with an empty",
-           "cache (kvroute's piece cache, HF's word cache); `warm` keeps it; tiktoken has none.", "",
+           "all their threads), median of %d interleaved rounds with the range in brackets;" % a.rounds,
+           "kvroute runs with GOMAXPROCS=1. `whole` is the %d-byte corpus in one call, `docs` the same"
+           % len_utf8(c["whole"]),
+           "text as %d documents of about 2 KB, `chat` the documents joined by the model's end-of-turn" % len(c["docs"]),
+           "token. `uncached` starts every pass with an empty cache (kvroute's piece cache, HF's word",
+           "cache); `warm` keeps it; `prefix hit` is the chat text through kvroute's warm PrefixCache;",
+           "tiktoken has no cache. Ratios divide medians.", "", environment(), "",
            "## Exactness", ""] + check_lines + ["", "## Speed", ""]
+    lows = []
     for model in a.models.split(","):
-        out += ["### " + model, "", "| text | kvroute uncached | kvroute warm | kvroute prefix-cache hit | fastest peer (which) | uncached ÷ fastest | warm ÷ fastest |",
-                "|---|---|---|---|---|---|---|"]
+        out += ["### " + model, "",
+                "| text | kvroute uncached | kvroute warm | kvroute prefix hit | fastest peer | ÷ fastest peer: uncached / warm / prefix hit | HF's best | uncached ÷ HF's best |",
+                "|---|---|---|---|---|---|---|---|"]
         for text in ("whole", "docs", "chat"):
-            best = None
-            for side in peers:
-                for (m, s, case) in by:
-                    if m == model and s == side and case.startswith(text + "/"):
-                        v = med(model, side, case)
-                        if best is None or v[0] > best[0][0]:
-                            best = (v, "%s %s" % (side, case.split("/", 1)[1]))
+            top, top_hf = best(model, text, peers), best(model, text, hf)
             un = med(model, "kvroute", text + "/uncached")
             wa = med(model, "kvroute", text + "/warm")
             hit = med(model, "kvroute", text + "/prefix-hit")
-            ratio = lambda v: "—" if v is None or best is None else "%.1f×" % (v[0] / best[0][0])
-            out.append("| %s | %s | %s | %s | %s (%s) | %s | %s |" % (
-                text, fmt(un), fmt(wa), fmt(hit), fmt(best[0]) if best else "—", best[1] if best else "—",
-                ratio(un), ratio(wa if wa else hit)))
-        out += ["", "| peer | case | MB per CPU-s | MB per wall-s |", "|---|---|---|---|"]
+            if un and top:
+                lows.append((un[0] / top[0][0], model, text, top[1]))
+            out.append("| %s | %s | %s | %s | %s %s | %s / %s / %s | %s %s | %s |" % (
+                text, fmt(un), fmt(wa), fmt(hit),
+                fmt(top[0]) if top else "—", "(%s)" % top[1] if top else "",
+                ratio(un, top), ratio(wa, top), ratio(hit, top),
+                fmt(top_hf[0]) if top_hf else "—", "(%s)" % top_hf[1] if top_hf else "", ratio(un, top_hf)))
+        out += ["", "| side | case | MB per CPU-s | MB per wall-s |", "|---|---|---|---|"]
         for (m, s, case) in sorted(by):
-            if m != model or s == "kvroute":
+            if m != model:
                 continue
             xs = by[(m, s, case)]
             wall = statistics.median(x["bytes"] / x["wall_s"] / 1e6 for x in xs)
             out.append("| %s | %s | %s | %.1f |" % (s, case, fmt(med(m, s, case)), wall))
         out.append("")
+    if lows:
+        r, model, text, which = min(lows)
+        out[out.index("## Speed") + 1:out.index("## Speed") + 1] = [
+            "", "Lowest ratio of kvroute uncached to the fastest peer: **%.1f×** (%s, %s, against %s)." % (r, model, text, which)]
     return "\n".join(out) + "\n"
 
 
