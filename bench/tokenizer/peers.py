@@ -337,6 +337,14 @@ def render(results, check_lines, a):
                     top = (v, "%s %s" % (s, case.split("/", 1)[1]))
         return top
 
+    def round_ratios(model, text, top):
+        """kvroute uncached ÷ the fastest peer's case, taken within each round: median (range)."""
+        side, variant = top[1].split(" ", 1)
+        ours = {x["round"]: x["bytes"] / x["cpu_s"] for x in by.get((model, "kvroute", text + "/uncached"), [])}
+        rs = [ours[x["round"]] / (x["bytes"] / x["cpu_s"]) for x in by.get((model, side, text + "/" + variant), [])
+              if x["round"] in ours]
+        return "%.1f× (%.1f–%.1f)" % (statistics.median(rs), min(rs), max(rs)) if rs else "—"
+
     def ratio(v, b):
         return "—" if v is None or b is None else "%.1f×" % (v[0] / b[0][0])
 
@@ -356,8 +364,8 @@ def render(results, check_lines, a):
     lows = []
     for model in a.models.split(","):
         out += ["### " + model, "",
-                "| text | kvroute uncached | kvroute warm | kvroute prefix hit | fastest peer | ÷ fastest peer: uncached / warm / prefix hit | HF's best | uncached ÷ HF's best |",
-                "|---|---|---|---|---|---|---|---|"]
+                "| text | kvroute uncached | kvroute warm | kvroute prefix hit | fastest peer | ÷ fastest peer: uncached / warm / prefix hit | uncached ÷ fastest peer within rounds | HF's best | uncached ÷ HF's best |",
+                "|---|---|---|---|---|---|---|---|---|"]
         for text in ("whole", "docs", "chat"):
             top, top_hf = best(model, text, peers), best(model, text, hf)
             un = med(model, "kvroute", text + "/uncached")
@@ -365,10 +373,10 @@ def render(results, check_lines, a):
             hit = med(model, "kvroute", text + "/prefix-hit")
             if un and top:
                 lows.append((un[0] / top[0][0], model, text, top[1]))
-            out.append("| %s | %s | %s | %s | %s %s | %s / %s / %s | %s %s | %s |" % (
+            out.append("| %s | %s | %s | %s | %s %s | %s / %s / %s | %s | %s %s | %s |" % (
                 text, fmt(un), fmt(wa), fmt(hit),
                 fmt(top[0]) if top else "—", "(%s)" % top[1] if top else "",
-                ratio(un, top), ratio(wa, top), ratio(hit, top),
+                ratio(un, top), ratio(wa, top), ratio(hit, top), round_ratios(model, text, top) if top else "—",
                 fmt(top_hf[0]) if top_hf else "—", "(%s)" % top_hf[1] if top_hf else "", ratio(un, top_hf)))
         out += ["", "| side | case | MB per CPU-s | MB per wall-s |", "|---|---|---|---|"]
         for (m, s, case) in sorted(by):
