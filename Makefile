@@ -112,7 +112,7 @@ testdeps:
 compare: ## kvroute beside its peers (Dynamo's replay, SGLang's router, GIE's endpoint picker, aiperf): reports/compare/REPORT.md (~15 min; not in make test)
 	@./scripts/compare.sh
 
-bench-tokenizer-peers: ## kvroute's tokenizer beside Hugging Face tokenizers and tiktoken, per CPU-second: reports/tokenizer-peers/REPORT.md (~10 min; not in make test)
+bench-tokenizer-peers: ## kvroute's tokenizer beside Hugging Face tokenizers and tiktoken, per CPU-second: reports/tokenizer-peers/REPORT.md (~12 min on 2 shared cores; not in make test)
 	@./scripts/bench-tokenizer-peers.sh
 
 bench: ## run every benchmark once (BENCH=regex, BENCHTIME=1s)
