@@ -10,7 +10,7 @@ BENCH     ?= .
 BENCHTIME ?= 1s
 FUZZTIME  ?= 10s
 
-.PHONY: all build static install test lint test-main test-deploy test-kubeapiserver test-llmd bench-llmd llm-d-sim kube-apiserver envoy compare testdeps vet bench fuzz demo clean help
+.PHONY: all build static install test lint test-main test-deploy test-kubeapiserver test-llmd bench-llmd llm-d-sim kube-apiserver envoy compare bench-tokenizer-peers testdeps vet bench fuzz demo clean help
 
 all: build
 
@@ -115,6 +115,9 @@ testdeps:
 
 compare: ## kvroute beside its peers (Dynamo's replay, SGLang's router, GIE's endpoint picker, aiperf): reports/compare/REPORT.md (~15 min; not in make test)
 	@./scripts/compare.sh
+
+bench-tokenizer-peers: ## kvroute's tokenizer beside Hugging Face tokenizers and tiktoken, per CPU-second: reports/tokenizer-peers/REPORT.md (~12 min on 2 shared cores; not in make test)
+	@./scripts/bench-tokenizer-peers.sh
 
 bench: ## run every benchmark once (BENCH=regex, BENCHTIME=1s)
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -benchtime $(BENCHTIME) $(PKGS)
