@@ -82,6 +82,8 @@ type workerState struct {
 	// tokens), so one removal does not clear a block still held.
 	dups   map[uint64]uint32
 	blocks int // distinct router hashes whose bit is set
+	// links: parents of the device blocks, for Match's jump (links.go).
+	links links
 	// seed is Seed(model, "", ""), the root of chains without LoRA or salt.
 	seed  uint64
 	stale bool
@@ -131,6 +133,7 @@ func (ix *Index) AddWorker(id, model string, blockSize int) {
 		offDevice: map[uint64]offEntry{},
 		offRouter: map[uint64][2]uint32{},
 		dups:      map[uint64]uint32{},
+		links:     newLinks(),
 	}
 	ix.slots[idx] = w
 	for len(ix.words) <= w.word {
@@ -171,6 +174,7 @@ func (ix *Index) purge(w *workerState) {
 	w.offRouter = map[uint64][2]uint32{}
 	w.dups = map[uint64]uint32{}
 	w.blocks = 0
+	w.links = newLinks()
 }
 
 // NeedsResync reports whether worker's view is stale: a sequence gap or
@@ -239,7 +243,7 @@ func (ix *Index) Match(hashes []uint64, candidates []string, out []MatchResult) 
 			name = candidates[i]
 		}
 		out[i].reset(name, true, w.stale, w.blocks)
-		refs[i] = workerRef{idx: w.idx, word: w.word, bit: w.bit}
+		refs[i] = workerRef{idx: w.idx, word: w.word, bit: w.bit, prefixClosed: w.links.prefixClosed()}
 	}
 	matchWords(ix.words, len(ix.slots), hashes, refs, out)
 	for i, w := range ws {
@@ -396,7 +400,7 @@ func (ix *Index) Stats() Stats {
 			continue
 		}
 		s.Entries += w.blocks
-		s.Bytes += w.device.bytes() + len(w.offDevice)*32
+		s.Bytes += w.device.bytes() + w.links.bytes() + len(w.offDevice)*32
 		s.PerWorker = append(s.PerWorker, WorkerStats{
 			ID: w.id, Model: w.model, BlockSize: w.blockSize,
 			Blocks: w.blocks, OffDeviceBlocks: len(w.offDevice), Stale: w.stale,

@@ -51,11 +51,13 @@ var (
 )
 
 // workerRef is where a candidate's bit lives; idx is -1 for an unknown
-// candidate.
+// candidate. prefixClosed says that the worker holds every block's parent
+// (links.go), so walkJump may stride through its blocks.
 type workerRef struct {
-	idx  int
-	word int
-	bit  uint64
+	idx          int
+	word         int
+	bit          uint64
+	prefixClosed bool
 }
 
 // matchWords is the walk shared by Index and Approx: given out, one result
@@ -64,13 +66,19 @@ type workerRef struct {
 // the sets of dense worker indices 64w..64w+63; nslots bounds the indices.
 // The caller holds the read lock that guards words.
 func matchWords(words []*bitTable, nslots int, hashes []uint64, refs []workerRef, out []MatchResult) {
-	var aliveBuf [4]uint64
-	alive := aliveBuf[:0]
+	var aliveBuf, closedBuf [4]uint64
+	alive, closed := aliveBuf[:0], closedBuf[:0]
 	for range words {
 		alive = append(alive, 0)
+		closed = append(closed, 0)
 	}
 	for _, ref := range refs {
-		if ref.idx >= 0 {
+		if ref.idx < 0 {
+			continue
+		}
+		if ref.prefixClosed {
+			closed[ref.word] |= ref.bit
+		} else {
 			alive[ref.word] |= ref.bit
 		}
 	}
@@ -81,8 +89,12 @@ func matchWords(words []*bitTable, nslots int, hashes []uint64, refs []workerRef
 	}
 	depth = depth[:nslots]
 	for wd, a := range alive {
+		d := depth[wd*64 : min(nslots, wd*64+64)]
 		if a != 0 {
-			walk(words[wd], hashes, a, depth[wd*64:min(nslots, wd*64+64)])
+			walk(words[wd], hashes, a, d)
+		}
+		if c := closed[wd]; c != 0 {
+			walkJump(words[wd], hashes, c, d)
 		}
 	}
 	for i, ref := range refs {
