@@ -87,6 +87,7 @@ func (ix *Index) Apply(worker string, b EventBatch) ApplyStats {
 			ix.stored = ix.stored[:0]
 		}
 	}
+	ix.sync(w)
 	if ix.obs != nil {
 		if st.Cleared > 0 || (w.stale && !wasStale) {
 			ix.obs.CacheReset(worker)

@@ -23,6 +23,7 @@ type Index struct {
 	cfg     Config
 	workers map[string]*workerState
 	slots   []*workerState // by dense index; nil when free
+	hot     []workerHot    // by dense index: what Match reads of each worker
 	words   []*bitTable    // words[w] holds bits of workers 64w..64w+63
 	scratch []uint64       // router hashes of the event being applied
 	keys    []uint64       // engine keys of the event being applied
@@ -89,6 +90,22 @@ type workerState struct {
 	stale bool
 }
 
+// workerHot is what Match reads of a worker besides where its bit lives,
+// kept in one dense array so that a Match over a large fleet reads a few
+// bytes per worker instead of several cache lines of its state. sync
+// refreshes it, under the write lock, after anything that may change it.
+type workerHot struct {
+	blocks int  // workerState.blocks
+	stale  bool // workerState.stale
+	closed bool // workerState.links.prefixClosed()
+	off    bool // the worker holds blocks off the device
+}
+
+// sync refreshes w's hot entry. Caller holds mu for writing.
+func (ix *Index) sync(w *workerState) {
+	ix.hot[w.idx] = workerHot{blocks: w.blocks, stale: w.stale, closed: w.links.prefixClosed(), off: len(w.offRouter) > 0}
+}
+
 type offEntry struct {
 	router uint64
 	media  uint8
@@ -116,6 +133,7 @@ func (ix *Index) AddWorker(id, model string, blockSize int) {
 			w.model, w.blockSize, w.seed = model, blockSize, Seed(model, "", "")
 			w.stale = false
 			ix.reset(w)
+			ix.sync(w)
 		}
 		return
 	}
@@ -125,6 +143,7 @@ func (ix *Index) AddWorker(id, model string, blockSize int) {
 	}
 	if idx == len(ix.slots) {
 		ix.slots = append(ix.slots, nil)
+		ix.hot = append(ix.hot, workerHot{})
 	}
 	w := &workerState{
 		id: id, model: model, blockSize: blockSize, seed: Seed(model, "", ""),
@@ -140,6 +159,7 @@ func (ix *Index) AddWorker(id, model string, blockSize int) {
 		ix.words = append(ix.words, newBitTable(ix.cfg.InitialBlocks))
 	}
 	ix.workers[id] = w
+	ix.sync(w)
 	ix.gen++
 }
 
@@ -156,6 +176,7 @@ func (ix *Index) RemoveWorker(id string) {
 	delete(ix.workers, id)
 	ix.gen++
 	ix.slots[w.idx] = nil
+	ix.hot[w.idx] = workerHot{}
 }
 
 // HasWorker reports whether id is registered.
@@ -194,6 +215,7 @@ func (ix *Index) MarkStale(worker string) {
 	if w := ix.workers[worker]; w != nil {
 		w.stale = true
 		ix.reset(w)
+		ix.sync(w)
 	}
 }
 
@@ -206,6 +228,7 @@ func (ix *Index) Reset(worker string) {
 		ix.purge(w)
 		w.stale = false
 		ix.reset(w)
+		ix.sync(w)
 	}
 }
 
@@ -230,8 +253,8 @@ func (ix *Index) Match(hashes []uint64, candidates []string, out []MatchResult) 
 		ws = ix.cands.resolve(ix.gen, candidates, func(id string) *workerState { return ix.workers[id] })
 	}
 	out = resize(out, len(ws))
-	var buf refBuf
-	refs := buf.refs(len(ws))
+	var bufs matchBufs
+	refs := bufs.refs(len(ws))
 	for i, w := range ws {
 		if w == nil {
 			out[i].reset(candidates[i], false, false, 0)
@@ -242,12 +265,14 @@ func (ix *Index) Match(hashes []uint64, candidates []string, out []MatchResult) 
 		if candidates != nil {
 			name = candidates[i]
 		}
-		out[i].reset(name, true, w.stale, w.blocks)
-		refs[i] = workerRef{idx: w.idx, word: w.word, bit: w.bit, prefixClosed: w.links.prefixClosed()}
+		h := &ix.hot[w.idx]
+		out[i].reset(name, true, h.stale, h.blocks)
+		refs[i] = workerRef{idx: w.idx, word: w.idx / 64, bit: 1 << (w.idx % 64), prefixClosed: h.closed}
 	}
-	matchWords(ix.words, len(ix.slots), hashes, refs, out)
+	matchWords(ix.words, len(ix.slots), hashes, refs, out, &bufs)
+	bufs.release()
 	for i, w := range ws {
-		if w != nil && len(w.offRouter) > 0 {
+		if w != nil && ix.hot[w.idx].off {
 			out[i].HostBlocks, out[i].DiskBlocks = w.offTiers(hashes[out[i].Blocks:])
 		}
 	}

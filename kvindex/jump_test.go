@@ -21,7 +21,7 @@ func walkMatch(ix *Index, hashes []uint64) []MatchResult {
 		out = append(out, MatchResult{Worker: w.id, Known: true, Stale: w.stale, Cached: w.blocks})
 		refs = append(refs, workerRef{idx: w.idx, word: w.word, bit: w.bit})
 	}
-	matchWords(ix.words, len(ix.slots), hashes, refs, out)
+	matchWords(ix.words, len(ix.slots), hashes, refs, out, &matchBufs{})
 	i := 0
 	for _, w := range ix.slots {
 		if w == nil {

@@ -399,6 +399,7 @@ func (ix *Index) LoadSnapshot(s *Snapshot) LoadStats {
 			w.offDevice[e.Key] = offEntry{router: e.Router, media: e.Media}
 			w.countOff(e.Router, e.Media, 1)
 		}
+		ix.sync(w)
 		st.Workers++
 		st.Entries += w.blocks
 	}

@@ -152,19 +152,19 @@ func measureKVIndex(w *Workload, threads int, minLookup time.Duration) (Result, 
 	res.BytesHow = "Go heap in use after GC, after minus before building the index"
 
 	for c, ps := range prompts {
-		res.Lookups = append(res.Lookups, lookupKVIndex(ix, caseNames[c], ps, threads, minLookup))
+		res.Lookups = append(res.Lookups, lookupKVIndex(ix, caseNames[c], ps, names, threads, minLookup))
 	}
 	return res, nil
 }
 
-// lookupKVIndex matches prompts against every worker (nil candidates), in
-// passes over prompts on each of threads goroutines, until minLookup has
-// passed.
-func lookupKVIndex(ix *kvindex.Index, name string, prompts [][]uint64, threads int, minLookup time.Duration) Lookup {
+// lookupKVIndex matches prompts against every worker, named in one slice
+// as the picker passes its pool, in passes over prompts on each of threads
+// goroutines, until minLookup has passed.
+func lookupKVIndex(ix *kvindex.Index, name string, prompts [][]uint64, workers []string, threads int, minLookup time.Duration) Lookup {
 	l := Lookup{Case: name}
 	out := make([]kvindex.MatchResult, 0, 1024)
 	for _, p := range prompts {
-		out = ix.Match(p, nil, out)
+		out = ix.Match(p, workers, out)
 		for _, r := range out {
 			l.Checksum += uint64(r.Blocks)
 		}
@@ -178,7 +178,7 @@ func lookupKVIndex(ix *kvindex.Index, name string, prompts [][]uint64, threads i
 				out := make([]kvindex.MatchResult, 0, 1024)
 				for range passes {
 					for _, p := range prompts {
-						out = ix.Match(p, nil, out)
+						out = ix.Match(p, workers, out)
 					}
 				}
 			})
