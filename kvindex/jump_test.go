@@ -287,3 +287,24 @@ func TestSnapshotLoadedWorkerIsWalkedUntilCleared(t *testing.T) {
 		t.Fatalf("matched %d, want 40", n)
 	}
 }
+
+func TestMatchOverManyWorkersDoesNotAllocate(t *testing.T) {
+	ix := New(Config{})
+	var workers []string
+	for i := range 200 {
+		workers = append(workers, fmt.Sprint("w", i))
+		ix.AddWorker(workers[i], testModel, testBS)
+		ix.Apply(workers[i], EventBatch{Events: []Event{storeEv(i%3, 0, 40)}})
+	}
+	prompt := promptHashes(0, 40)
+	out := ix.Match(prompt, workers, nil)
+	if out[0].Blocks != 40 || out[1].Blocks != 0 {
+		t.Fatalf("matched %d and %d, want 40 and 0", out[0].Blocks, out[1].Blocks)
+	}
+	if raceEnabled {
+		t.Skip("the race detector makes sync.Pool drop items on purpose")
+	}
+	if n := testing.AllocsPerRun(100, func() { out = ix.Match(prompt, workers, out) }); n != 0 {
+		t.Fatalf("Match over %d candidates allocates %v times", len(workers), n)
+	}
+}
