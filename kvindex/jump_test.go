@@ -103,7 +103,7 @@ func TestJumpMatchAgreesWithWalkOnRandomStreams(t *testing.T) {
 				routers[d] = HashBlocks(seed0, tokens[d], testBS, nil)
 			}
 			engine := func(d, j int) EngineHash { return HashUint(routers[d][j] ^ 0x5eed) }
-			ix := New(Config{})
+			ix := New(Config{JumpSearch: true})
 			var workers []string
 			for i := range nWorkers {
 				workers = append(workers, fmt.Sprint("w", i))
@@ -229,7 +229,7 @@ func TestJumpMatchAgreesWithWalkOnRandomStreams(t *testing.T) {
 }
 
 func TestInteriorRemovalIsNotJumpedOver(t *testing.T) {
-	ix := New(Config{})
+	ix := New(Config{JumpSearch: true})
 	ix.AddWorker("w", testModel, testBS)
 	ix.Apply("w", EventBatch{Events: []Event{storeEv(0, 0, 40)}})
 	prompt := promptHashes(0, 40)
@@ -259,7 +259,7 @@ func TestInteriorRemovalIsNotJumpedOver(t *testing.T) {
 }
 
 func TestSnapshotLoadedWorkerIsWalkedUntilCleared(t *testing.T) {
-	src := New(Config{})
+	src := New(Config{JumpSearch: true})
 	src.AddWorker("w", testModel, testBS)
 	src.Apply("w", EventBatch{Events: []Event{storeEv(0, 0, 40), removeEv(0, 10)}})
 	var buf bytes.Buffer
@@ -270,7 +270,7 @@ func TestSnapshotLoadedWorkerIsWalkedUntilCleared(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ix := New(Config{})
+	ix := New(Config{JumpSearch: true})
 	ix.AddWorker("w", testModel, testBS)
 	ix.LoadSnapshot(s)
 	if ix.workers["w"].links.prefixClosed() {
@@ -289,7 +289,7 @@ func TestSnapshotLoadedWorkerIsWalkedUntilCleared(t *testing.T) {
 }
 
 func TestMatchOverManyWorkersDoesNotAllocate(t *testing.T) {
-	ix := New(Config{})
+	ix := New(Config{JumpSearch: true})
 	var workers []string
 	for i := range 200 {
 		workers = append(workers, fmt.Sprint("w", i))

@@ -25,7 +25,14 @@ type links struct {
 	unknown bool
 }
 
-func newLinks() links { return links{t: newLinkTable()} }
+// newLinks returns a worker's empty links; without Config.JumpSearch they
+// are never kept, and the worker is walked block by block.
+func (ix *Index) newLinks() links {
+	if !ix.cfg.JumpSearch {
+		return links{unknown: true}
+	}
+	return links{t: newLinkTable()}
+}
 
 // prefixClosed reports whether every block the worker holds has its parent
 // held too, so that walkJump's answer for it is exact.

@@ -379,7 +379,7 @@ func (ix *Index) LoadSnapshot(s *Snapshot) LoadStats {
 		w.stale = sw.Stale
 		// A snapshot holds no parents: walk this worker block by block
 		// until its next purge.
-		w.links.unknown = len(sw.Device) > 0
+		w.links.unknown = w.links.unknown || len(sw.Device) > 0
 		t := ix.words[w.word]
 		w.device.reserve(len(sw.Device))
 		for _, e := range sw.Device {

@@ -56,6 +56,7 @@ func runCompare(args []string) error {
 			for _, t := range strings.Split(*threadList, ",") {
 				sides := [][]string{
 					{self, "measure", "-in", path, "-threads", t, "-min-lookup", minLookup.String()},
+					{self, "measure", "-jump", "-in", path, "-threads", t, "-min-lookup", minLookup.String()},
 					{*rust, "--in", path, "--threads", t, "--min-lookup-ms", strconv.Itoa(int(minLookup.Milliseconds()))},
 				}
 				for _, argv := range sides {
@@ -145,15 +146,20 @@ func writeTable(w io.Writer, all []Result) error {
 			k.workers, k.threads, k.side, k.index, rw.events, rw.blocks, rw.hashed, rw.lookup[0], rw.lookup[1], rw.lookup[2], rw.bytes, len(rs))
 	}
 	fmt.Fprintf(bw, "\nkvroute against each Dynamo index (>1: kvroute ahead; apply and memory as kvroute/dynamo and dynamo/kvroute, lookups as dynamo/kvroute):\n\n")
-	fmt.Fprintf(bw, "| workers | threads | against | apply | apply incl. hashing | lookup full | early | system | memory |\n|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(bw, "| workers | threads | kvroute | against | apply | apply incl. hashing | lookup full | early | system | memory |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, k := range keys {
 		if k.side != "dynamo" {
 			continue
 		}
-		ours := rows[seriesKey{"kvroute", "kvindex.Index", k.workers, k.threads}]
-		d := rows[k]
-		fmt.Fprintf(bw, "| %d | %d | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", k.workers, k.threads, k.index,
-			ours.events/d.events, ours.hashed/d.hashed, d.lookup[0]/ours.lookup[0], d.lookup[1]/ours.lookup[1], d.lookup[2]/ours.lookup[2], d.bytes/ours.bytes)
+		for _, name := range []string{kvindexName(false), kvindexName(true)} {
+			ours, ok := rows[seriesKey{"kvroute", name, k.workers, k.threads}]
+			if !ok {
+				continue
+			}
+			d := rows[k]
+			fmt.Fprintf(bw, "| %d | %d | %s | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", k.workers, k.threads, name, k.index,
+				ours.events/d.events, ours.hashed/d.hashed, d.lookup[0]/ours.lookup[0], d.lookup[1]/ours.lookup[1], d.lookup[2]/ours.lookup[2], d.bytes/ours.bytes)
+		}
 	}
 	// Same bytes in, same matches out.
 	for _, k := range keys {

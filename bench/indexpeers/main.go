@@ -80,6 +80,7 @@ func runMeasure(args []string) error {
 	in := fs.String("in", "", "workload file")
 	threads := fs.Int("threads", 1, "goroutines applying and looking up")
 	minLookup := fs.Duration("min-lookup", 500*time.Millisecond, "least wall time per query case")
+	jump := fs.Bool("jump", false, "build the index with kvindex.Config.JumpSearch")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of applying and looking up to this file")
 	fs.Parse(args)
 	profileTo = *cpuProfile
@@ -87,7 +88,7 @@ func runMeasure(args []string) error {
 	if err != nil {
 		return err
 	}
-	res, err := measureKVIndex(w, *threads, *minLookup)
+	res, err := measureKVIndex(w, *threads, *minLookup, *jump)
 	if err != nil {
 		return err
 	}
