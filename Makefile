@@ -10,7 +10,7 @@ BENCH     ?= .
 BENCHTIME ?= 1s
 FUZZTIME  ?= 10s
 
-.PHONY: all build static install test lint test-main test-deploy test-kubeapiserver test-llmd bench-llmd llm-d-sim kube-apiserver envoy compare bench-tokenizer-peers testdeps vet bench fuzz demo clean help
+.PHONY: all build static install test lint test-main test-deploy test-kubeapiserver test-llmd bench-llmd llm-d-sim kube-apiserver envoy compare bench-tokenizer-peers bench-index-peers testdeps vet bench fuzz demo clean help
 
 all: build
 
@@ -118,6 +118,18 @@ compare: ## kvroute beside its peers (Dynamo's replay, SGLang's router, GIE's en
 
 bench-tokenizer-peers: ## kvroute's tokenizer beside Hugging Face tokenizers and tiktoken, per CPU-second: reports/tokenizer-peers/REPORT.md (~12 min on 2 shared cores; not in make test)
 	@./scripts/bench-tokenizer-peers.sh
+
+# kvindex beside Dynamo's published index (crate dynamo-kv-router, pinned in
+# bench/dynamo-index/Cargo.toml): the Rust harness is built by cargo into the
+# user cache, the workload files and raw results go to INDEX_PEERS_DIR.
+CARGO_TARGET_DIR ?= $(HOME)/.cache/kvroute/cargo-target
+INDEX_PEERS_DIR  ?= $(or $(TMPDIR),/tmp)/kvroute-index-peers
+INDEX_PEERS_ARGS ?= -rounds 3
+bench-index-peers: ## kvindex against Dynamo's PositionalIndexer and radix tree on the same workload files (docs/index-peers.md; ~30 min; not in make test)
+	@mkdir -p $(INDEX_PEERS_DIR) $(BIN)
+	cd bench/dynamo-index && CARGO_TARGET_DIR=$(CARGO_TARGET_DIR) cargo build --release --locked $(CARGO_FLAGS)
+	$(GO) build -o $(BIN)/indexpeers ./bench/indexpeers
+	$(BIN)/indexpeers compare -rust $(CARGO_TARGET_DIR)/release/dynamo-index-bench -dir $(INDEX_PEERS_DIR) $(INDEX_PEERS_ARGS)
 
 bench: ## run every benchmark once (BENCH=regex, BENCHTIME=1s)
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -benchtime $(BENCHTIME) $(PKGS)

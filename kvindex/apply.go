@@ -87,6 +87,7 @@ func (ix *Index) Apply(worker string, b EventBatch) ApplyStats {
 			ix.stored = ix.stored[:0]
 		}
 	}
+	ix.sync(w)
 	if ix.obs != nil {
 		if st.Cleared > 0 || (w.stale && !wasStale) {
 			ix.obs.CacheReset(worker)
@@ -170,7 +171,7 @@ func (ix *Index) applyStored(w *workerState, e *BlockStored, st *ApplyStats) {
 	medium := mediaBit(e.Medium)
 	t := ix.words[w.word]
 	if medium == 0 {
-		ix.sink ^= t.touch(ix.scratch) ^ w.device.touch(ix.keys)
+		ix.sink ^= t.touch(ix.scratch) ^ w.device.touch(ix.keys) ^ w.links.touch(ix.scratch)
 	}
 	for i, key := range ix.keys {
 		r := ix.scratch[i]
@@ -202,6 +203,13 @@ func (ix *Index) applyStored(w *workerState, e *BlockStored, st *ApplyStats) {
 			w.dups[r]++
 		} else {
 			w.blocks++
+			parent := uint64(0)
+			if i > 0 {
+				parent = ix.scratch[i-1]
+			} else if !root {
+				parent = prev
+			}
+			w.links.held(r, parent)
 		}
 		st.StoredBlocks++
 	}
@@ -227,6 +235,7 @@ func (ix *Index) dropDevice(w *workerState, t *bitTable, r uint64) {
 	if len(w.dups) == 0 {
 		if t.clear(r, w.bit) {
 			w.blocks--
+			w.links.dropped(r)
 		}
 		return
 	}
@@ -240,6 +249,7 @@ func (ix *Index) dropDevice(w *workerState, t *bitTable, r uint64) {
 	}
 	if t.clear(r, w.bit) {
 		w.blocks--
+		w.links.dropped(r)
 	}
 }
 
@@ -281,7 +291,7 @@ func (ix *Index) applyRemoved(w *workerState, e *BlockRemoved, st *ApplyStats) {
 		routers = append(routers, r)
 	}
 	t := ix.words[w.word]
-	ix.sink ^= t.touch(routers)
+	ix.sink ^= t.touch(routers) ^ w.links.touch(routers)
 	for _, r := range routers {
 		ix.dropDevice(w, t, r)
 	}

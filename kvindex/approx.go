@@ -221,8 +221,8 @@ func (a *Approx) Match(hashes []uint64, candidates []string, out []MatchResult) 
 		ws = a.cands.resolve(a.gen, candidates, func(id string) *apxWorker { return a.workers[id] })
 	}
 	out = resize(out, len(ws))
-	var buf refBuf
-	refs := buf.refs(len(ws))
+	var bufs matchBufs
+	refs := bufs.refs(len(ws))
 	for i, w := range ws {
 		if w == nil {
 			out[i].reset(candidates[i], false, false, 0)
@@ -236,6 +236,7 @@ func (a *Approx) Match(hashes []uint64, candidates []string, out []MatchResult) 
 		out[i].reset(name, true, false, len(w.held))
 		refs[i] = workerRef{idx: w.idx, word: w.word, bit: w.bit}
 	}
-	matchWords(a.words, len(a.slots), hashes, refs, out)
+	matchWords(a.words, len(a.slots), hashes, refs, out, &bufs)
+	bufs.release()
 	return out
 }

@@ -1,5 +1,7 @@
 package kvindex
 
+import "sync"
+
 // MatchResult is one worker's answer to a Match: how many leading blocks of
 // the prompt it holds on the device tier, and how many it holds in all.
 type MatchResult struct {
@@ -51,11 +53,13 @@ var (
 )
 
 // workerRef is where a candidate's bit lives; idx is -1 for an unknown
-// candidate.
+// candidate. prefixClosed says that the worker holds every block's parent
+// (links.go), so walkJump may stride through its blocks.
 type workerRef struct {
-	idx  int
-	word int
-	bit  uint64
+	idx          int
+	word         int
+	bit          uint64
+	prefixClosed bool
 }
 
 // matchWords is the walk shared by Index and Approx: given out, one result
@@ -63,26 +67,37 @@ type workerRef struct {
 // aligned with it, it sets every known candidate's Blocks. words[w] holds
 // the sets of dense worker indices 64w..64w+63; nslots bounds the indices.
 // The caller holds the read lock that guards words.
-func matchWords(words []*bitTable, nslots int, hashes []uint64, refs []workerRef, out []MatchResult) {
-	var aliveBuf [4]uint64
-	alive := aliveBuf[:0]
-	for range words {
-		alive = append(alive, 0)
-	}
+func matchWords(words []*bitTable, nslots int, hashes []uint64, refs []workerRef, out []MatchResult, bufs *matchBufs) {
+	alive, closed := bufs.masks(len(words))
 	for _, ref := range refs {
-		if ref.idx >= 0 {
+		if ref.idx < 0 {
+			continue
+		}
+		if ref.prefixClosed {
+			closed[ref.word] |= ref.bit
+		} else {
 			alive[ref.word] |= ref.bit
 		}
 	}
-	var depthBuf [64]int32
-	depth := depthBuf[:0]
-	if nslots > len(depthBuf) {
-		depth = make([]int32, 0, nslots)
+	depth := bufs.depth(nslots)
+	if len(words) > 1 {
+		// Each word's walk starts with a round trip to memory for the
+		// prompt's first blocks; start them all at once.
+		var at [matchChunk]int
+		first := hashes[:min(matchChunk, len(hashes))]
+		for wd := range words {
+			if alive[wd]|closed[wd] != 0 {
+				words[wd].prefetch(first, at[:])
+			}
+		}
 	}
-	depth = depth[:nslots]
 	for wd, a := range alive {
+		d := depth[wd*64 : min(nslots, wd*64+64)]
 		if a != 0 {
-			walk(words[wd], hashes, a, depth[wd*64:min(nslots, wd*64+64)])
+			walk(words[wd], hashes, a, d)
+		}
+		if c := closed[wd]; c != 0 {
+			walkJump(words[wd], hashes, c, d)
 		}
 	}
 	for i, ref := range refs {
@@ -92,13 +107,66 @@ func matchWords(words []*bitTable, nslots int, hashes []uint64, refs []workerRef
 	}
 }
 
-// refBuf is room for the refs of a typical candidate list on the stack.
-type refBuf [64]workerRef
+// matchBufs is a Match's working memory: on the stack for a fleet of up to
+// 64 workers (256 in masks), from a pool beyond, so that Match does not
+// allocate however large the fleet. release returns the pooled part.
+type matchBufs struct {
+	refs1          [64]workerRef
+	depth1         [64]int32
+	alive1, closed [4]uint64
+	large          *largeBufs
+}
 
-// refs returns a slice of n refs, in b when it fits.
-func (b *refBuf) refs(n int) []workerRef {
-	if n > len(b) {
-		return make([]workerRef, n)
+type largeBufs struct {
+	refs          []workerRef
+	depth         []int32
+	alive, closed []uint64
+}
+
+var largePool = sync.Pool{New: func() any { return new(largeBufs) }}
+
+func (b *matchBufs) pooled() *largeBufs {
+	if b.large == nil {
+		b.large = largePool.Get().(*largeBufs)
 	}
-	return b[:n]
+	return b.large
+}
+
+// refs returns room for n refs.
+func (b *matchBufs) refs(n int) []workerRef {
+	if n <= len(b.refs1) {
+		return b.refs1[:n]
+	}
+	l := b.pooled()
+	l.refs = resize(l.refs, n)
+	return l.refs
+}
+
+// depth returns room for n depths; walk sets every one Match reads.
+func (b *matchBufs) depth(n int) []int32 {
+	if n <= len(b.depth1) {
+		return b.depth1[:n]
+	}
+	l := b.pooled()
+	l.depth = resize(l.depth, n)
+	return l.depth
+}
+
+// masks returns n zeroed alive and closed masks.
+func (b *matchBufs) masks(n int) (alive, closed []uint64) {
+	if n <= len(b.alive1) {
+		return b.alive1[:n], b.closed[:n]
+	}
+	l := b.pooled()
+	l.alive, l.closed = resize(l.alive, n), resize(l.closed, n)
+	clear(l.alive)
+	clear(l.closed)
+	return l.alive, l.closed
+}
+
+func (b *matchBufs) release() {
+	if b.large != nil {
+		largePool.Put(b.large)
+		b.large = nil
+	}
 }

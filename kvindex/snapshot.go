@@ -377,6 +377,9 @@ func (ix *Index) LoadSnapshot(s *Snapshot) LoadStats {
 		}
 		ix.purge(w)
 		w.stale = sw.Stale
+		// A snapshot holds no parents: walk this worker block by block
+		// until its next purge.
+		w.links.unknown = w.links.unknown || len(sw.Device) > 0
 		t := ix.words[w.word]
 		w.device.reserve(len(sw.Device))
 		for _, e := range sw.Device {
@@ -396,6 +399,7 @@ func (ix *Index) LoadSnapshot(s *Snapshot) LoadStats {
 			w.offDevice[e.Key] = offEntry{router: e.Router, media: e.Media}
 			w.countOff(e.Router, e.Media, 1)
 		}
+		ix.sync(w)
 		st.Workers++
 		st.Entries += w.blocks
 	}

@@ -164,6 +164,10 @@ type Config struct {
 	// KeepaliveMinTime is the shortest client ping interval tolerated on the
 	// ext_proc server (default 1 s).
 	KeepaliveMinTime time.Duration
+	// IndexJumpSearch builds the KV index with kvindex.Config.JumpSearch:
+	// faster lookups of long prompts for about twice the cost of applying
+	// events and ~45 more bytes per (block, worker) entry.
+	IndexJumpSearch bool
 	// MaxMessages and MaxPromptBytes cap what a decision renders and
 	// tokenizes; above a cap the request is routed by load (see
 	// picker.Config). 0: no cap.

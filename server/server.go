@@ -132,7 +132,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	} else {
 		r.log.Warn("no tokenizers (--tokenizer MODEL=DIR): every request is routed by load alone")
 	}
-	r.index = kvindex.New(kvindex.Config{})
+	r.index = kvindex.New(kvindex.Config{JumpSearch: cfg.IndexJumpSearch})
 	r.approx = kvindex.NewApprox(kvindex.ApproxConfig{})
 	r.metrics = newMetrics(cfg.Registry, r)
 	sched, err := r.newScheduler()

@@ -8,7 +8,7 @@ var serveGroups = []cli.Group{
 	{Title: "Start here", Flags: []string{"router-mode", "tokenizer", "chat-template", "workers-file", "etcd-endpoints", "pool-name", "nats-url", "namespace", "grpc-addr", "http-addr", "admin-listen"}},
 	{Title: "Discovery", Flags: []string{"workers-file-interval", "lease-flap-grace", "pool-namespace", "pool-model", "pool-block-size", "pool-kv-blocks", "kubeconfig", "xds-addr", "xds-node-id"}},
 	{Title: "Events", Flags: []string{"kv-events", "kv-cache-block-size", "engine", "engine-events", "engine-events-listen", "engine-events-port", "engine-events-topic", "engine-replay-port", "engine-load",
-		"embedded-nats-addr", "durable-events", "events-max-age", "events-max-bytes", "jetstream-dir", "jetstream-replicas", "snapshot-interval",
+		"index-jump-search", "embedded-nats-addr", "durable-events", "events-max-age", "events-max-bytes", "jetstream-dir", "jetstream-replicas", "snapshot-interval",
 		"warm-from", "warm-timeout", "resync-interval", "stale-report-age", "replica-sync", "router-id", "sync-heartbeat"}},
 	{Title: "Routing cost", Flags: []string{"cost-model", "prefill-rate", "prefill-overhead", "learn-prefill-rate", "prefill-backlog-decay", "prefill-load-scale",
 		"decode-active-request-weight", "decode-slowdown-weight", "duplicate-prefill-weight", "host-cache-hit-weight", "disk-cache-hit-weight",

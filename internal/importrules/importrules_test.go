@@ -58,10 +58,11 @@ var mayImport = map[string][]string{
 	"internal/importrules": {},
 
 	// End-to-end tests and the peer harnesses may use anything.
-	"e2e":             nil,
-	"e2e/operator":    nil,
-	"bench/compare":   nil,
-	"bench/tokenizer": {"tokenizer"},
+	"e2e":              nil,
+	"e2e/operator":     nil,
+	"bench/compare":    nil,
+	"bench/tokenizer":  {"tokenizer"},
+	"bench/indexpeers": {"kvindex"},
 }
 
 // neverInDeps lists, per package, what must not appear anywhere in its
