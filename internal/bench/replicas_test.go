@@ -40,10 +40,10 @@ func TestTwoReplicasIndexesAgree(t *testing.T) {
 			t.Fatalf("run: %d requests, %d errors; want 192 and none", run.Requests, run.Errors)
 		}
 	}
-	// Sessions alternate between the replicas, so a session's follow-ups
-	// find their prefix only if each replica sees the other's traffic in
-	// its index. Without it the two would each place a system prompt
-	// afresh and the hit rate would drop well below one replica's.
+	// Sessions are dealt alternately to the replicas and share six system
+	// prompts, so a replica finds a system prompt the other placed only
+	// through the shared KV events and replica sync; routing blind to the
+	// other's traffic would place each prompt twice.
 	if rep.Two.HitRate < rep.One.HitRate-0.05 {
 		t.Errorf("hit rate with two replicas %.3f, with one %.3f: want within 5 points", rep.Two.HitRate, rep.One.HitRate)
 	}
