@@ -23,8 +23,8 @@ type RouterCost struct {
 	// Match is kvindex.Index.Match over every candidate, once per
 	// request (kv mode only).
 	Match CallCost `json:"match"`
-	// Decide is Scheduler.Submit: admission, Pool.AppendCandidates'
-	// candidates copied, Mode.Pick and the Pool.Add that follows it. A
+	// Decide is Pool.AppendCandidates and Scheduler.Submit: admission,
+	// every candidate's Load, Mode.Pick and the Pool.Add that follows. A
 	// request the admission queue holds is picked later, inside the
 	// lifecycle call that makes room, and counts there.
 	Decide CallCost `json:"decide"`
@@ -129,6 +129,14 @@ func (m *meter) add(c call, t, exclude time.Duration) time.Duration {
 	d := threadCPU() - t
 	m.calls[c] = append(m.calls[c], uint32(min(max(d-exclude, 0), time.Duration(1<<32-1))))
 	return d
+}
+
+// since is the CPU time since t, recorded nowhere.
+func (m *meter) since(t time.Duration) time.Duration {
+	if m == nil {
+		return 0
+	}
+	return threadCPU() - t
 }
 
 // events counts an applied batch of n block hashes.

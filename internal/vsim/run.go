@@ -358,7 +358,9 @@ func (r *runner) arrive(i int32) {
 	q.hashes = kvindex.HashBlocks(kvindex.Seed(r.fleet.Model, "", ""), r.tok32, bs, nil)
 	r.meter.add(callHash, t, 0)
 	t = r.meter.now()
-	var matchCPU time.Duration
+	// excluded is the part of the decision counted apart (Match) or not
+	// the router's at all (the copy of the candidates below).
+	var excluded time.Duration
 	req := &scoring.Request{ID: strconv.Itoa(int(i)), Model: r.fleet.Model, PromptTokens: len(q.prompt),
 		Hashes: q.hashes, ExpectedOutputTokens: turn.Output}
 	r.cands = r.router.Pool().AppendCandidates(r.cands[:0], r.fleet.Model)
@@ -376,15 +378,18 @@ func (r *runner) arrive(i int32) {
 		}
 		tm := r.meter.now()
 		r.match = m.Match(q.hashes, r.ids, r.match)
-		matchCPU = r.meter.add(callMatch, tm, 0)
+		excluded = r.meter.add(callMatch, tm, 0)
 		for k := range r.cands {
 			r.cands[k].MatchedBlocks, r.cands[k].CachedBlocks = r.match[k].Blocks, r.match[k].Cached
 			r.cands[k].HostBlocks, r.cands[k].DiskBlocks = r.match[k].HostBlocks, r.match[k].DiskBlocks
 			r.cands[k].Stale = r.match[k].Stale
 		}
 	}
-	// The candidates are copied: a queued request keeps its own.
+	// The candidates are copied: a queued request keeps its own. The
+	// picker needs no copy (Route blocks), so it is not timed.
+	tc := r.meter.now()
 	cands := append([]scoring.Candidate(nil), r.cands...)
+	excluded += r.meter.since(tc)
 	r.router.Submit(req, cands, nil, func(d scoring.Decision, err error) {
 		if err != nil {
 			r.fail(i, err)
@@ -397,7 +402,7 @@ func (r *runner) arrive(i int32) {
 		// Delivery is an event of its own: done runs inside the router.
 		r.clock.at(r.clock.now, evDeliver, i, 0)
 	})
-	r.meter.add(callDecide, t, matchCPU)
+	r.meter.add(callDecide, t, excluded)
 }
 
 func (r *runner) blockSize() int {
