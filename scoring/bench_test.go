@@ -29,7 +29,7 @@ func benchRouter(b *testing.B, n int, change func(*Options)) (*Scheduler, []Cand
 }
 
 // BenchmarkPick measures one routing decision (no state change) over 8,
-// 64 and 512 workers: targets 2, 10 and 80 µs.
+// 64, 512 and 1,000 workers: targets 2, 10, 80 and 160 µs.
 func BenchmarkPick(b *testing.B) {
 	for _, mode := range []struct {
 		name   string
@@ -40,7 +40,7 @@ func BenchmarkPick(b *testing.B) {
 		{"kv_weighted", func(o *Options) { o.CostModel = CostWeighted }},
 		{"least_loaded", func(o *Options) { o.Mode = ModeLeastLoaded }},
 	} {
-		for _, n := range []int{8, 64, 512} {
+		for _, n := range []int{8, 64, 512, 1000} {
 			b.Run(fmt.Sprintf("%s/workers=%d", mode.name, n), func(b *testing.B) {
 				r, cs := benchRouter(b, n, mode.change)
 				req := &Request{ID: "r", Model: "m", PromptTokens: 2048}

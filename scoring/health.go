@@ -78,9 +78,16 @@ func (l *Load) tier() tier {
 // keepBestTier drops the loads worse than the best tier present, in place,
 // and returns the shortened slice.
 func keepBestTier(loads []Load) []Load {
-	best := tierEjected
+	best, worst := tierEjected, tierHealthy
 	for i := range loads {
-		best = min(best, loads[i].tier())
+		t := loads[i].tier()
+		best, worst = min(best, t), max(worst, t)
+	}
+	if best == worst {
+		// The common case: nothing to drop. A Load is a few hundred
+		// bytes, and copying each onto itself was most of a 1,000-worker
+		// pick.
+		return loads
 	}
 	n := 0
 	for i := range loads {

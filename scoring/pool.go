@@ -365,7 +365,12 @@ func (w *worker) backlogNow(now time.Time, rate float64, noDecay bool) float64 {
 		return float64(w.prefillTokens)
 	}
 	b := w.backlog
-	if dt := now.Sub(w.backlogAt).Seconds(); dt > 0 && b > 0 {
+	if b <= 0 {
+		// Most workers of a large fleet have no backlog: skip the clock
+		// arithmetic, a good part of building each Load.
+		return min(0, float64(w.prefillTokens))
+	}
+	if dt := now.Sub(w.backlogAt).Seconds(); dt > 0 {
 		b -= rate * dt
 	}
 	return min(max(b, 0), float64(w.prefillTokens))

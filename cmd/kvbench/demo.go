@@ -254,7 +254,7 @@ func (d *demoFlags) runSweep(stdout, stderr io.Writer, engine sim.EngineConfig, 
 	if err != nil {
 		return fmt.Errorf("--sweep-loads: %w", err)
 	}
-	w, err := simWorkload(d.sweepWL, "", 0, vsim.FormatMooncake)
+	w, err := simWorkload(d.sweepWL, "", 0, vsim.FormatMooncake, workloadSize{})
 	if err != nil {
 		return err
 	}

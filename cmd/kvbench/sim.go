@@ -37,6 +37,16 @@ type simFlags struct {
 	parallel    int
 	router      scoring.Options
 	cost        *costflag.Flags
+	size        workloadSize
+	routerCost  bool
+}
+
+// workloadSize overrides a generated workload's size: sessions (requests
+// of the single-turn ones) and their arrival rate at load 1; zero keeps
+// the workload's own.
+type workloadSize struct {
+	sessions int
+	rate     float64
 }
 
 func newSimFlags(s *simFlags, stderr io.Writer) *flag.FlagSet {
@@ -66,6 +76,11 @@ func newSimFlags(s *simFlags, stderr io.Writer) *flag.FlagSet {
 	fs.Uint64Var(&s.seed, "seed", 1, "seed of the router's tie-breaks and sampling: the same seed gives the same report")
 	fs.StringVar(&s.jsonOut, "json", "", "write the JSON report to this `file`, with the Markdown (.md) and the chart (.svg) beside it")
 	fs.IntVar(&s.parallel, "parallel", 0, "simulations run at once (0: one per CPU); the report does not depend on it")
+	fs.IntVar(&s.size.sessions, "sessions", 0, "sessions of agent and burst, requests of shared_prefix and no_reuse (0: the workload's own)")
+	fs.Float64Var(&s.size.rate, "rate", 0, "sessions (agent) or requests (shared_prefix, no_reuse) per second at load 1 (0: the workload's own); "+
+		"with --sessions, sizes a workload for a larger fleet")
+	fs.BoolVar(&s.routerCost, "router-cost", false, "also measure the router's CPU (index match, decisions, lifecycle, load reports, KV events), "+
+		"the event rate and the index's size, apart from the engines; with --parallel 1 also the index's heap. Timings vary from run to run")
 	s.cost = costflag.Register(fs, &s.router)
 	setUsage(fs, `kvbench sim replays a workload through kvroute's real scoring (pool, cost
 model, admission queue), its real KV index (events go through the real vLLM
@@ -104,7 +119,8 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if s.exportTrace != "" {
 		return s.export(w, stderr)
 	}
-	opt := vsim.SweepOptions{Fleet: s.fleet, Router: s.router, Modes: modes, Loads: loads, SLO: s.slo, Seed: s.seed, Parallel: s.parallel}
+	opt := vsim.SweepOptions{Fleet: s.fleet, Router: s.router, Modes: modes, Loads: loads, SLO: s.slo, Seed: s.seed, Parallel: s.parallel,
+		RouterCost: s.routerCost}
 	prog := bench.NewProgress(stderr, "sim "+w.Name, len(modes)*len(loads))
 	opt.Progress = func(done, _ int, _ vsim.Result) { prog.Update(done, 0) }
 	rep, err := vsim.Sweep(w, opt)
@@ -123,7 +139,10 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 }
 
 func (s *simFlags) buildWorkload() (*vsim.Workload, error) {
-	return simWorkload(s.workload, s.trace, s.traceBlock, s.traceFormat)
+	if s.size != (workloadSize{}) && s.trace != "" {
+		return nil, fmt.Errorf("--sessions and --rate size a generated workload, not --trace")
+	}
+	return simWorkload(s.workload, s.trace, s.traceBlock, s.traceFormat, s.size)
 }
 
 // export writes w as a Mooncake trace with sessions to --export-trace.
@@ -155,7 +174,10 @@ func (s *simFlags) export(w *vsim.Workload, stderr io.Writer) error {
 // simWorkload builds a simulation workload: a Mooncake trace file (with or
 // without sessions, in format) when trace is set, else the workload named
 // (see simWorkloads).
-func simWorkload(name, trace string, traceBlock int, format string) (*vsim.Workload, error) {
+func simWorkload(name, trace string, traceBlock int, format string, size workloadSize) (*vsim.Workload, error) {
+	if size.sessions < 0 || size.rate < 0 {
+		return nil, fmt.Errorf("--sessions %d and --rate %g must not be negative", size.sessions, size.rate)
+	}
 	if trace != "" {
 		sessions, err := bench.ReadSessionTraceFile(trace, traceBlock)
 		if err != nil {
@@ -165,14 +187,28 @@ func simWorkload(name, trace string, traceBlock int, format string) (*vsim.Workl
 	}
 	switch name {
 	case "agent":
-		return vsim.AgentWorkload(vsim.DefaultAgentOptions())
+		o := vsim.DefaultAgentOptions()
+		size.apply(&o.Sessions, &o.Rate)
+		return vsim.AgentWorkload(o)
 	case "burst":
-		return vsim.BurstWorkload(vsim.DefaultBurstOptions())
+		if size.rate != 0 {
+			return nil, fmt.Errorf("--rate: the burst workload starts every session within its window")
+		}
+		o := vsim.DefaultBurstOptions()
+		size.apply(&o.Sessions, nil)
+		return vsim.BurstWorkload(o)
 	case "shared_prefix":
-		return vsim.SharedPrefixWorkload(vsim.DefaultSharedPrefixOptions())
+		o := vsim.DefaultSharedPrefixOptions()
+		size.apply(&o.Requests, &o.Rate)
+		return vsim.SharedPrefixWorkload(o)
 	case "no_reuse":
-		return vsim.NoReuseWorkload(vsim.DefaultNoReuseOptions())
+		o := vsim.DefaultNoReuseOptions()
+		size.apply(&o.Requests, &o.Rate)
+		return vsim.NoReuseWorkload(o)
 	case "conversation", "synthetic":
+		if size != (workloadSize{}) {
+			return nil, fmt.Errorf("--sessions and --rate size a generated workload; %s is a trace", name)
+		}
 		recs, err := bench.NamedTrace(name)
 		if err != nil {
 			return nil, err
@@ -180,6 +216,16 @@ func simWorkload(name, trace string, traceBlock int, format string) (*vsim.Workl
 		return vsim.TraceWorkload(name, recs, bench.DefaultTraceBlockSize), nil
 	}
 	return nil, fmt.Errorf("unknown workload %q (valid: %s)", name, strings.Join(simWorkloads, ", "))
+}
+
+// apply sets the workload's own count and rate where size overrides them.
+func (size workloadSize) apply(n *int, rate *float64) {
+	if size.sessions > 0 {
+		*n = size.sessions
+	}
+	if size.rate > 0 && rate != nil {
+		*rate = size.rate
+	}
 }
 
 func parseLoads(s string) ([]float64, error) {

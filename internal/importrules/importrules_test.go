@@ -49,7 +49,7 @@ var mayImport = map[string][]string{
 	"bridge":                      {"scoring", "kvindex", "bus", "discovery", "discovery/etcd", "engine", "engine/vllmzmq"},
 
 	"internal/sim":         {"scoring", "kvindex", "tokenizer", "multimodal", "bus", "discovery", "discovery/etcd", "engine/vllmzmq"},
-	"internal/bench":       {"server", "internal/sim", "envoy", "envoy/proxy", "picker", "tokenizer", "multimodal"},
+	"internal/bench":       {"server", "internal/sim", "envoy", "envoy/proxy", "picker", "tokenizer", "multimodal", "kvindex"},
 	"internal/vsim":        {"scoring", "kvindex", "internal/sim", "internal/bench"},
 	"internal/costflag":    {"scoring"},
 	"internal/cli":         {"internal/envflag"},

@@ -73,6 +73,7 @@ func (r *Report) Markdown() string {
 		fmt.Fprintf(&b, "%s %g", m, r.Goodput[m])
 	}
 	b.WriteString("\n")
+	r.routerCostMarkdown(&b)
 	return b.String()
 }
 

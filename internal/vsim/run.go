@@ -79,6 +79,8 @@ type Result struct {
 	SpanSeconds float64 `json:"span_seconds"`
 	// Fits are the router's learned prefill models per worker at the end.
 	Fits []scoring.RateFit `json:"fits,omitempty"`
+	// RouterCost is the router's CPU, when the sweep measured it.
+	RouterCost *RouterCost `json:"router_cost,omitempty"`
 }
 
 // reqState is one turn in flight.
@@ -141,12 +143,29 @@ type runner struct {
 	errors, shed                   int
 	lastFinish                     time.Duration
 	buildErr                       error
+	// meter times the router's calls; nil unless measuring.
+	meter *meter
 }
 
 // Run simulates w on fleet with the router configured by opts (its Mode
 // names the router mode) at load × the workload's own arrival rate. It
 // is deterministic: the same inputs give the same Result.
 func Run(w *Workload, fleet Fleet, opts scoring.Options, load float64, seed uint64) (Result, error) {
+	return runMeasured(w, fleet, opts, load, seed, measureNone)
+}
+
+// measure says what a run measures beside its Result.
+type measure uint8
+
+const (
+	measureNone measure = iota
+	// measureCPU times the router's calls (Result.RouterCost).
+	measureCPU
+	// measureHeap also measures the index's heap at the end.
+	measureHeap
+)
+
+func runMeasured(w *Workload, fleet Fleet, opts scoring.Options, load float64, seed uint64, what measure) (Result, error) {
 	if !(load > 0) {
 		return Result{}, fmt.Errorf("load %g must be positive", load)
 	}
@@ -154,14 +173,23 @@ func Run(w *Workload, fleet Fleet, opts scoring.Options, load float64, seed uint
 		return Result{}, errors.New("fleet needs at least one worker")
 	}
 	r := &runner{w: w, fleet: fleet, mode: opts.Mode, load: load, byID: map[string]int32{}}
+	if what != measureNone {
+		r.meter = newMeter(what == measureHeap)
+	}
 	if err := r.setup(opts, seed); err != nil {
+		r.meter.abandon()
 		return Result{}, err
 	}
 	r.loop()
 	if r.buildErr != nil {
+		r.meter.abandon()
 		return Result{}, r.buildErr
 	}
-	return r.result(), nil
+	res := r.result()
+	if r.meter != nil {
+		r.meter.finish(r, &res)
+	}
+	return res, nil
 }
 
 func (r *runner) setup(opts scoring.Options, seed uint64) error {
@@ -283,10 +311,12 @@ func (r *runner) loop() {
 		case evReport:
 			r.report(e.a)
 		case evTick:
+			t := r.meter.now()
 			r.router.ShedExpired()
 			if r.clock.now%time.Second == 0 {
 				r.router.Pool().Sweep()
 			}
+			r.meter.add(callTimers, t, 0)
 			r.clock.at(r.clock.now+100*time.Millisecond, evTick, 0, 0)
 		}
 	}
@@ -324,7 +354,13 @@ func (r *runner) arrive(i int32) {
 		r.tok32 = append(r.tok32, uint32(t))
 	}
 	bs := r.blockSize()
+	t := r.meter.now()
 	q.hashes = kvindex.HashBlocks(kvindex.Seed(r.fleet.Model, "", ""), r.tok32, bs, nil)
+	r.meter.add(callHash, t, 0)
+	t = r.meter.now()
+	// excluded is the part of the decision counted apart (Match) or not
+	// the router's at all (the copy of the candidates below).
+	var excluded time.Duration
 	req := &scoring.Request{ID: strconv.Itoa(int(i)), Model: r.fleet.Model, PromptTokens: len(q.prompt),
 		Hashes: q.hashes, ExpectedOutputTokens: turn.Output}
 	r.cands = r.router.Pool().AppendCandidates(r.cands[:0], r.fleet.Model)
@@ -340,15 +376,20 @@ func (r *runner) arrive(i int32) {
 		for _, c := range r.cands {
 			r.ids = append(r.ids, c.Worker)
 		}
+		tm := r.meter.now()
 		r.match = m.Match(q.hashes, r.ids, r.match)
+		excluded = r.meter.add(callMatch, tm, 0)
 		for k := range r.cands {
 			r.cands[k].MatchedBlocks, r.cands[k].CachedBlocks = r.match[k].Blocks, r.match[k].Cached
 			r.cands[k].HostBlocks, r.cands[k].DiskBlocks = r.match[k].HostBlocks, r.match[k].DiskBlocks
 			r.cands[k].Stale = r.match[k].Stale
 		}
 	}
-	// The candidates are copied: a queued request keeps its own.
+	// The candidates are copied: a queued request keeps its own. The
+	// picker needs no copy (Route blocks), so it is not timed.
+	tc := r.meter.now()
 	cands := append([]scoring.Candidate(nil), r.cands...)
+	excluded += r.meter.since(tc)
 	r.router.Submit(req, cands, nil, func(d scoring.Decision, err error) {
 		if err != nil {
 			r.fail(i, err)
@@ -361,6 +402,7 @@ func (r *runner) arrive(i int32) {
 		// Delivery is an event of its own: done runs inside the router.
 		r.clock.at(r.clock.now, evDeliver, i, 0)
 	})
+	r.meter.add(callDecide, t, excluded)
 }
 
 func (r *runner) blockSize() int {
@@ -385,7 +427,9 @@ func (r *runner) fail(i int32, err error) {
 	r.errors++
 	q.done = true
 	r.pending--
+	t := r.meter.now()
 	r.router.Pool().Free(strconv.Itoa(int(i)))
+	r.meter.add(callLifecycle, t, 0)
 	// A session whose turn failed goes on with its next turn, as a client
 	// retrying with the same history would.
 	r.next(i)
@@ -476,6 +520,7 @@ func (r *runner) startStep(wi int32) {
 }
 
 func (r *runner) applyBatch(wi, bi int32) {
+	t := r.meter.now()
 	b, err := kvindex.DecodeBatch(r.batches[bi])
 	r.batches[bi] = nil
 	if err != nil {
@@ -483,6 +528,24 @@ func (r *runner) applyBatch(wi, bi int32) {
 		return
 	}
 	r.index.Apply(r.workers[wi].id, b)
+	if r.meter != nil {
+		r.meter.add(callApply, t, 0)
+		r.meter.events(eventBlocks(b))
+	}
+}
+
+// eventBlocks counts the block hashes a batch stores or removes.
+func eventBlocks(b kvindex.EventBatch) int {
+	n := 0
+	for _, e := range b.Events {
+		switch e := e.(type) {
+		case kvindex.BlockStored:
+			n += len(e.BlockHashes)
+		case kvindex.BlockRemoved:
+			n += len(e.BlockHashes)
+		}
+	}
+	return n
 }
 
 func (r *runner) stepDone(wi int32) {
@@ -507,15 +570,21 @@ func (r *runner) stepDone(wi int32) {
 			if q.predicted == o.CachedTokens {
 				r.exact++
 			}
+			t := r.meter.now()
 			pool.PrefillDone(id)
+			r.meter.add(callLifecycle, t, 0)
 		}
 		q.tokens = o.Index + 1
 		q.last = now
 		if q.tokens%bs == 0 && !o.Finished {
+			t := r.meter.now()
 			pool.Progress(id, q.tokens)
+			r.meter.add(callLifecycle, t, 0)
 		}
 		if o.Finished {
+			t := r.meter.now()
 			pool.Free(id)
+			r.meter.add(callLifecycle, t, 0)
 			if q.tokens > 1 {
 				r.itl = append(r.itl, ms(q.last-q.first)/float64(q.tokens-1))
 			}
@@ -541,10 +610,12 @@ func (r *runner) stepDone(wi int32) {
 func (r *runner) report(wi int32) {
 	w := r.workers[wi]
 	st := w.eng.Stats()
+	t := r.meter.now()
 	_ = r.router.Pool().SetLoadReport(w.id, scoring.LoadReport{
 		TSMillis: r.clock.time().UnixMilli(), Waiting: st.Waiting, Running: st.Running,
 		KVUsedBlocks: st.UsedBlocks, KVTotalBlocks: st.TotalBlocks,
 	})
+	r.meter.add(callReports, t, 0)
 	r.clock.at(r.clock.now+r.fleet.ReportEvery, evReport, wi, 0)
 }
 

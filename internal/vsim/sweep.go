@@ -26,6 +26,9 @@ type SweepOptions struct {
 	Parallel int
 	// Progress, when set, is called after each run.
 	Progress func(done, total int, r Result)
+	// RouterCost times the router's calls in every run (Report.
+	// RouterCost); with Parallel 1 it also measures the index's heap.
+	RouterCost bool
 }
 
 // Report is a sweep's outcome, in the JSON shape of kvbench's reports with
@@ -48,6 +51,9 @@ type Report struct {
 	// Goodput is, per mode, the highest swept load whose TTFT p90 meets the
 	// SLO (with no shed request), or 0.
 	Goodput map[string]float64 `json:"goodput"`
+	// RouterCost is, per mode and aligned with Loads, the router's CPU in
+	// each run, when SweepOptions.RouterCost asked for it.
+	RouterCost map[string][]*RouterCost `json:"router_cost,omitempty"`
 }
 
 // Sweep runs every mode at every load on w and reports them with the
@@ -77,6 +83,13 @@ func Sweep(w *Workload, o SweepOptions) (*Report, error) {
 	if par <= 0 {
 		par = runtime.GOMAXPROCS(0)
 	}
+	what := measureNone
+	switch {
+	case o.RouterCost && par == 1:
+		what = measureHeap
+	case o.RouterCost:
+		what = measureCPU
+	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	done, total := 0, len(o.Modes)*len(o.Loads)
@@ -87,7 +100,7 @@ func Sweep(w *Workload, o SweepOptions) (*Report, error) {
 			for j := range jobs {
 				opts := o.Router
 				opts.Mode = o.Modes[j.m]
-				r, err := Run(w, o.Fleet, opts, o.Loads[j.l], o.Seed)
+				r, err := runMeasured(w, o.Fleet, opts, o.Loads[j.l], o.Seed, what)
 				results[j.m][j.l], errs[j.m*len(o.Loads)+j.l] = r, err
 				if o.Progress != nil {
 					mu.Lock()
@@ -130,6 +143,12 @@ func Sweep(w *Workload, o SweepOptions) (*Report, error) {
 		for l := range o.Loads {
 			r := results[m][l]
 			rep.Sweep[name] = append(rep.Sweep[name], r.Point)
+			if r.RouterCost != nil {
+				if rep.RouterCost == nil {
+					rep.RouterCost = map[string][]*RouterCost{}
+				}
+				rep.RouterCost[name] = append(rep.RouterCost[name], r.RouterCost)
+			}
 			if r.Load == 1 {
 				rr := r
 				rep.Modes[name] = &rr
