@@ -27,7 +27,7 @@ func runCompare(args []string) error {
 	fleets := fs.String("workers", "64,1000", "fleet presets")
 	threadList := fs.String("threads", "1,2", "thread counts")
 	minLookup := fs.Duration("min-lookup", 500*time.Millisecond, "least wall time per query case")
-	fs.Parse(args)
+	_ = fs.Parse(args) // ExitOnError: a bad flag exits
 	if *rust == "" {
 		return fmt.Errorf("compare: -rust is required")
 	}
@@ -39,7 +39,7 @@ func runCompare(args []string) error {
 	if err != nil {
 		return err
 	}
-	defer raw.Close()
+	defer func() { _ = raw.Close() }()
 	var all []Result
 	for _, f := range strings.Split(*fleets, ",") {
 		n, err := strconv.Atoi(f)
@@ -65,7 +65,9 @@ func runCompare(args []string) error {
 					if err != nil {
 						return err
 					}
-					raw.Write(out)
+					if _, err := raw.Write(out); err != nil {
+						return err
+					}
 					dec := json.NewDecoder(bytes.NewReader(out))
 					for {
 						var res Result
@@ -119,7 +121,6 @@ func writeTable(w io.Writer, all []Result) error {
 		return a.threads - b.threads
 	})
 	bw := bufio.NewWriter(w)
-	defer bw.Flush()
 	fmt.Fprintf(bw, "| workers | threads | index | apply: events/CPU-s | blocks/CPU-s | events/CPU-s incl. hashing | lookup µs CPU: full | early | system | bytes/entry | rounds |\n")
 	fmt.Fprintf(bw, "|---|---|---|---|---|---|---|---|---|---|---|\n")
 	type row struct {
@@ -173,7 +174,7 @@ func writeTable(w io.Writer, all []Result) error {
 			}
 		}
 	}
-	return nil
+	return bw.Flush()
 }
 
 func median(rs []Result, f func(Result) float64) float64 {

@@ -88,7 +88,7 @@ func (w *Workload) Write(path string) error {
 	put32 := func(v uint32) { buf = le.AppendUint32(buf, v) }
 	put64 := func(v uint64) { buf = le.AppendUint64(buf, v) }
 	flush := func() {
-		bw.Write(buf)
+		_, _ = bw.Write(buf) // a failed write sticks: the Flush below reports it
 		buf = buf[:0]
 	}
 	buf = append(buf, magic...)
@@ -130,7 +130,7 @@ func (w *Workload) Write(path string) error {
 		flush()
 	}
 	if err := bw.Flush(); err != nil {
-		f.Close()
+		_ = f.Close()
 		return err
 	}
 	return f.Close()

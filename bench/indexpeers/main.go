@@ -54,7 +54,7 @@ func runGen(args []string) error {
 	fs := flag.NewFlagSet("gen", flag.ExitOnError)
 	workers := fs.Int("workers", 64, "fleet preset: 64 or 1000")
 	out := fs.String("o", "", "output file")
-	fs.Parse(args)
+	_ = fs.Parse(args) // ExitOnError: a bad flag exits
 	cfg, ok := presets[*workers]
 	if !ok || *out == "" {
 		return fmt.Errorf("gen: -workers 64|1000 and -o are required")
@@ -82,7 +82,7 @@ func runMeasure(args []string) error {
 	minLookup := fs.Duration("min-lookup", 500*time.Millisecond, "least wall time per query case")
 	jump := fs.Bool("jump", false, "build the index with kvindex.Config.JumpSearch")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of applying and looking up to this file")
-	fs.Parse(args)
+	_ = fs.Parse(args) // ExitOnError: a bad flag exits
 	profileTo = *cpuProfile
 	w, err := Read(*in)
 	if err != nil {

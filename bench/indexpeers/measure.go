@@ -115,8 +115,10 @@ func measureKVIndex(w *Workload, threads int, minLookup time.Duration, jump bool
 		if err != nil {
 			return res, err
 		}
-		defer f.Close()
-		pprof.StartCPUProfile(f)
+		defer func() { _ = f.Close() }()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return res, err
+		}
 		defer pprof.StopCPUProfile()
 	}
 	var failed sync.Map
