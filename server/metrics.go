@@ -103,7 +103,7 @@ func newMetrics(reg *prometheus.Registry, r *Server) *Metrics {
 		immediate: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_extproc_immediate_responses_total",
 			Help: "Immediate (error) responses sent to clients, by HTTP status."}, []string{"status"}),
 		badRecords: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_discovery_bad_records_total",
-			Help: "Worker records ignored because they were invalid, by source (etcd, file)."}, []string{"source"}),
+			Help: "Worker records ignored because they were invalid, by source (etcd, file, inferencepool)."}, []string{"source"}),
 		unknownPublishers: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_engine_events_unknown_publisher_total",
 			Help: "KV event batches received on --engine-events-listen whose topic names no single worker; dropped."}),
 	}
