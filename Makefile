@@ -125,7 +125,7 @@ bench-tokenizer-peers: ## kvroute's tokenizer beside Hugging Face tokenizers and
 CARGO_TARGET_DIR ?= $(HOME)/.cache/kvroute/cargo-target
 INDEX_PEERS_DIR  ?= $(or $(TMPDIR),/tmp)/kvroute-index-peers
 INDEX_PEERS_ARGS ?= -rounds 3
-bench-index-peers: ## kvindex against Dynamo's PositionalIndexer and radix tree on the same workload files (docs/index-peers.md; ~30 min; not in make test)
+bench-index-peers: ## kvindex against Dynamo's PositionalIndexer and radix tree on the same workload files (docs/index-peers.md; 10 to 30 min on 2 cores; not in make test)
 	@mkdir -p $(INDEX_PEERS_DIR) $(BIN)
 	cd bench/dynamo-index && CARGO_TARGET_DIR=$(CARGO_TARGET_DIR) cargo build --release --locked $(CARGO_FLAGS)
 	$(GO) build -o $(BIN)/indexpeers ./bench/indexpeers
