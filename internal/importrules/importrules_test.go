@@ -46,7 +46,7 @@ var mayImport = map[string][]string{
 	"engine":                      {"kvindex", "engine/vllmzmq"},
 	"engine/vllmzmq":              {},
 	"engine/feed":                 {"scoring", "kvevents", "engine", "engine/vllmzmq"},
-	"bridge":                      {"scoring", "kvindex", "bus", "discovery", "discovery/etcd", "engine", "engine/vllmzmq"},
+	"bridge":                      {"scoring", "bus", "discovery", "discovery/etcd", "engine", "engine/vllmzmq"},
 
 	"internal/sim":         {"scoring", "kvindex", "tokenizer", "multimodal", "bus", "discovery", "discovery/etcd", "engine/vllmzmq"},
 	"internal/bench":       {"server", "internal/sim", "envoy", "envoy/proxy", "picker", "tokenizer", "multimodal", "kvindex"},
