@@ -25,16 +25,22 @@ import "math"
 // The latency cost, in seconds of predicted time to first token:
 //
 //	logit    = overhead + (backlog + uncached) ÷ rate
+//	         + context × (backlog attention + uncached × (cached + uncached ÷ 2))
 //	         + slowdown_weight × decoding requests × uncached ÷ rate
 //	         + request_weight × active requests × block size ÷ rate
 //	         + the time to recompute what the request would preempt
 //	         + duplicate_weight × (longest prefix another candidate holds
 //	           − this one's) ÷ rate
+//	         + churn_weight × churn ÷ rate
 //
-// with the worker's learned prefill rate and overhead (Load.PrefillRate,
-// Load.PrefillOverhead), uncached = prompt tokens not held on the device
+// with the worker's learned prefill rate, overhead and context cost
+// (Load.PrefillRate, Load.PrefillOverhead, Load.PrefillContext: seconds
+// per token pair, what each new token spends attending to the cached
+// prefix and the tokens before it), uncached = prompt tokens not held on the device
 // (host and disk blocks count at 1 − their weight), and preemption
-// charged when the request's blocks exceed the worker's free KV.
+// charged when the request's blocks exceed the worker's free KV, and churn
+// the uncached tokens the worker took lately (Load.Churn): spreading what
+// evicts keeps every worker's cache as long-lived as the fleet allows.
 //
 // The weighted cost, higher is better and used as −score:
 //
@@ -53,6 +59,7 @@ type KV struct {
 	reqW         float64
 	slowdown     float64
 	duplicate    float64
+	churn        float64
 	trackPrefill bool
 	a, b, c      float64
 	temperature  float64
@@ -69,7 +76,7 @@ func newKV(o Options, src OverlapSource) *KV {
 	return &KV{
 		name: name, source: src, model: o.CostModel,
 		credit: o.OverlapCredit, scale: o.PrefillLoadScale, hostW: o.HostCacheHitWeight, diskW: o.DiskCacheHitWeight,
-		reqW: o.DecodeActiveRequestWeight, slowdown: o.DecodeSlowdownWeight, duplicate: o.DuplicatePrefillWeight, trackPrefill: !o.NoTrackPrefillTokens,
+		reqW: o.DecodeActiveRequestWeight, slowdown: o.DecodeSlowdownWeight, duplicate: o.DuplicatePrefillWeight, churn: o.CacheChurnWeight, trackPrefill: !o.NoTrackPrefillTokens,
 		a: o.WeightedA, b: o.WeightedB, c: o.WeightedC,
 		temperature: o.Temperature, rand: o.Rand,
 	}
@@ -125,7 +132,9 @@ func (m *KV) defaultTerms(req *Request, l *Load) defaultTerms {
 	return defaultTerms{prefill: prefill, decode: decode, logit: m.scale*prefill + decode}
 }
 
-type latencyTerms struct{ ttft, slowdown, memory, duplicate, logit float64 }
+// latencyTerms are the latency cost's parts in seconds; ttft includes
+// context, the part spent attending to context.
+type latencyTerms struct{ ttft, context, slowdown, memory, duplicate, churn, logit float64 }
 
 // maxHeldTokens is the longest prompt prefix, in tokens, that any candidate
 // holds on its device or is computing (the pending overlay).
@@ -154,11 +163,13 @@ func (m *KV) latencyTerms(req *Request, l *Load, heldElsewhere int) latencyTerms
 	held := float64(l.MatchedBlocks) + m.hostW*float64(l.HostBlocks) + m.diskW*float64(l.DiskBlocks)
 	uncached := max(float64(req.PromptTokens)-held*bs, 0)
 	var t latencyTerms
-	backlog := 0.0
+	backlog, backlogAttn := 0.0, 0.0
 	if m.trackPrefill {
-		backlog = l.PrefillBacklog
+		backlog, backlogAttn = l.PrefillBacklog, l.PrefillBacklogAttention
 	}
-	t.ttft = l.PrefillOverhead + (backlog+uncached)/rate
+	cached := float64(req.PromptTokens) - uncached
+	t.context = l.PrefillContext * (backlogAttn + uncached*(cached+uncached/2))
+	t.ttft = l.PrefillOverhead + (backlog+uncached)/rate + t.context
 	decoding := max(l.ActiveRequests-l.PrefillRequests, 0)
 	t.slowdown = m.slowdown * float64(decoding) * uncached / rate
 	// Each active request costs its block-equivalents of prefill time: a
@@ -179,7 +190,11 @@ func (m *KV) latencyTerms(req *Request, l *Load, heldElsewhere int) latencyTerms
 	if dup := heldElsewhere - heldTokens(req, l); dup > 0 {
 		t.duplicate = m.duplicate * float64(dup) / rate
 	}
-	t.logit = t.ttft + t.slowdown + t.memory + t.duplicate
+	// Every uncached token a worker takes evicts one from its cache's
+	// least recently used end; the more it took lately, the younger that
+	// end, and the likelier a later prompt wanted it.
+	t.churn = m.churn * l.Churn / rate
+	t.logit = t.ttft + t.slowdown + t.memory + t.duplicate + t.churn
 	return t
 }
 
@@ -234,7 +249,7 @@ func (m *KV) explain(req *Request, loads []Load, idx, maxWaiting, held int, exp 
 			t.Score, t.OverlapRatio, t.KVUsage, t.NormalizedWaiting = w.score, w.ratio, w.usage, w.waiting
 		case CostLatency:
 			lt := m.latencyTerms(req, l, held)
-			t.PredictedTTFT, t.DecodeSlowdown, t.MemoryPenalty, t.DuplicatePrefill = lt.ttft, lt.slowdown, lt.memory, lt.duplicate
+			t.PredictedTTFT, t.ContextSeconds, t.DecodeSlowdown, t.MemoryPenalty, t.DuplicatePrefill, t.CacheChurn = lt.ttft, lt.context, lt.slowdown, lt.memory, lt.duplicate, lt.churn
 		default:
 			d := m.defaultTerms(req, l)
 			t.PrefillLoadScale, t.PrefillBlocks, t.DecodeBlocks = m.scale, d.prefill, d.decode

@@ -51,12 +51,19 @@ type Terms struct {
 	PrefillLoadScale float64 `json:"prefill_load_scale,omitempty"`
 	PrefillBlocks    float64 `json:"prefill_blocks,omitempty"`
 	DecodeBlocks     float64 `json:"decode_blocks,omitempty"`
-	// PredictedTTFT, DecodeSlowdown, MemoryPenalty and DuplicatePrefill
-	// are the latency cost's terms in seconds: Logit is their sum.
+	// PredictedTTFT, DecodeSlowdown, MemoryPenalty, DuplicatePrefill and
+	// CacheChurn are the latency cost's terms in seconds: Logit is their
+	// sum.
+	// ContextSeconds is the part of PredictedTTFT spent attending to
+	// context: the cached prefix, and the backlog's own.
 	PredictedTTFT    float64 `json:"predicted_ttft_seconds,omitempty"`
+	ContextSeconds   float64 `json:"context_seconds,omitempty"`
 	DecodeSlowdown   float64 `json:"decode_slowdown_seconds,omitempty"`
 	MemoryPenalty    float64 `json:"memory_penalty_seconds,omitempty"`
 	DuplicatePrefill float64 `json:"duplicate_prefill_seconds,omitempty"`
+	// CacheChurn is the latency cost's charge for evicting from a cache
+	// that turned over lately (Options.CacheChurnWeight).
+	CacheChurn float64 `json:"cache_churn_seconds,omitempty"`
 	// Score, OverlapRatio, KVUsage and NormalizedWaiting are the weighted
 	// cost's terms: Score = a·OverlapRatio − b·KVUsage − c·NormalizedWaiting.
 	Score             float64 `json:"score,omitempty"`
@@ -83,8 +90,13 @@ type Terms struct {
 	PrefillBacklog  float64 `json:"prefill_backlog"`
 	PrefillRate     float64 `json:"prefill_rate"`
 	PrefillOverhead float64 `json:"prefill_overhead_seconds"`
-	HostBlocks      int     `json:"host_blocks,omitempty"`
-	DiskBlocks      int     `json:"disk_blocks,omitempty"`
+	// PrefillContext is the learned cost of one token attending to one
+	// other (seconds), and PrefillBacklogAttention the backlog's
+	// attention work in token pairs.
+	PrefillContext          float64 `json:"prefill_context_seconds,omitempty"`
+	PrefillBacklogAttention float64 `json:"prefill_backlog_attention,omitempty"`
+	HostBlocks              int     `json:"host_blocks,omitempty"`
+	DiskBlocks              int     `json:"disk_blocks,omitempty"`
 }
 
 func termsFromLoad(l *Load) Terms {
@@ -93,6 +105,7 @@ func termsFromLoad(l *Load) Terms {
 		ActiveBlocks: l.ActiveBlocks, ActiveRequests: l.ActiveRequests,
 		PrefillTokens: l.PrefillTokens, Weight: l.Weight,
 		PrefillBacklog: l.PrefillBacklog, PrefillRate: l.PrefillRate, PrefillOverhead: l.PrefillOverhead,
+		PrefillContext: l.PrefillContext, PrefillBacklogAttention: l.PrefillBacklogAttention,
 		HostBlocks: l.HostBlocks, DiskBlocks: l.DiskBlocks,
 	}
 }
@@ -117,8 +130,8 @@ func (e *Explanation) Line(i int) string {
 	case e.CostModel == CostDefault:
 		b.WriteString(" logit=" + f1(t.Logit) + " = " + f1(t.PrefillLoadScale) + "*" + f1(t.PrefillBlocks) + " + " + f1(t.DecodeBlocks))
 	case e.CostModel == CostLatency:
-		b.WriteString(" logit=" + f3(t.Logit) + "s = ttft " + f3(t.PredictedTTFT) + " + slowdown " + f3(t.DecodeSlowdown) +
-			" + memory " + f3(t.MemoryPenalty) + " + duplicate " + f3(t.DuplicatePrefill) + " (rate=" + strconv.FormatFloat(t.PrefillRate, 'f', 0, 64) +
+		b.WriteString(" logit=" + f3(t.Logit) + "s = ttft " + f3(t.PredictedTTFT) + " (context " + f3(t.ContextSeconds) + ") + slowdown " + f3(t.DecodeSlowdown) +
+			" + memory " + f3(t.MemoryPenalty) + " + duplicate " + f3(t.DuplicatePrefill) + " + churn " + f3(t.CacheChurn) + " (rate=" + strconv.FormatFloat(t.PrefillRate, 'f', 0, 64) +
 			" tok/s overhead=" + f3(t.PrefillOverhead) + "s backlog=" + strconv.FormatFloat(t.PrefillBacklog, 'f', 0, 64) + ")")
 	case e.CostModel == CostWeighted && e.Coefficients != nil:
 		c := e.Coefficients

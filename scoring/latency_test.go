@@ -142,6 +142,7 @@ func TestPrefillBacklogDrainsAtTheLearnedRate(t *testing.T) {
 	clock := newFakeClock()
 	o := testOptions(clock, 1)
 	o.PrefillRate = 1000 // tokens per second
+	o.PrefillContextCost = 0
 	o.NoLearnRates = true
 	r := newTestScheduler(t, o, 1)
 	p := r.Pool()
@@ -213,17 +214,17 @@ func TestRatesAreLearnedFromFirstTokens(t *testing.T) {
 }
 
 func TestRateFitIgnoresNonsense(t *testing.T) {
-	f := newRateFit(20000, 25*time.Millisecond)
+	f := newRateFit(20000, 25*time.Millisecond, DefaultPrefillContextCost)
 	for _, xy := range [][2]float64{{-1, 1}, {100, 0}, {math.NaN(), 1}, {math.Inf(1), 1}, {100, math.Inf(1)}} {
-		f.add(xy[0], xy[1])
+		f.add(xy[0], 0, xy[1])
 	}
 	if f.samples != 0 || f.rate != 20000 {
 		t.Fatalf("nonsense was learned: %+v", f)
 	}
 	// Samples that say "infinitely slow" clamp at a twentieth of the prior.
 	for range 1000 {
-		f.add(10000, 1e6)
-		f.add(0, 1)
+		f.add(10000, 0, 1e6)
+		f.add(0, 0, 1)
 	}
 	if f.rate < 1000 || f.rate > 400000 {
 		t.Fatalf("rate %g escaped the clamp", f.rate)

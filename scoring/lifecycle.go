@@ -15,16 +15,19 @@ type active struct {
 	// promptTokens and outputTokens size the request's blocks.
 	promptTokens, outputTokens int
 	// prefillTokens is the uncached prompt still to prefill; 0 once the
-	// first token arrived.
+	// first token arrived. prefillAttn is its attention work over the
+	// cached prefix and itself (attentionWork).
 	prefillTokens int
+	prefillAttn   float64
 	// private is this request's share of worker.private.
 	private  int
 	lastSeen time.Time
-	// addAt and fitX feed the worker's rate fit when the first token
-	// arrives: dispatch time, and the backlog plus own uncached tokens
-	// then. fitX < 0 means "do not learn" (peer or moved requests).
-	addAt time.Time
-	fitX  float64
+	// addAt, fitX and fitZ feed the worker's rate fit when the first
+	// token arrives: dispatch time, and the backlog plus own uncached
+	// tokens then, and the same in attention work. fitX < 0 means "do not
+	// learn" (peer or moved requests).
+	addAt      time.Time
+	fitX, fitZ float64
 	// pendingUntil is the deadline (Unix ns) of the pending records this
 	// request made on its worker, 0 when it made none or its first token
 	// arrived (the worker computed the prompt: nothing to take back).
@@ -83,12 +86,14 @@ func (p *Pool) add(key, worker string, promptTokens, matchedBlocks, prefill int,
 		prefill = max(promptTokens-matchedBlocks*w.spec.BlockSize, 0)
 	}
 	a := &active{key: key, w: w, hashes: slices.Clone(hashes), promptTokens: max(promptTokens, 0),
-		prefillTokens: prefill, lastSeen: now, addAt: now, fitX: -1}
+		prefillTokens: prefill, prefillAttn: attentionWork(prefill, promptTokens-prefill),
+		lastSeen: now, addAt: now, fitX: -1}
 	p.settleBacklogLocked(w, now)
 	if local {
-		a.fitX = w.backlog + float64(prefill)
+		a.fitX, a.fitZ = w.backlog+float64(prefill), w.backlogAttn+a.prefillAttn
 	}
 	p.chargeLocked(a)
+	w.churn, w.churnAt = w.churnNow(now)+float64(prefill), now
 	p.claimPendingLocked(a, indexed, now)
 	p.reqs[key] = a
 	if !local {
@@ -130,13 +135,15 @@ func (p *Pool) clearPrefillLocked(a *active, now time.Time) bool {
 	p.settleBacklogLocked(w, now)
 	if a.fitX >= 0 && !p.opts.NoLearnRates {
 		y := now.Sub(a.addAt).Seconds()
-		w.fit.add(a.fitX, y)
-		p.fleetFit.add(a.fitX, y)
+		w.fit.add(a.fitX, a.fitZ, y)
+		p.fleetFit.add(a.fitX, a.fitZ, y)
 	}
 	w.prefillTokens -= a.prefillTokens
+	w.prefillAttn = max(w.prefillAttn-a.prefillAttn, 0)
 	w.prefillRequests--
-	a.prefillTokens = 0
+	a.prefillTokens, a.prefillAttn = 0, 0
 	w.backlog = min(w.backlog, float64(w.prefillTokens))
+	w.backlogAttn = min(w.backlogAttn, w.prefillAttn)
 	return true
 }
 
@@ -218,8 +225,10 @@ func (p *Pool) releaseLocked(a *active) {
 	w.requests--
 	if a.prefillTokens > 0 {
 		w.prefillTokens -= a.prefillTokens
+		w.prefillAttn = max(w.prefillAttn-a.prefillAttn, 0)
 		w.prefillRequests--
 		w.backlog = min(w.backlog, float64(w.prefillTokens))
+		w.backlogAttn = min(w.backlogAttn, w.prefillAttn)
 	}
 }
 
@@ -237,7 +246,9 @@ func (p *Pool) chargeLocked(a *active) {
 	if a.prefillTokens > 0 {
 		w.prefillTokens += a.prefillTokens
 		w.prefillRequests++
+		w.prefillAttn += a.prefillAttn
 		w.backlog += float64(a.prefillTokens) // settled to now by the caller
+		w.backlogAttn += a.prefillAttn
 	}
 }
 

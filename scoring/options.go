@@ -64,12 +64,21 @@ type Options struct {
 	// rate. Defaults 20,000 tokens/s and 25 ms.
 	PrefillRate     float64
 	PrefillOverhead time.Duration
+	// PrefillContextCost is the prior of the prefill model's context
+	// term, in seconds per token pair: what one new token attending to
+	// one cached (or earlier new) token costs, so that a prompt over a
+	// long cached history, or a queue of them, is charged what the GPU
+	// spends on it. 0 turns the term off. Default
+	// DefaultPrefillContextCost.
+	PrefillContextCost float64
 	// NoLearnRates keeps the prior instead of learning each worker's
 	// prefill model from its times to first token.
 	NoLearnRates bool
 	// DecodeSlowdownWeight weighs, in the latency cost, the seconds this
 	// request's prefill delays each of the worker's running decodes.
-	// Default 0.5.
+	// Default 0: it steers long prompts away from workers that decode
+	// and onto workers whose queues hold prefills, which in kvbench sim
+	// raised TTFT p90 and p99 and inter-token p90 alike (docs/routing.md).
 	DecodeSlowdownWeight float64
 	// DuplicatePrefillWeight weighs, in the latency cost, the seconds a
 	// candidate would spend computing prompt blocks that another worker
@@ -80,6 +89,13 @@ type Options struct {
 	// it off. Default 0.75: a hot prefix is computed again once waiting
 	// on its holder costs more than 1.75× its prefill.
 	DuplicatePrefillWeight float64
+	// CacheChurnWeight weighs, in the latency cost, the uncached tokens
+	// routed to a worker lately (decayed by half every minute) in
+	// seconds of its prefill: each evicts a block from the far end of its
+	// cache, so spreading them keeps every cache as long-lived as the
+	// fleet allows. It also keeps equal workers from being told apart by
+	// noise in their learned rates. 0 turns it off. Default 0.05.
+	CacheChurnWeight float64
 	// Temperature 0 picks the best logit; T>0 samples from
 	// softmax(−logit ÷ (range × T)). Default 0.
 	Temperature float64
@@ -150,14 +166,19 @@ type PrefixRecorder interface {
 
 // Defaults of Options, as documented on its fields.
 const (
-	DefaultOverlapCredit        = 1.0
-	DefaultPrefillLoadScale     = 1.0
-	DefaultHostCacheHitWeight   = 0.75
-	DefaultDiskCacheHitWeight   = 0.25
-	DefaultPrefillRate          = 20000.0
-	DefaultPrefillOverhead      = 25 * time.Millisecond
-	DefaultDecodeSlowdownWeight = 0.5
+	DefaultOverlapCredit      = 1.0
+	DefaultPrefillLoadScale   = 1.0
+	DefaultHostCacheHitWeight = 0.75
+	DefaultDiskCacheHitWeight = 0.25
+	DefaultPrefillRate        = 20000.0
+	DefaultPrefillOverhead    = 25 * time.Millisecond
+	// DefaultPrefillContextCost is FlashAttention's cost per token pair on
+	// one H100 for a Llama-3-8B-shaped model in bf16 (the h100-llama3-8b
+	// timing profile): 1.7e-6 ms.
+	DefaultPrefillContextCost   = 1.7e-9
+	DefaultDecodeSlowdownWeight = 0.0
 	DefaultDuplicatePrefill     = 0.75
+	DefaultCacheChurnWeight     = 0.05
 	DefaultDecodeActiveRequests = 8.0
 	DefaultTemperature          = 0.0
 	DefaultQueueThreshold       = 4.0
@@ -180,8 +201,10 @@ func DefaultOptions() Options {
 		DiskCacheHitWeight:        DefaultDiskCacheHitWeight,
 		PrefillRate:               DefaultPrefillRate,
 		PrefillOverhead:           DefaultPrefillOverhead,
+		PrefillContextCost:        DefaultPrefillContextCost,
 		DecodeSlowdownWeight:      DefaultDecodeSlowdownWeight,
 		DuplicatePrefillWeight:    DefaultDuplicatePrefill,
+		CacheChurnWeight:          DefaultCacheChurnWeight,
 		DecodeActiveRequestWeight: DefaultDecodeActiveRequests,
 		Temperature:               DefaultTemperature,
 		WeightedA:                 2,
@@ -280,8 +303,9 @@ func (o Options) Validate() error {
 		"overlap credit": o.OverlapCredit, "prefill load scale": o.PrefillLoadScale,
 		"host cache hit weight": o.HostCacheHitWeight, "disk cache hit weight": o.DiskCacheHitWeight,
 		"decode active request weight": o.DecodeActiveRequestWeight, "decode slowdown weight": o.DecodeSlowdownWeight,
-		"duplicate prefill weight": o.DuplicatePrefillWeight,
-		"weighted a":               o.WeightedA, "weighted b": o.WeightedB, "weighted c": o.WeightedC,
+		"duplicate prefill weight": o.DuplicatePrefillWeight, "prefill context cost": o.PrefillContextCost,
+		"cache churn weight": o.CacheChurnWeight,
+		"weighted a":         o.WeightedA, "weighted b": o.WeightedB, "weighted c": o.WeightedC,
 	} {
 		if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
 			return fmt.Errorf("scoring options: %s %g must be a finite number ≥ 0", name, v)

@@ -2,6 +2,7 @@ package scoring
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -64,8 +65,20 @@ type worker struct {
 	// work whose first token has not been seen).
 	backlog   float64
 	backlogAt time.Time
-	fit       rateFit
-	health    health
+	// backlogAttn is the attention work (token pairs) of the same backlog;
+	// it drains with backlog, by the same fraction of the predicted time,
+	// and never exceeds prefillAttn.
+	backlogAttn float64
+	// prefillAttn is the attention work of the requests counted in
+	// prefillTokens.
+	prefillAttn float64
+	// churn is the uncached prompt tokens routed to the worker, decayed
+	// with time constant churnHalfLife/ln 2 since churnAt: how fast its
+	// cache turns over.
+	churn   float64
+	churnAt time.Time
+	fit     rateFit
+	health  health
 	// pending holds the prompt blocks recently routed to the worker that
 	// its KV events have not confirmed (the pending overlay).
 	pending pendingBlocks
@@ -84,7 +97,7 @@ func NewPool(opts Options) *Pool {
 		byAddress: make(map[string]string),
 		reqs:      make(map[string]*active),
 		tomb:      newTombstones(4096),
-		fleetFit:  newRateFit(opts.withDefaults().PrefillRate, opts.withDefaults().PrefillOverhead),
+		fleetFit:  newRateFit(opts.withDefaults().PrefillRate, opts.withDefaults().PrefillOverhead, opts.withDefaults().PrefillContextCost),
 	}
 }
 
@@ -97,7 +110,7 @@ func (p *Pool) Upsert(spec WorkerSpec) error {
 	p.mu.Lock()
 	w, ok := p.workers[spec.ID]
 	if !ok {
-		w = &worker{blockRefs: make(map[uint64]int32), fit: newRateFit(p.opts.PrefillRate, p.opts.PrefillOverhead)}
+		w = &worker{blockRefs: make(map[uint64]int32), fit: newRateFit(p.opts.PrefillRate, p.opts.PrefillOverhead, p.opts.PrefillContextCost)}
 		p.workers[spec.ID] = w
 	}
 	w.spec = spec
@@ -277,12 +290,18 @@ type Load struct {
 	// Pool.Observe); picks use it only when every candidate is ejected.
 	Ejected bool `json:"ejected,omitempty"`
 	// PrefillBacklog is the modelled prefill work still ahead, in tokens:
-	// PrefillTokens drained at PrefillRate since it was queued.
-	PrefillBacklog float64 `json:"prefill_backlog"`
-	// PrefillRate (tokens/s) and PrefillOverhead (s) are the worker's
-	// learned prefill model; FitSamples counts what it learned from.
+	// PrefillTokens drained at the learned model's pace since it was
+	// queued. PrefillBacklogAttention is the same work's attention over
+	// context, in token pairs (see PrefillContext).
+	PrefillBacklog          float64 `json:"prefill_backlog"`
+	PrefillBacklogAttention float64 `json:"prefill_backlog_attention"`
+	// PrefillRate (tokens/s), PrefillOverhead (s) and PrefillContext (s
+	// per token pair: one new token attending to one cached or earlier
+	// token) are the worker's learned prefill model; FitSamples counts
+	// what it learned from.
 	PrefillRate     float64 `json:"prefill_rate"`
 	PrefillOverhead float64 `json:"prefill_overhead_seconds"`
+	PrefillContext  float64 `json:"prefill_context_seconds"`
 	FitSamples      int     `json:"fit_samples"`
 	// MatchedBlocks and CachedBlocks come from the Candidate in a pick;
 	// HostBlocks and DiskBlocks are the blocks after MatchedBlocks held
@@ -291,8 +310,12 @@ type Load struct {
 	MatchedBlocks int `json:"matched_blocks"`
 	PendingBlocks int `json:"pending_blocks,omitempty"`
 	CachedBlocks  int `json:"cached_blocks"`
-	HostBlocks    int `json:"host_blocks"`
-	DiskBlocks    int `json:"disk_blocks"`
+	// Churn is the uncached prompt tokens recently routed to the worker
+	// (decayed by half every ChurnHalfLife): how fast its cache turns
+	// over. Ties go to the lowest.
+	Churn      float64 `json:"churn_tokens"`
+	HostBlocks int     `json:"host_blocks"`
+	DiskBlocks int     `json:"disk_blocks"`
 
 	// index is the candidate's index in the caller's slice.
 	index int
@@ -339,8 +362,9 @@ func (p *Pool) fillLoadLocked(l *Load, w *worker, now time.Time) {
 	l.ReportIdle = fresh && w.report.Running == 0 && w.report.Waiting == 0 && w.reportAdds == w.adds
 	l.ReportSilent = w.hasReport && !fresh
 	l.Ejected = w.health.ejectedUntil.After(now)
-	l.PrefillRate, l.PrefillOverhead, l.FitSamples = p.blendedFitLocked(w)
-	l.PrefillBacklog = w.backlogNow(now, l.PrefillRate, p.opts.NoPrefillDecay)
+	l.PrefillRate, l.PrefillOverhead, l.PrefillContext, l.FitSamples = p.blendedFitLocked(w)
+	l.Churn = w.churnNow(now)
+	l.PrefillBacklog, l.PrefillBacklogAttention = w.backlogNow(now, l.PrefillRate, l.PrefillContext, p.opts.NoPrefillDecay)
 }
 
 // ownSamples is how many samples of its own a worker needs before its fit
@@ -350,36 +374,60 @@ func (p *Pool) fillLoadLocked(l *Load, w *worker, now time.Time) {
 const ownSamples = 200
 
 // blendedFitLocked is w's prefill model shrunk toward the fleet's.
-func (p *Pool) blendedFitLocked(w *worker) (rate, overhead float64, samples int) {
+func (p *Pool) blendedFitLocked(w *worker) (rate, overhead, context float64, samples int) {
 	if p.fleetFit.samples == 0 {
-		return w.fit.rate, w.fit.overhead, w.fit.samples
+		return w.fit.rate, w.fit.overhead, w.fit.context, w.fit.samples
 	}
 	n := float64(w.fit.samples)
 	a := n / (n + ownSamples)
-	return a*w.fit.rate + (1-a)*p.fleetFit.rate, a*w.fit.overhead + (1-a)*p.fleetFit.overhead, w.fit.samples
+	return a*w.fit.rate + (1-a)*p.fleetFit.rate, a*w.fit.overhead + (1-a)*p.fleetFit.overhead,
+		a*w.fit.context + (1-a)*p.fleetFit.context, w.fit.samples
 }
 
-// backlogNow is the modelled prefill backlog at now, without changing it.
-func (w *worker) backlogNow(now time.Time, rate float64, noDecay bool) float64 {
+// backlogNow is the modelled prefill backlog at now, in tokens and in
+// attention work, without changing it. The backlog drains one second per
+// second of the time the model predicts for it; both parts drain by the
+// same fraction.
+func (w *worker) backlogNow(now time.Time, rate, context float64, noDecay bool) (tokens, attn float64) {
 	if noDecay {
-		return float64(w.prefillTokens)
+		return float64(w.prefillTokens), w.prefillAttn
 	}
-	b := w.backlog
+	b, ba := w.backlog, w.backlogAttn
 	if b <= 0 {
 		// Most workers of a large fleet have no backlog: skip the clock
 		// arithmetic, a good part of building each Load.
-		return min(0, float64(w.prefillTokens))
+		return 0, 0
 	}
 	if dt := now.Sub(w.backlogAt).Seconds(); dt > 0 {
-		b -= rate * dt
+		if secs := b/rate + context*ba; secs > dt {
+			f := 1 - dt/secs
+			b, ba = b*f, ba*f
+		} else {
+			b, ba = 0, 0
+		}
 	}
-	return min(max(b, 0), float64(w.prefillTokens))
+	return min(max(b, 0), float64(w.prefillTokens)), min(max(ba, 0), w.prefillAttn)
+}
+
+// churnHalfLife is how fast a worker's churn forgets: about the time a
+// busy worker's cache takes to turn over.
+const churnHalfLife = 60 * time.Second
+
+func (w *worker) churnNow(now time.Time) float64 {
+	if w.churn <= 0 {
+		return 0
+	}
+	dt := now.Sub(w.churnAt)
+	if dt <= 0 {
+		return w.churn
+	}
+	return w.churn * math.Exp2(-dt.Seconds()/churnHalfLife.Seconds())
 }
 
 // settleBacklogLocked brings w's backlog model to now, before a change.
 func (p *Pool) settleBacklogLocked(w *worker, now time.Time) {
-	rate, _, _ := p.blendedFitLocked(w)
-	w.backlog = w.backlogNow(now, rate, p.opts.NoPrefillDecay)
+	rate, _, context, _ := p.blendedFitLocked(w)
+	w.backlog, w.backlogAttn = w.backlogNow(now, rate, context, p.opts.NoPrefillDecay)
 	w.backlogAt = now
 }
 
@@ -388,8 +436,8 @@ func (p *Pool) Fits() []RateFit {
 	p.mu.RLock()
 	out := make([]RateFit, 0, len(p.workers))
 	for id, w := range p.workers {
-		rate, overhead, n := p.blendedFitLocked(w)
-		out = append(out, RateFit{Worker: id, PrefillRate: rate, OverheadSeconds: overhead, Samples: n})
+		rate, overhead, context, n := p.blendedFitLocked(w)
+		out = append(out, RateFit{Worker: id, PrefillRate: rate, OverheadSeconds: overhead, ContextSeconds: context, Samples: n})
 	}
 	p.mu.RUnlock()
 	slices.SortFunc(out, func(a, b RateFit) int { return strings.Compare(a.Worker, b.Worker) })

@@ -201,13 +201,15 @@ var (
 	descRate     = prometheus.NewDesc("kvroute_worker_prefill_rate_tokens_per_second", "Prefill speed the router learned for the worker from its times to first token.", []string{"worker"}, nil)
 	descOverhead = prometheus.NewDesc("kvroute_worker_prefill_overhead_seconds", "Fixed part of the worker's time to first token, as learned.", []string{"worker"}, nil)
 	descBacklog  = prometheus.NewDesc("kvroute_worker_prefill_backlog_tokens", "Modelled prefill work still ahead on the worker: tokens in flight drained at the learned rate.", []string{"worker"}, nil)
+	descContext  = prometheus.NewDesc("kvroute_worker_prefill_context_seconds", "Cost of one prompt token attending to one cached or earlier token on the worker, as learned: what cached context adds to a prefill.", []string{"worker"}, nil)
+	descChurn    = prometheus.NewDesc("kvroute_worker_cache_churn_tokens", "Uncached prompt tokens routed to the worker lately, halved every minute: how fast its cache turns over.", []string{"worker"}, nil)
 	descQueue    = prometheus.NewDesc("kvroute_queue_depth", "Requests waiting in the admission queue.", nil, nil)
 	descMode     = prometheus.NewDesc("kvroute_router_mode", "The router mode in use (value 1).", []string{"mode"}, nil)
 	descReadyDsc = prometheus.NewDesc("kvroute_ready", "1 when the router is ready to route.", nil, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descEntries, descBlocks, descBytes, descApprox, descWorkers, descActive, descActBlk, descPrefill, descRate, descOverhead, descBacklog, descQueue, descMode, descReadyDsc} {
+	for _, d := range []*prometheus.Desc{descEntries, descBlocks, descBytes, descApprox, descWorkers, descActive, descActBlk, descPrefill, descRate, descOverhead, descBacklog, descContext, descChurn, descQueue, descMode, descReadyDsc} {
 		ch <- d
 	}
 }
@@ -239,6 +241,8 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descRate, prometheus.GaugeValue, l.PrefillRate, l.ID)
 		ch <- prometheus.MustNewConstMetric(descOverhead, prometheus.GaugeValue, l.PrefillOverhead, l.ID)
 		ch <- prometheus.MustNewConstMetric(descBacklog, prometheus.GaugeValue, l.PrefillBacklog, l.ID)
+		ch <- prometheus.MustNewConstMetric(descContext, prometheus.GaugeValue, l.PrefillContext, l.ID)
+		ch <- prometheus.MustNewConstMetric(descChurn, prometheus.GaugeValue, l.Churn, l.ID)
 	}
 	ch <- prometheus.MustNewConstMetric(descQueue, prometheus.GaugeValue, float64(sched.QueueLen()))
 	ch <- prometheus.MustNewConstMetric(descMode, prometheus.GaugeValue, 1, sched.Mode().Name())
