@@ -124,9 +124,9 @@ func ParseProfile(data []byte) (*Profile, error) {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return nil, errors.New("timing profile: data after the JSON object")
 	}
-	var errs []error
+	var errs []string
 	if strings.TrimSpace(f.Name) == "" {
-		errs = append(errs, errors.New(`"name" is missing`))
+		errs = append(errs, `"name" is missing`)
 	}
 	p := &Profile{ProfileName: f.Name, Description: f.Description}
 	for _, c := range []struct {
@@ -144,17 +144,17 @@ func ParseProfile(data []byte) (*Profile, error) {
 	} {
 		switch {
 		case c.v == nil:
-			errs = append(errs, fmt.Errorf("%q is missing", c.name))
+			errs = append(errs, fmt.Sprintf("%q is missing", c.name))
 		case math.IsNaN(*c.v) || math.IsInf(*c.v, 0) || *c.v < 0:
-			errs = append(errs, fmt.Errorf("%q %g must not be negative", c.name, *c.v))
+			errs = append(errs, fmt.Sprintf("%q %g must not be negative", c.name, *c.v))
 		case c.positive && *c.v == 0:
-			errs = append(errs, fmt.Errorf("%q must be positive", c.name))
+			errs = append(errs, fmt.Sprintf("%q must be positive", c.name))
 		default:
 			*c.dst = *c.v
 		}
 	}
 	if len(errs) > 0 {
-		return nil, fmt.Errorf("timing profile: %w", errors.Join(errs...))
+		return nil, fmt.Errorf("timing profile: %s", strings.Join(errs, "; "))
 	}
 	return p, nil
 }
