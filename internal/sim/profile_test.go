@@ -356,3 +356,39 @@ func BenchmarkProfileStepMillis(b *testing.B) {
 	}
 	_ = sink
 }
+
+// TestStepAndProfileAllocateNothing: once warm, a step of running requests
+// and its pricing by a profile allocate nothing: the accounting the
+// profile reads lives in the engine's reused StepResult.
+func TestStepAndProfileAllocateNothing(t *testing.T) {
+	tm, err := ParseTiming(TimingH100Llama3_8B)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := NewEngine(EngineConfig{MaxNumBatchedTokens: 512}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const reqs, out = 8, 2000
+	for i := range reqs {
+		prompt := make([]int32, 0, 300+out)
+		prompt = append(prompt, seq(1_000_000*(i+1), 300)...)
+		if err := e.Add(uint64(i), prompt, out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 20 {
+		e.Step()
+	}
+	var ms float64
+	allocs := testing.AllocsPerRun(200, func() {
+		res := e.Step()
+		ms += tm.StepMillis(res, 0)
+	})
+	if allocs != 0 {
+		t.Fatalf("a decode step and its pricing allocate %.1f times", allocs)
+	}
+	if !(ms > 0) || !e.HasWork() {
+		t.Fatalf("steps priced at %g ms in all; engine busy %v", ms, e.HasWork())
+	}
+}
