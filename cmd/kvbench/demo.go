@@ -56,6 +56,7 @@ type demoFlags struct {
 	log       *cli.LogFlags
 	sweep     string
 	sweepWL   string
+	timing    string
 }
 
 func newDemoFlags(d *demoFlags, stderr io.Writer) *flag.FlagSet {
@@ -77,6 +78,7 @@ func newDemoFlags(d *demoFlags, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&d.kvBlocks, "kv-blocks", demoKVBlocks, "KV cache blocks per worker (default ≈ Qwen3-8B on an 80 GB H100)")
 	fs.IntVar(&d.maxSeqs, "max-num-seqs", sim.DefaultMaxNumSeqs, "maximum running requests per worker")
 	fs.IntVar(&d.maxBatch, "max-num-batched-tokens", sim.DefaultMaxNumBatchedTokens, "maximum tokens per engine step (chunked prefill)")
+	timingFlag(fs, &d.timing)
 	fs.BoolVar(&d.progress, "progress", false, "draw a progress bar on stderr even when it is not a terminal (otherwise one line every 5 s there)")
 	d.log = cli.RegisterLog(fs, "off")
 	setUsage(fs, fmt.Sprintf(`kvbench demo compares router modes in two parts.
@@ -90,8 +92,8 @@ sweep.json, sweep.md and sweep.svg. --sweep-loads "" skips it.
 Part 2, in real time: the --workload workload (default agent, whole sessions
 up to --max-requests, default %d, at --load, default %d for agent) through the
 real stack in one process: an embedded NATS server and etcd, --workers kvsim
-workers (paged KV cache with prefix caching, continuous batching, the Dynamo
-mocker's timing model, --speedup times faster than a GPU), a kvroute router
+workers (paged KV cache with prefix caching, continuous batching, the --timing
+step-time model, --speedup times faster than a GPU), a kvroute router
 (ext_proc gRPC) and a real Envoy running the cluster-header bootstrap
 (KVROUTE_ENVOY, the copy "make envoy" installs, or envoy on the PATH). It
 replays the workload once per mode in --modes: before each mode the fleet goes
@@ -102,7 +104,10 @@ bundled Mooncake conversation trace instead.
 It prints a table per mode (hit rate = Σ cached_tokens ÷ Σ prompt_tokens from
 the workers' usage, TTFT/ITL/E2E percentiles with p50, p90 and p99, output
 tokens/s, which worker served what) and the reference hit rates of the
-workload, and writes report.json, report.md and chart.svg.`, demoSweepLoads, strings.ReplaceAll(demoSweepModes, ",", ", "), demoMaxRequests, demoLoad))
+workload, and writes report.json, report.md and chart.svg.
+
+Both parts use --timing: the Dynamo mocker's polynomial by default, or a GPU
+profile (h100-llama3-8b, or a profile file) that charges cached context.`, demoSweepLoads, strings.ReplaceAll(demoSweepModes, ",", ", "), demoMaxRequests, demoLoad))
 	return fs
 }
 
@@ -113,6 +118,10 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	d.wl.parsed(fs)
+	timing, err := parseTiming(d.timing)
+	if err != nil {
+		return err
+	}
 	modes := splitList(d.modes)
 	if len(modes) == 0 {
 		return fmt.Errorf("--modes is empty")
@@ -156,7 +165,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	setup := map[string]any{
 		"workers": d.workers, "block_size": d.blockSize, "kv_blocks_per_worker": d.kvBlocks,
 		"max_num_seqs": d.maxSeqs, "max_num_batched_tokens": d.maxBatch, "worker_speedup": d.wl.speedup, "load": d.wl.load,
-		"gateway": "Envoy with the cluster-header bootstrap", "timing": "Dynamo mocker polynomial",
+		"gateway": "Envoy with the cluster-header bootstrap", "timing": vsim.TimingLabel(timing),
 	}
 	rep := bench.NewReport(wl, ideal, haveIdeal, setup)
 	if d.wl.speedup != 1 {
@@ -165,18 +174,18 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 
 	if d.sweep != "" {
-		if err := d.runSweep(stdout, stderr, engine, modes, outDir); err != nil {
+		if err := d.runSweep(stdout, stderr, engine, timing, outDir); err != nil {
 			return err
 		}
 	}
 	for _, n := range d.wl.notes {
 		fmt.Fprintln(stdout, n)
 	}
-	fmt.Fprintf(stdout, "kvbench demo: %d requests (%s), %d kvsim workers × %d blocks of %d tokens, speedup %g, load %g, modes %s\n",
-		wl.Requests(), wl.Name, d.workers, d.kvBlocks, d.blockSize, d.wl.speedup, d.wl.load, strings.Join(modes, ", "))
+	fmt.Fprintf(stdout, "kvbench demo: %d requests (%s), %d kvsim workers × %d blocks of %d tokens, timing %s, speedup %g, load %g, modes %s\n",
+		wl.Requests(), wl.Name, d.workers, d.kvBlocks, d.blockSize, timing.Name(), d.wl.speedup, d.wl.load, strings.Join(modes, ", "))
 	t0 := time.Now()
 	env, err := bench.StartEnv(ctx, bench.EnvConfig{
-		Workers: d.workers, Model: d.wl.model, Engine: engine, Speedup: d.wl.speedup,
+		Workers: d.workers, Model: d.wl.model, Engine: engine, Timing: timing, Speedup: d.wl.speedup,
 		TokenizerDir: d.wl.tokenizer, Mode: modes[0], Logger: log,
 		ChatTemplate: d.wl.chatTemplate, MMFamily: d.wl.mmFamily,
 	})
@@ -249,7 +258,7 @@ func listFiles(stdout io.Writer, dir string) {
 
 // runSweep runs the virtual-time sweep the demo opens with and writes
 // sweep.json, sweep.md and sweep.svg into outDir.
-func (d *demoFlags) runSweep(stdout, stderr io.Writer, engine sim.EngineConfig, _ []string, outDir string) error {
+func (d *demoFlags) runSweep(stdout, stderr io.Writer, engine sim.EngineConfig, timing sim.Timing, outDir string) error {
 	loads, err := parseLoads(d.sweep)
 	if err != nil {
 		return fmt.Errorf("--sweep-loads: %w", err)
@@ -259,7 +268,7 @@ func (d *demoFlags) runSweep(stdout, stderr io.Writer, engine sim.EngineConfig, 
 		return err
 	}
 	fleet := vsim.DefaultFleet()
-	fleet.Workers, fleet.Engine = d.workers, engine
+	fleet.Workers, fleet.Engine, fleet.Timing = d.workers, engine, timing
 	modes := splitList(demoSweepModes)
 	fmt.Fprintf(stdout, "kvbench demo, part 1: %s workload in virtual time (kvbench sim), %d workers, modes %s, loads %s\n",
 		w.Name, d.workers, strings.Join(modes, ", "), d.sweep)

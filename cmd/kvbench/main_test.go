@@ -36,6 +36,11 @@ func TestHelpAndUsageErrors(t *testing.T) {
 		{[]string{"replay", "--arrival", "trace", "--workload", "shared-prefix"}, 1, "needs --workload trace"},
 		{[]string{"gateway"}, 2, "unknown command"},
 		{[]string{"demo", "extra"}, 2, "unexpected argument"},
+		{[]string{"sim", "-help"}, 0, "h100-llama3-8b"},
+		{[]string{"demo", "-help"}, 0, "-timing"},
+		{[]string{"up", "-help"}, 0, "-timing"},
+		{[]string{"sim", "--timing", "a100-nothing"}, 2, "neither a known name (polynomial, h100-llama3-8b) nor a profile file"},
+		{[]string{"demo", "--timing", "main_test.go"}, 2, "main_test.go: timing profile: invalid character"},
 	} {
 		var out, errb bytes.Buffer
 		code := run(context.Background(), tc.args, &out, &errb)
@@ -59,7 +64,7 @@ func TestDemoWritesReportsForEveryMode(t *testing.T) {
 	dir := t.TempDir()
 	var out, errb bytes.Buffer
 	args := []string{"demo", "--workload", "trace", "--workers", "4", "--load", "1", "--max-requests", "30", "--speedup", "40",
-		"--modes", "round_robin,kv", "--sweep-loads", "", "--out-dir", dir}
+		"--modes", "round_robin,kv", "--sweep-loads", "", "--out-dir", dir, "--timing", "h100-llama3-8b"}
 	if code := run(context.Background(), args, &out, &errb); code != 0 {
 		t.Fatalf("exit %d\n%s\n%s", code, out.String(), errb.String())
 	}
@@ -74,6 +79,9 @@ func TestDemoWritesReportsForEveryMode(t *testing.T) {
 	}
 	if strings.Join(rep.Order, ",") != "round_robin,kv" {
 		t.Fatalf("modes %v", rep.Order)
+	}
+	if rep.Setup["timing"] != "h100-llama3-8b" || !strings.Contains(rep.SetupLine(), "timing h100-llama3-8b") {
+		t.Errorf("report setup %v does not state the timing", rep.Setup)
 	}
 	for _, m := range rep.Order {
 		if r := rep.Modes[m]; r.Requests != 30 || r.Errors != 0 || len(r.WorkerShare) == 0 {

@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/internal/bench"
+	"github.com/kvroute/kvroute/internal/cli"
 	"github.com/kvroute/kvroute/internal/costflag"
+	"github.com/kvroute/kvroute/internal/sim"
 	"github.com/kvroute/kvroute/internal/vsim"
 	"github.com/kvroute/kvroute/scoring"
 )
@@ -39,6 +41,7 @@ type simFlags struct {
 	cost        *costflag.Flags
 	size        workloadSize
 	routerCost  bool
+	timing      string
 }
 
 // workloadSize overrides a generated workload's size: sessions (requests
@@ -68,6 +71,7 @@ func newSimFlags(s *simFlags, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&s.fleet.Engine.NumGPUBlocks, "kv-blocks", s.fleet.Engine.NumGPUBlocks, "KV blocks per worker")
 	fs.IntVar(&s.fleet.Engine.BlockSize, "block-size", s.fleet.Engine.BlockSize, "tokens per KV block")
 	fs.IntVar(&s.fleet.Engine.MaxNumBatchedTokens, "max-num-batched-tokens", 8192, "tokens an engine step schedules at most")
+	timingFlag(fs, &s.timing)
 	fs.DurationVar(&s.fleet.EventLag, "event-lag", s.fleet.EventLag, "delay from an engine step to its KV events reaching the router's index")
 	fs.DurationVar(&s.fleet.ReportEvery, "load-report-interval", s.fleet.ReportEvery, "period of the workers' load reports")
 	fs.StringVar(&s.modes, "modes", "kv,round_robin,least_loaded", "comma-separated router modes: "+strings.Join(scoring.ModeNames(), ", "))
@@ -94,17 +98,27 @@ of their later turns, stickiness (follow-ups sent to a worker that held their
 previous request's prefix), same worker (later turns sent to the worker of the
 turn before), overlap_exact (predicted cached tokens ==
 what the engine reported), and the goodput: the highest load whose TTFT p90
-meets --slo-ttft-p90.`)
+meets --slo-ttft-p90.
+
+Engine step times come from --timing: the Dynamo mocker's polynomial by
+default (cached context is free; use it to compare with Dynamo's replay), or a
+GPU profile that charges attention over cached context and the KV each decode
+step reads (the built-in h100-llama3-8b, or a profile file). Reports name the
+timing they ran under.`)
 	return fs
 }
 
 func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var s simFlags
 	fs := newSimFlags(&s, stderr)
-	if err := parse(fs, args, stdout); err != nil {
+	err := parse(fs, args, stdout)
+	if err != nil {
 		return err
 	}
 	if err := s.cost.Finish(stderr); err != nil {
+		return err
+	}
+	if s.fleet.Timing, err = parseTiming(s.timing); err != nil {
 		return err
 	}
 	modes := splitList(s.modes)
@@ -226,6 +240,20 @@ func (size workloadSize) apply(n *int, rate *float64) {
 	if size.rate > 0 && rate != nil {
 		*rate = size.rate
 	}
+}
+
+// timingFlag registers --timing, the engines' step-time model.
+func timingFlag(fs *flag.FlagSet, p *string) {
+	fs.StringVar(p, "timing", sim.TimingPolynomial, sim.TimingUsage)
+}
+
+// parseTiming resolves --timing: a name (sim.TimingNames) or a profile file.
+func parseTiming(s string) (sim.Timing, error) {
+	t, err := sim.ParseTiming(s)
+	if err != nil {
+		return nil, cli.Usagef("--timing: %w", err)
+	}
+	return t, nil
 }
 
 func parseLoads(s string) ([]float64, error) {

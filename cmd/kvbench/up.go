@@ -21,6 +21,7 @@ type upFlags struct {
 	speedup   float64
 	blockSize int
 	kvBlocks  int
+	timing    string
 	log       *cli.LogFlags
 }
 
@@ -32,6 +33,7 @@ func newUpFlags(u *upFlags) *flag.FlagSet {
 	fs.Float64Var(&u.speedup, "speedup", 1, "divide the workers' simulated step times by this")
 	fs.IntVar(&u.blockSize, "block-size", sim.DefaultBlockSize, "tokens per KV block in the workers")
 	fs.IntVar(&u.kvBlocks, "kv-blocks", sim.DefaultNumGPUBlocks, "KV cache blocks per worker")
+	timingFlag(fs, &u.timing)
 	u.log = cli.RegisterLog(fs, "warn")
 	setUsage(fs, `kvbench up starts the whole local stack in this process, as the demo does, and
 waits: embedded NATS and etcd, --workers simulated vLLM workers (kvsim), a
@@ -53,13 +55,17 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if _, err := scoring.NewMode(u.mode, scoring.DefaultOptions()); err != nil {
 		return cli.Usagef("--router-mode: %w", err)
 	}
+	timing, err := parseTiming(u.timing)
+	if err != nil {
+		return err
+	}
 	log, err := u.log.Logger(stderr)
 	if err != nil {
 		return err
 	}
 	start := time.Now()
 	env, err := bench.StartEnv(ctx, bench.EnvConfig{
-		Workers: u.workers, Speedup: u.speedup, TokenizerDir: u.tokenizer, Mode: u.mode, Logger: log,
+		Workers: u.workers, Speedup: u.speedup, Timing: timing, TokenizerDir: u.tokenizer, Mode: u.mode, Logger: log,
 		Engine: sim.EngineConfig{NumGPUBlocks: u.kvBlocks, BlockSize: u.blockSize},
 	})
 	if err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"github.com/kvroute/kvroute/internal/sim"
 	"io"
@@ -183,5 +184,57 @@ func TestDemoPlanDescribesTheRun(t *testing.T) {
 	}
 	if strings.Contains(out.String(), "first 500 requests") {
 		t.Error("demo --help still describes the old default (the trace's first 500 requests)")
+	}
+}
+
+// kvbench sim states the timing it ran under: the JSON setup always, the
+// Markdown header when it is not the default polynomial, whose reports stay
+// as they were.
+func TestSimReportsStateTheTiming(t *testing.T) {
+	dir := t.TempDir()
+	times := map[string]string{}
+	for _, tt := range []struct{ timing, label string }{
+		{"polynomial", "Dynamo mocker polynomial"},
+		{"h100-llama3-8b", "h100-llama3-8b"},
+	} {
+		path := filepath.Join(dir, tt.timing+".json")
+		var out, errb bytes.Buffer
+		args := []string{"sim", "--workload", "shared_prefix", "--sessions", "60", "--modes", "kv", "--load", "1", "--parallel", "1",
+			"--timing", tt.timing, "--json", path}
+		if code := run(context.Background(), args, &out, &errb); code != 0 {
+			t.Fatalf("exit %d\n%s", code, errb.String())
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rep struct {
+			Setup struct {
+				Timing  string          `json:"timing"`
+				Profile json.RawMessage `json:"timing_profile"`
+			} `json:"setup"`
+			Sweep map[string][]struct {
+				TTFT struct {
+					P50 float64 `json:"p50"`
+				} `json:"ttft_ms"`
+			} `json:"sweep"`
+		}
+		if err := json.Unmarshal(data, &rep); err != nil {
+			t.Fatal(err)
+		}
+		if rep.Setup.Timing != tt.label {
+			t.Errorf("--timing %s: setup.timing %q, want %q", tt.timing, rep.Setup.Timing, tt.label)
+		}
+		header := strings.SplitN(out.String(), "\n", 2)[0]
+		if named := strings.Contains(header, "timing "); named != (tt.timing != "polynomial") {
+			t.Errorf("--timing %s: Markdown header %q", tt.timing, header)
+		}
+		if hasProfile := len(rep.Setup.Profile) > 0; hasProfile != (tt.timing != "polynomial") {
+			t.Errorf("--timing %s: timing_profile %s", tt.timing, rep.Setup.Profile)
+		}
+		times[tt.timing] = fmt.Sprint(rep.Sweep["kv"][0].TTFT.P50)
+	}
+	if times["polynomial"] == times["h100-llama3-8b"] {
+		t.Errorf("both timings give TTFT p50 %s ms", times["polynomial"])
 	}
 }

@@ -28,6 +28,7 @@ type options struct {
 	blockSize      int
 	maxNumSeqs     int
 	maxBatched     int
+	timing         string
 	speedup        float64
 	jitter         float64
 	seed           uint64
@@ -56,9 +57,10 @@ func envName(flagName string) string {
 }
 
 const summary = `kvsim runs simulated vLLM workers: an OpenAI-compatible server per worker,
-a paged KV cache with prefix caching, continuous batching, the timing model of
-NVIDIA Dynamo's mocker, KV events and load reports on NATS, leased registration
-in etcd. Each flag can also be set with the environment variable shown; a flag
+a paged KV cache with prefix caching, continuous batching, step times from
+--timing (NVIDIA Dynamo mocker's polynomial by default, or a GPU profile that
+charges cached context), KV events and load reports on NATS, leased
+registration in etcd. Each flag can also be set with the environment variable shown; a flag
 on the command line wins.
 
 Usage:
@@ -94,6 +96,7 @@ func newCommand(o *options) *cli.Command {
 	fs.IntVar(&o.blockSize, "block-size", sim.DefaultBlockSize, "tokens per KV block (vLLM's default is 16)")
 	fs.IntVar(&o.maxNumSeqs, "max-num-seqs", 256, "maximum running requests per worker")
 	fs.IntVar(&o.maxBatched, "max-num-batched-tokens", 8192, "maximum tokens scheduled per step")
+	fs.StringVar(&o.timing, "timing", sim.TimingPolynomial, sim.TimingUsage)
 	fs.Float64Var(&o.speedup, "speedup", 1, "divide every simulated step time by this")
 	fs.Float64Var(&o.jitter, "jitter", 0, "relative random spread of step times, e.g. 0.1 for ±10%")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the jitter source (worker i uses seed+i)")

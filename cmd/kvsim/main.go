@@ -1,6 +1,7 @@
 // Command kvsim runs simulated vLLM workers for kvroute: an OpenAI-compatible
 // HTTP server per worker backed by a paged KV cache with prefix caching,
-// continuous batching and Dynamo's mocker timing model, publishing KV events
+// continuous batching and a step-time model (Dynamo's mocker polynomial, or a
+// GPU profile chosen with --timing), publishing KV events
 // and load reports to NATS and registering in etcd under a lease. Run
 // `kvsim --help` for the flags.
 package main
@@ -59,7 +60,7 @@ func run(ctx context.Context, args []string) error {
 	for _, w := range fleet.Workers() {
 		log.Info("serving", "worker", w.ID(), "url", w.URL(), "zmq", w.ZMQEndpoint())
 	}
-	log.Info("fleet started", "workers", len(fleet.Workers()), "model", o.model, "block_size", o.blockSize,
+	log.Info("fleet started", "workers", len(fleet.Workers()), "model", o.model, "timing", cfg.Worker.Timing.Name(), "block_size", o.blockSize,
 		"num_gpu_blocks", o.numGPUBlocks, "nats", orNone(o.natsURL), "etcd", orNone(o.etcdEndpoints), "took", cli.Since(start))
 	go fleet.WatchConnections(ctx, 5*time.Second)
 	if o.workersFile != "" {
@@ -101,8 +102,12 @@ func fleetConfig(o *options, log *slog.Logger) (sim.FleetConfig, error) {
 	if o.jitter < 0 || o.jitter >= 1 {
 		return sim.FleetConfig{}, fmt.Errorf("--jitter %g must be in [0, 1)", o.jitter)
 	}
+	timing, err := sim.ParseTiming(o.timing)
+	if err != nil {
+		return sim.FleetConfig{}, cli.Usagef("--timing: %w", err)
+	}
 	wc := sim.WorkerConfig{
-		Model: o.model, Engine: eng, Speedup: o.speedup, Jitter: o.jitter, Seed: o.seed,
+		Model: o.model, Engine: eng, Timing: timing, Speedup: o.speedup, Jitter: o.jitter, Seed: o.seed,
 		DefaultMaxTokens: o.defaultMaxToks, EOSProbability: o.eosProbability, Namespace: o.namespace, LeaseTTL: o.leaseTTL,
 		EventBatchMax: o.eventBatchMax, EventFlushInterval: o.eventFlush, LoadInterval: o.loadInterval,
 		ZMQTopic: o.zmqTopic,

@@ -58,6 +58,8 @@ func TestBadSettingsAreRejected(t *testing.T) {
 		{"negative speedup", []string{"--speedup", "-1"}, nil, "--speedup"},
 		{"EOS probability above 1", []string{"--eos-probability", "2"}, nil, "--eos-probability"},
 		{"missing tokenizer folder", []string{"--tokenizer", "/nonexistent"}, nil, "tokenizer"},
+		{"unknown timing", []string{"--timing", "a100-nothing"}, nil, "--timing: timing \"a100-nothing\": neither a known name"},
+		{"bad timing file", []string{"--timing", "main_test.go"}, nil, "main_test.go: timing profile: invalid character"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -118,5 +120,32 @@ func TestRunServesUntilCancelled(t *testing.T) {
 	}
 	if _, err := http.Get("http://" + recs[0].Address + "/health"); err == nil {
 		t.Fatal("worker still serving after shutdown")
+	}
+}
+
+func TestTimingFlagReachesTheWorkers(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "polynomial"},
+		{[]string{"--timing", "h100-llama3-8b"}, "h100-llama3-8b"},
+		{[]string{"--timing", "../../tools/gpu/profiles/h100-32b-shape.json"}, "h100-32b-shape"},
+	} {
+		o, err := parseFlags(tt.args, func(string) string { return "" }, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := fleetConfig(o, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cfg.Worker.Timing.Name(); got != tt.want {
+			t.Errorf("kvsim %v: workers' timing %q, want %q", tt.args, got, tt.want)
+		}
+	}
+	var help strings.Builder
+	if _, err := parseFlags([]string{"--help"}, func(string) string { return "" }, &help); err == nil || !strings.Contains(help.String(), "h100-llama3-8b") {
+		t.Errorf("--help does not explain --timing:\n%s", help.String())
 	}
 }

@@ -33,6 +33,8 @@ type EnvConfig struct {
 	Engine sim.EngineConfig
 	// Speedup divides the workers' simulated step times (default 1).
 	Speedup float64
+	// Timing gives the workers' step times; nil means sim.Polynomial.
+	Timing sim.Timing
 	// LeaseTTL is the workers' etcd lease TTL (default 10 s).
 	LeaseTTL time.Duration
 	// TokenizerDir, when set, is loaded by the workers (chat template and
@@ -137,7 +139,7 @@ func StartEnv(ctx context.Context, cfg EnvConfig) (_ *Env, err error) {
 		e.EtcdEndpoints = e.etcd.Endpoints
 	}
 	wcfg := sim.WorkerConfig{
-		Model: cfg.Model, Engine: cfg.Engine, Speedup: cfg.Speedup, LeaseTTL: cfg.LeaseTTL,
+		Model: cfg.Model, Engine: cfg.Engine, Timing: cfg.Timing, Speedup: cfg.Speedup, LeaseTTL: cfg.LeaseTTL,
 		Logger: cfg.Logger.With("component", "kvsim"),
 	}
 	if cfg.TokenizerDir != "" {

@@ -148,6 +148,9 @@ func (r *Report) SetupLine() string {
 	if v, ok := get(r.Setup, "load"); ok {
 		parts = append(parts, fmt.Sprintf("load %v×", v))
 	}
+	if v, ok := get(r.Setup, "timing"); ok && v != "Dynamo mocker polynomial" {
+		parts = append(parts, fmt.Sprintf("timing %v", v))
+	}
 	if v, ok := get(r.Workload, "trace"); ok {
 		parts = append(parts, fmt.Sprintf("trace %v", v))
 	} else if v, ok := get(r.Workload, "name"); ok {

@@ -5,7 +5,10 @@
 // paged KV cache with prefix caching (block pool, reference counts, an LRU
 // free queue), continuous batching with chunked prefill and preemption by
 // recompute, and KV cache events emitted through a sink. The caller steps it
-// and turns each step into simulated time with a TimingModel.
+// and turns each step into simulated time with a Timing: Polynomial, the
+// Dynamo mocker's fit, or a Profile measured on a GPU (ParseTiming: the
+// built-in h100-llama3-8b or a profile file), which also charges the
+// cached context a step's requests attend to.
 //
 // A Worker wraps one Engine in a goroutine that steps it in scaled real
 // time, serves the OpenAI API over HTTP, publishes KV events and load

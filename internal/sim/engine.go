@@ -41,10 +41,20 @@ type scheduled struct {
 // until the next call to Step.
 type StepResult struct {
 	// PrefillTokens is the number of uncached prompt (or recomputed) tokens
-	// computed in the step: T in the timing model.
+	// computed in the step: T in the polynomial, Σ N in a Profile.
 	PrefillTokens int
+	// PrefillAttention is Σ N·(C + N/2) over the requests prefilling in the
+	// step, in token², where N is a request's new tokens in the step and C
+	// the tokens it already had in KV (its cached prefix and earlier
+	// chunks): the attention work of the chunk.
+	PrefillAttention float64
+	// PrefillContext is Σ C over the requests prefilling in the step.
+	PrefillContext int
 	// DecodeTokens is the number of requests that decoded one token.
 	DecodeTokens int
+	// DecodeKVTokens is the number of KV tokens the decoding requests read:
+	// Σ over them of the tokens they held in KV before the step.
+	DecodeKVTokens int
 	// Scheduled is the number of requests in the batch.
 	Scheduled int
 	// ActiveKVTokens is the number of tokens whose KV the running requests
@@ -378,8 +388,11 @@ func (e *Engine) execute(res *StepResult) {
 		r := s.req
 		if r.numOutput > 0 && r.numComputed == len(r.tokens)-1 {
 			res.DecodeTokens += s.n
+			res.DecodeKVTokens += r.numComputed
 		} else {
 			res.PrefillTokens += s.n
+			res.PrefillContext += r.numComputed
+			res.PrefillAttention += float64(s.n) * (float64(r.numComputed) + float64(s.n)/2)
 		}
 		r.numComputed += s.n
 		if r.numComputed < len(r.tokens) {

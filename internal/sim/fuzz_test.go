@@ -3,6 +3,7 @@ package sim
 import (
 	"encoding/json"
 	"errors"
+	"math"
 	"testing"
 )
 
@@ -75,6 +76,52 @@ func FuzzScanIDs(f *testing.F) {
 			if int64(ids[i]) != want[i] {
 				t.Fatalf("%q: %v vs %v", raw, ids, want)
 			}
+		}
+	})
+}
+
+// FuzzParseProfile feeds arbitrary bytes to the timing profile decoder.
+// It must never panic; what it accepts has every coefficient finite and
+// not negative, prices a step at a positive time (never NaN), and
+// survives a round trip through its own JSON.
+func FuzzParseProfile(f *testing.F) {
+	for _, s := range []string{
+		`{"name":"p","prefill":{"pass_ms":5,"per_token_ms":0.02,"attention_ms":1.5e-6,"context_ms":5e-4},"decode":{"step_ms":5,"kv_read_ms":5e-5}}`,
+		`{"name":"p","prefill":{"pass_ms":5,"per_token_ms":0.02,"attention_ms":1.5e-6,"context_ms":5e-4},"decode":{"step_ms":5,"kv_read_ms":-1}}`,
+		`{"name":"p","prefill":{"pass_ms":1e309},"decode":{}}`,
+		`{"name":"p","fit":{"x":[1,2]},"notes":["a"]}`,
+		`{"name":"p","prefill":null,"decode":null}`,
+		`{} {}`, `[]`, `null`, `{`, ``,
+	} {
+		f.Add([]byte(s))
+	}
+	data, err := builtinFS.ReadFile("profiles/" + TimingH100Llama3_8B + ".json")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(data)
+	res := &StepResult{Scheduled: 3, PrefillTokens: 8192, PrefillAttention: 3e8, PrefillContext: 32768, DecodeTokens: 2, DecodeKVTokens: 1 << 20}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p, err := ParseProfile(b)
+		if err != nil {
+			return
+		}
+		for _, v := range []float64{p.Prefill.PassMillis, p.Prefill.PerTokenMillis, p.Prefill.AttentionMillis,
+			p.Prefill.ContextMillis, p.Decode.StepMillis, p.Decode.KVReadMillis} {
+			if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+				t.Fatalf("accepted coefficient %g in %+v", v, *p)
+			}
+		}
+		if ms := p.StepMillis(res, 0); math.IsNaN(ms) || ms <= 0 {
+			t.Fatalf("step priced at %g ms by %+v", ms, *p)
+		}
+		out, err := json.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, err := ParseProfile(out)
+		if err != nil || *q != *p {
+			t.Fatalf("round trip of %s: %+v, %v", out, q, err)
 		}
 	})
 }

@@ -48,7 +48,7 @@ func TestWorkerReportsClockLagOnlyWhenItFallsBehind(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r := newRunner(eng, NewTimingModel(1000, 0, 1))
+			r := newRunner(eng, NewTimingModel(nil, 1000, 0, 1))
 			flushes := 0
 			r.flush = func() {
 				if flushes++; flushes == 6 {

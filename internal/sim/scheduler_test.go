@@ -27,12 +27,12 @@ func TestTimingPolynomial(t *testing.T) {
 			}
 		})
 	}
-	m := NewTimingModel(10, 0, 1)
+	m := NewTimingModel(nil, 10, 0, 1)
 	res := &StepResult{Scheduled: 1, PrefillTokens: 1000}
 	if d, want := m.StepDuration(res, 100), (PrefillMillis(1000)+DecodeMillis(0))/10; math.Abs(d.Seconds()*1000-want) > 1e-3 {
 		t.Fatalf("speedup 10: %v, want %vms", d, want)
 	}
-	j1, j2 := NewTimingModel(1, 0.2, 7), NewTimingModel(1, 0.2, 7)
+	j1, j2 := NewTimingModel(nil, 1, 0.2, 7), NewTimingModel(nil, 1, 0.2, 7)
 	for range 10 {
 		a, b := j1.StepDuration(res, 100), j2.StepDuration(res, 100)
 		if a != b {

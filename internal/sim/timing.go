@@ -6,18 +6,48 @@ import (
 	"time"
 )
 
-// TimingModel turns an engine step into simulated GPU time. The default is
-// the polynomial fit published with NVIDIA Dynamo's mocker:
+// Timing turns an engine step into milliseconds of GPU time. The engine
+// reports what a step did (StepResult); a Timing says what that costs on
+// some GPU and model. Polynomial is Dynamo's mocker fit; a Profile is a
+// measured GPU (see ParseTiming).
+type Timing interface {
+	// StepMillis returns the step's duration in milliseconds, 0 when it
+	// scheduled nothing. totalKVTokens is the engine's KV capacity.
+	StepMillis(res *StepResult, totalKVTokens int) float64
+	// Name is the name --timing takes for it (a profile's own name for a
+	// file).
+	Name() string
+}
+
+// TimingPolynomial is the name of the default timing, Polynomial.
+const TimingPolynomial = "polynomial"
+
+// Polynomial is the polynomial fit published with NVIDIA Dynamo's mocker:
 //
 //	step_ms   = prefill_ms(T) + decode_ms(p)
 //	prefill_ms(T) = 4.209989e-7·T² + 1.518344e-2·T + 16.50142   (0 when T = 0)
 //	decode_ms(p)  = max(1, −25.74·p² + 54.01·p + 5.74)
 //
 // where T is the step's uncached prefill tokens and p the fraction of KV
-// capacity (in tokens) held by running requests. Speedup divides the result;
-// Jitter, when positive, multiplies it by a factor drawn uniformly from
+// capacity (in tokens) held by running requests. Cached context costs
+// nothing: use it to compare with Dynamo's own replay.
+type Polynomial struct{}
+
+// StepMillis is the package's StepMillis.
+func (Polynomial) StepMillis(res *StepResult, totalKVTokens int) float64 {
+	return StepMillis(res, totalKVTokens)
+}
+
+// Name returns "polynomial".
+func (Polynomial) Name() string { return TimingPolynomial }
+
+// TimingModel turns an engine step into scaled real time: Timing's
+// duration (Polynomial when nil), divided by Speedup; Jitter, when
+// positive, multiplies it by a factor drawn uniformly from
 // [1−Jitter, 1+Jitter] with a seeded source.
 type TimingModel struct {
+	// Timing gives the unscaled step duration; nil means Polynomial.
+	Timing Timing
 	// Speedup divides every duration; zero means 1.
 	Speedup float64
 	// Jitter is the relative spread of each step's duration, 0 for none.
@@ -25,10 +55,10 @@ type TimingModel struct {
 	rng    *rand.Rand
 }
 
-// NewTimingModel returns the default model with the given speedup, jitter
-// and jitter seed.
-func NewTimingModel(speedup, jitter float64, seed uint64) *TimingModel {
-	return &TimingModel{Speedup: speedup, Jitter: jitter, rng: rand.New(rand.NewPCG(seed, seed^0x5851f42d4c957f2d))}
+// NewTimingModel returns a model over timing (nil: Polynomial) with the
+// given speedup, jitter and jitter seed.
+func NewTimingModel(timing Timing, speedup, jitter float64, seed uint64) *TimingModel {
+	return &TimingModel{Timing: timing, Speedup: speedup, Jitter: jitter, rng: rand.New(rand.NewPCG(seed, seed^0x5851f42d4c957f2d))}
 }
 
 // PrefillMillis is prefill_ms(T).
@@ -45,8 +75,8 @@ func DecodeMillis(p float64) float64 {
 	return math.Max(1, -25.74*p*p+54.01*p+5.74)
 }
 
-// StepMillis returns the unscaled, unjittered duration of a step in
-// milliseconds, or 0 when the step scheduled nothing.
+// StepMillis returns the polynomial's unscaled, unjittered duration of a
+// step in milliseconds, or 0 when the step scheduled nothing.
 func StepMillis(res *StepResult, totalKVTokens int) float64 {
 	if res.Scheduled == 0 {
 		return 0
@@ -60,7 +90,12 @@ func StepMillis(res *StepResult, totalKVTokens int) float64 {
 
 // StepDuration returns how long the step takes in scaled real time.
 func (m *TimingModel) StepDuration(res *StepResult, totalKVTokens int) time.Duration {
-	ms := StepMillis(res, totalKVTokens)
+	var ms float64
+	if m.Timing == nil {
+		ms = StepMillis(res, totalKVTokens)
+	} else {
+		ms = m.Timing.StepMillis(res, totalKVTokens)
+	}
 	if ms == 0 {
 		return 0
 	}

@@ -33,6 +33,8 @@ type WorkerConfig struct {
 	Model string
 	// Engine sizes the KV cache and the scheduler.
 	Engine EngineConfig
+	// Timing gives each engine step's duration; nil means Polynomial.
+	Timing Timing
 	// Speedup divides simulated step times (default 1); Jitter and Seed
 	// perturb them (see TimingModel).
 	Speedup float64
@@ -145,7 +147,7 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 		return nil, fmt.Errorf("start worker %s: %w", cfg.ID, err)
 	}
 	w.cfg.Engine = eng.Config()
-	w.run = newRunner(eng, NewTimingModel(cfg.Speedup, cfg.Jitter, cfg.Seed))
+	w.run = newRunner(eng, NewTimingModel(cfg.Timing, cfg.Speedup, cfg.Jitter, cfg.Seed))
 	w.run.flush = w.flushEvents
 	w.metrics = newWorkerMetrics(w.cfg.ID, cfg.Model, w.cfg.Engine, w.run)
 	w.ctx, w.cancel = context.WithCancel(ctx)

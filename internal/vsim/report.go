@@ -37,11 +37,16 @@ func (r *Report) WriteFile(path string) error {
 	return nil
 }
 
-// SetupLine describes the simulated system in one line.
+// SetupLine describes the simulated system in one line. It names the
+// timing when it is not the default polynomial.
 func (r *Report) SetupLine() string {
 	s := r.Setup
-	return fmt.Sprintf("%v: %v requests · %v workers × %v blocks of %v tokens · events %v ms late · virtual time, seed %v",
+	line := fmt.Sprintf("%v: %v requests · %v workers × %v blocks of %v tokens · events %v ms late · virtual time, seed %v",
 		r.Workload["name"], r.Workload["requests"], s["workers"], s["kv_blocks"], s["block_size"], s["event_lag_ms"], s["seed"])
+	if t, ok := s["timing"]; ok && t != polynomialLabel {
+		line += fmt.Sprintf(" · timing %v", t)
+	}
+	return line
 }
 
 // Markdown renders the sweep: one table per mode (load rows), the goodput

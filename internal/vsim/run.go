@@ -24,6 +24,16 @@ type Fleet struct {
 	// EventLag is how long a KV event batch takes from the engine's step to
 	// the router's index; ReportEvery is the load-report period.
 	EventLag, ReportEvery time.Duration
+	// Timing gives every engine step's duration; nil means sim.Polynomial.
+	Timing sim.Timing
+}
+
+// timing is the fleet's timing, sim.Polynomial when none is set.
+func (f Fleet) timing() sim.Timing {
+	if f.Timing == nil {
+		return sim.Polynomial{}
+	}
+	return f.Timing
 }
 
 // DefaultFleet is the reference fleet: 8 workers of 5,632 blocks
@@ -112,6 +122,7 @@ type workerState struct {
 type runner struct {
 	w       *Workload
 	fleet   Fleet
+	timing  sim.Timing
 	mode    string
 	load    float64
 	clock   clock
@@ -172,7 +183,7 @@ func runMeasured(w *Workload, fleet Fleet, opts scoring.Options, load float64, s
 	if fleet.Workers < 1 {
 		return Result{}, errors.New("fleet needs at least one worker")
 	}
-	r := &runner{w: w, fleet: fleet, mode: opts.Mode, load: load, byID: map[string]int32{}}
+	r := &runner{w: w, fleet: fleet, timing: fleet.timing(), mode: opts.Mode, load: load, byID: map[string]int32{}}
 	if what != measureNone {
 		r.meter = newMeter(what == measureHeap)
 	}
@@ -501,7 +512,7 @@ func (r *runner) startStep(wi int32) {
 	w.busy = true
 	w.outputs = append(w.outputs[:0], res.Outputs...)
 	cfg := w.eng.Config()
-	ms := sim.StepMillis(res, cfg.NumGPUBlocks*cfg.BlockSize)
+	ms := r.timing.StepMillis(res, cfg.NumGPUBlocks*cfg.BlockSize)
 	end := r.clock.now + time.Duration(ms*float64(time.Millisecond))
 	if len(w.events) > 0 {
 		if r.overlap == scoring.OverlapEvents {

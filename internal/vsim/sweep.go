@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/internal/bench"
+	"github.com/kvroute/kvroute/internal/sim"
 	"github.com/kvroute/kvroute/scoring"
 )
 
@@ -180,12 +181,29 @@ func blocksOf(f Fleet) int {
 
 func setupOf(o SweepOptions) map[string]any {
 	r := o.Router
-	return map[string]any{
+	s := map[string]any{
 		"workers": o.Fleet.Workers, "kv_blocks": blocksOf(o.Fleet), "block_size": blockSizeOf(o.Fleet),
 		"event_lag_ms": ms(o.Fleet.EventLag), "load_report_ms": ms(o.Fleet.ReportEvery), "seed": o.Seed,
-		"clock": "virtual", "timing": "Dynamo mocker polynomial",
+		"clock": "virtual", "timing": TimingLabel(o.Fleet.Timing),
 		"router": map[string]any{
 			"cost_model": r.CostModel, "temperature": r.Temperature, "queue_threshold": r.QueueThreshold,
 		},
 	}
+	if p, ok := o.Fleet.Timing.(*sim.Profile); ok {
+		// The coefficients too: a profile file can change under its name.
+		s["timing_profile"] = p
+	}
+	return s
+}
+
+// polynomialLabel is how reports name sim.Polynomial.
+const polynomialLabel = "Dynamo mocker polynomial"
+
+// TimingLabel is how reports name a timing: "Dynamo mocker polynomial" for
+// sim.Polynomial (and nil), else the profile's name.
+func TimingLabel(t sim.Timing) string {
+	if t == nil || t.Name() == sim.TimingPolynomial {
+		return polynomialLabel
+	}
+	return t.Name()
 }

@@ -9,9 +9,13 @@ import (
 // TruePrefillModel is the simulator's own answer to what the latency cost
 // model learns: it runs a request of n uncached tokens alone on a fresh
 // engine of cfg, for n spread over [minTokens, maxTokens], times its first
-// token with the timing model, and fits time = overhead + n ÷ rate by least
-// squares. It returns rate in tokens/s and overhead in seconds.
-func TruePrefillModel(cfg sim.EngineConfig, minTokens, maxTokens int) (rate, overhead float64) {
+// token with timing (nil: sim.Polynomial), and fits time = overhead +
+// n ÷ rate by least squares. It returns rate in tokens/s and overhead in
+// seconds.
+func TruePrefillModel(cfg sim.EngineConfig, timing sim.Timing, minTokens, maxTokens int) (rate, overhead float64) {
+	if timing == nil {
+		timing = sim.Polynomial{}
+	}
 	const points = 64
 	var s0, sx, sy, sxx, sxy float64
 	for i := 0; i < points; i++ {
@@ -31,7 +35,7 @@ func TruePrefillModel(cfg sim.EngineConfig, minTokens, maxTokens int) (rate, ove
 		var ms float64
 		for eng.HasWork() {
 			res := eng.Step()
-			ms += sim.StepMillis(res, total)
+			ms += timing.StepMillis(res, total)
 		}
 		x, y := float64(n), ms/1000
 		s0++

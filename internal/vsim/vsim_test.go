@@ -109,7 +109,7 @@ func TestLearnedRatesMatchTheSimulator(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := run(t, w, "kv", 1, func(o *scoring.Options) { o.CostModel = scoring.CostLatency })
-	trueRate, trueOverhead := TruePrefillModel(smallFleet().Engine, 256, 16000)
+	trueRate, trueOverhead := TruePrefillModel(smallFleet().Engine, nil, 256, 16000)
 	t.Logf("simulator: %.0f tokens/s, overhead %.1f ms", trueRate, 1000*trueOverhead)
 	for _, f := range r.Fits {
 		t.Logf("%+v", f)
@@ -279,5 +279,56 @@ func TestPendingOverlayPlacesABurst(t *testing.T) {
 	}
 	if on.TTFT.P90 > off.TTFT.P90 {
 		t.Errorf("TTFT p90 %.0f ms with the overlay, %.0f ms without", on.TTFT.P90, off.TTFT.P90)
+	}
+}
+
+// TestRunsUseTheFleetTiming: the same workload under the H100 profile
+// takes the profile's time, and the simulator's own prefill fit (what the
+// latency cost learns) follows the profile rather than the polynomial.
+func TestRunsUseTheFleetTiming(t *testing.T) {
+	h100, err := sim.ParseTiming(sim.TimingH100Llama3_8B)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := h100.(*sim.Profile)
+	w, err := NoReuseWorkload(NoReuseOptions{Requests: 1, MinPrompt: 4096, MaxPrompt: 4096, MinOutput: 1, MaxOutput: 1, Rate: 1, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := scoring.DefaultOptions()
+	o.Mode = "round_robin"
+	f := smallFleet()
+	f.EventLag = 0
+	poly, err := Run(w, f, o, 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Timing = h100
+	prof, err := Run(w, f, o, 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One request of 4,096 tokens alone: one prefill step, which samples
+	// its only token.
+	n := 4096.0
+	want := p.Prefill.PassMillis + p.Prefill.PerTokenMillis*n + p.Prefill.AttentionMillis*n*n/2
+	if math.Abs(prof.TTFT.P50-want) > 0.01 {
+		t.Errorf("TTFT under the profile %.3f ms, want %.3f", prof.TTFT.P50, want)
+	}
+	if wantPoly := sim.PrefillMillis(4096) + sim.DecodeMillis(4097.0/float64(f.Engine.TotalTokens())); math.Abs(poly.TTFT.P50-wantPoly) > 0.01 {
+		t.Errorf("TTFT under the polynomial %.3f ms, want %.3f", poly.TTFT.P50, wantPoly)
+	}
+
+	rate, overhead := TruePrefillModel(f.Engine, h100, 256, 8000)
+	polyRate, _ := TruePrefillModel(f.Engine, nil, 256, 8000)
+	// Within one chunk the profile's time is quadratic in n: the line's
+	// slope lies between the per-token cost and that plus attention over
+	// the largest prompt.
+	msPerToken := 1000 / rate
+	if lo, hi := p.Prefill.PerTokenMillis, p.Prefill.PerTokenMillis+p.Prefill.AttentionMillis*8000; msPerToken < lo || msPerToken > hi {
+		t.Errorf("profile prefill slope %.5f ms/token, want within [%.5f, %.5f]", msPerToken, lo, hi)
+	}
+	if math.Abs(rate/polyRate-1) < 0.05 || math.IsNaN(overhead) {
+		t.Errorf("TruePrefillModel gives %.0f tokens/s under the profile and %.0f under the polynomial: the timing is ignored", rate, polyRate)
 	}
 }
