@@ -77,6 +77,9 @@ type Server struct {
 
 	draining atomic.Bool
 	synced   atomic.Bool // the first discovery pass was applied
+	// stateChanged wakes the fleet state writer (server/state.go); nil
+	// when no state is kept.
+	stateChanged chan struct{}
 	grpcUp   atomic.Bool // the ext_proc listener is bound and served
 	done     chan struct{}
 	errOnce  sync.Once
@@ -146,6 +149,10 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	r.fleet = &fleet{blockSize: cfg.BlockSize, log: r.log, records: map[string]scoring.WorkerSpec{},
 		listeners: []fleetListener{poolListener{sched.Pool(), r.log}, xdsListener{r}},
 		kept:      []fleetListener{indexListener{r.index}, approxListener{r.approx}}, flapGrace: r.src.FlapGrace()}
+	if r.stateFile() != "" {
+		r.stateChanged = make(chan struct{}, 1)
+		r.fleet.listeners = append(r.fleet.listeners, stateListener{r})
+	}
 	var hold chan struct{} // a warm start holds the live tail until the snapshot is in
 	if cfg.Recovery.WarmFrom != "" {
 		hold = make(chan struct{})
@@ -176,6 +183,10 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	if err = r.startEvents(); err != nil {
 		return nil, err
+	}
+	r.restoreFleet() // before xDS: its first snapshot holds the restored workers
+	if r.stateChanged != nil {
+		r.goRun(func() error { r.writeStates(); return nil })
 	}
 	if cfg.XDSAddr != "" {
 		if err = r.startXDS(); err != nil {
@@ -431,7 +442,7 @@ func (r *Server) NotReadyReason() string {
 	switch {
 	case r.draining.Load() || r.ctx.Err() != nil:
 		return "shutting down"
-	case !r.synced.Load():
+	case !r.synced.Load() && !r.fleet.servingRestored():
 		return "worker discovery not synced"
 	case r.fleet.len() == 0:
 		return "no workers discovered"
