@@ -80,10 +80,10 @@ type Server struct {
 	// stateChanged wakes the fleet state writer (server/state.go); nil
 	// when no state is kept.
 	stateChanged chan struct{}
-	grpcUp   atomic.Bool // the ext_proc listener is bound and served
-	done     chan struct{}
-	errOnce  sync.Once
-	err      error
+	grpcUp       atomic.Bool // the ext_proc listener is bound and served
+	done         chan struct{}
+	errOnce      sync.Once
+	err          error
 }
 
 // Run starts a router and blocks until ctx ends and it has shut down.
