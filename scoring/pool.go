@@ -276,6 +276,10 @@ type Load struct {
 	// Ejected is set while passive health has the worker ejected (see
 	// Pool.Observe); picks use it only when every candidate is ejected.
 	Ejected bool `json:"ejected,omitempty"`
+	// Cooling is set for a short while after the proxy answered a
+	// request for the worker itself (ObserveLocalReply); picks pass it
+	// over while a worker that is not cooling is left.
+	Cooling bool `json:"cooling,omitempty"`
 	// PrefillBacklog is the modelled prefill work still ahead, in tokens:
 	// PrefillTokens drained at PrefillRate since it was queued.
 	PrefillBacklog float64 `json:"prefill_backlog"`
@@ -339,6 +343,7 @@ func (p *Pool) fillLoadLocked(l *Load, w *worker, now time.Time) {
 	l.ReportIdle = fresh && w.report.Running == 0 && w.report.Waiting == 0 && w.reportAdds == w.adds
 	l.ReportSilent = w.hasReport && !fresh
 	l.Ejected = w.health.ejectedUntil.After(now)
+	l.Cooling = w.health.coolUntil.After(now)
 	l.PrefillRate, l.PrefillOverhead, l.FitSamples = p.blendedFitLocked(w)
 	l.PrefillBacklog = w.backlogNow(now, l.PrefillRate, p.opts.NoPrefillDecay)
 }

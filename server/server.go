@@ -184,6 +184,10 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err = r.startEvents(); err != nil {
 		return nil, err
 	}
+	if r.eventsOverNATS() && cfg.Recovery.ResyncInterval > 0 && hold == nil && !cfg.Recovery.DurableEvents {
+		// A cold start: the index is empty, every engine can replay.
+		r.fleet.listeners = append(r.fleet.listeners, &coldResync{r: r, asked: map[string]bool{}})
+	}
 	r.restoreFleet() // before xDS: its first snapshot holds the restored workers
 	if r.stateChanged != nil {
 		r.goRun(func() error { r.writeStates(); return nil })

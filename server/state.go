@@ -32,8 +32,8 @@ const stateVersion = 1
 type fleetState struct {
 	Version   int    `json:"version"`
 	Namespace string `json:"namespace"`
-	// Source says where the fleet came from (the source's label and where
-	// it reads); a file written under another source is ignored.
+	// Source names the kind of source the fleet came from (etcd,
+	// inferencepool); a file written under another kind is ignored.
 	Source  string               `json:"source"`
 	SavedAt time.Time            `json:"saved_at"`
 	Workers []scoring.WorkerSpec `json:"workers"`
@@ -49,10 +49,8 @@ func (r *Server) stateFile() string {
 	return filepath.Join(r.cfg.Recovery.StateDir, "fleet-"+r.cfg.Namespace+".json")
 }
 
-// stateSource names the configured source and where it reads.
-func (r *Server) stateSource() string {
-	return r.src.kind.label + " " + fmt.Sprint(r.src.where...)
-}
+// stateSource names the configured kind of source.
+func (r *Server) stateSource() string { return r.src.kind.label }
 
 // restoreFleet puts the state file's workers into the fleet, before
 // discovery runs. Records are checked as discovery checks them. A missing
