@@ -48,6 +48,9 @@ type fleet struct {
 	// restored holds the workers taken from the state file that the
 	// source has not confirmed yet (fleet_restore.go).
 	restored map[string]bool
+	// restarted drops what the router credits to a worker's old process
+	// (Restarted); nil: ignored.
+	restarted func(id string)
 }
 
 // leavingWorker is a removed worker whose kept state waits for flapGrace.

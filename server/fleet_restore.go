@@ -1,6 +1,11 @@
 package server
 
-import "github.com/kvroute/kvroute/scoring"
+import (
+	"time"
+
+	"github.com/kvroute/kvroute/discovery"
+	"github.com/kvroute/kvroute/scoring"
+)
 
 // restore adds workers from the state file (server/state.go) before the
 // source has said anything: every listener hears of them as of any
@@ -53,3 +58,25 @@ func (f *fleet) servingRestored() bool {
 	defer f.mu.Unlock()
 	return len(f.restored) > 0 && f.sourceDown
 }
+
+// Restarted implements discovery.RestartSink: the worker's record was
+// written again under a new etcd lease while the old lease still held it,
+// most likely a new process with an empty cache. Its view is marked stale
+// (no overlap credit, and a resync request): a new process answers with
+// its empty cache, and the old one, had it only lost its keepalive,
+// re-announces what it holds. While etcd is away or just back every
+// worker registers again, so that is not taken for a restart.
+func (f *fleet) Restarted(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.restarted == nil || f.sourceDown || time.Now().Before(f.holdUntil) {
+		return
+	}
+	if _, known := f.records[id]; !known {
+		return
+	}
+	f.log.Info("worker registered again under a new lease: a new process; its cached blocks are no longer credited until it resyncs", "worker", id)
+	f.restarted(id)
+}
+
+var _ discovery.RestartSink = (*fleet)(nil)

@@ -149,6 +149,11 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	r.fleet = &fleet{blockSize: cfg.BlockSize, log: r.log, records: map[string]scoring.WorkerSpec{},
 		listeners: []fleetListener{poolListener{sched.Pool(), r.log}, xdsListener{r}},
 		kept:      []fleetListener{indexListener{r.index}, approxListener{r.approx}}, flapGrace: r.src.FlapGrace()}
+	r.fleet.restarted = func(id string) {
+		if r.index.HasWorker(id) {
+			r.index.MarkStale(id)
+		}
+	}
 	if r.stateFile() != "" {
 		r.stateChanged = make(chan struct{}, 1)
 		r.fleet.listeners = append(r.fleet.listeners, stateListener{r})
