@@ -153,13 +153,13 @@ func writeFileAtomic(path string, v any) error {
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp.Name()) // after the rename: nothing there
+	defer func() { _ = os.Remove(tmp.Name()) }() // after the rename: nothing there
 	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
+		_ = tmp.Close()
 		return err
 	}
 	if err := tmp.Sync(); err != nil {
-		tmp.Close()
+		_ = tmp.Close()
 		return err
 	}
 	if err := tmp.Close(); err != nil {
@@ -170,7 +170,7 @@ func writeFileAtomic(path string, v any) error {
 	}
 	if d, err := os.Open(dir); err == nil {
 		_ = d.Sync() // the rename itself durable, where the filesystem allows
-		d.Close()
+		_ = d.Close()
 	}
 	return nil
 }
