@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/kvroute/kvroute/kvevents"
@@ -26,8 +27,12 @@ type LoadReports struct {
 	log     *slog.Logger
 
 	// events hears each report's kv_event_batches (FollowEvents).
-	events   atomic.Pointer[kvevents.Core]
-	done     chan struct{}
+	events atomic.Pointer[kvevents.Core]
+	done   chan struct{}
+	// batches is each worker's last kv_event_batches; a count going back
+	// is a new process under the worker's id.
+	batchMu  sync.Mutex
+	batches  map[string]uint64
 	accepted atomic.Int64
 	rejected atomic.Int64
 }
@@ -38,7 +43,16 @@ func NewLoadReports(nc *nats.Conn, namespace string, pool *scoring.Pool) *LoadRe
 		conn: nc, ns: namespace, prefix: strings.TrimSuffix(LoadSubjectWildcard(namespace), ">"),
 		pool: pool, metrics: pool.Metrics(),
 		log:  slog.Default().With("component", "scoring.load_reports"),
-		done: make(chan struct{}),
+		done: make(chan struct{}), batches: map[string]uint64{},
+	}
+}
+
+// SetLogger sends the adapter's log lines to l (the router's configured
+// logger) instead of slog.Default(); call it before Start. nil keeps the
+// default.
+func (a *LoadReports) SetLogger(l *slog.Logger) {
+	if l != nil {
+		a.log = l.With("component", "scoring.load_reports")
 	}
 }
 
@@ -97,7 +111,18 @@ func (a *LoadReports) receive(msg *nats.Msg) {
 		return
 	}
 	a.accepted.Add(1)
-	if c := a.events.Load(); c != nil && r.KVEventBatches > 0 {
+	a.batchMu.Lock()
+	prev := a.batches[worker]
+	a.batches[worker] = r.KVEventBatches
+	a.batchMu.Unlock()
+	c := a.events.Load()
+	switch {
+	case c == nil:
+	case r.KVEventBatches < prev:
+		// The publisher counts fewer batches than it did: it is a new
+		// process (a count of 0 included), and its cache is empty.
+		c.Restarted(worker, r.KVEventBatches)
+	case r.KVEventBatches > 0:
 		c.Published(worker, r.KVEventBatches-1)
 	}
 }

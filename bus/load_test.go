@@ -2,10 +2,13 @@ package bus
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/kvroute/kvroute/internal/testenv"
+	"github.com/kvroute/kvroute/kvevents"
+	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/scoring"
 )
 
@@ -84,4 +87,76 @@ func FuzzParseLoadReport(f *testing.F) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// A worker restarted under the same id (a new process, an empty cache)
+// loses its old process's cache credit at its first load report, whose
+// kv_event_batches went back, before its first KV event. A later batch of
+// the new process applies normally; a report whose count goes up makes no
+// such claim.
+func TestRestartedWorkerLosesItsCreditAtItsFirstLoadReport(t *testing.T) {
+	srv := testenv.StartNATS(t)
+	nc := connect(t, srv.URL)
+	clock := newFakeClock()
+	r := newTestScheduler(t, testOptions(clock, 1), 1)
+	ix := kvindex.New(kvindex.Config{})
+	ix.AddWorker("w0", testModel, testBS)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	core := kvevents.New(kvevents.Config{Index: ix})
+	if err := core.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := SubscribeEvents(ctx, nc, "test", core); err != nil {
+		t.Fatal(err)
+	}
+	reports := NewLoadReports(nc, "test", r.Pool())
+	if err := reports.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	reports.FollowEvents(core)
+	pub := connect(t, srv.URL)
+	report := func(batches int) {
+		t.Helper()
+		body := `{"ts_ms":1,"kv_total_blocks":100,"kv_event_batches":` + strconv.Itoa(batches) + `}`
+		if err := pub.Publish(LoadSubject("test", "w0"), []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	prompt := promptHashes(1, 6)
+	held := func() int { return ix.Match(prompt, []string{"w0"}, nil)[0].Blocks }
+
+	// The first process: three batches, its reports counting them.
+	for seq := range 3 {
+		if err := PublishEvents(pub, "test", "w0", uint64(seq), kvindex.EventBatch{TS: 1, Events: []kvindex.Event{storeEv(1, 2*seq, 2*seq+2)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	report(3)
+	eventually(t, "the first process's 6 blocks", func() bool { return held() == 6 })
+	report(3) // the same count again: no restart
+	report(4) // a claim ahead of the batches: no restart either
+	eventually(t, "the three reports applied", func() bool { return reports.Accepted() == 3 })
+	if got := held(); got != 6 {
+		t.Fatalf("a report that did not go back dropped the view: %d blocks held", got)
+	}
+
+	// kill -9, and a new process under the same id: its reports count 0.
+	report(0)
+	eventually(t, "the old process's blocks dropped at the new one's first report", func() bool { return held() == 0 })
+	if ix.NeedsResync("w0") {
+		t.Error("the restarted worker is marked stale; its cache is known to be empty")
+	}
+	if got := core.Stats().Fresh; got != 1 {
+		t.Errorf("fresh starts = %d, want 1", got)
+	}
+	// The new process's own first batch (number 0) applies.
+	if err := PublishEvents(pub, "test", "w0", 0, kvindex.EventBatch{TS: 1, Events: []kvindex.Event{storeEv(1, 0, 2)}}); err != nil {
+		t.Fatal(err)
+	}
+	report(1)
+	eventually(t, "the new process's first batch applied", func() bool { return held() == 2 })
+	if st := core.Stats(); st.Gaps != 0 || st.Fresh != 1 {
+		t.Errorf("core stats %+v: want no gap and one fresh start", st)
+	}
 }

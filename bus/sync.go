@@ -72,6 +72,15 @@ func NewSync(nc *nats.Conn, namespace, routerID string, pool *scoring.Pool) *Syn
 	}
 }
 
+// SetLogger sends the adapter's log lines to l (the router's configured
+// logger) instead of slog.Default(); call it before Start. nil keeps the
+// default.
+func (s *Sync) SetLogger(l *slog.Logger) {
+	if l != nil {
+		s.log = l.With("component", "scoring.sync", "router", s.routerID)
+	}
+}
+
 // SetHeartbeat sets the heartbeat period (default DefaultHeartbeat); call
 // it before Start. d ≤ 0 keeps the default.
 func (s *Sync) SetHeartbeat(d time.Duration) {

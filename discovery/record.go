@@ -119,21 +119,49 @@ func (p *AddressPolicy) check(addr string) error {
 		return fmt.Errorf("address %q: port %q is not 1-65535", addr, port)
 	}
 	ip, err := netip.ParseAddr(host)
+	spelled := ""
 	if err != nil {
-		if !validHostname(host) {
+		a, numeric, ok := numericHost(host)
+		switch {
+		case ok:
+			// Another spelling of an IPv4 address (octal, hex, one
+			// integer, a short form, a trailing dot): checked as the
+			// address a resolver turns it into, then refused as a
+			// spelling, so every component sees one form.
+			ip, spelled = a, a.String()
+		case numeric:
+			return fmt.Errorf("address %q: host %q is a number but no IPv4 address; write the address in dotted decimal", addr, host)
+		case !validHostname(host):
 			return fmt.Errorf("address %q: host %q is neither an IP nor a DNS name", addr, host)
-		}
-		for _, h := range refusedHosts {
-			if strings.EqualFold(strings.TrimSuffix(host, "."), h) {
-				return fmt.Errorf("address %q names a cloud metadata service", addr)
+		default:
+			for _, h := range refusedHosts {
+				if strings.EqualFold(strings.TrimSuffix(host, "."), h) {
+					return fmt.Errorf("address %q names a cloud metadata service", addr)
+				}
 			}
+			return nil
 		}
-		return nil
 	}
 	if ip.Zone() != "" {
 		return fmt.Errorf("address %q: zoned (link-local) addresses are refused", addr)
 	}
-	ip = ip.Unmap()
+	if err := p.checkIP(addr, ip.Unmap()); err != nil {
+		return err
+	}
+	if v4, ok := embeddedIPv4(ip); ok {
+		if err := p.checkIP(addr, v4); err != nil {
+			return err
+		}
+	}
+	if spelled != "" {
+		return fmt.Errorf("address %q spells the IPv4 address %s; write it as %s", addr, spelled, net.JoinHostPort(spelled, port))
+	}
+	return nil
+}
+
+// checkIP reports whether ip falls in a refused range that the policy does
+// not allow.
+func (p *AddressPolicy) checkIP(addr string, ip netip.Addr) error {
 	for _, r := range refusedRanges {
 		if !r.Contains(ip) {
 			continue
@@ -145,7 +173,7 @@ func (p *AddressPolicy) check(addr string) error {
 				}
 			}
 		}
-		return fmt.Errorf("address %q is in %s (link-local, metadata or not one host); list it in --allow-address-ranges to accept it", addr, r)
+		return fmt.Errorf("address %q is %s, in %s (link-local, metadata or not one host); list it in --allow-address-ranges to accept it", addr, ip, r)
 	}
 	return nil
 }

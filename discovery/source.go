@@ -31,6 +31,14 @@ type Sink interface {
 	Remove(id string)
 }
 
+// RestartSink is an optional Sink: a source that can tell a worker's new
+// process from its old one under the same id (etcd: the record written
+// again under a new lease while the old one still held it) says so, and
+// the sink drops what it credited to the old process. Upsert follows.
+type RestartSink interface {
+	Restarted(id string)
+}
+
 // Observer hears what a Source notices besides the fleet. Both methods
 // may be called from any of the source's goroutines.
 type Observer interface {

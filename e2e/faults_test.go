@@ -88,6 +88,14 @@ func TestDroppedEventBatchIsDetectedAsGap(t *testing.T) {
 	gaps := func() float64 {
 		return s.metric(t, "kvroute_kv_event_sequence_total", `worker="`+victim+`"`, `event="gap"`)
 	}
+	// The router started cold: it asked each worker to re-announce its
+	// cache once, and the victim did.
+	resyncs := func() float64 {
+		return s.metric(t, "kvroute_kv_resync_requests_total", `worker="`+victim+`"`, `outcome="ok"`)
+	}
+	eventually(t, "the cold start's resync request answered", func() bool {
+		return resyncs() == 1 && s.Fleet.Worker(victim).Stats().Resyncs == 1
+	})
 	// Traffic before the fault must not count as a gap.
 	s.direct(t, victim, chat(longText("before", 20), "q"))
 	eventually(t, "the first batch indexed", func() bool {
@@ -113,10 +121,10 @@ func TestDroppedEventBatchIsDetectedAsGap(t *testing.T) {
 	// view is whole again, including the blocks of the lost batch.
 	eventually(t, "the router to request a resync and the worker to be whole again", func() bool {
 		_, stale, _ := s.indexed(victim)
-		return !stale && s.metric(t, "kvroute_kv_resync_requests_total", `worker="`+victim+`"`, `outcome="ok"`) >= 1
+		return !stale && resyncs() >= 2
 	})
-	if st := s.Fleet.Worker(victim).Stats(); st.Resyncs < 1 {
-		t.Fatalf("worker resynced %d times, want at least 1", st.Resyncs)
+	if st := s.Fleet.Worker(victim).Stats(); st.Resyncs < 2 {
+		t.Fatalf("worker resynced %d times, want at least 2 (the cold start's and the gap's)", st.Resyncs)
 	}
 	// The re-announcement may span several batches after AllBlocksCleared.
 	eventually(t, "the lost batch's prefix to be found on "+victim+" again", func() bool {

@@ -49,20 +49,16 @@ type XDSServer struct {
 
 // NewXDSServer returns a server that answers the Envoy whose node id is
 // nodeID, or every Envoy when nodeID is empty (useful when each replica's
-// node id is its pod name). It serves WorkersClusterName with no endpoints
-// until the first SetWorkers.
+// node id is its pod name). It serves nothing until the first SetWorkers:
+// an Envoy that connects before then keeps the clusters it has (a
+// restarted router must not take an Envoy's hosts away before discovery
+// has answered), and a new Envoy waits for the first set.
 func NewXDSServer(nodeID string, logger *slog.Logger) *XDSServer {
 	if logger == nil {
 		logger = slog.Default()
 	}
 	s := &XDSServer{nodeID: nodeID, log: logger}
 	s.cache = cachev3.NewSnapshotCache(true, nodeKey{any: nodeID == ""}, nil)
-	// An empty set is always valid, so this cannot fail; Envoy connecting
-	// before the fleet is known gets a cluster with no hosts (503s) rather
-	// than a hung request.
-	if err := s.SetWorkers(nil); err != nil {
-		logger.Error("xds initial snapshot", "err", err)
-	}
 	return s
 }
 
@@ -77,8 +73,8 @@ func (k nodeKey) ID(node *corev3.Node) string {
 	return node.GetId()
 }
 
-// Version returns the version of the snapshot being served: "1" after
-// construction, one more after each successful SetWorkers.
+// Version returns the version of the snapshot being served: "0" before
+// the first SetWorkers, one more after each successful one.
 func (s *XDSServer) Version() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()

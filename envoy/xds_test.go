@@ -124,14 +124,14 @@ func endpointAddrs(c *clusterv3.Cluster) []string {
 }
 
 // The xDS server serves exactly one cluster, kvroute_workers, whose
-// endpoints follow SetWorkers: each worker once, in order.
+// endpoints follow SetWorkers: each worker once, in order. Before the
+// first SetWorkers it serves nothing, not an empty cluster: an Envoy
+// asking then (its router restarted) keeps the hosts it has.
 func TestXDSWorkerClusterFollowsSetWorkers(t *testing.T) {
 	srv, addr := startXDS(t, DefaultNodeID)
-	ads := dialADS(t, addr, DefaultNodeID)
-
-	v0, got := ads.next()
-	if n := names(got); !slices.Equal(n, []string{WorkersClusterName}) || len(endpointAddrs(got[WorkersClusterName])) != 0 {
-		t.Fatalf("before any SetWorkers: clusters %v with endpoints %v, want only an empty %s", n, endpointAddrs(got[WorkersClusterName]), WorkersClusterName)
+	ads := dialADS(t, addr, DefaultNodeID) // asks before any set
+	if v := srv.Version(); v != "0" {
+		t.Fatalf("version %q before any SetWorkers, want 0", v)
 	}
 	steps := []struct {
 		name    string
@@ -146,14 +146,17 @@ func TestXDSWorkerClusterFollowsSetWorkers(t *testing.T) {
 		{"ranks sharing an address", []Worker{{"w0", "10.0.0.1:8000"}, {"w0-dp1", "10.0.0.1:8000"}, {"w3", "[fd00::3]:8000"}}, []string{"10.0.0.1:8000", "[fd00::3]:8000"}, clusterv3.Cluster_STATIC},
 		{"all leave", nil, nil, clusterv3.Cluster_STATIC},
 	}
-	prev := v0
-	for _, st := range steps {
+	prev := "0"
+	for i, st := range steps {
 		if err := srv.SetWorkers(st.workers); err != nil {
 			t.Fatalf("%s: SetWorkers: %v", st.name, err)
 		}
 		v, got := ads.next()
 		if v == prev {
 			t.Errorf("%s: version %q did not change", st.name, v)
+		}
+		if i == 0 && v != "1" {
+			t.Fatalf("the first response is version %q, want 1: something was served before the first SetWorkers", v)
 		}
 		if v != srv.Version() {
 			t.Errorf("%s: response version %q, server version %q", st.name, v, srv.Version())
@@ -309,6 +312,9 @@ func TestXDSServeStopsWithContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ctx, lis) }()
+	if err := srv.SetWorkers(nil); err != nil {
+		t.Fatal(err)
+	}
 	ads := dialADS(t, lis.Addr().String(), "n")
 	ads.next()
 	cancel()

@@ -130,6 +130,14 @@ func (e *HTTPError) Error() string {
 
 func (e *HTTPError) Unwrap() error { return e.Err }
 
+// ErrNoFleet is what a Decider returns when it knows no worker at all:
+// discovery has not answered since the router started and no fleet was
+// restored. The stream then fails with gRPC UNAVAILABLE instead of
+// answering, so the data plane does what it does when the router is down:
+// with failure_mode_allow it routes without the router, otherwise it
+// answers with its own error (the bootstraps give it an OpenAI-style body).
+var ErrNoFleet = errors.New("no worker known yet")
+
 // ErrNoWorker returns the 503 a Decider gives when no worker can serve.
 func ErrNoWorker(msg string) *HTTPError {
 	return &HTTPError{Status: http.StatusServiceUnavailable, Type: "service_unavailable_error", Code: "no_worker", Message: msg}

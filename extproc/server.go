@@ -106,6 +106,8 @@ type Server struct {
 	// stopping is set when Shutdown begins: a listener closed after that
 	// is the shutdown, not a serve failure.
 	stopping atomic.Bool
+	// failLog rate-limits the per-stream failure line (loglimit.go).
+	failLog logLimiter
 }
 
 var _ pb.ExternalProcessorServer = (*Server)(nil)
@@ -116,7 +118,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Decider == nil {
 		return nil, errors.New("extproc: ServerConfig.Decider is required")
 	}
-	s := &Server{cfg: cfg, metrics: cfg.Metrics, log: cfg.Logger, health: health.NewServer()}
+	s := &Server{cfg: cfg, metrics: cfg.Metrics, log: cfg.Logger, health: health.NewServer(), failLog: logLimiter{every: failLogEvery}}
 	if s.metrics == nil {
 		s.metrics = nopMetrics{}
 	}
@@ -236,7 +238,9 @@ func (s *Server) Process(srv grpc.BidiStreamingServer[pb.ProcessingRequest, pb.P
 		}
 		s.metrics.StreamEnded(code)
 		if code := status.Code(err); code != codes.OK && code != codes.Canceled {
-			s.log.Warn("ext_proc stream failed", "phase", st.Phase(), "err", err)
+			if ok, held := s.failLog.allow(time.Now()); ok {
+				s.log.Warn("ext_proc stream failed", "phase", st.Phase(), "err", err, "similar_lines_left_out", held)
+			}
 		}
 	}()
 	recv := srv.Recv

@@ -306,6 +306,11 @@ func (s *Stream) rejectOrFail(err error) ([]*pb.ProcessingResponse, error) {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return nil, status.FromContextError(err).Err()
 	}
+	if errors.Is(err, ErrNoFleet) {
+		s.phase = phDone
+		s.body = nil
+		return nil, status.Error(codes.Unavailable, "ext_proc: the router knows no worker yet; the data plane's failure mode applies")
+	}
 	return s.reject(asHTTPError(err)), nil
 }
 

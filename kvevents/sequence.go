@@ -57,6 +57,10 @@ type claim struct {
 	worker string
 	seq    uint64
 	at     time.Time
+	// restart: the worker's count of published batches went back to
+	// seq+1 (seq is then the count itself, not a batch number): a new
+	// process under the same id.
+	restart bool
 }
 
 // Published tells the core that worker's publisher has numbered batches up
@@ -73,8 +77,49 @@ func (c *Core) Published(worker string, seq uint64) {
 	}
 }
 
+// Restarted tells the core that worker's publisher now counts only
+// published batches (a load report's kv_event_batches) where it counted
+// more before: a new process under the same id, whose cache is empty. Its
+// view is dropped at once, before its first batch arrives, unless that
+// batch (number 0) has already started the worker over. Safe for
+// concurrent use.
+func (c *Core) Restarted(worker string, published uint64) {
+	// A restart claim waits for room rather than being dropped: a stale
+	// view would be credited until the worker's next batch.
+	select {
+	case c.claims <- claim{worker: worker, seq: published, at: time.Now(), restart: true}:
+	case <-c.done:
+	}
+}
+
+// restarted applies a restart claim; loop only.
+func (c *Core) restarted(cl claim) {
+	delete(c.pending, cl.worker)
+	last, seen := c.seqs[cl.worker]
+	if seen && last < cl.seq {
+		// The new process's own batches 0…last have arrived, and the
+		// first of them started the worker over already.
+		return
+	}
+	if !c.cfg.Index.HasWorker(cl.worker) {
+		return
+	}
+	// The next batch (the new process's first, numbered 0, or a later
+	// one if the first are lost) joins the stream afresh.
+	delete(c.seqs, cl.worker)
+	delete(c.floor, cl.worker)
+	c.stats.fresh.Add(1)
+	c.cfg.Metrics.Sequence(cl.worker, SeqFresh)
+	c.cfg.Logger.Info("worker restarted: its load report counts fewer KV event batches than before; its cached blocks are dropped", "worker", cl.worker, "published", cl.seq, "last", last)
+	c.cfg.Index.Reset(cl.worker)
+}
+
 // claim checks a worker's claim against the batches applied; loop only.
 func (c *Core) claim(cl claim) {
+	if cl.restart {
+		c.restarted(cl)
+		return
+	}
 	last, seen := c.seqs[cl.worker]
 	if !seen || cl.seq <= last || !c.cfg.Index.HasWorker(cl.worker) {
 		// Nothing known to compare with (a worker we have not heard from

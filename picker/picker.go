@@ -40,9 +40,10 @@ func ParseBadBodyPolicy(s string) (BadBodyPolicy, error) {
 // be safe for concurrent use.
 type Metrics interface {
 	// Decided counts one decision by outcome: "routed", "no_worker",
-	// "shed", "overloaded" (no decision slot, MaxConcurrent), "bad_body",
-	// "cancelled" (the request ended mid-decision: work stopped) or
-	// "error".
+	// "no_fleet" (no worker known at all: the data plane's failure mode
+	// decides), "shed", "overloaded" (no decision slot, MaxConcurrent),
+	// "bad_body", "cancelled" (the request ended mid-decision: work
+	// stopped) or "error".
 	Decided(model, worker, mode, outcome string)
 	// Phase records how long one phase took: "parse", "tokenize", "match"
 	// or "pick" (pick includes any wait in the admission queue).
@@ -270,6 +271,8 @@ func outcomeOf(err error) string {
 	switch {
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 		return "cancelled"
+	case errors.Is(err, extproc.ErrNoFleet):
+		return "no_fleet"
 	case errors.As(err, &he):
 		switch he.Status {
 		case 503:

@@ -227,6 +227,11 @@ func (p *Picker) candidates(r *scoring.Scheduler, req *extproc.Request, pl *plan
 	pl.cands = kept
 	if len(pl.cands) == 0 {
 		switch {
+		case pool.Len() == 0:
+			// No worker known at all (discovery has not answered, nothing
+			// restored): the data plane's failure mode decides, as when
+			// the router is down, not a 503 of the router's making.
+			return extproc.ErrNoFleet
 		case req.HasSubset:
 			return extproc.ErrNoWorker(fmt.Sprintf("no worker serving model %q is in the data plane's endpoint subset", pl.sreq.Model))
 		case pl.sreq.Model == "":

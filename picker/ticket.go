@@ -76,6 +76,10 @@ func (t *ticket) Free(o extproc.Outcome) {
 		t.pool.Observe(t.worker, true)
 	case extproc.OutcomeUpstreamError:
 		t.pool.ObserveFailure(t.worker, "5xx response (the worker's, or Envoy's for a connect failure or reset)")
+	case extproc.OutcomeLocalReply:
+		// Not the worker's fault, but the request never reached it:
+		// passed over for a moment rather than ejected.
+		t.pool.ObserveLocalReply(t.worker)
 	}
 	t.mu.Unlock()
 	t.metrics.Finished(o)

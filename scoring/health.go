@@ -29,6 +29,9 @@ type health struct {
 	ejectedUntil time.Time
 	// reason is the last failure's, for the ejection report.
 	reason string
+	// coolUntil is when the worker stops being passed over after the
+	// proxy answered for it (local_reply.go); zero: not cooling.
+	coolUntil time.Time
 }
 
 // Ejection is what the pool reports when passive health ejects a worker.
@@ -61,6 +64,7 @@ type tier uint8
 
 const (
 	tierHealthy tier = iota
+	tierCooling      // the proxy answered for it a moment ago (local_reply.go)
 	tierSilent       // load reports stopped: probably dead or cut off
 	tierEjected      // passive health ejected it
 )
@@ -71,6 +75,8 @@ func (l *Load) tier() tier {
 		return tierEjected
 	case l.ReportSilent:
 		return tierSilent
+	case l.Cooling:
+		return tierCooling
 	}
 	return tierHealthy
 }

@@ -289,6 +289,10 @@ type Load struct {
 	// Ejected is set while passive health has the worker ejected (see
 	// Pool.Observe); picks use it only when every candidate is ejected.
 	Ejected bool `json:"ejected,omitempty"`
+	// Cooling is set for a short while after the proxy answered a
+	// request for the worker itself (ObserveLocalReply); picks pass it
+	// over while a worker that is not cooling is left.
+	Cooling bool `json:"cooling,omitempty"`
 	// PrefillBacklog is the modelled prefill work still ahead, in tokens:
 	// PrefillTokens drained at the learned model's pace since it was
 	// queued. PrefillBacklogAttention is the same work's attention over
@@ -362,6 +366,7 @@ func (p *Pool) fillLoadLocked(l *Load, w *worker, now time.Time) {
 	l.ReportIdle = fresh && w.report.Running == 0 && w.report.Waiting == 0 && w.reportAdds == w.adds
 	l.ReportSilent = w.hasReport && !fresh
 	l.Ejected = w.health.ejectedUntil.After(now)
+	l.Cooling = w.health.coolUntil.After(now)
 	l.PrefillRate, l.PrefillOverhead, l.PrefillContext, l.FitSamples = p.blendedFitLocked(w)
 	l.Churn = w.churnNow(now)
 	l.PrefillBacklog, l.PrefillBacklogAttention = w.backlogNow(now, l.PrefillRate, l.PrefillContext, p.opts.NoPrefillDecay)

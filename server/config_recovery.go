@@ -47,6 +47,13 @@ type RecoveryConfig struct {
 	// JetStreamDir is the embedded NATS server's JetStream store directory
 	// (used when no NATS URL is given; default <tmp>/kvroute-jetstream-<port>).
 	JetStreamDir string
+
+	// StateDir holds the fleet state file, fleet-<namespace>.json: the
+	// last fleet discovery gave, rewritten atomically after each change,
+	// read at start so that a router restarted while etcd or the
+	// Kubernetes API server is away still knows its workers. Empty: no
+	// state kept (kvroute serve defaults to <tmp>/kvroute-state).
+	StateDir string
 }
 
 // DefaultRecoveryConfig returns the documented defaults.

@@ -157,14 +157,14 @@ func (r *Server) startDiscovery() {
 		}
 	}()
 	if discovery.WaitSynced(wait, src, startSyncWait) {
-		r.synced.Store(true) // readiness: discovery synced
+		r.markSynced() // readiness: discovery synced
 		r.log.Info(src.kind.synced, slices.Concat(src.where, []any{"workers", r.fleet.len(), "took", time.Since(start).Round(time.Millisecond)})...)
 		return
 	}
 	go func() {
 		select {
 		case <-src.Synced():
-			r.synced.Store(true)
+			r.markSynced()
 		case <-r.ctx.Done():
 		}
 	}()
@@ -174,6 +174,16 @@ func (r *Server) startDiscovery() {
 	default:
 		r.log.Warn(src.kind.name+" not synced after 10s; serving without workers until it is", src.where...)
 	}
+}
+
+// markSynced records discovery's first full view: restored workers it
+// does not hold go, and xDS and the state file may now publish the fleet,
+// even an empty one.
+func (r *Server) markSynced() {
+	r.fleet.dropRestored()
+	r.synced.Store(true)
+	r.notifyXDS()
+	r.notifyState()
 }
 
 // sourceObserver takes the worker source's reports into the router: bad

@@ -45,6 +45,12 @@ type fleet struct {
 	// registers again, so etcd's own restart cannot empty the fleet.
 	sourceDown bool
 	holdUntil  time.Time
+	// restored holds the workers taken from the state file that the
+	// source has not confirmed yet (fleet_restore.go).
+	restored map[string]bool
+	// restarted drops what the router credits to a worker's old process
+	// (Restarted); nil: ignored.
+	restarted func(id string)
 }
 
 // leavingWorker is a removed worker whose kept state waits for flapGrace.
@@ -82,6 +88,7 @@ func (f *fleet) Upsert(rec scoring.WorkerSpec) {
 	defer f.mu.Unlock()
 	old, known := f.records[rec.ID]
 	f.records[rec.ID] = rec
+	delete(f.restored, rec.ID) // the source confirms it
 	spec := f.spec(rec)
 	if lw := f.leaving[rec.ID]; lw != nil {
 		lw.timer.Stop()

@@ -112,7 +112,9 @@ func TestNamespaceWildcardsAreRefused(t *testing.T) {
 }
 
 // Hostile etcd records (CR/LF in the cluster, a metadata address, a
-// wildcard id) never join the fleet; each is logged and counted, and a
+// wildcard id, the metadata address spelt in octal, hex, as one integer,
+// in a short form or with a trailing dot) never join the fleet; each is
+// logged and counted, and a
 // good record beside them is served. An allowed range lets an operator
 // opt in to a link-local worker.
 func TestHostileEtcdRecordsAreRefused(t *testing.T) {
@@ -143,6 +145,13 @@ func TestHostileEtcdRecordsAreRefused(t *testing.T) {
 	put("meta", rec("meta", "", "169.254.169.254:80"))
 	put("nul", rec("nul", "", "10.0.0.2:8000\x00"))
 	put("*", rec("*", "", "10.0.0.3:8000"))
+	// Other spellings of the metadata address, which a getaddrinfo
+	// resolver turns into 169.254.169.254.
+	put("octal", rec("octal", "", "0251.0376.0251.0376:80"))
+	put("integer", rec("integer", "", "2852039166:80"))
+	put("hex", rec("hex", "", "0xa9fea9fe:80"))
+	put("dot", rec("dot", "", "169.254.169.254.:80"))
+	put("short", rec("short", "", "169.254.43518:80"))
 	put("ok", rec("ok", "", "10.0.0.4:8000"))
 	put("optin", rec("optin", "", "169.254.7.9:8000"))
 	eventually(t, "the good and opted-in records", func() bool { return r.fleet.len() == 2 })
@@ -157,7 +166,7 @@ func TestHostileEtcdRecordsAreRefused(t *testing.T) {
 		}
 		return 0
 	}
-	eventually(t, "four refused records counted", func() bool { return bad() == 4 })
+	eventually(t, "nine refused records counted", func() bool { return bad() == 9 })
 	ids := map[string]bool{}
 	for _, rec := range r.fleet.snapshot() {
 		ids[rec.ID] = true
@@ -166,7 +175,7 @@ func TestHostileEtcdRecordsAreRefused(t *testing.T) {
 		t.Errorf("fleet %v, want ok and optin", ids)
 	}
 	out := logs.String()
-	for _, want := range []string{"ignoring bad worker record", "cluster", "169.254.0.0/16", "control characters"} {
+	for _, want := range []string{"ignoring bad worker record", "cluster", "169.254.0.0/16", "control characters", `0xa9fea9fe:80\" is 169.254.169.254`} {
 		if !strings.Contains(out, want) {
 			t.Errorf("logs lack %q:\n%s", want, out)
 		}

@@ -3,9 +3,11 @@ package server
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/kvroute/kvroute/bus"
+	"github.com/kvroute/kvroute/scoring"
 )
 
 // resyncTimeout bounds one resync request's wait for the publisher.
@@ -37,22 +39,25 @@ func (r *Server) runResync() {
 				continue
 			}
 			asked[w.ID] = now
-			go r.requestResync(w.ID)
+			go r.requestResync(w.ID, "stale")
 		}
 	}
 }
 
-func (r *Server) requestResync(worker string) {
+// requestResync asks worker's publisher to re-announce its cache; reason
+// is "stale" (its view has a hole) or "cold_start" (the router starts with
+// an empty index).
+func (r *Server) requestResync(worker, reason string) {
 	ctx, cancel := context.WithTimeout(r.ctx, resyncTimeout)
 	defer cancel()
-	err := bus.RequestResync(ctx, r.nc, r.cfg.Namespace, worker, bus.ResyncRequest{Router: r.cfg.RouterID, Reason: "stale"})
+	err := bus.RequestResync(ctx, r.nc, r.cfg.Namespace, worker, bus.ResyncRequest{Router: r.cfg.RouterID, Reason: reason})
 	outcome := "ok"
 	switch {
 	case err == nil:
-		r.log.Info("asked a stale worker to resync", "worker", worker)
+		r.log.Info("asked a worker to resync its KV events", "worker", worker, "reason", reason)
 	case errors.Is(err, bus.ErrNoResponder):
 		outcome = "no_responder"
-		r.log.Debug("stale worker has no resync responder", "worker", worker)
+		r.log.Debug("worker has no resync responder", "worker", worker, "reason", reason)
 	case r.ctx.Err() != nil:
 		return
 	default:
@@ -61,3 +66,30 @@ func (r *Server) requestResync(worker string) {
 	}
 	r.metrics.health.resyncs.WithLabelValues(worker, outcome).Inc()
 }
+
+// coldResync asks each worker a cold-started router learns of (no
+// --warm-from, no --durable-events: its index starts empty) to re-announce
+// its cache, once, so the router does not wait for new traffic to learn
+// what every worker already holds. The worker's view is not marked stale
+// meanwhile: its live events apply as they come, and a worker that
+// cannot replay loses nothing.
+type coldResync struct {
+	r *Server
+
+	mu    sync.Mutex
+	asked map[string]bool
+}
+
+func (c *coldResync) Upsert(spec scoring.WorkerSpec) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.asked[spec.ID] {
+		return
+	}
+	c.asked[spec.ID] = true
+	go c.r.requestResync(spec.ID, "cold_start")
+}
+
+func (c *coldResync) Remove(string) {}
+
+var _ fleetListener = (*coldResync)(nil)

@@ -63,6 +63,7 @@ func (r *Server) startScheduler(s *scoring.Scheduler) error {
 		// Load comes over NATS; with scrape it comes from the engines
 		// (engine/feed, server/kube.go) and no report is subscribed to.
 		lr := bus.NewLoadReports(r.nc, r.cfg.Namespace, s.Pool())
+		lr.SetLogger(r.log)
 		if err := lr.Start(r.ctx); err != nil {
 			return fmt.Errorf("load reports: %w", err)
 		}
@@ -72,6 +73,7 @@ func (r *Server) startScheduler(s *scoring.Scheduler) error {
 	if r.cfg.ReplicaSync {
 		sy := bus.NewSync(r.nc, r.cfg.Namespace, r.cfg.RouterID, s.Pool())
 		sy.SetHeartbeat(r.cfg.Recovery.SyncHeartbeat)
+		sy.SetLogger(r.log)
 		if err := sy.Start(r.ctx); err != nil {
 			return fmt.Errorf("replica sync: %w", err)
 		}

@@ -77,10 +77,13 @@ type Server struct {
 
 	draining atomic.Bool
 	synced   atomic.Bool // the first discovery pass was applied
-	grpcUp   atomic.Bool // the ext_proc listener is bound and served
-	done     chan struct{}
-	errOnce  sync.Once
-	err      error
+	// stateChanged wakes the fleet state writer (server/state.go); nil
+	// when no state is kept.
+	stateChanged chan struct{}
+	grpcUp       atomic.Bool // the ext_proc listener is bound and served
+	done         chan struct{}
+	errOnce      sync.Once
+	err          error
 }
 
 // Run starts a router and blocks until ctx ends and it has shut down.
@@ -146,6 +149,15 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	r.fleet = &fleet{blockSize: cfg.BlockSize, log: r.log, records: map[string]scoring.WorkerSpec{},
 		listeners: []fleetListener{poolListener{sched.Pool(), r.log}, xdsListener{r}},
 		kept:      []fleetListener{indexListener{r.index}, approxListener{r.approx}}, flapGrace: r.src.FlapGrace()}
+	r.fleet.restarted = func(id string) {
+		if r.index.HasWorker(id) {
+			r.index.MarkStale(id)
+		}
+	}
+	if r.stateFile() != "" {
+		r.stateChanged = make(chan struct{}, 1)
+		r.fleet.listeners = append(r.fleet.listeners, stateListener{r})
+	}
 	var hold chan struct{} // a warm start holds the live tail until the snapshot is in
 	if cfg.Recovery.WarmFrom != "" {
 		hold = make(chan struct{})
@@ -176,6 +188,14 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	if err = r.startEvents(); err != nil {
 		return nil, err
+	}
+	if r.eventsOverNATS() && cfg.Recovery.ResyncInterval > 0 && hold == nil && !cfg.Recovery.DurableEvents {
+		// A cold start: the index is empty, every engine can replay.
+		r.fleet.listeners = append(r.fleet.listeners, &coldResync{r: r, asked: map[string]bool{}})
+	}
+	r.restoreFleet() // before xDS: its first snapshot holds the restored workers
+	if r.stateChanged != nil {
+		r.goRun(func() error { r.writeStates(); return nil })
 	}
 	if cfg.XDSAddr != "" {
 		if err = r.startXDS(); err != nil {
@@ -431,7 +451,7 @@ func (r *Server) NotReadyReason() string {
 	switch {
 	case r.draining.Load() || r.ctx.Err() != nil:
 		return "shutting down"
-	case !r.synced.Load():
+	case !r.synced.Load() && !r.fleet.servingRestored():
 		return "worker discovery not synced"
 	case r.fleet.len() == 0:
 		return "no workers discovered"

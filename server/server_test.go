@@ -28,8 +28,10 @@ import (
 	"github.com/nats-io/nats.go"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 )
 
 const model = "Qwen/Qwen3-8B"
@@ -137,6 +139,32 @@ func route(t *testing.T, cc *grpc.ClientConn, body string) (worker string, statu
 	}
 	t.Fatalf("no target header in %v", resp)
 	return "", 0
+}
+
+// routeCode sends one chat request as route does and returns how the
+// stream ended: OK when it answered, else the gRPC code.
+func routeCode(t *testing.T, cc *grpc.ClientConn, body string) codes.Code {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := pb.NewExternalProcessorClient(cc).Process(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdrs := &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+		{Key: ":method", RawValue: []byte("POST")}, {Key: ":path", RawValue: []byte("/v1/chat/completions")},
+	}}
+	for _, m := range []*pb.ProcessingRequest{
+		{Request: &pb.ProcessingRequest_RequestHeaders{RequestHeaders: &pb.HttpHeaders{Headers: hdrs}},
+			ProtocolConfig: &pb.ProtocolConfiguration{RequestBodyMode: extprocmode.ProcessingMode_FULL_DUPLEX_STREAMED}},
+		{Request: &pb.ProcessingRequest_RequestBody{RequestBody: &pb.HttpBody{Body: []byte(body), EndOfStream: true}}},
+	} {
+		if err := st.Send(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = st.Recv()
+	return status.Code(err)
 }
 
 func chatBody(words int) string {
@@ -375,8 +403,10 @@ func TestRouterFollowsEtcdRegistrations(t *testing.T) {
 		t.Fatal("ready with no workers")
 	}
 	cc := dial(t, r)
-	if _, status := route(t, cc, chatBody(5)); status != 503 {
-		t.Fatalf("no workers: status %d, want 503", status)
+	// No worker known: the stream fails UNAVAILABLE, so Envoy applies its
+	// failure mode as if the router were down, rather than a 503 of ours.
+	if code := routeCode(t, cc, chatBody(5)); code != codes.Unavailable {
+		t.Fatalf("no workers: stream ended %v, want Unavailable", code)
 	}
 	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints, DialTimeout: 5 * time.Second})
 	if err != nil {
@@ -394,8 +424,8 @@ func TestRouterFollowsEtcdRegistrations(t *testing.T) {
 	}
 	reg.Abandon() // lease lapses
 	eventually(t, "not ready after the lease lapsed", func() bool { return !r.Ready() })
-	if _, status := route(t, cc, chatBody(5)); status != 503 {
-		t.Fatalf("after lease expiry: status %d, want 503", status)
+	if code := routeCode(t, cc, chatBody(5)); code != codes.Unavailable {
+		t.Fatalf("after lease expiry: stream ended %v, want Unavailable (no worker known)", code)
 	}
 }
 

@@ -48,6 +48,12 @@ func (r *Server) pushXDS() {
 		case <-r.xdsChanged:
 		}
 		ws := xdsWorkers(r.fleet.snapshot(), r.log.Warn)
+		if len(ws) == 0 && !r.synced.Load() {
+			// Discovery has not answered: an empty cluster would take
+			// every host from an Envoy that still has the fleet (a
+			// restarted router). markSynced notifies again.
+			continue
+		}
 		if last != nil && slices.Equal(ws, last) {
 			continue // a file reload or a record update that moved nothing
 		}

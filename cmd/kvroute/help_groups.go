@@ -6,7 +6,7 @@ import "github.com/kvroute/kvroute/internal/cli"
 // first. Every serve flag belongs to one (TestServeHelpGroupsEveryFlag).
 var serveGroups = []cli.Group{
 	{Title: "Start here", Flags: []string{"router-mode", "tokenizer", "chat-template", "workers-file", "etcd-endpoints", "pool-name", "nats-url", "namespace", "grpc-addr", "http-addr", "admin-listen"}},
-	{Title: "Discovery", Flags: []string{"workers-file-interval", "lease-flap-grace", "pool-namespace", "pool-model", "pool-block-size", "pool-kv-blocks", "kubeconfig", "xds-addr", "xds-node-id"}},
+	{Title: "Discovery", Flags: []string{"workers-file-interval", "lease-flap-grace", "state-dir", "pool-namespace", "pool-model", "pool-block-size", "pool-kv-blocks", "kubeconfig", "xds-addr", "xds-node-id"}},
 	{Title: "Events", Flags: []string{"kv-events", "kv-cache-block-size", "engine", "engine-events", "engine-events-listen", "engine-events-port", "engine-events-topic", "engine-replay-port", "engine-load",
 		"index-jump-search", "embedded-nats-addr", "durable-events", "events-max-age", "events-max-bytes", "jetstream-dir", "jetstream-replicas", "snapshot-interval",
 		"warm-from", "warm-timeout", "resync-interval", "stale-report-age", "replica-sync", "router-id", "sync-heartbeat"}},

@@ -224,6 +224,7 @@ func (s *serveFlags) config(stderr io.Writer) (server.Config, error) {
 	if c.Logger, err = s.log.Logger(stderr); err != nil {
 		return c, err
 	}
+	c.Recovery.StateDir = stateDir(c.Recovery.StateDir)
 	if err := c.Validate(); err != nil {
 		return c, &cli.UsageError{Err: err, Cmd: "kvroute"}
 	}

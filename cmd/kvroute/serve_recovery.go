@@ -2,6 +2,8 @@ package main
 
 import (
 	"flag"
+	"os"
+	"path/filepath"
 
 	"github.com/kvroute/kvroute/server"
 )
@@ -24,5 +26,18 @@ func registerRecoveryFlags(fs *flag.FlagSet, c *server.Config) {
 	fs.Int64Var(&rc.EventsMaxBytes, "events-max-bytes", rc.EventsMaxBytes, "--durable-events: the stream's size limit in bytes, oldest messages discarded first; 0: no limit")
 	fs.DurationVar(&rc.SnapshotInterval, "snapshot-interval", rc.SnapshotInterval, "--durable-events: write the index to the object store this often (skipped when no event arrived since), and once more on a clean shutdown; 0: only at shutdown")
 	fs.IntVar(&rc.JetStreamReplicas, "jetstream-replicas", rc.JetStreamReplicas, "--durable-events: replicas of the stream and the snapshot bucket in a JetStream cluster")
+	fs.StringVar(&rc.StateDir, "state-dir", "", "keep the last fleet discovery gave in `dir`/fleet-<namespace>.json (written atomically after each change), so a router restarted while etcd or the Kubernetes API server is away still routes to its workers; mount a volume that outlives the container there (default <tmp>/kvroute-state; off: keep none)")
 	fs.StringVar(&rc.JetStreamDir, "jetstream-dir", "", "--durable-events with the embedded NATS server (no --nats-url): its JetStream store `dir`, locked against a second process (default <tmp>/kvroute-jetstream-<embedded NATS port>; a random port gets a fresh directory)")
+}
+
+// stateDir resolves --state-dir: empty is the default under the
+// temporary directory, "off" keeps no state.
+func stateDir(flagValue string) string {
+	switch flagValue {
+	case "":
+		return filepath.Join(os.TempDir(), "kvroute-state")
+	case "off":
+		return ""
+	}
+	return flagValue
 }

@@ -78,6 +78,8 @@ type Watcher struct {
 	sink  discovery.Sink
 	obs   discovery.Observer
 	known map[string]scoring.WorkerSpec
+	// leases holds the lease each known worker's key was written under.
+	leases map[string]int64
 
 	bad     atomic.Int64
 	synced  chan struct{}
@@ -99,7 +101,7 @@ func New(cfg Config) (*Watcher, error) {
 		cfg.Logger = slog.Default()
 	}
 	return &Watcher{cli: cfg.Client, prefix: bus.WorkersPrefix(cfg.Namespace), cfg: cfg,
-		known: map[string]scoring.WorkerSpec{}, synced: make(chan struct{})}, nil
+		known: map[string]scoring.WorkerSpec{}, leases: map[string]int64{}, synced: make(chan struct{})}, nil
 }
 
 var _ discovery.Source = (*Watcher)(nil)
@@ -156,7 +158,7 @@ func (w *Watcher) resync(ctx context.Context) (int64, error) {
 	}
 	present := make(map[string]bool, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
-		if id, ok := w.put(string(kv.Key), kv.Value); ok {
+		if id, ok := w.put(string(kv.Key), kv.Value, kv.Lease); ok {
 			present[id] = true
 		} else if id != "" {
 			present[id] = w.known[id].ID != "" // keep a known worker whose value went bad
@@ -181,7 +183,7 @@ func (w *Watcher) watch(ctx context.Context, rev int64) error {
 			key := string(ev.Kv.Key)
 			switch ev.Type {
 			case clientv3.EventTypePut:
-				w.put(key, ev.Kv.Value)
+				w.put(key, ev.Kv.Value, ev.Kv.Lease)
 			case clientv3.EventTypeDelete:
 				if id, err := w.idOf(key); err == nil {
 					w.remove(id)
@@ -194,7 +196,7 @@ func (w *Watcher) watch(ctx context.Context, rev int64) error {
 
 // put applies one key's value; it returns the key's worker id ("" when the
 // key itself is malformed) and whether the value was a valid record.
-func (w *Watcher) put(key string, value []byte) (string, bool) {
+func (w *Watcher) put(key string, value []byte, lease int64) (string, bool) {
 	id, err := w.idOf(key)
 	if err != nil {
 		w.badValue(key, err)
@@ -208,6 +210,15 @@ func (w *Watcher) put(key string, value []byte) (string, bool) {
 		w.badValue(key, err)
 		return id, false
 	}
+	if old, ok := w.leases[id]; ok && old != 0 && lease != 0 && old != lease {
+		// Written again under a new lease while the old lease still held
+		// the key (no delete came between): a new process registered, or
+		// the old one lost its keepalive and registered again.
+		if rs, ok := w.sink.(discovery.RestartSink); ok {
+			rs.Restarted(id)
+		}
+	}
+	w.leases[id] = lease
 	w.known[id] = rec
 	w.sink.Upsert(rec)
 	return id, true
@@ -218,6 +229,7 @@ func (w *Watcher) remove(id string) {
 		return
 	}
 	delete(w.known, id)
+	delete(w.leases, id)
 	w.sink.Remove(id)
 }
 
