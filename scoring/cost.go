@@ -26,12 +26,12 @@ import "math"
 //
 //	logit    = overhead + (backlog + uncached) ÷ rate
 //	         + context × (backlog attention + uncached × (cached + uncached ÷ 2))
-//	         + slowdown_weight × decoding requests × uncached ÷ rate
+//	         + slowdown_weight × active requests × duplicated ÷ rate
 //	         + request_weight × active requests × block size ÷ rate
 //	         + the time to recompute what the request would preempt
 //	         + duplicate_weight × (longest prefix another candidate holds
 //	           − this one's) ÷ rate
-//	         + churn_weight × churn ÷ rate
+//	         + churn_weight × uncached ÷ rate × churn ÷ the candidates' mean churn
 //
 // with the worker's learned prefill rate, overhead and context cost
 // (Load.PrefillRate, Load.PrefillOverhead, Load.PrefillContext: seconds
@@ -39,8 +39,9 @@ import "math"
 // prefix and the tokens before it), uncached = prompt tokens not held on the device
 // (host and disk blocks count at 1 − their weight), and preemption
 // charged when the request's blocks exceed the worker's free KV, and churn
-// the uncached tokens the worker took lately (Load.Churn): spreading what
-// evicts keeps every worker's cache as long-lived as the fleet allows.
+// the uncached tokens the worker took lately (Load.Churn): sending what
+// evicts where the cache turned over least keeps every worker's cache as
+// long-lived as the fleet allows.
 //
 // The weighted cost, higher is better and used as −score:
 //
@@ -96,23 +97,23 @@ func (m *KV) Pick(req *Request, loads []Load, exp *Explanation) int {
 			maxWaiting = max(maxWaiting, loads[i].Waiting())
 		}
 	}
-	held := 0 // the longest prefix any candidate holds or is computing
-	if m.model == CostLatency && m.duplicate > 0 {
-		held = maxHeldTokens(req, loads)
+	var fleet fleetView
+	if m.model == CostLatency {
+		fleet = m.view(req, loads)
 	}
 	for i := range loads {
 		switch m.model {
 		case CostWeighted:
 			loads[i].logit = -m.weightedTerms(req, &loads[i], maxWaiting).score
 		case CostLatency:
-			loads[i].logit = m.latencyTerms(req, &loads[i], held).logit
+			loads[i].logit = m.latencyTerms(req, &loads[i], fleet).logit
 		default:
 			loads[i].logit = m.defaultTerms(req, &loads[i]).logit
 		}
 	}
 	idx := selectLogit(loads, m.temperature, m.rand)
 	if exp != nil {
-		m.explain(req, loads, idx, maxWaiting, held, exp)
+		m.explain(req, loads, idx, maxWaiting, fleet, exp)
 	}
 	return idx
 }
@@ -152,9 +153,30 @@ func heldTokens(req *Request, l *Load) int {
 	return min(l.MatchedBlocks*l.BlockSize, req.PromptTokens)
 }
 
-// latencyTerms predicts a candidate's cost; heldElsewhere is the longest
-// prefix (tokens) some candidate holds, for the duplicate-prefill term.
-func (m *KV) latencyTerms(req *Request, l *Load, heldElsewhere int) latencyTerms {
+// fleetView is what the latency cost compares each candidate against: the
+// longest prefix (tokens) any candidate holds, for the duplicate-prefill
+// term, and the candidates' mean churn, for the churn term.
+type fleetView struct {
+	held      int
+	meanChurn float64
+}
+
+func (m *KV) view(req *Request, loads []Load) fleetView {
+	var v fleetView
+	if m.duplicate > 0 || m.slowdown > 0 {
+		v.held = maxHeldTokens(req, loads)
+	}
+	if m.churn > 0 {
+		for i := range loads {
+			v.meanChurn += loads[i].Churn
+		}
+		v.meanChurn /= float64(len(loads))
+	}
+	return v
+}
+
+// latencyTerms predicts a candidate's cost against the fleet's view.
+func (m *KV) latencyTerms(req *Request, l *Load, fleet fleetView) latencyTerms {
 	bs := float64(l.BlockSize)
 	rate := l.PrefillRate
 	if !(rate > 0) {
@@ -170,8 +192,13 @@ func (m *KV) latencyTerms(req *Request, l *Load, heldElsewhere int) latencyTerms
 	cached := float64(req.PromptTokens) - uncached
 	t.context = l.PrefillContext * (backlogAttn + uncached*(cached+uncached/2))
 	t.ttft = l.PrefillOverhead + (backlog+uncached)/rate + t.context
-	decoding := max(l.ActiveRequests-l.PrefillRequests, 0)
-	t.slowdown = m.slowdown * float64(decoding) * uncached / rate
+	// Recomputing blocks another candidate holds stalls every stream on
+	// this worker for as long as it takes: under load that grows with the
+	// streams, and it keeps sessions on their holders where a queue's
+	// noise would otherwise scatter them. A prompt no one holds pays
+	// nothing here, whatever the worker's streams.
+	dup := float64(max(fleet.held-heldTokens(req, l), 0))
+	t.slowdown = m.slowdown * float64(l.ActiveRequests) * dup / rate
 	// Each active request costs its block-equivalents of prefill time: a
 	// busy worker's decode steps are slower for every stream on it.
 	t.slowdown += m.reqW * float64(l.ActiveRequests) * bs / rate
@@ -187,13 +214,17 @@ func (m *KV) latencyTerms(req *Request, l *Load, heldElsewhere int) latencyTerms
 	}
 	// Computing blocks another worker already has spends the fleet's
 	// capacity twice; the holder wins until its queue costs more than that.
-	if dup := heldElsewhere - heldTokens(req, l); dup > 0 {
+	if dup := fleet.held - heldTokens(req, l); dup > 0 {
 		t.duplicate = m.duplicate * float64(dup) / rate
 	}
 	// Every uncached token a worker takes evicts one from its cache's
-	// least recently used end; the more it took lately, the younger that
-	// end, and the likelier a later prompt wanted it.
-	t.churn = m.churn * l.Churn / rate
+	// least recently used end; the more it took lately, relative to the
+	// others, the younger that end, and the likelier a later prompt
+	// wanted it. Only this request's own uncached tokens are charged, so
+	// a prompt that hits its cache is not pushed off its holder.
+	if fleet.meanChurn > 0 {
+		t.churn = m.churn * uncached / rate * l.Churn / fleet.meanChurn
+	}
 	t.logit = t.ttft + t.slowdown + t.memory + t.duplicate + t.churn
 	return t
 }
@@ -219,9 +250,8 @@ func (m *KV) weightedTerms(req *Request, l *Load, maxWaiting int) weightedTerms 
 	return t
 }
 
-// explain renders the decision; held is Pick's longest prefix held by any
-// candidate, for the duplicate-prefill term.
-func (m *KV) explain(req *Request, loads []Load, idx, maxWaiting, held int, exp *Explanation) {
+// explain renders the decision; fleet is Pick's view of the candidates.
+func (m *KV) explain(req *Request, loads []Load, idx, maxWaiting int, fleet fleetView, exp *Explanation) {
 	exp.begin(m.name, req, m.temperature, loads[idx].ID)
 	exp.CostModel = m.model
 	switch m.model {
@@ -248,7 +278,7 @@ func (m *KV) explain(req *Request, loads []Load, idx, maxWaiting, held int, exp 
 			w := m.weightedTerms(req, l, maxWaiting)
 			t.Score, t.OverlapRatio, t.KVUsage, t.NormalizedWaiting = w.score, w.ratio, w.usage, w.waiting
 		case CostLatency:
-			lt := m.latencyTerms(req, l, held)
+			lt := m.latencyTerms(req, l, fleet)
 			t.PredictedTTFT, t.ContextSeconds, t.DecodeSlowdown, t.MemoryPenalty, t.DuplicatePrefill, t.CacheChurn = lt.ttft, lt.context, lt.slowdown, lt.memory, lt.duplicate, lt.churn
 		default:
 			d := m.defaultTerms(req, l)

@@ -61,7 +61,9 @@ func TestLatencyCostTerms(t *testing.T) {
 		{"idle, nothing cached", func(*Load) {}, latencyTerms{ttft: 0.02 + 0.16}},
 		{"cached blocks are not computed", func(l *Load) { l.MatchedBlocks = 5 }, latencyTerms{ttft: 0.02 + 0.08}},
 		{"backlog waits first", func(l *Load) { l.PrefillBacklog = 500 }, latencyTerms{ttft: 0.02 + 0.66}},
-		{"running decodes are slowed", func(l *Load) { l.ActiveRequests, l.PrefillRequests = 3, 1 }, latencyTerms{ttft: 0.18, slowdown: 0.5 * 2 * 0.16}},
+		{"a prompt no one holds costs a busy worker no slowdown", func(l *Load) { l.ActiveRequests, l.PrefillRequests = 3, 1 }, latencyTerms{ttft: 0.18}},
+		{"a busy worker recomputing blocks held elsewhere stalls each stream", func(l *Load) { l.ActiveRequests, l.PrefillRequests = 3, 1 },
+			latencyTerms{ttft: 0.18, slowdown: 0.5 * 3 * 0.16, duplicate: 0.75 * 0.16}},
 		{"a full cache preempts", func(l *Load) { l.ActiveBlocks = 995 }, latencyTerms{ttft: 0.18, memory: 5 * 16 / 1000.0}},
 		{"blocks held elsewhere cost again", func(*Load) {}, latencyTerms{ttft: 0.18, duplicate: 0.75 * 0.16}},
 		{"what it holds itself is no duplicate", func(l *Load) { l.MatchedBlocks = 10 }, latencyTerms{ttft: 0.02}},
@@ -69,7 +71,7 @@ func TestLatencyCostTerms(t *testing.T) {
 	t.Run("active requests cost their block-equivalents", func(t *testing.T) {
 		l := base
 		l.ActiveRequests, l.PrefillRequests = 3, 3 // none decoding yet
-		got := perRequest.latencyTerms(&Request{PromptTokens: 160}, &l, 0)
+		got := perRequest.latencyTerms(&Request{PromptTokens: 160}, &l, fleetView{})
 		if want := 3 * 8 * 16 / 1000.0; math.Abs(got.slowdown-want) > 1e-9 {
 			t.Fatalf("slowdown %g, want %g (3 requests × 8 blocks × 16 tokens at 1,000 tokens/s)", got.slowdown, want)
 		}
@@ -82,7 +84,7 @@ func TestLatencyCostTerms(t *testing.T) {
 			if strings.Contains(tt.name, "elsewhere") || strings.Contains(tt.name, "itself") {
 				held = 160
 			}
-			got := m.latencyTerms(&Request{PromptTokens: 160}, &l, held)
+			got := m.latencyTerms(&Request{PromptTokens: 160}, &l, fleetView{held: held})
 			tt.want.logit = tt.want.ttft + tt.want.slowdown + tt.want.memory + tt.want.duplicate
 			for _, p := range [][2]float64{{got.ttft, tt.want.ttft}, {got.slowdown, tt.want.slowdown}, {got.memory, tt.want.memory},
 				{got.duplicate, tt.want.duplicate}, {got.logit, tt.want.logit}} {

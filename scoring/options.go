@@ -74,11 +74,12 @@ type Options struct {
 	// NoLearnRates keeps the prior instead of learning each worker's
 	// prefill model from its times to first token.
 	NoLearnRates bool
-	// DecodeSlowdownWeight weighs, in the latency cost, the seconds this
-	// request's prefill delays each of the worker's running decodes.
-	// Default 0: it steers long prompts away from workers that decode
-	// and onto workers whose queues hold prefills, which in kvbench sim
-	// raised TTFT p90 and p99 and inter-token p90 alike (docs/routing.md).
+	// DecodeSlowdownWeight weighs, in the latency cost, the seconds a
+	// candidate would spend recomputing prompt blocks that another
+	// candidate holds, once per request active on it: every stream on a
+	// busy worker waits while it recomputes what it could have been
+	// spared. It keeps sessions on their holders under overload, and
+	// charges nothing for a prompt no worker holds. Default 0.25.
 	DecodeSlowdownWeight float64
 	// DuplicatePrefillWeight weighs, in the latency cost, the seconds a
 	// candidate would spend computing prompt blocks that another worker
@@ -89,12 +90,14 @@ type Options struct {
 	// it off. Default 0.75: a hot prefix is computed again once waiting
 	// on its holder costs more than 1.75× its prefill.
 	DuplicatePrefillWeight float64
-	// CacheChurnWeight weighs, in the latency cost, the uncached tokens
-	// routed to a worker lately (decayed by half every minute) in
-	// seconds of its prefill: each evicts a block from the far end of its
-	// cache, so spreading them keeps every cache as long-lived as the
-	// fleet allows. It also keeps equal workers from being told apart by
-	// noise in their learned rates. 0 turns it off. Default 0.05.
+	// CacheChurnWeight weighs, in the latency cost, a request's own
+	// uncached tokens (in seconds of prefill) by how many uncached tokens
+	// the worker took lately relative to the candidates' mean (decayed by
+	// half every minute): each new token evicts one from the far end of a
+	// cache, so sending them where caches turned over least keeps every
+	// cache as long-lived as the fleet allows, and equal workers are not
+	// told apart by noise in their learned rates. 0 turns it off. Default
+	// 0.1.
 	CacheChurnWeight float64
 	// Temperature 0 picks the best logit; T>0 samples from
 	// softmax(−logit ÷ (range × T)). Default 0.
@@ -176,9 +179,9 @@ const (
 	// one H100 for a Llama-3-8B-shaped model in bf16 (the h100-llama3-8b
 	// timing profile): 1.7e-6 ms.
 	DefaultPrefillContextCost   = 1.7e-9
-	DefaultDecodeSlowdownWeight = 0.0
+	DefaultDecodeSlowdownWeight = 0.25
 	DefaultDuplicatePrefill     = 0.75
-	DefaultCacheChurnWeight     = 0.05
+	DefaultCacheChurnWeight     = 0.1
 	DefaultDecodeActiveRequests = 8.0
 	DefaultTemperature          = 0.0
 	DefaultQueueThreshold       = 4.0
