@@ -102,14 +102,14 @@ func dial(t *testing.T, r *Server) *grpc.ClientConn {
 	return cc
 }
 
-// route sends one chat request in FULL_DUPLEX_STREAMED mode, as Envoy
-// does, and returns the target header (or the immediate status).
-func route(t *testing.T, cc *grpc.ClientConn, body string) (worker string, status int) {
+// sendChat opens a stream and sends one chat request's headers and body
+// in FULL_DUPLEX_STREAMED mode, as Envoy does; cancel ends the stream.
+func sendChat(t *testing.T, cc *grpc.ClientConn, body string) (st pb.ExternalProcessor_ProcessClient, cancel context.CancelFunc) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	st, err := pb.NewExternalProcessorClient(cc).Process(ctx)
 	if err != nil {
+		cancel()
 		t.Fatal(err)
 	}
 	hdrs := &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
@@ -121,9 +121,19 @@ func route(t *testing.T, cc *grpc.ClientConn, body string) (worker string, statu
 		{Request: &pb.ProcessingRequest_RequestBody{RequestBody: &pb.HttpBody{Body: []byte(body), EndOfStream: true}}},
 	} {
 		if err := st.Send(m); err != nil {
+			cancel()
 			t.Fatal(err)
 		}
 	}
+	return st, cancel
+}
+
+// route sends one chat request and returns the target header (or the
+// immediate status).
+func route(t *testing.T, cc *grpc.ClientConn, body string) (worker string, status int) {
+	t.Helper()
+	st, cancel := sendChat(t, cc, body)
+	defer cancel()
 	resp, err := st.Recv()
 	if err != nil {
 		t.Fatal(err)
@@ -145,25 +155,9 @@ func route(t *testing.T, cc *grpc.ClientConn, body string) (worker string, statu
 // stream ended: OK when it answered, else the gRPC code.
 func routeCode(t *testing.T, cc *grpc.ClientConn, body string) codes.Code {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	st, cancel := sendChat(t, cc, body)
 	defer cancel()
-	st, err := pb.NewExternalProcessorClient(cc).Process(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hdrs := &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
-		{Key: ":method", RawValue: []byte("POST")}, {Key: ":path", RawValue: []byte("/v1/chat/completions")},
-	}}
-	for _, m := range []*pb.ProcessingRequest{
-		{Request: &pb.ProcessingRequest_RequestHeaders{RequestHeaders: &pb.HttpHeaders{Headers: hdrs}},
-			ProtocolConfig: &pb.ProtocolConfiguration{RequestBodyMode: extprocmode.ProcessingMode_FULL_DUPLEX_STREAMED}},
-		{Request: &pb.ProcessingRequest_RequestBody{RequestBody: &pb.HttpBody{Body: []byte(body), EndOfStream: true}}},
-	} {
-		if err := st.Send(m); err != nil {
-			t.Fatal(err)
-		}
-	}
-	_, err = st.Recv()
+	_, err := st.Recv()
 	return status.Code(err)
 }
 
