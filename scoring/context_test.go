@@ -137,3 +137,28 @@ func TestChurnSpreadsColdPrompts(t *testing.T) {
 		t.Fatalf("w0's churn a half-life later %g, want 30000", l.Churn)
 	}
 }
+
+// TestChurnSurvivesLongUptime: churn weights are rebased before they can
+// overflow, and what a worker took long ago has decayed away.
+func TestChurnSurvivesLongUptime(t *testing.T) {
+	clock := newFakeClock()
+	o := testOptions(clock, 1)
+	r := newTestScheduler(t, o, 2)
+	p := r.Pool()
+	for i := range 1200 { // 20 hours, a request a minute on each worker
+		for _, w := range []string{"w0", "w1"} {
+			id := fmt.Sprint(w, "-", i)
+			if err := p.Add(&Request{ID: id, PromptTokens: 1000}, w, 0); err != nil {
+				t.Fatal(err)
+			}
+			p.Free(id)
+		}
+		clock.Advance(time.Minute)
+	}
+	// A request a half-life: the churn converges to 1000 × (1 + ½ + ¼ …).
+	for _, w := range []string{"w0", "w1"} {
+		if got := mustLoad(t, p, w).Churn; math.IsInf(got, 0) || math.IsNaN(got) || math.Abs(got-1000) > 1e-6*1000 {
+			t.Fatalf("%s's churn after 20 hours %g, want 1000 (the last request, a half-life ago, plus what decayed)", w, got)
+		}
+	}
+}

@@ -93,7 +93,7 @@ func (p *Pool) add(key, worker string, promptTokens, matchedBlocks, prefill int,
 		a.fitX, a.fitZ = w.backlog+float64(prefill), w.backlogAttn+a.prefillAttn
 	}
 	p.chargeLocked(a)
-	w.churn, w.churnAt = w.churnNow(now)+float64(prefill), now
+	p.addChurnLocked(w, prefill, now)
 	p.claimPendingLocked(a, indexed, now)
 	p.reqs[key] = a
 	if !local {

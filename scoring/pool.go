@@ -15,6 +15,9 @@ import (
 // operations, picks take the read lock once per decision.
 type Pool struct {
 	opts Options
+	// churnEpoch is the reference time of every worker's churn; moved
+	// forward (and the churns rescaled) before the weights could overflow.
+	churnEpoch time.Time
 
 	mu      sync.RWMutex
 	workers map[string]*worker
@@ -72,11 +75,11 @@ type worker struct {
 	// prefillAttn is the attention work of the requests counted in
 	// prefillTokens.
 	prefillAttn float64
-	// churn is the uncached prompt tokens routed to the worker, decayed
-	// with time constant churnHalfLife/ln 2 since churnAt: how fast its
-	// cache turns over.
-	churn   float64
-	churnAt time.Time
+	// churn is the uncached prompt tokens routed to the worker, each
+	// weighted by 2^((its time − Pool.churnEpoch) ÷ churnHalfLife): how
+	// fast its cache turns over, in a form every worker shares, so that
+	// reading it at a time t takes one factor for the whole pool.
+	churn float64
 	fit     rateFit
 	health  health
 	// pending holds the prompt blocks recently routed to the worker that
@@ -350,12 +353,13 @@ func (l *Load) Waiting() int {
 
 func (p *Pool) loadLocked(w *worker, now time.Time) Load {
 	l := w.static
-	p.fillLoadLocked(&l, w, now)
+	p.fillLoadLocked(&l, w, now, p.churnFactorLocked(now))
 	return l
 }
 
-// fillLoadLocked sets l's live fields from w.
-func (p *Pool) fillLoadLocked(l *Load, w *worker, now time.Time) {
+// fillLoadLocked sets l's live fields from w; churn is
+// churnFactorLocked(now).
+func (p *Pool) fillLoadLocked(l *Load, w *worker, now time.Time, churn float64) {
 	fresh := w.hasReport && now.Sub(w.reportAt) <= p.opts.StaleReportAge
 	l.ActiveBlocks = w.activeBlocks()
 	l.ActiveRequests = w.requests
@@ -368,7 +372,7 @@ func (p *Pool) fillLoadLocked(l *Load, w *worker, now time.Time) {
 	l.Ejected = w.health.ejectedUntil.After(now)
 	l.Cooling = w.health.coolUntil.After(now)
 	l.PrefillRate, l.PrefillOverhead, l.PrefillContext, l.FitSamples = p.blendedFitLocked(w)
-	l.Churn = w.churnNow(now)
+	l.Churn = w.churn * churn
 	l.PrefillBacklog, l.PrefillBacklogAttention = w.backlogNow(now, l.PrefillRate, l.PrefillContext, p.opts.NoPrefillDecay)
 }
 
@@ -418,15 +422,30 @@ func (w *worker) backlogNow(now time.Time, rate, context float64, noDecay bool) 
 // busy worker's cache takes to turn over.
 const churnHalfLife = 60 * time.Second
 
-func (w *worker) churnNow(now time.Time) float64 {
-	if w.churn <= 0 {
-		return 0
+// churnFactorLocked turns the workers' churn weights into tokens at now.
+func (p *Pool) churnFactorLocked(now time.Time) float64 {
+	return math.Exp2(-now.Sub(p.churnEpoch).Seconds() / churnHalfLife.Seconds())
+}
+
+// churnMaxExponent bounds the weights' exponent before a rebase: 2^500
+// leaves float64 room to add tokens, and it is about eight hours.
+const churnMaxExponent = 500
+
+// addChurnLocked counts tokens routed to w at now. Guarded by p.mu
+// (write).
+func (p *Pool) addChurnLocked(w *worker, tokens int, now time.Time) {
+	if p.churnEpoch.IsZero() {
+		p.churnEpoch = now
 	}
-	dt := now.Sub(w.churnAt)
-	if dt <= 0 {
-		return w.churn
+	e := now.Sub(p.churnEpoch).Seconds() / churnHalfLife.Seconds()
+	if e > churnMaxExponent {
+		f := math.Exp2(-e)
+		for _, o := range p.workers {
+			o.churn *= f
+		}
+		p.churnEpoch, e = now, 0
 	}
-	return w.churn * math.Exp2(-dt.Seconds()/churnHalfLife.Seconds())
+	w.churn += float64(tokens) * math.Exp2(e)
 }
 
 // settleBacklogLocked brings w's backlog model to now, before a change.
@@ -457,6 +476,7 @@ func (p *Pool) appendLoads(dst []Load, req *Request, cands []Candidate, pending 
 	now := p.opts.Now()
 	nowNs := now.UnixNano()
 	p.mu.RLock()
+	churn := p.churnFactorLocked(now)
 	for i := range cands {
 		c := &cands[i]
 		w := c.w
@@ -467,7 +487,7 @@ func (p *Pool) appendLoads(dst []Load, req *Request, cands []Candidate, pending 
 		}
 		dst = append(dst, w.static)
 		l := &dst[len(dst)-1]
-		p.fillLoadLocked(l, w, now)
+		p.fillLoadLocked(l, w, now, churn)
 		l.MatchedBlocks, l.CachedBlocks, l.index = c.MatchedBlocks, c.CachedBlocks, i
 		l.HostBlocks, l.DiskBlocks = c.HostBlocks, c.DiskBlocks
 		if pending && !c.Stale {
