@@ -79,9 +79,9 @@ type worker struct {
 	// weighted by 2^((its time − Pool.churnEpoch) ÷ churnHalfLife): how
 	// fast its cache turns over, in a form every worker shares, so that
 	// reading it at a time t takes one factor for the whole pool.
-	churn float64
-	fit     rateFit
-	health  health
+	churn  float64
+	fit    rateFit
+	health health
 	// pending holds the prompt blocks recently routed to the worker that
 	// its KV events have not confirmed (the pending overlay).
 	pending pendingBlocks
