@@ -96,8 +96,11 @@ func crdDocuments(t *testing.T) [][]byte {
 func TestKubeAPIServerAcceptsEveryOverlay(t *testing.T) {
 	c := kubetest.StartWithCRDs(t, "kvroute", crdDocuments(t)...)
 	ctx := context.Background()
-	if _, err := c.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kvroute-dev"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	// The dev overlay's own namespace, and the one existing-fleet's pods run in.
+	for _, ns := range []string{"kvroute-dev", "inference"} {
+		if _, err := c.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	dc, err := discovery.NewDiscoveryClientForConfig(c.REST)
 	if err != nil {

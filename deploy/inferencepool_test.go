@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 )
 
@@ -158,4 +160,109 @@ func TestInferencePoolOverlay(t *testing.T) {
 			t.Errorf("%s: passed", name)
 		}
 	}
+}
+
+// The existing-fleet overlay runs nothing but kvroute (and the base's
+// Envoy) in front of vLLM pods the operator already runs: the patch
+// docs/deploy.md gives for their Deployment makes them publish what kvroute
+// subscribes to, and the tokenizer comes from a volume, never a download.
+func TestExistingFleetOverlay(t *testing.T) {
+	objs := render(t, existingFleet)
+	kv := deployments(t, objs)["kvroute"]
+	if kv == nil {
+		t.Fatal("no kvroute Deployment")
+	}
+	if err := checkOfflineTokenizer(kv); err != nil {
+		t.Error(err)
+	}
+	// The operator's own Deployment: vLLM with no KV events, labelled as
+	// the pool selects, with the documented patch applied.
+	pool, ok := find(objs, "InferencePool", "vllm")
+	if !ok {
+		t.Fatal("no InferencePool vllm")
+	}
+	p, err := decodeInferencePool(pool.JSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs := deployments(t, render(t, "overlays/inferencepool"))["vllm"]
+	ctr := &theirs.Spec.Template.Spec.Containers[0]
+	ctr.Args = slices.DeleteFunc(ctr.Args, func(a string) bool {
+		return strings.HasPrefix(a, "--kv-events-config") || a == "--enable-prefix-caching"
+	})
+	theirs.Spec.Template.Labels = p.Spec.Selector.MatchLabels
+	if err := applyDocumentedPatch(t, ctr); err != nil {
+		t.Fatal(err)
+	}
+	js, err := json.Marshal(theirs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fleet := append(append([]Object(nil), objs...), Object{Kind: "Deployment", Name: "vllm", JSON: js})
+	if err := checkInferencePoolOverlay(t, fleet); err != nil {
+		t.Error(err)
+	}
+	if !slices.Contains(ctr.Args, "--enable-prefix-caching") {
+		t.Errorf("the documented patch leaves prefix caching off: %v", ctr.Args)
+	}
+	downloads := replaceIn(objs, "Deployment", `"containers":[`, `"initContainers":[{"name":"fetch-tokenizer","image":"curlimages/curl"}],"containers":[`)
+	if err := checkOfflineTokenizer(deployments(t, downloads)["kvroute"]); err == nil {
+		t.Error("a tokenizer download at pod start passed")
+	}
+}
+
+// checkOfflineTokenizer wants kvroute's tokenizer read from a mounted
+// volume, with no init container fetching anything.
+func checkOfflineTokenizer(d *appsv1.Deployment) error {
+	spec := d.Spec.Template.Spec
+	if len(spec.InitContainers) > 0 {
+		return fmt.Errorf("init container %q: nothing may download at pod start", spec.InitContainers[0].Name)
+	}
+	var tok string
+	for _, e := range spec.Containers[0].Env {
+		if e.Name == "KVROUTE_TOKENIZERS" {
+			_, tok, _ = strings.Cut(e.Value, "=")
+		}
+	}
+	if tok == "" {
+		return fmt.Errorf("KVROUTE_TOKENIZERS names no directory")
+	}
+	for _, m := range spec.Containers[0].VolumeMounts {
+		if m.MountPath != tok {
+			continue
+		}
+		if !m.ReadOnly {
+			return fmt.Errorf("the tokenizer volume is mounted writable")
+		}
+		for _, v := range spec.Volumes {
+			if v.Name == m.Name && (v.PersistentVolumeClaim != nil || v.ConfigMap != nil) {
+				return nil
+			}
+		}
+		return fmt.Errorf("volume %q is neither a claim nor a ConfigMap", m.Name)
+	}
+	return fmt.Errorf("nothing is mounted at %s, where KVROUTE_TOKENIZERS points", tok)
+}
+
+// applyDocumentedPatch applies the JSON patch of docs/deploy.md's
+// `kubectl patch deployment ... --type=json -p '...'` line to a container:
+// only appends to the first container's args, which is all it may do.
+func applyDocumentedPatch(t *testing.T, ctr *corev1.Container) error {
+	doc := readRepoFile(t, "docs/deploy.md")
+	_, rest, ok := strings.Cut(doc, "--type=json -p '")
+	if !ok {
+		return fmt.Errorf("docs/deploy.md has no kubectl patch --type=json -p '...' line")
+	}
+	body, _, _ := strings.Cut(rest, "'")
+	var ops []struct{ Op, Path, Value string }
+	if err := json.Unmarshal([]byte(body), &ops); err != nil {
+		return fmt.Errorf("docs/deploy.md's patch: %w", err)
+	}
+	for _, op := range ops {
+		if op.Op != "add" || op.Path != "/spec/template/spec/containers/0/args/-" {
+			return fmt.Errorf("docs/deploy.md's patch does %s %s: only appending to the args is expected", op.Op, op.Path)
+		}
+		ctr.Args = append(ctr.Args, op.Value)
+	}
+	return nil
 }

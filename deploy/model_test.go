@@ -16,7 +16,7 @@ import (
 // the tokenizer download, KVROUTE_TOKENIZERS and KVROUTE_POOL_MODEL all
 // read it from there.
 func TestModelIsNamedOnce(t *testing.T) {
-	for _, dir := range []string{"overlays/vllm", "overlays/gateway-api", "overlays/istio", "overlays/inferencepool", myFleet} {
+	for _, dir := range []string{"overlays/vllm", "overlays/gateway-api", "overlays/istio", "overlays/inferencepool", existingFleet, myFleet} {
 		objs := render(t, dir)
 		cm, ok := findPrefix(objs, "ConfigMap", "fleet-model")
 		if !ok {

