@@ -114,3 +114,27 @@ func FuzzParseRecord(f *testing.F) {
 		}
 	})
 }
+
+func TestValidateRecordEventEndpoints(t *testing.T) {
+	base := scoring.WorkerSpec{ID: "w", Model: "m", Address: "10.0.0.1:8000", BlockSize: 32}
+	for _, tt := range []struct {
+		name, events, replay string
+		ok                   bool
+	}{
+		{"none", "", "", true},
+		{"both on the worker's host", "tcp://10.0.0.1:5601", "tcp://10.0.0.1:5602", true},
+		{"a DNS name", "tcp://engine-a.svc:5557", "", true},
+		{"not tcp", "ipc:///tmp/kv", "", false},
+		{"no port", "tcp://10.0.0.1", "", false},
+		{"a metadata service", "", "tcp://169.254.169.254:80", false},
+		{"port out of range", "tcp://10.0.0.1:70000", "", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := base
+			r.EventsEndpoint, r.ReplayEndpoint = tt.events, tt.replay
+			if err := ValidateRecord(r); (err == nil) != tt.ok {
+				t.Errorf("ValidateRecord = %v, want ok=%v", err, tt.ok)
+			}
+		})
+	}
+}
