@@ -48,8 +48,8 @@ type Metrics struct {
 	// engineBlockSize is the KV block size taken from a worker's engine
 	// where it differs from the worker's record.
 	engineBlockSize *prometheus.GaugeVec
-	health            healthMetrics // metrics_health.go
-	guard             guardMetrics
+	health          healthMetrics // metrics_health.go
+	guard           guardMetrics
 }
 
 var (

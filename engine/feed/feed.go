@@ -78,6 +78,11 @@ type Config struct {
 	Hold <-chan struct{}
 	// Pool receives the load reports; required with Load.
 	Pool *scoring.Pool
+	// BlockSize, when not nil, is told when an engine's /metrics states a
+	// KV block size (vllm:cache_config_info) other than its worker's
+	// record, so the router can take the engine's. It may Upsert the worker
+	// again.
+	BlockSize func(worker string, engine int) bool
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
 }
