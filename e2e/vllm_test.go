@@ -398,7 +398,7 @@ func indexedWorkers(r *server.Server) []string {
 // metricValue reads one series from kvroute's /metrics; 0 when absent.
 func (rt *vllmRouter) metricValue(t *testing.T, series string) float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + rt.r.AdminAddr() + "/metrics")
+	resp, err := http.Get("http://" + rt.r.HTTPAddr() + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -418,7 +418,7 @@ func (rt *vllmRouter) metricValue(t *testing.T, series string) float64 {
 // says which it routes with.
 func assertLearnedBlockSize(t *testing.T, rt *server.Server, engines []*vllmEngine) {
 	t.Helper()
-	resp, err := http.Get("http://" + rt.AdminAddr() + "/metrics")
+	resp, err := http.Get("http://" + rt.HTTPAddr() + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
