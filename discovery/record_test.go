@@ -97,6 +97,8 @@ func FuzzParseRecord(f *testing.F) {
 		`{"id":"w0","model":"m","address":"169.254.169.254:80","block_size":16}`,
 		`{"id":"w0","model":"m","address":"[fe80::1%eth0]:80","block_size":16,"lora_adapters":["x"]}`,
 		`{"id":"*","model":"m","address":"h:1","block_size":1}`,
+		`{"id":"w0","model":"m","address":"10.0.0.5:8000","block_size":32,"events_endpoint":"tcp://10.0.0.5:5601","replay_endpoint":"tcp://10.0.0.5:5602"}`,
+		`{"id":"w0","model":"m","address":"10.0.0.5:8000","block_size":32,"events_endpoint":"tcp://169.254.169.254:80"}`,
 		`null`, `[]`, `{"id":1}`, ``,
 	} {
 		f.Add([]byte(s))
@@ -106,7 +108,8 @@ func FuzzParseRecord(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if !ValidName(r.ID) || (r.Cluster != "" && !ValidCluster(r.Cluster)) || !printable(r.Address) || !printable(r.Model) {
+		if !ValidName(r.ID) || (r.Cluster != "" && !ValidCluster(r.Cluster)) || !printable(r.Address) || !printable(r.Model) ||
+			!printable(r.EventsEndpoint) || !printable(r.ReplayEndpoint) {
 			t.Fatalf("accepted an unsafe record %+v", r)
 		}
 		if err := ValidateRecord(r); err != nil {

@@ -25,31 +25,35 @@ const (
 // The fields vLLM 0.32 sets on every event of a model with one
 // full-attention KV cache group.
 var (
-	mediumGPU      = kvindex.MediumGPU
-	groupZero      int64
-	specFullAttn   = "full_attention"
-	noExtraKeysFor = map[int]msgpack.RawMessage{}
+	mediumGPU    = kvindex.MediumGPU
+	groupZero    int64
+	specFullAttn = "full_attention"
 )
 
 // noExtraKeys is extra_keys for n blocks without any: vLLM 0.32 publishes
-// one None per block rather than leaving the field out.
+// one None per block rather than leaving the field out. The common short
+// lists are encoded once.
 func noExtraKeys(n int) msgpack.RawMessage {
-	if n < 64 {
-		if raw, ok := noExtraKeysFor[n]; ok {
-			return raw
-		}
+	if n < len(shortNoExtraKeys) {
+		return shortNoExtraKeys[n]
 	}
+	return encodeNoExtraKeys(n)
+}
+
+var shortNoExtraKeys = func() []msgpack.RawMessage {
+	out := make([]msgpack.RawMessage, 64)
+	for n := range out {
+		out[n] = encodeNoExtraKeys(n)
+	}
+	return out
+}()
+
+func encodeNoExtraKeys(n int) msgpack.RawMessage {
 	raw, err := msgpack.Marshal(make([]any, n))
 	if err != nil { // cannot happen for a list of nils
 		return nil
 	}
 	return raw
-}
-
-func init() {
-	for n := range 64 {
-		noExtraKeysFor[n] = noExtraKeys(n)
-	}
 }
 
 // toKVIndex converts an engine event to kvindex's mirror of vLLM's types,
