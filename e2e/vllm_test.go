@@ -3,7 +3,9 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,6 +23,7 @@ import (
 	"github.com/kvroute/kvroute/envoy/proxy"
 	"github.com/kvroute/kvroute/internal/bench"
 	"github.com/kvroute/kvroute/internal/testenv"
+	"github.com/kvroute/kvroute/picker"
 	"github.com/kvroute/kvroute/server"
 	"github.com/kvroute/kvroute/tokenizer"
 	"github.com/nats-io/nats.go"
@@ -160,16 +163,43 @@ func TestVLLM(t *testing.T) {
 		if before.servedBy != victim.addr() {
 			victim = engines[1]
 		}
+		next := append(slices.Clone(chats[0].msgs), map[string]string{"role": "user", "content": "Question 3 of " + chats[0].name + ": and after that?"})
+		if m := rt.matched(t, next, victim.id); m == 0 {
+			t.Errorf("before the flood kvroute matches no block of the chat's next prompt on %s, which served it with %d cached tokens", victim.id, before.cached)
+		}
+		removed := rt.metricValue(t, `kvroute_kv_blocks_total{op="removed"}`)
 		for i := range 4 {
 			flood(t, ctx, victim, i)
 		}
-		tr := chats[0].ask(t, ctx, rt.px.URL(), 3)
-		s.add(t, tr, "")
-		t.Logf("eviction: before the flood %d cached tokens on %s; after it kvroute predicted %d, vLLM cached %d (served by %s)",
-			before.cached, before.servedBy, tr.predicted, tr.cached, tr.servedBy)
-		if tr.cached >= before.cached+vllmBlockSize {
-			t.Errorf("after four long prompts the chat still had %d tokens cached (before: %d): nothing was evicted, the case tests nothing", tr.cached, before.cached)
+		waitFor(t, ctx, "the flood's BlockRemoved events in kvroute", func() bool {
+			return rt.metricValue(t, `kvroute_kv_blocks_total{op="removed"}`) > removed
+		})
+		// kvroute's view of the victim against the victim's own cache, for
+		// the same prompt: the engine's answer to it sent straight there.
+		var m int
+		waitFor(t, ctx, "kvroute's view of the flooded engine to settle", func() bool {
+			a := rt.matched(t, next, victim.id)
+			time.Sleep(300 * time.Millisecond)
+			m = rt.matched(t, next, victim.id)
+			return a == m
+		})
+		direct, _ := chatTurn(ctx, victim.url(), next)
+		if direct.err != nil {
+			t.Fatal(direct.err)
 		}
+		t.Logf("eviction: after the flood kvroute matches %d blocks of the chat's next prompt on %s; vLLM there had %d tokens cached for it",
+			m, victim.id, direct.cached)
+		if want := min(m*vllmBlockSize, (direct.prompt-1)/vllmBlockSize*vllmBlockSize); want != direct.cached {
+			t.Errorf("after the flood kvroute holds %d blocks (%d tokens) of the prompt for %s, vLLM had %d cached", m, want, victim.id, direct.cached)
+		}
+		if direct.cached >= before.cached {
+			t.Errorf("after four long prompts %s still had %d tokens of the chat cached (before: %d): nothing was evicted, the case tests nothing", victim.id, direct.cached, before.cached)
+		}
+		chats[0].msgs = append(next, map[string]string{"role": "assistant", "content": "noted"})
+		tr := chats[0].ask(t, ctx, rt.px.URL(), 4)
+		s.add(t, tr, "")
+		t.Logf("eviction: before the flood %d cached tokens on %s; the next turn through Envoy: kvroute predicted %d, vLLM cached %d (served by %s)",
+			before.cached, before.servedBy, tr.predicted, tr.cached, tr.servedBy)
 		if n := rt.metricValue(t, `kvroute_kv_blocks_total{op="removed"}`); n == 0 {
 			t.Error("kvroute applied no BlockRemoved from vLLM")
 		}
@@ -408,6 +438,29 @@ func indexedWorkers(r *server.Server) []string {
 		}
 	}
 	return ids
+}
+
+// matched is how many leading blocks of a chat's prompt kvroute's index
+// holds for worker, from /debug/explain (which changes nothing).
+func (rt *vllmRouter) matched(t *testing.T, msgs []map[string]string, worker string) int {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"model": model, "messages": msgs, "max_tokens": 8})
+	resp, err := http.Post("http://"+rt.r.AdminAddr()+"/debug/explain", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var x picker.Explanation
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&x) != nil || x.Decision == nil {
+		t.Fatalf("/debug/explain: HTTP %d", resp.StatusCode)
+	}
+	for _, w := range x.Decision.Workers {
+		if w.Worker == worker {
+			return w.MatchedBlocks + w.PendingBlocks
+		}
+	}
+	t.Fatalf("/debug/explain names no candidate %s", worker)
+	return 0
 }
 
 // metricValue reads one series from kvroute's /metrics; 0 when absent.
