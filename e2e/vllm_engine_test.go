@@ -117,7 +117,10 @@ func startVLLM(t *testing.T, py, modelDir, id, ip string, cpu int) *vllmEngine {
 		"--enable-prefix-caching", "--enable-prompt-tokens-details", "--kv-events-config", string(kvEvents))
 	e.cmd.Env = append(os.Environ(), "VLLM_CPU_KVCACHE_SPACE=1", "HF_HUB_OFFLINE=1", "VLLM_NO_USAGE_STATS=1",
 		"VLLM_CPU_OMP_THREADS_BIND="+fmt.Sprint(cpu), "OMP_NUM_THREADS=1")
-	e.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// A group of its own, so kill reaches the engine core too; and killed
+	// with the test binary, should it die without running its cleanups
+	// (go test's -timeout).
+	e.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	logf, err := os.Create(filepath.Join(t.TempDir(), id+".log"))
 	if err != nil {
 		t.Fatal(err)

@@ -213,7 +213,9 @@ func TestVLLM(t *testing.T) {
 		for i, e := range engines {
 			directChat(t, ctx, e, fmt.Sprintf("wake-up %d %d", i, time.Now().UnixNano()))
 		}
-		waitFor(t, ctx, "both engines' history replayed into the index", func() bool {
+		wctx, wcancel := context.WithTimeout(ctx, 90*time.Second)
+		defer wcancel()
+		waitFor(t, wctx, "both engines' history replayed into the index", func() bool {
 			return rt.r.EngineFeeds().Stats().Replayed.Load() > 0 && len(indexedWorkers(rt.r)) == len(engines)
 		})
 		var warm, s tally
@@ -384,7 +386,9 @@ func startBridgeLayout(t *testing.T, ctx context.Context, engines []*vllmEngine)
 	}
 	// A chat per engine, straight to it, until its batches reach the
 	// index through the bridge: every stream is live before measuring.
-	waitFor(t, ctx, "both engines' KV events through kvbridge and NATS", func() bool {
+	wctx, wcancel := context.WithTimeout(ctx, 90*time.Second)
+	defer wcancel()
+	waitFor(t, wctx, "both engines' KV events through kvbridge and NATS", func() bool {
 		for i, e := range engines {
 			directChat(t, ctx, e, fmt.Sprintf("bridge warm-up %d %d", i, time.Now().UnixNano()))
 		}
