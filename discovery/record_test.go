@@ -97,6 +97,8 @@ func FuzzParseRecord(f *testing.F) {
 		`{"id":"w0","model":"m","address":"169.254.169.254:80","block_size":16}`,
 		`{"id":"w0","model":"m","address":"[fe80::1%eth0]:80","block_size":16,"lora_adapters":["x"]}`,
 		`{"id":"*","model":"m","address":"h:1","block_size":1}`,
+		`{"id":"w0","model":"m","address":"10.0.0.5:8000","block_size":32,"events_endpoint":"tcp://10.0.0.5:5601","replay_endpoint":"tcp://10.0.0.5:5602"}`,
+		`{"id":"w0","model":"m","address":"10.0.0.5:8000","block_size":32,"events_endpoint":"tcp://169.254.169.254:80"}`,
 		`null`, `[]`, `{"id":1}`, ``,
 	} {
 		f.Add([]byte(s))
@@ -106,11 +108,36 @@ func FuzzParseRecord(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if !ValidName(r.ID) || (r.Cluster != "" && !ValidCluster(r.Cluster)) || !printable(r.Address) || !printable(r.Model) {
+		if !ValidName(r.ID) || (r.Cluster != "" && !ValidCluster(r.Cluster)) || !printable(r.Address) || !printable(r.Model) ||
+			!printable(r.EventsEndpoint) || !printable(r.ReplayEndpoint) {
 			t.Fatalf("accepted an unsafe record %+v", r)
 		}
 		if err := ValidateRecord(r); err != nil {
 			t.Fatalf("ParseRecord accepted what ValidateRecord refuses: %v", err)
 		}
 	})
+}
+
+func TestValidateRecordEventEndpoints(t *testing.T) {
+	base := scoring.WorkerSpec{ID: "w", Model: "m", Address: "10.0.0.1:8000", BlockSize: 32}
+	for _, tt := range []struct {
+		name, events, replay string
+		ok                   bool
+	}{
+		{"none", "", "", true},
+		{"both on the worker's host", "tcp://10.0.0.1:5601", "tcp://10.0.0.1:5602", true},
+		{"a DNS name", "tcp://engine-a.svc:5557", "", true},
+		{"not tcp", "ipc:///tmp/kv", "", false},
+		{"no port", "tcp://10.0.0.1", "", false},
+		{"a metadata service", "", "tcp://169.254.169.254:80", false},
+		{"port out of range", "tcp://10.0.0.1:70000", "", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := base
+			r.EventsEndpoint, r.ReplayEndpoint = tt.events, tt.replay
+			if err := ValidateRecord(r); (err == nil) != tt.ok {
+				t.Errorf("ValidateRecord = %v, want ok=%v", err, tt.ok)
+			}
+		})
+	}
 }

@@ -20,11 +20,6 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
-
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
-	"github.com/kvroute/kvroute/extproc"
-	"github.com/kvroute/kvroute/internal/bench"
 )
 
 // hfAddr is where the stand-in for huggingface.co listens. llm-d-inference-sim
@@ -175,21 +170,3 @@ func (s *llmdSim) waitReady(ctx context.Context) error {
 		}
 	}
 }
-
-// servedByHeader names the worker address that served, set by Envoy.
-const servedByHeader = "x-served-by"
-
-// echoRouting makes Envoy answer every client with kvroute's prediction of
-// the cached prompt tokens (the request header the router set) and the
-// address of the worker that served, so the test can hold them against the
-// engine's own usage.cached_tokens. kvsim echoes the prediction itself; a
-// third-party engine does not.
-var echoRouting = bench.EditHCM(func(hcm *hcmv3.HttpConnectionManager) error {
-	if rc := hcm.GetRouteConfig(); rc != nil {
-		rc.ResponseHeadersToAdd = append(rc.ResponseHeadersToAdd,
-			&corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: extproc.PredictedCachedTokensHeader,
-				Value: "%REQ(" + extproc.PredictedCachedTokensHeader + ")%"}},
-			&corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: servedByHeader, Value: "%UPSTREAM_REMOTE_ADDRESS%"}})
-	}
-	return nil
-})

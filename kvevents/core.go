@@ -71,6 +71,13 @@ type Config struct {
 	// (Published) may stay unmet before the batch counts as lost: the
 	// claim can overtake the batch on its way. Default 200 ms.
 	ClaimGrace time.Duration
+	// BlockSize, when not nil, is told when a worker's engine states a
+	// block size (in its BlockStored events) other than the one the
+	// worker is registered with. It returns true when the worker now has
+	// the engine's block size in the index (the router learned it); the
+	// core then applies the batch again, so its blocks are not lost. It
+	// runs on the core's goroutine and must not call the core.
+	BlockSize func(worker string, engine int) bool
 }
 
 // Core applies delivered KV event batches to an Index. One goroutine (the
@@ -325,6 +332,9 @@ func (c *Core) handle(d Delivery) {
 		return
 	}
 	st := ix.Apply(worker, b)
+	if st.BlockSizeMismatch > 0 && st.EngineBlockSize > 0 && c.cfg.BlockSize != nil && c.cfg.BlockSize(worker, st.EngineBlockSize) {
+		st = ix.Apply(worker, b)
+	}
 	if st.UnknownWorker { // removed between the check and the apply
 		c.stats.unknownWorker.Add(1)
 		m.Batch(worker, BatchUnknownWorker)

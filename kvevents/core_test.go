@@ -158,3 +158,41 @@ func TestCoreClaimOfALostBatchMarksTheWorkerStale(t *testing.T) {
 		t.Fatalf("gaps = %d, want 1", core.Stats().Gaps)
 	}
 }
+
+// An engine that caches in blocks of another size than its worker's
+// record: with a BlockSize hook that takes the engine's size, the batch
+// that revealed it is applied again and its blocks are held; without one,
+// nothing is held.
+func TestCoreLearnsTheEnginesBlockSize(t *testing.T) {
+	for _, learn := range []bool{true, false} {
+		t.Run(map[bool]string{true: "learned", false: "not learned"}[learn], func(t *testing.T) {
+			ix := kvindex.New(kvindex.Config{})
+			ix.AddWorker("w", model, 2*bs)
+			var told []int
+			cfg := kvevents.Config{Index: ix, Logger: quiet}
+			if learn {
+				cfg.BlockSize = func(worker string, n int) bool {
+					told = append(told, n)
+					ix.AddWorker(worker, model, n)
+					return true
+				}
+			}
+			core, ctx := startCore(t, cfg)
+			if err := core.Deliver(ctx, kvevents.Delivery{Worker: "w", Seq: 0, Payload: payload(t, 0, 0, false)}); err != nil {
+				t.Fatal(err)
+			}
+			settle(t, core, 1)
+			var got []int
+			if err := core.Do(ctx, func(map[string]uint64) { got = append(got, told...) }); err != nil {
+				t.Fatal(err)
+			}
+			held := len(view(ix, "w", 0, 1).held)
+			switch {
+			case learn && (held != 1 || len(got) != 1 || got[0] != bs):
+				t.Fatalf("held %d blocks, hook told %v; want the batch applied at the engine's block size %d", held, got, bs)
+			case !learn && held != 0:
+				t.Fatalf("held %d blocks at a block size the worker is not registered with", held)
+			}
+		})
+	}
+}

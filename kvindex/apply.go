@@ -14,6 +14,7 @@ type ApplyStats struct {
 	Cleared           int  // AllBlocksCleared events
 	UnknownParent     int  // BlockStored events dropped: parent hash unknown
 	BlockSizeMismatch int  // BlockStored events rejected: block size differs from the worker's
+	EngineBlockSize   int  // the block size those rejected events carried (the last one's)
 	Malformed         int  // BlockStored events whose token count is not blocks × block size
 	IgnoredGroup      int  // events for a KV cache group other than 0
 	UnknownWorker     bool // the worker is not registered; nothing was applied
@@ -31,6 +32,9 @@ func (s *ApplyStats) Add(o ApplyStats) {
 	s.Cleared += o.Cleared
 	s.UnknownParent += o.UnknownParent
 	s.BlockSizeMismatch += o.BlockSizeMismatch
+	if o.EngineBlockSize > 0 {
+		s.EngineBlockSize = o.EngineBlockSize
+	}
 	s.Malformed += o.Malformed
 	s.IgnoredGroup += o.IgnoredGroup
 	s.UnknownWorker = s.UnknownWorker || o.UnknownWorker
@@ -120,6 +124,7 @@ func (ix *Index) applyStored(w *workerState, e *BlockStored, st *ApplyStats) {
 	}
 	if e.BlockSize != w.blockSize {
 		st.BlockSizeMismatch++
+		st.EngineBlockSize = e.BlockSize
 		return
 	}
 	if len(e.TokenIDs) != len(e.BlockHashes)*e.BlockSize {

@@ -148,11 +148,11 @@ func TestApplySemantics(t *testing.T) {
 			wantStats: ApplyStats{Cleared: 1},
 		},
 		{
-			name:      "a block size other than the worker's is rejected",
+			name:      "a block size other than the worker's is rejected, and the stated size reported",
 			steps:     []step{{"w0", []Event{wrongSize}}},
 			prompt:    promptHashes(1, 3),
 			want:      map[string]int{"w0": 0},
-			wantStats: ApplyStats{BlockSizeMismatch: 1},
+			wantStats: ApplyStats{BlockSizeMismatch: 1, EngineBlockSize: 8},
 		},
 		{
 			name:      "token count not matching the blocks is malformed",

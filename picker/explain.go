@@ -29,8 +29,9 @@ type Explanation struct {
 }
 
 // Explain decides for req as Decide would, without queueing, without adding
-// load and without counting metrics, and returns every candidate's terms.
-// (A stateful mode such as round_robin still advances its counter.)
+// load, without counting metrics and without moving a stateful mode
+// (round_robin's counter: Scheduler.Preview), and returns every
+// candidate's terms.
 func (p *Picker) Explain(req *extproc.Request) (*Explanation, error) {
 	return p.ExplainContext(context.Background(), req)
 }
@@ -43,7 +44,7 @@ func (p *Picker) ExplainContext(ctx context.Context, req *extproc.Request) (*Exp
 		return nil, err
 	}
 	exp := &scoring.Explanation{}
-	d, err := r.Pick(&pl.sreq, pl.cands, exp)
+	d, err := r.Preview(&pl.sreq, pl.cands, exp)
 	if err != nil {
 		return nil, p.routeError(pl.sreq.Model, err)
 	}

@@ -470,3 +470,39 @@ func TestPickerCountsAPromptItJustSentAsPending(t *testing.T) {
 		t.Fatalf("%d blocks still pending once the events reported them", n)
 	}
 }
+
+// TestPickerExplainLeavesRoundRobinWhereItWas: round_robin keeps a
+// counter; explaining a request answers the worker the next real request
+// gets, any number of times, and does not move it.
+func TestPickerExplainLeavesRoundRobinWhereItWas(t *testing.T) {
+	rg := newRig(t, func(o *scoring.Options, _ *Config) { o.Mode = scoring.ModeRoundRobin })
+	body := longChat(5)
+	var explained []string
+	for range 4 {
+		exp, err := rg.picker.Explain(chatReq(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		explained = append(explained, exp.Address)
+	}
+	for i := 1; i < len(explained); i++ {
+		if explained[i] != explained[0] {
+			t.Fatalf("four explanations answered %v, want the same worker each time", explained)
+		}
+	}
+	d, err := rg.picker.Decide(context.Background(), chatReq(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Ticket.Free(extproc.OutcomeOK)
+	if d.Address != explained[0] {
+		t.Errorf("explain said %s, the next request went to %s", explained[0], d.Address)
+	}
+	exp, err := rg.picker.Explain(chatReq(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if exp.Address == d.Address {
+		t.Errorf("after a real request explain still answers %s; the counter should have moved on", exp.Address)
+	}
+}

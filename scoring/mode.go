@@ -43,6 +43,16 @@ type Mode interface {
 	Pick(req *Request, loads []Load, exp *Explanation) int
 }
 
+// Previewer is a Mode whose Pick changes the mode's own state, such as
+// round_robin's counter. Preview returns what Pick would return now without
+// changing it; Scheduler.Preview uses it. Modes without such state need not
+// implement it.
+type Previewer interface {
+	Preview(req *Request, loads []Load, exp *Explanation) int
+}
+
+var _ Previewer = (*RoundRobin)(nil)
+
 var (
 	_ Mode = (*KV)(nil)
 	_ Mode = (*Weighted)(nil)

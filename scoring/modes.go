@@ -19,6 +19,14 @@ func (m *RoundRobin) Pick(req *Request, loads []Load, exp *Explanation) int {
 	return idx
 }
 
+// Preview implements Previewer: the candidate Pick would answer next,
+// leaving the counter where it is.
+func (m *RoundRobin) Preview(req *Request, loads []Load, exp *Explanation) int {
+	idx := int(m.next.Load() % uint64(len(loads)))
+	explainLoads(ModeRoundRobin, req, loads, idx, exp, nil)
+	return idx
+}
+
 // Random picks a candidate uniformly at random.
 type Random struct{ rand Rand }
 

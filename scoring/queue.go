@@ -210,7 +210,7 @@ func (q *admission) tryNow(req *Request, cands []Candidate, exp *Explanation) (d
 	if q.n.Load() != 0 && !q.modelEmpty(req.Model) {
 		return Decision{}, false, nil
 	}
-	d, saturated, err := q.r.decide(req, cands, exp, q.r.opts.QueueThreshold)
+	d, saturated, err := q.r.decide(req, cands, exp, q.r.opts.QueueThreshold, false)
 	if err != nil {
 		return Decision{}, false, err
 	}
@@ -321,7 +321,7 @@ func (q *admission) dispatch(model string) {
 	h := q.models[model]
 	for h != nil && h.Len() > 0 {
 		w := (*h)[0]
-		d, saturated, err := q.r.decide(w.req, w.cands, w.exp, q.r.opts.QueueThreshold)
+		d, saturated, err := q.r.decide(w.req, w.cands, w.exp, q.r.opts.QueueThreshold, false)
 		if saturated {
 			return
 		}

@@ -83,17 +83,27 @@ func (r *Scheduler) Options() Options {
 
 var loadScratch = sync.Pool{New: func() any { s := make([]Load, 0, 64); return &s }}
 
-// Pick chooses a worker for req among cands without changing any state.
-// Candidates the pool does not know are skipped; if none is left Pick
-// returns ErrNoWorkers. exp, when not nil, receives every worker's terms.
+// Pick chooses a worker for req among cands without adding load. A mode
+// that keeps its own state (round_robin's counter) advances it. Candidates
+// the pool does not know are skipped; if none is left Pick returns
+// ErrNoWorkers. exp, when not nil, receives every worker's terms.
 func (r *Scheduler) Pick(req *Request, cands []Candidate, exp *Explanation) (Decision, error) {
-	d, _, err := r.decide(req, cands, exp, 0)
+	d, _, err := r.decide(req, cands, exp, 0, false)
+	return d, err
+}
+
+// Preview is Pick without any side effect: a mode that keeps state answers
+// what it would pick next and leaves that state as it is (Previewer), so
+// /debug/explain can be asked any number of times without moving the
+// decisions that real requests get.
+func (r *Scheduler) Preview(req *Request, cands []Candidate, exp *Explanation) (Decision, error) {
+	d, _, err := r.decide(req, cands, exp, 0, true)
 	return d, err
 }
 
 // decide picks unless threshold > 0 and every candidate is saturated, in
 // which case it reports saturated and picks nothing.
-func (r *Scheduler) decide(req *Request, cands []Candidate, exp *Explanation, threshold float64) (d Decision, saturated bool, err error) {
+func (r *Scheduler) decide(req *Request, cands []Candidate, exp *Explanation, threshold float64, preview bool) (d Decision, saturated bool, err error) {
 	sp := loadScratch.Get().(*[]Load)
 	mode := r.Mode()
 	pending := r.opts.PendingTTL > 0 && mode.Overlap() == OverlapEvents
@@ -108,7 +118,13 @@ func (r *Scheduler) decide(req *Request, cands []Candidate, exp *Explanation, th
 	if threshold > 0 && allSaturated(loads, threshold) {
 		return Decision{}, true, nil
 	}
-	l := &loads[mode.Pick(req, loads, exp)]
+	var idx int
+	if pv, ok := mode.(Previewer); ok && preview {
+		idx = pv.Preview(req, loads, exp)
+	} else {
+		idx = mode.Pick(req, loads, exp)
+	}
+	l := &loads[idx]
 	return Decision{Worker: l.ID, Cluster: l.Cluster, Address: l.Address, Index: l.index,
 		MatchedBlocks: l.MatchedBlocks, PendingBlocks: l.PendingBlocks}, false, nil
 }

@@ -48,6 +48,15 @@ type WorkerSpec struct {
 	LoRAAdapters []string `json:"lora_adapters,omitempty"`
 	// DPRank is the engine's data-parallel rank. Scoring does not use it.
 	DPRank int `json:"dp_rank,omitempty"`
+	// EventsEndpoint is where this worker's engine publishes KV events
+	// ("tcp://host:port"), for a router that dials engines (--engine-events
+	// zmq). Empty: the worker's host at the fleet-wide events port plus
+	// DPRank. Engines that share a host need one each.
+	EventsEndpoint string `json:"events_endpoint,omitempty"`
+	// ReplayEndpoint is this worker's engine's replay socket
+	// ("tcp://host:port"). Empty: the worker's host at the fleet-wide
+	// replay port plus DPRank, or none when that port is off.
+	ReplayEndpoint string `json:"replay_endpoint,omitempty"`
 }
 
 // Validate reports the first problem that makes the spec unusable.

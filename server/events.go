@@ -15,7 +15,7 @@ func (r *Server) newEventCore(hold chan struct{}) *kvevents.Core {
 	if !r.cfg.KVEvents {
 		return nil
 	}
-	cfg := kvevents.Config{Index: r.index, Metrics: r.metrics, Logger: r.log}
+	cfg := kvevents.Config{Index: r.index, Metrics: r.metrics, Logger: r.log, BlockSize: r.fleet.learnBlockSize}
 	if hold != nil {
 		cfg.Hold, cfg.Buffer = hold, 1<<16
 	}

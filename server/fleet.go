@@ -51,6 +51,14 @@ type fleet struct {
 	// restarted drops what the router credits to a worker's old process
 	// (Restarted); nil: ignored.
 	restarted func(id string)
+	// engineBlock holds, by worker id, the KV block size a worker's engine
+	// states in its events where it differs from the record's (or from the
+	// router's override): the engine's wins, as blocks of any other size
+	// could never match what it caches.
+	engineBlock map[string]int
+	// learned is told of each block size taken from an engine (0: the
+	// worker is gone); nil: ignored.
+	learned func(id string, blockSize int)
 }
 
 // leavingWorker is a removed worker whose kept state waits for flapGrace.
@@ -79,7 +87,57 @@ func (f *fleet) spec(rec scoring.WorkerSpec) scoring.WorkerSpec {
 	if f.blockSize > 0 {
 		spec.BlockSize = f.blockSize
 	}
+	if n := f.engineBlock[rec.ID]; n > 0 {
+		spec.BlockSize = n
+	}
 	return spec
+}
+
+// learnBlockSize makes n the worker's block size everywhere in the router
+// because its engine said so in its KV events. It reports whether the
+// worker's block size changed; false for an unknown worker and for a size
+// already learned (events that disagree among themselves are left to the
+// block_size_mismatch count rather than flapping the worker).
+func (f *fleet) learnBlockSize(id string, n int) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	rec, ok := f.records[id]
+	if !ok || n < 1 || f.engineBlock[id] > 0 {
+		return false
+	}
+	configured := f.spec(rec).BlockSize
+	if configured == n {
+		return false
+	}
+	if f.engineBlock == nil {
+		f.engineBlock = map[string]int{}
+	}
+	f.engineBlock[id] = n
+	spec := f.spec(rec)
+	for _, l := range f.listeners {
+		l.Upsert(spec)
+	}
+	for _, l := range f.kept {
+		l.Upsert(spec)
+	}
+	f.log.Warn("the worker's engine uses another KV block size than its record says; routing with the engine's",
+		"worker", id, "configured_block_size", configured, "engine_block_size", n)
+	if f.learned != nil {
+		f.learned(id, n)
+	}
+	return true
+}
+
+// forgetBlockSize drops what was learned about a worker that is gone;
+// f.mu is held.
+func (f *fleet) forgetBlockSize(id string) {
+	if _, ok := f.engineBlock[id]; !ok {
+		return
+	}
+	delete(f.engineBlock, id)
+	if f.learned != nil {
+		f.learned(id, 0)
+	}
 }
 
 // Upsert implements discovery.Sink.
@@ -141,6 +199,7 @@ func (f *fleet) Remove(id string) {
 		l.Remove(id)
 	}
 	if !known || f.flapGrace <= 0 {
+		f.forgetBlockSize(id)
 		for _, l := range f.kept {
 			l.Remove(id)
 		}
@@ -172,6 +231,7 @@ func (f *fleet) forget(id string, lw *leavingWorker) {
 		return
 	}
 	delete(f.leaving, id)
+	f.forgetBlockSize(id)
 	if lw.held {
 		delete(f.records, id)
 		for _, l := range f.listeners {

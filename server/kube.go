@@ -65,6 +65,7 @@ func (r *Server) newEngineFeeds(hold <-chan struct{}) (*feed.Feeds, error) {
 		Listen: r.cfg.EngineEventsListen, OnUnknownPublisher: r.metrics.unknownPublishers.Inc,
 		Load: load, Engine: engine.Engine(r.cfg.Engine),
 		Core: r.events, Hold: hold, Pool: r.sched.Load().Pool(), Logger: r.log,
+		BlockSize: r.fleet.learnBlockSize,
 	})
 }
 

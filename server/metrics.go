@@ -45,8 +45,11 @@ type Metrics struct {
 	// whose topic names no single worker (no label: topics come from the
 	// network and would be unbounded).
 	unknownPublishers prometheus.Counter
-	health            healthMetrics // metrics_health.go
-	guard             guardMetrics
+	// engineBlockSize is the KV block size taken from a worker's engine
+	// where it differs from the worker's record.
+	engineBlockSize *prometheus.GaugeVec
+	health          healthMetrics // metrics_health.go
+	guard           guardMetrics
 }
 
 var (
@@ -106,10 +109,12 @@ func newMetrics(reg *prometheus.Registry, r *Server) *Metrics {
 			Help: "Worker records ignored because they were invalid, by source (etcd, file, inferencepool)."}, []string{"source"}),
 		unknownPublishers: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_engine_events_unknown_publisher_total",
 			Help: "KV event batches received on --engine-events-listen whose topic names no single worker; dropped."}),
+		engineBlockSize: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kvroute_worker_engine_block_size",
+			Help: "KV block size a worker's engine states in its events where it differs from the worker's record; the router routes with it."}, []string{"worker"}),
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.phase, m.overlap, m.cachedTokens, m.byLoad, m.finished, m.routed, m.queued,
 		m.queueWait, m.shed, m.expired, m.loadRejected, m.syncRejected, m.syncDropped, m.batches, m.events, m.blocks, m.sequence,
-		m.streams, m.streamsActive, m.streamErrors, m.immediate, m.badRecords, m.unknownPublishers, &stateCollector{r: r}} {
+		m.streams, m.streamsActive, m.streamErrors, m.immediate, m.badRecords, m.unknownPublishers, m.engineBlockSize, &stateCollector{r: r}} {
 		f(c)
 	}
 	m.health.register(f)
@@ -118,6 +123,16 @@ func newMetrics(reg *prometheus.Registry, r *Server) *Metrics {
 	f(collectors.NewGoCollector())
 	f(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// EngineBlockSize records the block size learned from a worker's engine;
+// 0 drops the worker's series.
+func (m *Metrics) EngineBlockSize(worker string, n int) {
+	if n == 0 {
+		m.engineBlockSize.DeleteLabelValues(worker)
+		return
+	}
+	m.engineBlockSize.WithLabelValues(worker).Set(float64(n))
 }
 
 // extproc.Metrics

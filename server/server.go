@@ -149,6 +149,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	r.fleet = &fleet{blockSize: cfg.BlockSize, log: r.log, records: map[string]scoring.WorkerSpec{},
 		listeners: []fleetListener{poolListener{sched.Pool(), r.log}, xdsListener{r}},
 		kept:      []fleetListener{indexListener{r.index}, approxListener{r.approx}}, flapGrace: r.src.FlapGrace()}
+	r.fleet.learned = r.metrics.EngineBlockSize
 	r.fleet.restarted = func(id string) {
 		if r.index.HasWorker(id) {
 			r.index.MarkStale(id)

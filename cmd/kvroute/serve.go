@@ -90,7 +90,7 @@ func newServeFlags() (*cli.Command, *serveFlags) {
 	fs.StringVar(&c.PoolNamespace, "pool-namespace", "default", "namespace of --pool-name")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig `file` for --pool-name outside a cluster (empty: in-cluster service account)")
 	fs.StringVar(&c.PoolDefaults.Model, "pool-model", "", "served model of --pool-name's pods without a kvroute.io/model annotation")
-	fs.IntVar(&c.PoolDefaults.BlockSize, "pool-block-size", 16, "KV block size of --pool-name's pods without a kvroute.io/block-size annotation")
+	fs.IntVar(&c.PoolDefaults.BlockSize, "pool-block-size", 16, "KV block size of --pool-name's pods without a kvroute.io/block-size annotation, until the engine states its own (vllm:cache_config_info, or its KV events), which wins")
 	fs.IntVar(&c.PoolDefaults.KVTotalBlocks, "pool-kv-blocks", 0, "KV capacity in blocks of --pool-name's pods without a kvroute.io/kv-total-blocks annotation (0: from each engine's /metrics with --engine-load scrape)")
 	fs.StringVar(&c.EngineEvents, "engine-events", server.EngineEventsNATS, "where KV events come from: nats (published by kvbridge or kvsim) or zmq (subscribe to every worker's engine, vLLM --kv-events-config, directly)")
 	fs.IntVar(&c.EngineEventsPort, "engine-events-port", 5557, "the engines' ZMQ KV event publisher port for --engine-events zmq (data-parallel rank r: port+r)")

@@ -42,11 +42,13 @@ type Config struct {
 	// Events subscribes to each engine's ZMQ KV events when true.
 	Events bool
 	// EventsPort is the engine's ZMQ PUB port for data-parallel rank 0;
-	// rank r publishes on EventsPort+r, as vLLM does (default 5557).
+	// rank r publishes on EventsPort+r, as vLLM does (default 5557). A
+	// record's events_endpoint overrides it for that worker.
 	EventsPort int
 	// ReplayPort is the engine's replay ROUTER port for rank 0 (default
 	// 5558); negative: the engines have none, and every gap clears the
-	// worker's view.
+	// worker's view. A record's replay_endpoint overrides it for that
+	// worker.
 	ReplayPort int
 	// Topic is the ZMQ subscription filter (vLLM's kv-events-config topic).
 	Topic string
@@ -54,9 +56,9 @@ type Config struct {
 	// "tcp://0.0.0.0:5557") that every engine connects its PUB socket to,
 	// as llm-d deploys vLLM, instead of dialling each engine. Each
 	// message's topic, "kv@<ip>[:<port>]@<model>", names its worker
-	// (Resolve); each publisher's sequence is checked apart. ReplayPort > 0
-	// asks the worker's host for replay there; otherwise a gap clears the
-	// worker's view.
+	// (Resolve); each publisher's sequence is checked apart. Replay goes to
+	// the record's replay_endpoint, else to the worker's host at ReplayPort
+	// when it is > 0; otherwise a gap clears the worker's view.
 	Listen string
 	// OnUnknownPublisher is called for each batch on Listen whose topic
 	// names no single worker (the batch is dropped); nil: only counted in
@@ -76,6 +78,11 @@ type Config struct {
 	Hold <-chan struct{}
 	// Pool receives the load reports; required with Load.
 	Pool *scoring.Pool
+	// BlockSize, when not nil, is told when an engine's /metrics states a
+	// KV block size (vllm:cache_config_info) other than its worker's
+	// record, so the router can take the engine's. It may Upsert the worker
+	// again.
+	BlockSize func(worker string, engine int) bool
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -169,7 +176,8 @@ func (f *Feeds) Upsert(spec scoring.WorkerSpec) {
 		return
 	}
 	if old, ok := f.workers[spec.ID]; ok {
-		if old.spec.Address == spec.Address && old.spec.DPRank == spec.DPRank && old.spec.BlockSize == spec.BlockSize {
+		if old.spec.Address == spec.Address && old.spec.DPRank == spec.DPRank && old.spec.BlockSize == spec.BlockSize &&
+			old.spec.EventsEndpoint == spec.EventsEndpoint && old.spec.ReplayEndpoint == spec.ReplayEndpoint {
 			old.spec = spec
 			return
 		}
@@ -223,19 +231,39 @@ func endpoint(address string, port, rank int) (string, error) {
 	return "tcp://" + net.JoinHostPort(host, strconv.Itoa(port+rank)), nil
 }
 
+// eventsEndpoint is where the worker's engine publishes: its record's
+// events_endpoint, else its host at the fleet-wide port plus its rank.
+func (f *Feeds) eventsEndpoint(spec scoring.WorkerSpec) (string, error) {
+	if spec.EventsEndpoint != "" {
+		return spec.EventsEndpoint, nil
+	}
+	return endpoint(spec.Address, f.cfg.EventsPort, spec.DPRank)
+}
+
+// replayEndpoint is the worker's engine's replay socket: its record's
+// replay_endpoint, else its host at the fleet-wide replay port plus its
+// rank; empty when neither is set (the fleet-wide port is off).
+func (f *Feeds) replayEndpoint(spec scoring.WorkerSpec) (string, error) {
+	if spec.ReplayEndpoint != "" {
+		return spec.ReplayEndpoint, nil
+	}
+	if f.cfg.ReplayPort <= 0 {
+		return "", nil
+	}
+	return endpoint(spec.Address, f.cfg.ReplayPort, spec.DPRank)
+}
+
 func (f *Feeds) followEvents(ctx context.Context, spec scoring.WorkerSpec) {
 	log := f.cfg.Logger.With("worker", spec.ID)
-	ep, err := endpoint(spec.Address, f.cfg.EventsPort, spec.DPRank)
+	ep, err := f.eventsEndpoint(spec)
 	if err != nil {
 		log.Warn("not following KV events", "err", err)
 		return
 	}
-	rep := ""
-	if f.cfg.ReplayPort > 0 {
-		if rep, err = endpoint(spec.Address, f.cfg.ReplayPort, spec.DPRank); err != nil {
-			log.Warn("not following KV events", "err", err)
-			return
-		}
+	rep, err := f.replayEndpoint(spec)
+	if err != nil {
+		log.Warn("not following KV events", "err", err)
+		return
 	}
 	sub, err := vllmzmq.Dial(ctx, vllmzmq.SubscriberConfig{Endpoint: ep, ReplayEndpoint: rep, Topic: f.cfg.Topic, Logger: log.With("endpoint", ep)})
 	if err != nil {

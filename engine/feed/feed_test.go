@@ -34,12 +34,15 @@ func freePort(t *testing.T) int {
 
 // startEngine starts a kvsim worker publishing KV events on ZMQ as vLLM
 // does, with no NATS: the feed is its only consumer.
-func startEngine(t *testing.T) (*sim.Worker, int, int) {
+func startEngine(t *testing.T) (*sim.Worker, int, int) { return startEngineID(t, "w0") }
+
+// startEngineID is startEngine for a worker named id.
+func startEngineID(t *testing.T, id string) (*sim.Worker, int, int) {
 	t.Helper()
 	pub, rep := freePort(t), freePort(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	w, err := sim.StartWorker(ctx, sim.WorkerConfig{
-		ID: "w0", Model: model, Speedup: 100,
+		ID: id, Model: model, Speedup: 100,
 		Engine:      sim.EngineConfig{NumGPUBlocks: 512, BlockSize: 16},
 		ZMQEndpoint: fmt.Sprintf("tcp://%s:%d", engineIP, pub), ZMQReplayEndpoint: fmt.Sprintf("tcp://%s:%d", engineIP, rep), ListenAddr: engineIP + ":0",
 	})
@@ -164,6 +167,50 @@ func TestFeedFollowsEngine(t *testing.T) {
 			t.Fatal("removed worker came back into the index")
 		}
 	})
+}
+
+// Two engines on one host cannot both bind the fleet-wide port: each
+// record's events_endpoint and replay_endpoint name its own, and the feed
+// dials those instead of the fleet-wide ports (which here lead nowhere).
+func TestFeedFollowsPerWorkerEndpoints(t *testing.T) {
+	ix := kvindex.New(kvindex.Config{})
+	nowhere := freePort(t)
+	f, err := New(Config{Events: true, EventsPort: nowhere, ReplayPort: nowhere, Core: startCore(t, ix)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var engines []*sim.Worker
+	for _, id := range []string{"a", "b"} {
+		w, pub, rep := startEngineID(t, id)
+		spec := w.Record()
+		spec.EventsEndpoint = fmt.Sprintf("tcp://%s:%d", engineIP, pub)
+		spec.ReplayEndpoint = fmt.Sprintf("tcp://%s:%d", engineIP, rep)
+		ix.AddWorker(spec.ID, spec.Model, spec.BlockSize)
+		f.Upsert(spec)
+		engines = append(engines, w)
+	}
+	for i, w := range engines {
+		id := w.Record().ID
+		n := 0
+		eventually(t, "KV events from "+id, func() bool {
+			n++
+			complete(t, w, strings.Repeat(fmt.Sprintf("engine %d prompt %d ", i, n), 20))
+			return blocks(ix, id) > 0
+		})
+	}
+	heals := f.Stats().Heals.Load()
+	engines[1].DropNextZMQBatches(1)
+	complete(t, engines[1], strings.Repeat("lost on the wire ", 20))
+	i := 0
+	eventually(t, "the gap healed through the worker's own replay endpoint", func() bool {
+		i++
+		complete(t, engines[1], fmt.Sprintf("%d %s", i, strings.Repeat("a later prompt ", 20)))
+		return f.Stats().Heals.Load() > heals && f.Stats().Replayed.Load() > 0
+	})
+	if st := f.Stats().Snapshot(); st.HealFailures != 0 {
+		t.Fatalf("counters %+v: want every gap filled by replay", st)
+	}
 }
 
 func TestReport(t *testing.T) {

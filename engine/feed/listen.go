@@ -170,9 +170,7 @@ func (f *Feeds) startPublisher(topic string) *publisher {
 	}
 	w := f.workers[spec.ID]
 	p := &publisher{worker: spec.ID, ch: make(chan vllmzmq.Event, 1024), ctx: w.ctx}
-	if f.cfg.ReplayPort > 0 {
-		p.replay, _ = endpoint(spec.Address, f.cfg.ReplayPort, spec.DPRank)
-	}
+	p.replay, _ = f.replayEndpoint(spec)
 	log := f.cfg.Logger.With("worker", spec.ID, "topic", topic)
 	log.Info("following a publisher on the KV event listener", "replay", p.replay)
 	f.wg.Add(1)

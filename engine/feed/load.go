@@ -33,6 +33,13 @@ func (f *Feeds) scrapeLoad(ctx context.Context, spec scoring.WorkerSpec) {
 	failing := false
 	for {
 		m, err := client.Metrics(ctx)
+		if err == nil && f.cfg.BlockSize != nil {
+			// The engine says how it caches; a record that says otherwise
+			// would make every one of its blocks unmatchable.
+			if rm, ok := m.Rank(spec.DPRank); ok && rm.BlockSize > 0 && rm.BlockSize != spec.BlockSize && f.cfg.BlockSize(spec.ID, rm.BlockSize) {
+				return // the worker was upserted again, with a scraper of its own
+			}
+		}
 		if err == nil {
 			if r, ok := Report(m, spec, time.Now()); ok {
 				err = f.cfg.Pool.SetLoadReport(spec.ID, r)

@@ -9,11 +9,13 @@
 // ROUTER socket. A client sends one frame holding the first wanted sequence
 // as 8 big-endian bytes (after the empty delimiter a REQ socket adds); the
 // engine answers with one message per buffered batch whose sequence is at
-// least that number, each "sequence | payload", and then an end marker whose
-// sequence is -1 (eight 0xFF bytes) and whose payload is empty. Batches older
-// than the engine's buffer are silently absent from the answer: a client
-// learns that replay fell short only by comparing the first sequence it got
-// with the one it asked for.
+// least that number, and then an end marker whose sequence is -1 (eight
+// 0xFF bytes) and whose payload is empty. vLLM 0.32 sends each reply as
+// "topic | sequence | payload", as on the PUB socket, and the end marker with
+// an empty topic; earlier releases (and SGLang) send "sequence | payload".
+// Both forms parse. Batches older than the engine's buffer are silently
+// absent from the answer: a client learns that replay fell short only by
+// comparing the first sequence it got with the one it asked for.
 //
 // Publisher behaves like vLLM's ZmqEventPublisher (PUB plus a replay ROUTER
 // with a bounded buffer); Subscriber is the consuming side with replay,
@@ -50,6 +52,9 @@ type Event struct {
 
 // Replayed is one batch received from the replay socket.
 type Replayed struct {
+	// Topic is the publisher's topic when the reply carries one (vLLM 0.32
+	// and later); empty for the older two-frame replies.
+	Topic string
 	// Seq is the batch's sequence number as originally published.
 	Seq uint64
 	// Payload is the batch exactly as it was published.
@@ -114,46 +119,60 @@ func ParseReplayRequest(frames [][]byte) (identity []byte, start uint64, err err
 }
 
 // ReplayReplyFrames returns what the ROUTER sends back for one buffered
-// batch: identity, empty delimiter, sequence, payload.
-func ReplayReplyFrames(identity []byte, seq uint64, payload []byte) [][]byte {
-	return [][]byte{identity, {}, AppendSeq(make([]byte, 0, SeqLen), seq), payload}
+// batch, as vLLM 0.32 does: identity, empty delimiter, topic, sequence,
+// payload.
+func ReplayReplyFrames(identity []byte, topic string, seq uint64, payload []byte) [][]byte {
+	return [][]byte{identity, {}, []byte(topic), AppendSeq(make([]byte, 0, SeqLen), seq), payload}
 }
 
-// ReplayEndFrames returns the end-of-replay marker addressed to identity.
+// ReplayEndFrames returns the end-of-replay marker addressed to identity:
+// an empty topic, sequence -1 and an empty payload.
 func ReplayEndFrames(identity []byte) [][]byte {
-	return ReplayReplyFrames(identity, EndSeq, []byte{})
+	return ReplayReplyFrames(identity, "", EndSeq, []byte{})
 }
 
-// ParseReplayReply decodes one reply as a DEALER client receives it: an
-// empty delimiter, the sequence and the payload. end is true for the
-// end-of-replay marker. A REQ-style reply without the delimiter is accepted
-// too.
+// ParseReplayReply decodes one reply as a DEALER client receives it. Four
+// forms are accepted: vLLM 0.32's "delimiter | topic | sequence | payload",
+// the older "delimiter | sequence | payload", and both without the
+// delimiter, as a REQ socket hands them over. A three-frame reply is read
+// as the older form when its first frame is empty (the two readings then
+// agree on sequence and payload) and as "topic | sequence | payload"
+// otherwise. end is true for the end-of-replay marker.
 func ParseReplayReply(frames [][]byte) (r Replayed, end bool, err error) {
-	if len(frames) == 3 {
+	switch len(frames) {
+	case 4:
 		if len(frames[0]) != 0 {
 			return Replayed{}, false, fmt.Errorf("%w: replay reply delimiter is %d bytes, want empty", ErrBadFrames, len(frames[0]))
 		}
+		r.Topic = string(frames[1])
+		frames = frames[2:]
+	case 3:
+		if len(frames[0]) != 0 {
+			r.Topic = string(frames[0])
+		}
 		frames = frames[1:]
-	}
-	if len(frames) != 2 {
-		return Replayed{}, false, fmt.Errorf("%w: replay reply has %d frames, want sequence and payload", ErrBadFrames, len(frames))
+	case 2:
+	default:
+		return Replayed{}, false, fmt.Errorf("%w: replay reply has %d frames, want [delimiter] [topic] sequence payload", ErrBadFrames, len(frames))
 	}
 	seq, err := DecodeSeq(frames[0])
 	if err != nil {
 		return Replayed{}, false, fmt.Errorf("replay reply: %w", err)
 	}
+	r.Seq = seq
 	if seq == EndSeq {
 		if len(frames[1]) != 0 {
 			return Replayed{}, false, fmt.Errorf("%w: end-of-replay marker carries a %d-byte payload", ErrBadFrames, len(frames[1]))
 		}
-		return Replayed{Seq: seq}, true, nil
+		return r, true, nil
 	}
 	if len(frames[1]) == 0 {
 		// vLLM's own example client treats an empty payload as the end too;
 		// a real batch is never empty msgpack.
-		return Replayed{Seq: seq}, true, nil
+		return r, true, nil
 	}
-	return Replayed{Seq: seq, Payload: frames[1]}, false, nil
+	r.Payload = frames[1]
+	return r, false, nil
 }
 
 // hasTopicPrefix reports whether a published topic passes a SUB filter,

@@ -50,6 +50,9 @@ func FuzzParseReplayReply(f *testing.F) {
 	f.Add([]byte("\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x03\x00\x00\x93"))
 	f.Add([]byte("\x00\x00\xff\xff\xff\xff\xff\xff\xff\xff\x00\x00"))
 	f.Add([]byte("\x01\x01\x01\x01\x01\x01\x01\x01\x00\x00\x92"))
+	// vLLM 0.32: delimiter, topic, sequence, payload; its end marker.
+	f.Add([]byte("\x00\x00kv@w\x00\x00\x00\x00\x00\x00\x00\x00\x00\x03\x00\x00\x93"))
+	f.Add([]byte("\x00\x00\x00\x00\xff\xff\xff\xff\xff\xff\xff\xff\x00\x00"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r, end, err := ParseReplayReply(splitFrames(data))
 		if err != nil {
@@ -57,6 +60,12 @@ func FuzzParseReplayReply(f *testing.F) {
 		}
 		if end != (len(r.Payload) == 0) {
 			t.Fatalf("end=%v but payload has %d bytes", end, len(r.Payload))
+		}
+		// Whatever parsed re-encodes, in vLLM 0.32's form, to a reply that
+		// parses to the same batch.
+		again, againEnd, err := ParseReplayReply(ReplayReplyFrames([]byte("id"), r.Topic, r.Seq, r.Payload)[1:])
+		if err != nil || againEnd != end || again.Seq != r.Seq || again.Topic != r.Topic || !bytes.Equal(again.Payload, r.Payload) {
+			t.Fatalf("%+v re-encoded parses to %+v end=%v err=%v", r, again, againEnd, err)
 		}
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -18,8 +19,10 @@ import (
 // skip, and the rest of the package still pins the wire format.
 func pyzmq(t *testing.T) string {
 	t.Helper()
-	for _, py := range []string{"/usr/bin/python3", "python3"} {
-		if exec.Command(py, "-c", "import zmq").Run() == nil {
+	// KVROUTE_PYZMQ_PYTHON names another python with pyzmq, such as the
+	// virtual environment scripts/vllm.sh installs.
+	for _, py := range []string{os.Getenv("KVROUTE_PYZMQ_PYTHON"), "/usr/bin/python3", "python3"} {
+		if py != "" && exec.Command(py, "-c", "import zmq").Run() == nil {
 			return py
 		}
 	}
@@ -175,17 +178,17 @@ func TestInteropPublisherToLibzmqSubscriber(t *testing.T) {
 			t.Fatalf("peer line %q, want a replay reply", f)
 		}
 		frames := strings.Split(f[1], "|")
-		if len(frames) != 3 || frames[0] != "" {
-			t.Fatalf("replay reply frames %q, want empty delimiter, sequence, payload", frames)
+		if len(frames) != 4 || frames[0] != "" {
+			t.Fatalf("replay reply frames %q, want empty delimiter, topic, sequence, payload", frames)
 		}
-		if frames[1] == "ffffffffffffffff" {
-			if frames[2] != "" {
-				t.Fatalf("end marker carries payload %s", frames[2])
+		if frames[2] == "ffffffffffffffff" {
+			if frames[1] != "" || frames[3] != "" {
+				t.Fatalf("end marker carries topic %s payload %s, want both empty", frames[1], frames[3])
 			}
 			break
 		}
-		if frames[1] != hex.EncodeToString(AppendSeq(nil, n)) || frames[2] != hex.EncodeToString(pl(n)) {
-			t.Fatalf("replay reply %q, want seq %d and its payload", frames, n)
+		if frames[1] != hex.EncodeToString([]byte("kv-events")) || frames[2] != hex.EncodeToString(AppendSeq(nil, n)) || frames[3] != hex.EncodeToString(pl(n)) {
+			t.Fatalf("replay reply %q, want topic kv-events, seq %d and its payload", frames, n)
 		}
 		n++
 	}

@@ -259,7 +259,7 @@ func (p *Publisher) serveReplay(ctx context.Context) {
 			continue
 		}
 		for _, r := range p.buffered(start) {
-			if err := p.replay.Send(zmq4.NewMsgFrom(ReplayReplyFrames(id, r.Seq, r.Payload)...)); err != nil {
+			if err := p.replay.Send(zmq4.NewMsgFrom(ReplayReplyFrames(id, p.topic, r.Seq, r.Payload)...)); err != nil {
 				p.log.Warn("replay send failed", "seq", r.Seq, "err", err)
 				break
 			}

@@ -188,7 +188,7 @@ func TestReplay(t *testing.T) {
 // TestReplayAnswersAREQClientLikeVLLMs pins the ROUTER side against a plain
 // REQ client, the way vLLM's example subscriber asks.
 func TestReplayAnswersAREQClientLikeVLLMs(t *testing.T) {
-	p := startPublisher(t, PublisherConfig{ReplayEndpoint: "tcp://127.0.0.1:0"})
+	p := startPublisher(t, PublisherConfig{ReplayEndpoint: "tcp://127.0.0.1:0", Topic: "kv"})
 	for i := 0; i < 3; i++ {
 		if _, err := p.Publish([]byte{0x90 + byte(i)}); err != nil {
 			t.Fatal(err)
@@ -205,9 +205,9 @@ func TestReplayAnswersAREQClientLikeVLLMs(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := [][][]byte{
-		{{}, {0, 0, 0, 0, 0, 0, 0, 1}, {0x91}},
-		{{}, {0, 0, 0, 0, 0, 0, 0, 2}, {0x92}},
-		{{}, {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, {}},
+		{{}, []byte("kv"), {0, 0, 0, 0, 0, 0, 0, 1}, {0x91}},
+		{{}, []byte("kv"), {0, 0, 0, 0, 0, 0, 0, 2}, {0x92}},
+		{{}, {}, {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, {}},
 	}
 	for i, w := range want {
 		m, err := dealer.Recv()
@@ -335,6 +335,11 @@ func TestParseRejectsMalformedFrames(t *testing.T) {
 		{"request without delimiter", func() error { _, _, err := ParseReplayRequest([][]byte{{1}, seq}); return err }},
 		{"request with non-empty delimiter", func() error { _, _, err := ParseReplayRequest([][]byte{{1}, {2}, seq}); return err }},
 		{"reply with one frame", func() error { _, _, err := ParseReplayReply([][]byte{seq}); return err }},
+		{"reply with five frames", func() error { _, _, err := ParseReplayReply([][]byte{{}, {}, {'t'}, seq, {0x90}}); return err }},
+		{"four-frame reply with a non-empty delimiter", func() error {
+			_, _, err := ParseReplayReply([][]byte{{1}, {'t'}, seq, {0x90}})
+			return err
+		}},
 		{"end marker with a payload", func() error {
 			_, _, err := ParseReplayReply([][]byte{AppendSeq(nil, EndSeq), {1}})
 			return err
@@ -347,5 +352,38 @@ func TestParseRejectsMalformedFrames(t *testing.T) {
 	}
 	if !strings.Contains(fmt.Sprint(ErrBadFrames), "malformed") {
 		t.Error("ErrBadFrames should say the message is malformed")
+	}
+}
+
+// TestParseReplayReplyForms: vLLM 0.32 puts the topic before the sequence
+// in every replay reply; earlier releases and SGLang do not. Each form
+// parses, with and without the DEALER's empty delimiter.
+func TestParseReplayReplyForms(t *testing.T) {
+	seq := AppendSeq(nil, 7)
+	end := AppendSeq(nil, EndSeq)
+	tests := []struct {
+		name   string
+		frames [][]byte
+		want   Replayed
+		end    bool
+	}{
+		{"vLLM 0.32 through a DEALER", [][]byte{{}, []byte("kv@a"), seq, {0x93}}, Replayed{Topic: "kv@a", Seq: 7, Payload: []byte{0x93}}, false},
+		{"vLLM 0.32 end marker", [][]byte{{}, {}, end, {}}, Replayed{Seq: EndSeq}, true},
+		{"vLLM 0.32 through a REQ", [][]byte{[]byte("kv@a"), seq, {0x93}}, Replayed{Topic: "kv@a", Seq: 7, Payload: []byte{0x93}}, false},
+		{"vLLM 0.32 with an empty topic", [][]byte{{}, {}, seq, {0x93}}, Replayed{Seq: 7, Payload: []byte{0x93}}, false},
+		{"older release through a DEALER", [][]byte{{}, seq, {0x93}}, Replayed{Seq: 7, Payload: []byte{0x93}}, false},
+		{"older end marker", [][]byte{{}, end, {}}, Replayed{Seq: EndSeq}, true},
+		{"older release through a REQ", [][]byte{seq, {0x93}}, Replayed{Seq: 7, Payload: []byte{0x93}}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, isEnd, err := ParseReplayReply(tt.frames)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if isEnd != tt.end || got.Topic != tt.want.Topic || got.Seq != tt.want.Seq || !bytes.Equal(got.Payload, tt.want.Payload) {
+				t.Errorf("got %+v end=%v, want %+v end=%v", got, isEnd, tt.want, tt.end)
+			}
+		})
 	}
 }

@@ -128,6 +128,8 @@ func (b mp) arr16(n int) mp { return binary.BigEndian.AppendUint16(append(b, 0xd
 func (b mp) f64(f float64) mp {
 	return binary.BigEndian.AppendUint64(append(b, 0xcb), math.Float64bits(f))
 }
+func (b mp) fixmap(n int) mp { return append(b, 0x80|byte(n)) }
+
 func (b mp) int(v int64) mp {
 	switch {
 	case v >= 0 && v < 128:
@@ -164,14 +166,17 @@ func TestEventsOnNATSAreVLLMBatchesByteForByte(t *testing.T) {
 	toks := seq(1000, 32)
 	h0 := blockHash(0, toks[:16])
 	h1 := blockHash(h0, toks[16:])
-	// Hand-built vLLM (0.11..0.23 array_like) frame: [ts, [event], dp_rank]
-	// with every BlockStored field present.
+	// Hand-built vLLM 0.32 frame: [ts, [event], dp_rank], the event a
+	// tagged map in BlockStored's field order, unset optional fields left
+	// out, one None per block in extra_keys.
 	want := mp{}.arr(3).f64(batch.TS).arr(1).
-		arr(12).str("BlockStored").arr(2).int(h0).int(h1).nil_().arr16(32)
+		fixmap(11).str("type").str("BlockStored").str("block_hashes").arr(2).int(h0).int(h1).
+		str("parent_block_hash").nil_().str("token_ids").arr16(32)
 	for _, tok := range toks {
 		want = want.int(int64(tok))
 	}
-	want = want.int(16).nil_().str("GPU").nil_().nil_().nil_().nil_().nil_().int(0)
+	want = want.str("block_size").int(16).str("lora_id").nil_().str("medium").str("GPU").str("lora_name").nil_().
+		str("extra_keys").arr(2).nil_().nil_().str("group_idx").int(0).str("kv_cache_spec_kind").str("full_attention").int(0)
 	if string(m.Data) != string(want) {
 		t.Fatalf("frame\n got %x\nwant %x", m.Data, []byte(want))
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/kvroute/kvroute/engine/vllmzmq"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/nats-io/nats.go"
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 // Event batching defaults: a batch closes at this many events or this long
@@ -21,10 +22,42 @@ const (
 	DefaultEventFlushInterval = 10 * time.Millisecond
 )
 
-var mediumGPU = kvindex.MediumGPU
+// The fields vLLM 0.32 sets on every event of a model with one
+// full-attention KV cache group.
+var (
+	mediumGPU    = kvindex.MediumGPU
+	groupZero    int64
+	specFullAttn = "full_attention"
+)
+
+// noExtraKeys is extra_keys for n blocks without any: vLLM 0.32 publishes
+// one None per block rather than leaving the field out. The common short
+// lists are encoded once.
+func noExtraKeys(n int) msgpack.RawMessage {
+	if n < len(shortNoExtraKeys) {
+		return shortNoExtraKeys[n]
+	}
+	return encodeNoExtraKeys(n)
+}
+
+var shortNoExtraKeys = func() []msgpack.RawMessage {
+	out := make([]msgpack.RawMessage, 64)
+	for n := range out {
+		out[n] = encodeNoExtraKeys(n)
+	}
+	return out
+}()
+
+func encodeNoExtraKeys(n int) msgpack.RawMessage {
+	raw, err := msgpack.Marshal(make([]any, n))
+	if err != nil { // cannot happen for a list of nils
+		return nil
+	}
+	return raw
+}
 
 // toKVIndex converts an engine event to kvindex's mirror of vLLM's types,
-// copying the engine's slices.
+// copying the engine's slices, with the fields vLLM 0.32 fills in.
 func toKVIndex(e Event) kvindex.Event {
 	switch e.Kind {
 	case BlockStored:
@@ -33,6 +66,9 @@ func toKVIndex(e Event) kvindex.Event {
 			TokenIDs:    make([]uint32, len(e.Tokens)),
 			BlockSize:   e.BlockSize,
 			Medium:      &mediumGPU,
+			GroupIdx:    &groupZero,
+			// vLLM 0.32 names the cache group's kind on every BlockStored.
+			KVCacheSpecKind: &specFullAttn,
 		}
 		for i, h := range e.Hashes {
 			ev.BlockHashes[i] = kvindex.HashInt(h)
@@ -45,9 +81,12 @@ func toKVIndex(e Event) kvindex.Event {
 			ev.ParentBlockHash = &p
 		}
 		ev.ExtraKeys = kvindex.EncodeMMExtraKeys(e.MMKeys, len(e.Hashes))
+		if ev.ExtraKeys == nil {
+			ev.ExtraKeys = noExtraKeys(len(e.Hashes))
+		}
 		return ev
 	case BlockRemoved:
-		ev := kvindex.BlockRemoved{BlockHashes: make([]kvindex.EngineHash, len(e.Hashes)), Medium: &mediumGPU}
+		ev := kvindex.BlockRemoved{BlockHashes: make([]kvindex.EngineHash, len(e.Hashes)), Medium: &mediumGPU, GroupIdx: &groupZero}
 		for i, h := range e.Hashes {
 			ev.BlockHashes[i] = kvindex.HashInt(h)
 		}
@@ -171,7 +210,8 @@ func (p *eventPublisher) publish(evs []kvindex.Event) {
 		TS:     float64(time.Now().UnixNano()) / 1e9,
 		Events: evs,
 		DPRank: &rank,
-		Format: kvindex.FormatArray,
+		// vLLM 0.32: an array batch whose events are tagged maps.
+		Format: kvindex.FormatEventMaps,
 	}
 	var err error
 	p.buf, err = kvindex.AppendBatch(p.buf[:0], b)

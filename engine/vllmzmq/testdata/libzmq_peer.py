@@ -55,8 +55,9 @@ def publish(pub_ep, replay_ep, topic):
             with lock:
                 items = [(s, p) for s, p in buf if s >= start]
             for s, p in items:
-                router.send_multipart((ident, b"", s.to_bytes(8, "big"), p))
-            router.send_multipart((ident, b"", end, b""))
+                # vLLM 0.32: topic, sequence, payload; the end marker has an empty topic.
+                router.send_multipart((ident, b"", topic.encode(), s.to_bytes(8, "big"), p))
+            router.send_multipart((ident, b"", b"", end, b""))
             print("served", start, len(items), flush=True)
     pub.close(linger=0)
     router.close(linger=0)

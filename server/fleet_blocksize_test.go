@@ -1,0 +1,54 @@
+package server
+
+import (
+	"log/slog"
+	"testing"
+
+	"github.com/kvroute/kvroute/scoring"
+)
+
+// specListener keeps the last spec each worker was upserted with.
+type specListener map[string]scoring.WorkerSpec
+
+func (l specListener) Upsert(w scoring.WorkerSpec) { l[w.ID] = w }
+func (l specListener) Remove(id string)            { delete(l, id) }
+
+// A worker registered with one block size whose engine states another:
+// the engine's wins everywhere, survives the record being read again, is
+// learned once, and goes with the worker.
+func TestFleetLearnsTheEnginesBlockSize(t *testing.T) {
+	pool, kept := specListener{}, specListener{}
+	learned := map[string]int{}
+	f := &fleet{log: slog.New(slog.DiscardHandler), records: map[string]scoring.WorkerSpec{},
+		listeners: []fleetListener{pool}, kept: []fleetListener{kept},
+		learned: func(id string, n int) { learned[id] = n }}
+	rec := scoring.WorkerSpec{ID: "w", Model: "m", Address: "10.0.0.1:8000", BlockSize: 16}
+	f.Upsert(rec)
+	if f.learnBlockSize("stranger", 32) {
+		t.Fatal("learned a block size for a worker the fleet does not hold")
+	}
+	if f.learnBlockSize("w", 16) {
+		t.Fatal("learned the block size the record already says")
+	}
+	if !f.learnBlockSize("w", 32) {
+		t.Fatal("the engine's block size 32 was not taken over the record's 16")
+	}
+	if pool["w"].BlockSize != 32 || kept["w"].BlockSize != 32 || learned["w"] != 32 {
+		t.Fatalf("pool %d, index %d, metric %d: want 32 everywhere", pool["w"].BlockSize, kept["w"].BlockSize, learned["w"])
+	}
+	if f.learnBlockSize("w", 64) {
+		t.Fatal("a second, different size was learned: events that disagree must not flap the worker")
+	}
+	f.Upsert(rec) // the workers file read again
+	if pool["w"].BlockSize != 32 {
+		t.Fatalf("after the record was read again the pool has block size %d, want the engine's 32", pool["w"].BlockSize)
+	}
+	f.Remove("w")
+	if _, ok := learned["w"]; !ok || learned["w"] != 0 {
+		t.Fatalf("metric after removal: %v, want the worker's series dropped", learned)
+	}
+	f.Upsert(rec)
+	if pool["w"].BlockSize != 16 {
+		t.Fatalf("a worker that came back starts from its record's block size, got %d", pool["w"].BlockSize)
+	}
+}
