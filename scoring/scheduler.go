@@ -21,7 +21,7 @@ type Scheduler struct {
 	pool  *Pool
 	mode  atomic.Pointer[currentMode] // swapped whole by SetMode and Reconfigure
 	opts  Options                     // as built; the reloadable fields in use are mode.Load().opts
-	queue *admission // nil when queueing is disabled
+	queue *admission                  // nil when queueing is disabled
 }
 
 // currentMode is the mode in use, the name it was asked for and the
