@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -19,6 +18,7 @@ import (
 	"github.com/kvroute/kvroute/picker"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/server"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // serveFlags are `kvroute serve`'s settings beyond server.Config.
@@ -43,6 +43,7 @@ type serveFlags struct {
 	natsCA, natsCert, natsKey string
 	log                       *cli.LogFlags
 	cost                      *costflag.Flags
+	configFile                string
 	// given names the flags set on the command line or in the environment.
 	given map[string]bool
 }
@@ -54,6 +55,7 @@ func newServeFlags() (*cli.Command, *serveFlags) {
 	cmd.Env = envName
 	fs := cmd.Flags
 
+	fs.StringVar(&s.configFile, configFlag, "", "YAML configuration `file`: every setting has a key there (kvroute config print shows them all); the command line and KVROUTE_* variables win over it; the routing section reloads on change and on SIGHUP")
 	fs.StringVar(&c.Namespace, "namespace", c.Namespace, "fleet namespace: etcd keys /kvroute/<ns>/workers/ and NATS subjects kvroute.<ns>.*")
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "ext_proc gRPC (and gRPC health) listen `address`")
 	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP `address` for /metrics, /healthz and /readyz (\"-\" disables)")
@@ -134,6 +136,7 @@ func newServeFlags() (*cli.Command, *serveFlags) {
 	registerRecoveryFlags(fs, c)
 	s.log = cli.RegisterLog(fs, "info")
 	cmd.Groups = serveGroups
+	cmd.Brief, cmd.BriefFooter = serveBrief, serveBriefFooter
 	return cmd, s
 }
 
@@ -271,29 +274,36 @@ func clientTLS(what, cert, key, ca string) (*tls.Config, error) {
 	return cfg, nil
 }
 
-// parseServe parses args and the environment into a server.Config;
-// --help and --version print on stdout, notes and logs go to out.
-func parseServe(args []string, stdout, out io.Writer, lookupEnv func(string) (string, bool)) (server.Config, error) {
-	cmd, s := newServeFlags()
-	fs := cmd.Flags
-	if err := cmd.Parse(args, nil, stdout, false); err != nil {
-		return server.Config{}, err
-	}
-	if err := legacyEnv(fs, lookupEnv, out); err != nil {
-		return server.Config{}, err
-	}
-	if err := applyEnv(fs, lookupEnv); err != nil {
-		return server.Config{}, &cli.UsageError{Err: err, Cmd: "kvroute"}
-	}
-	s.given = map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { s.given[f.Name] = true })
-	return s.config(out)
-}
-
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) error {
-	cfg, err := parseServe(args, stdout, stderr, lookupEnv)
+	st, err := loadServe(args, stdout, stderr, lookupEnv, os.ReadFile)
 	if err != nil {
 		return err
 	}
-	return server.Run(ctx, cfg)
+	cfg, err := st.config(stderr)
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	cfg.Registry = reg
+	var rl *reloader
+	if st.file != "" {
+		// Watch SIGHUP before the router starts, so that one sent early
+		// does not end the process.
+		if rl, err = newReloader(st, args, lookupEnv, nil, cfg.Logger, reg); err != nil {
+			return err
+		}
+		defer rl.watchHUP()()
+	}
+	srv, err := server.Start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if rl != nil {
+		rl.router = srv
+		done := make(chan struct{})
+		rctx, cancel := context.WithCancel(ctx)
+		go func() { defer close(done); rl.run(rctx) }()
+		defer func() { cancel(); <-done }()
+	}
+	return srv.Wait()
 }

@@ -36,9 +36,11 @@ type Schema struct {
 
 // New derives the schema of fs: key returns a flag's key path, or nil to
 // leave the flag out of the file (hidden flags, the flag that names the
-// file). Two flags with one key, or a key that is also another's section,
-// are an error.
-func New(fs *flag.FlagSet, key func(*flag.Flag) []string) (*Schema, error) {
+// file). Keys are listed (Flags, Print) in the order of order, a list of
+// keys and sections ("routing", "routing.mode"); the rest of a section
+// follows its listed keys, alphabetically. Two flags with one key, or a
+// key that is also another's section, are an error.
+func New(fs *flag.FlagSet, key func(*flag.Flag) []string, order ...string) (*Schema, error) {
 	s := &Schema{byKey: map[string]string{}, path: map[string][]string{}, fs: fs, prefix: map[string]bool{}}
 	var errs []error
 	fs.VisitAll(func(f *flag.Flag) {
@@ -62,7 +64,24 @@ func New(fs *flag.FlagSet, key func(*flag.Flag) []string) (*Schema, error) {
 			errs = append(errs, fmt.Errorf("key %s is both a setting and a section", k))
 		}
 	}
-	slices.SortStableFunc(s.flags, func(a, b string) int { return slices.Compare(s.path[a], s.path[b]) })
+	rank := map[string]int{}
+	for i, k := range order {
+		rank[k] = i - len(order) // listed first
+	}
+	slices.SortStableFunc(s.flags, func(a, b string) int {
+		pa, pb := s.path[a], s.path[b]
+		for i := 0; i < len(pa) && i < len(pb); i++ {
+			if pa[i] == pb[i] {
+				continue
+			}
+			ra, rb := rank[strings.Join(pa[:i+1], ".")], rank[strings.Join(pb[:i+1], ".")]
+			if ra != rb {
+				return ra - rb
+			}
+			return strings.Compare(pa[i], pb[i])
+		}
+		return len(pa) - len(pb)
+	})
 	return s, errors.Join(errs...)
 }
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -111,14 +110,8 @@ func valueNode(f *flag.Flag) *yaml.Node {
 	tag := "!!str"
 	if g, ok := f.Value.(flag.Getter); ok {
 		switch g.Get().(type) {
-		case bool:
-			tag = "!!bool"
-		case int, int64, uint, uint64:
-			tag = "!!int"
-		case float64:
-			tag = "!!float"
-		case time.Duration:
-			tag = "!!str"
+		case bool, int, int64, uint, uint64, float64:
+			tag = "" // plain: YAML reads it back as the number or boolean it is
 		}
 	}
 	return &yaml.Node{Kind: yaml.ScalarNode, Tag: tag, Value: f.Value.String()}
