@@ -52,7 +52,7 @@ func validateConfig(args []string, stdout io.Writer) error {
 		_, err = st.config(io.Discard)
 	}
 	if err != nil {
-		return fmt.Errorf("invalid configuration:\n%w", err)
+		return fmt.Errorf("invalid configuration:\n%v", err)
 	}
 	fmt.Fprintf(stdout, "%s: valid (%d settings)\n", args[0], len(st.fromFile))
 	return nil

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -286,6 +287,27 @@ func (d *decoder) closest(section, name string) string {
 	return section + "." + best
 }
 
+// want says what a flag's type accepts, for an error message.
+func want(f *flag.Flag) string {
+	g, ok := f.Value.(flag.Getter)
+	if !ok {
+		return ""
+	}
+	switch g.Get().(type) {
+	case bool:
+		return " (want true or false)"
+	case int, int64:
+		return " (want a whole number)"
+	case uint, uint64:
+		return " (want a whole number ≥ 0)"
+	case float64:
+		return " (want a number)"
+	case time.Duration:
+		return " (want a duration such as 250ms, 30s or 1h)"
+	}
+	return ""
+}
+
 // editDistance is Levenshtein's distance between a and b.
 func editDistance(a, b string) int {
 	prev := make([]int, len(b)+1)
@@ -320,7 +342,7 @@ func (s *Schema) Apply(fs *flag.FlagSet, file string, vals []Value, skip map[str
 		}
 		for _, item := range v.Items {
 			if e := fs.Set(v.Flag, item); e != nil {
-				errs = append(errs, &Error{File: file, Line: v.Line, Key: v.Key, Err: fmt.Errorf("%q: %w", item, e)})
+				errs = append(errs, &Error{File: file, Line: v.Line, Key: v.Key, Err: fmt.Errorf("%q: %w%s", item, e, want(fs.Lookup(v.Flag)))})
 				break
 			}
 		}
