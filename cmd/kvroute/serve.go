@@ -22,25 +22,25 @@ import (
 
 // serveFlags are `kvroute serve`'s settings beyond server.Config.
 type serveFlags struct {
-	cfg                       server.Config
-	tokenizers                stringList
-	chatTemplates             stringList
-	mmModels                  stringList
-	mmInjectUUID              bool
-	etcdEndpoints             string
-	noKVEvents                bool
-	maxStreams                uint
-	targetValue               string
-	onBadBody                 string
-	defaultBodyMode           string
-	tlsCert, tlsKey, tlsCA    string
-	adminTokenFile            string
-	allowRanges               string
-	nats                      *connflag.NATS
-	etcd                      *connflag.Etcd
-	log                       *cli.LogFlags
-	cost                      *costflag.Flags
-	configFile                string
+	cfg                    server.Config
+	tokenizers             stringList
+	chatTemplates          stringList
+	mmModels               stringList
+	mmInjectUUID           bool
+	etcdEndpoints          string
+	noKVEvents             bool
+	maxStreams             uint
+	targetValue            string
+	onBadBody              string
+	defaultBodyMode        string
+	tlsCert, tlsKey, tlsCA string
+	adminTokenFile         string
+	allowRanges            string
+	nats                   *connflag.NATS
+	etcd                   *connflag.Etcd
+	log                    *cli.LogFlags
+	cost                   *costflag.Flags
+	configFile             string
 	// given names the flags set on the command line or in the environment.
 	given map[string]bool
 }
