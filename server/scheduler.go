@@ -109,9 +109,6 @@ func (r *Server) Reconfigure(o scoring.Options) error {
 	return nil
 }
 
-// RoutingOptions returns the scheduler's options in use.
-func (r *Server) RoutingOptions() scoring.Options { return r.sched.Load().Options() }
-
 // stopScheduler waits for the scheduler's background work; r.ctx must be
 // cancelled.
 func (r *Server) stopScheduler() {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -265,4 +266,20 @@ func TestExampleConfigIsValid(t *testing.T) {
 	if cfg.Scoring.Mode != "kv" || cfg.Scoring.CostModel != "latency" || cfg.Scoring.QueueMaxWait != 30*time.Second || len(cfg.Tokenizers) != 1 {
 		t.Errorf("example read as %+v", cfg.Scoring)
 	}
+}
+
+// serve's loader never panics on a file, and refuses with a file error or
+// a configuration error, never silently.
+func FuzzServeConfig(f *testing.F) {
+	example, _ := os.ReadFile("../../docs/kvroute.yaml")
+	for _, seed := range []string{string(example), "", "routing:\n  mode: kv\n", "routing: {cost: {params: {weighted-a: -1}}}", "requests:\n  tokenizer: [a=b, c]\n", "limits: {max-streams: -1}"} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		st, err := loadServe([]string{"--config", "fuzz.yaml"}, io.Discard, io.Discard, envOf(nil), func(string) ([]byte, error) { return data, nil })
+		if err != nil {
+			return
+		}
+		_, _ = st.config(io.Discard)
+	})
 }

@@ -41,7 +41,8 @@ type serveFlags struct {
 	log                    *cli.LogFlags
 	cost                   *costflag.Flags
 	configFile             string
-	// given names the flags set on the command line or in the environment.
+	// given names the flags set on the command line, in the environment or
+	// in the configuration file.
 	given map[string]bool
 }
 
