@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -52,7 +53,7 @@ func validateConfig(args []string, stdout io.Writer) error {
 		_, err = st.config(io.Discard)
 	}
 	if err != nil {
-		return fmt.Errorf("invalid configuration:\n%v", err)
+		return fmt.Errorf("invalid configuration:\n%w", notUsage(err))
 	}
 	fmt.Fprintf(stdout, "%s: valid (%d settings)\n", args[0], len(st.fromFile))
 	return nil
@@ -69,7 +70,17 @@ func printConfig(args []string, stdout, stderr io.Writer, lookupEnv func(string)
 		return err
 	}
 	if _, err := st.config(io.Discard); err != nil {
-		return fmt.Errorf("this configuration would not start: %v", err)
+		return fmt.Errorf("this configuration would not start: %w", notUsage(err))
 	}
 	return nil
+}
+
+// notUsage strips the usage-error wrapping: a bad file is not a bad
+// command line, so it exits 1 without the pointer to --help.
+func notUsage(err error) error {
+	var ue *cli.UsageError
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
 }
