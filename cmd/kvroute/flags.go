@@ -97,7 +97,7 @@ Usage:
   kvroute config validate FILE  check a configuration file (exit 0 when good)
   kvroute config print [flags]  the effective configuration, with where each value came from
   kvroute version               module version, VCS revision, Go version (also --version)
-  kvroute help                  this text
+  kvroute help                  this text with every flag (also --help-all)
 
 For every request Envoy sends over ext_proc, kvroute tokenizes the OpenAI body
 as the model server will, finds how many leading KV blocks each worker holds

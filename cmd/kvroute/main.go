@@ -47,7 +47,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case "config":
 		return runConfig(ctx, args, stdout, stderr, lookupEnv)
 	case "help":
-		if err := runServe(ctx, []string{"--help"}, stdout, stderr, lookupEnv); !errors.Is(err, flag.ErrHelp) {
+		// `kvroute help` explains every flag, as --help-all does.
+		if err := runServe(ctx, []string{"--help-all"}, stdout, stderr, lookupEnv); !errors.Is(err, flag.ErrHelp) {
 			return err
 		}
 		return nil
