@@ -109,6 +109,9 @@ func (st *serveSetup) attribute(err error) error {
 		}
 	}
 	if best == nil {
+		best = st.culprit()
+	}
+	if best == nil {
 		return err
 	}
 	fe := &flagfile.Error{File: st.file, Line: best.Line, Key: best.Key, Err: err}
@@ -117,6 +120,34 @@ func (st *serveSetup) attribute(err error) error {
 		return &cli.UsageError{Err: fe, Cmd: ue.Cmd}
 	}
 	return fe
+}
+
+// culprit finds the one file value without which the configuration
+// builds, by putting each back to its default in turn: for errors whose
+// message does not name the setting ("queue limits ... must not be
+// negative"). Lists are skipped (a list flag cannot be reset).
+func (st *serveSetup) culprit() *flagfile.Value {
+	fs := st.cmd.Flags
+	var found *flagfile.Value
+	for i, v := range st.fromFile {
+		f := fs.Lookup(v.Flag)
+		if _, list := f.Value.(flagfile.Repeatable); list {
+			continue
+		}
+		cur := f.Value.String()
+		if fs.Set(v.Flag, f.DefValue) != nil {
+			continue
+		}
+		_, err := st.s.config(io.Discard)
+		_ = fs.Set(v.Flag, cur)
+		if err == nil {
+			if found != nil {
+				return nil // two would do: no single culprit
+			}
+			found = &st.fromFile[i]
+		}
+	}
+	return found
 }
 
 // values returns every flag's value as text, for comparing two loads.

@@ -171,6 +171,7 @@ func TestConfigBadFiles(t *testing.T) {
 		{"out of range", "discovery:\n  workers-file: w\nrouting:\n  cost:\n    params:\n      decode-slowdown-weight: -2\n", []string{":6: routing.cost.params.decode-slowdown-weight:", "must be a finite number ≥ 0"}},
 		{"unknown mode", "discovery:\n  workers-file: w\nrouting:\n  mode: magic\n", []string{":4: routing.mode:", "magic"}},
 		{"negative fallbacks", "discovery:\n  workers-file: w\nrouting:\n  fallbacks: -1\n", []string{":4: routing.fallbacks:"}},
+		{"range error that names no setting", "discovery:\n  workers-file: w\nrouting:\n  queue:\n    max-length: -3\n", []string{":5: routing.queue.max-length:", "must not be negative"}},
 		{"section as a value", "routing: kv\n", []string{":1: routing: is a section"}},
 		{"not YAML", "routing: {\n", []string{"not YAML"}},
 		{"hidden flags have no key", "events:\n  no-kv-events: true\n", []string{"unknown key"}},
