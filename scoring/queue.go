@@ -191,7 +191,7 @@ func (q *admission) admit(ctx context.Context, req *Request, cands []Candidate, 
 	if err != nil {
 		return Decision{}, err
 	}
-	timer := time.NewTimer(q.r.opts.QueueMaxWait)
+	timer := time.NewTimer(q.r.limits().QueueMaxWait)
 	defer timer.Stop()
 	select {
 	case <-w.done:
@@ -210,7 +210,7 @@ func (q *admission) tryNow(req *Request, cands []Candidate, exp *Explanation) (d
 	if q.n.Load() != 0 && !q.modelEmpty(req.Model) {
 		return Decision{}, false, nil
 	}
-	d, saturated, err := q.r.decide(req, cands, exp, q.r.opts.QueueThreshold, false)
+	d, saturated, err := q.r.decide(req, cands, exp, q.r.limits().QueueThreshold, false)
 	if err != nil {
 		return Decision{}, false, err
 	}
@@ -226,7 +226,7 @@ func (q *admission) enqueue(req *Request, cands []Candidate, exp *Explanation, n
 	w := &waiter{req: req, cands: cands, exp: exp, arrival: q.r.opts.Now(), done: make(chan struct{}), notify: notify}
 	w.key = q.orderKey(w)
 	q.mu.Lock()
-	if int(q.n.Load()) >= q.r.opts.QueueMaxLength {
+	if int(q.n.Load()) >= q.r.limits().QueueMaxLength {
 		q.mu.Unlock()
 		q.r.opts.Metrics.Shed(ShedQueueFull)
 		return nil, &ShedError{Reason: ShedQueueFull, Model: req.Model}
@@ -251,12 +251,13 @@ func (q *admission) enqueue(req *Request, cands []Candidate, exp *Explanation, n
 // many it shed. Blocking waiters time out on their own timers.
 func (q *admission) shedExpired() int {
 	now := q.r.opts.Now()
+	maxWait := q.r.limits().QueueMaxWait
 	var gone []*waiter
 	q.mu.Lock()
 	for _, h := range q.models {
 		kept := (*h)[:0]
 		for _, w := range *h {
-			if w.notify != nil && now.Sub(w.arrival) > q.r.opts.QueueMaxWait {
+			if w.notify != nil && now.Sub(w.arrival) > maxWait {
 				w.index = -1
 				gone = append(gone, w)
 			} else {
@@ -321,7 +322,7 @@ func (q *admission) dispatch(model string) {
 	h := q.models[model]
 	for h != nil && h.Len() > 0 {
 		w := (*h)[0]
-		d, saturated, err := q.r.decide(w.req, w.cands, w.exp, q.r.opts.QueueThreshold, false)
+		d, saturated, err := q.r.decide(w.req, w.cands, w.exp, q.r.limits().QueueThreshold, false)
 		if saturated {
 			return
 		}

@@ -19,15 +19,18 @@ import (
 // Pool().PrefillDone, Pool().Progress and finally Pool().Free.
 type Scheduler struct {
 	pool  *Pool
-	mode  atomic.Pointer[currentMode] // swapped whole by SetMode
-	opts  Options
-	queue *admission // nil when queueing is disabled
+	mode  atomic.Pointer[currentMode] // swapped whole by SetMode and Reconfigure
+	opts  Options                     // as built; the reloadable fields in use are mode.Load().opts
+	queue *admission                  // nil when queueing is disabled
 }
 
-// currentMode is the mode in use and the name it was asked for.
+// currentMode is the mode in use, the name it was asked for and the
+// options it was built from. It is immutable once stored: a pick loads it
+// once, so a reload never mixes two configurations within one decision.
 type currentMode struct {
 	Mode
 	name string
+	opts Options
 }
 
 // NewScheduler builds a router with an empty pool. Register workers with
@@ -42,7 +45,7 @@ func NewScheduler(opts Options) (*Scheduler, error) {
 		return nil, err
 	}
 	r := &Scheduler{pool: NewPool(opts), opts: opts}
-	r.mode.Store(&currentMode{Mode: mode, name: opts.Mode})
+	r.mode.Store(&currentMode{Mode: mode, name: opts.Mode, opts: opts})
 	if opts.QueueThreshold > 0 {
 		policy, _ := ParsePolicy(opts.QueuePolicy) // validated above
 		r.queue = newAdmission(r, policy)
@@ -63,23 +66,69 @@ func (r *Scheduler) Mode() Mode { return r.mode.Load().Mode }
 // already waiting are picked by the new mode with the overlap they arrived
 // with. On error the mode in use is kept.
 func (r *Scheduler) SetMode(name string) error {
-	opts := r.opts
+	opts := r.mode.Load().opts
 	opts.Mode = name
 	mode, err := NewMode(name, opts)
 	if err != nil {
 		return fmt.Errorf("set mode %q: %w", name, err)
 	}
-	r.mode.Store(&currentMode{Mode: mode, name: name})
+	r.mode.Store(&currentMode{Mode: mode, name: name, opts: opts})
 	return nil
 }
 
-// Options returns the scheduler's options with defaults filled in; Mode is
-// the mode in use.
+// Reconfigure applies next's reloadable options in place, atomically: the
+// mode, the cost model and its weights (CostModel, OverlapCredit,
+// PrefillLoadScale, HostCacheHitWeight, DiskCacheHitWeight,
+// DecodeActiveRequestWeight, DecodeSlowdownWeight, DuplicatePrefillWeight,
+// CacheChurnWeight, NoTrackPrefillTokens, Temperature, WeightedA, B and C)
+// and the queue's limits (QueueThreshold, QueueMaxLength, QueueMaxWait).
+// Every other field belongs to the pool or the queue's structure and is
+// ignored (changing those needs a new Scheduler). Turning the queue on or off, or changing its
+// policy, is refused, and so is an invalid next; on error the
+// configuration in use is kept. Picks already under way finish with the
+// configuration they started with.
+func (r *Scheduler) Reconfigure(next Options) error {
+	if err := next.Validate(); err != nil {
+		return err
+	}
+	next = next.withDefaults()
+	if (next.QueueThreshold > 0) != (r.queue != nil) {
+		return fmt.Errorf("reconfigure: turning the admission queue on or off (queue threshold %g) needs a restart", next.QueueThreshold)
+	}
+	if r.queue != nil && next.QueuePolicy != r.opts.QueuePolicy {
+		return fmt.Errorf("reconfigure: queue policy %q → %q needs a restart", r.opts.QueuePolicy, next.QueuePolicy)
+	}
+	opts := r.opts
+	opts.Mode, opts.CostModel = next.Mode, next.CostModel
+	opts.OverlapCredit, opts.PrefillLoadScale, opts.OverlapWeight = next.OverlapCredit, next.PrefillLoadScale, next.OverlapWeight
+	opts.HostCacheHitWeight, opts.DiskCacheHitWeight = next.HostCacheHitWeight, next.DiskCacheHitWeight
+	opts.DecodeActiveRequestWeight, opts.DecodeSlowdownWeight = next.DecodeActiveRequestWeight, next.DecodeSlowdownWeight
+	opts.DuplicatePrefillWeight, opts.CacheChurnWeight = next.DuplicatePrefillWeight, next.CacheChurnWeight
+	opts.NoTrackPrefillTokens, opts.Temperature = next.NoTrackPrefillTokens, next.Temperature
+	opts.WeightedA, opts.WeightedB, opts.WeightedC = next.WeightedA, next.WeightedB, next.WeightedC
+	opts.QueueThreshold, opts.QueueMaxLength, opts.QueueMaxWait = next.QueueThreshold, next.QueueMaxLength, next.QueueMaxWait
+	mode, err := NewMode(opts.Mode, opts)
+	if err != nil {
+		return fmt.Errorf("reconfigure: %w", err)
+	}
+	r.mode.Store(&currentMode{Mode: mode, name: opts.Mode, opts: opts})
+	if r.queue != nil {
+		r.queue.kick() // a higher threshold or a longer line may admit waiters now
+	}
+	return nil
+}
+
+// Options returns the scheduler's options in use, with defaults filled
+// in; Mode is the mode in use.
 func (r *Scheduler) Options() Options {
-	o := r.opts
-	o.Mode = r.mode.Load().name
+	cur := r.mode.Load()
+	o := cur.opts
+	o.Mode = cur.name
 	return o
 }
+
+// limits returns the options in use (for the queue's threshold and limits).
+func (r *Scheduler) limits() *Options { return &r.mode.Load().opts }
 
 var loadScratch = sync.Pool{New: func() any { s := make([]Load, 0, 64); return &s }}
 

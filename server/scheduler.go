@@ -95,6 +95,20 @@ func (r *Server) SetMode(mode string) error {
 	return nil
 }
 
+// Reconfigure applies the routing options of o (mode, cost model and
+// weights, queue limits: scoring.Scheduler.Reconfigure) to the running
+// scheduler atomically, for a configuration reload. On error the options
+// in use are kept.
+func (r *Server) Reconfigure(o scoring.Options) error {
+	s := r.sched.Load()
+	o.Mode = r.effectiveMode(o.Mode)
+	if err := s.Reconfigure(o); err != nil {
+		return err
+	}
+	r.log.Info("routing options reloaded", "mode", s.Mode().Name(), "cost_model", s.Options().CostModel)
+	return nil
+}
+
 // stopScheduler waits for the scheduler's background work; r.ctx must be
 // cancelled.
 func (r *Server) stopScheduler() {

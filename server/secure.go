@@ -1,10 +1,10 @@
 package server
 
 import (
-	"fmt"
 	"log/slog"
 	"strings"
 
+	"github.com/kvroute/kvroute/bus"
 	"github.com/nats-io/nats.go"
 )
 
@@ -12,28 +12,7 @@ import (
 // most one of a credentials file, an NKey seed or a user and password,
 // plus TLS.
 func (c *Config) natsAuth() ([]nats.Option, error) {
-	var opts []nats.Option
-	n := 0
-	if c.NATSCredsFile != "" {
-		opts, n = append(opts, nats.UserCredentials(c.NATSCredsFile)), n+1
-	}
-	if c.NATSNKeySeedFile != "" {
-		o, err := nats.NkeyOptionFromSeed(c.NATSNKeySeedFile)
-		if err != nil {
-			return nil, fmt.Errorf("nats nkey: %w", err)
-		}
-		opts, n = append(opts, o), n+1
-	}
-	if c.NATSUser != "" || c.NATSPassword != "" {
-		opts, n = append(opts, nats.UserInfo(c.NATSUser, c.NATSPassword)), n+1
-	}
-	if n > 1 {
-		return nil, fmt.Errorf("nats: give one of a credentials file, an nkey seed or a user and password")
-	}
-	if c.NATSTLS != nil {
-		opts = append(opts, nats.Secure(c.NATSTLS))
-	}
-	return opts, nil
+	return bus.Auth(c.NATSCredsFile, c.NATSNKeySeedFile, c.NATSUser, c.NATSPassword, c.NATSTLS)
 }
 
 // redacted stands in for a secret that is set.

@@ -12,6 +12,7 @@ import (
 	"github.com/kvroute/kvroute/bridge"
 	"github.com/kvroute/kvroute/engine"
 	"github.com/kvroute/kvroute/internal/cli"
+	"github.com/kvroute/kvroute/internal/connflag"
 	"github.com/kvroute/kvroute/internal/envflag"
 )
 
@@ -42,6 +43,8 @@ type options struct {
 	settleDelay      time.Duration
 	httpAddr         string
 	log              *cli.LogFlags
+	nats             *connflag.NATS
+	etcd             *connflag.Etcd
 }
 
 // envName is the environment variable that sets a flag: KVROUTE_<FLAG>.
@@ -87,6 +90,7 @@ func newCommand(o *options) *cli.Command {
 	fs.StringVar(&o.namespace, "namespace", "default", "fleet namespace in NATS subjects and etcd keys")
 	fs.StringVar(&o.natsURL, "nats-url", "nats://127.0.0.1:4222", "NATS server for KV events and load reports")
 	fs.StringVar(&o.etcdEndpoints, "etcd-endpoints", "", "comma-separated etcd endpoints for leased registration (empty: do not register)")
+	o.nats, o.etcd = connflag.RegisterNATS(fs), connflag.RegisterEtcd(fs)
 	fs.StringVar(&o.advertiseAddress, "advertise-address", "", "ip:port the router sends requests to (default: $POD_IP and the engine URL's port)")
 	fs.StringVar(&o.cluster, "cluster", "", "Envoy cluster name written into x-target-worker (default: the worker id)")
 	fs.IntVar(&o.blockSize, "block-size", 0, "KV block size in tokens (default: vllm:cache_config_info, SGLang's page_size)")

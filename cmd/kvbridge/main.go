@@ -49,7 +49,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, hostnam
 	// The bridge exists only after the connection; the reconnect handler
 	// reaches it through this pointer.
 	var current atomic.Pointer[bridge.Bridge]
-	nc, err := nats.Connect(o.natsURL,
+	auth, err := o.nats.Options()
+	if err != nil {
+		return err
+	}
+	nc, err := nats.Connect(o.natsURL, append(auth,
 		nats.Name("kvbridge/"+o.workerID),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(500*time.Millisecond),
@@ -63,7 +67,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, hostnam
 				b.Resync()
 			}
 		}),
-	)
+	)...)
 	if err != nil {
 		return fmt.Errorf("connect NATS %s: %w", o.natsURL, err)
 	}
@@ -76,8 +80,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, hostnam
 
 	var etcd *clientv3.Client
 	if o.etcdEndpoints != "" {
+		password, err := o.etcd.Secret()
+		if err != nil {
+			return err
+		}
+		etcdTLS, err := o.etcd.TLS()
+		if err != nil {
+			return err
+		}
 		etcd, err = clientv3.New(clientv3.Config{
 			Endpoints:   strings.Split(o.etcdEndpoints, ","),
+			Username:    o.etcd.Username,
+			Password:    password,
+			TLS:         etcdTLS,
 			DialTimeout: 5 * time.Second,
 			Logger:      zap.NewNop(),
 		})

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -254,5 +255,29 @@ func TestRunForwardsRegistersAndDeregistersOnShutdown(t *testing.T) {
 	}
 	if len(resp.Kvs) != 0 {
 		t.Error("worker still registered after shutdown")
+	}
+}
+
+// kvbridge takes the same NATS and etcd credential and TLS flags as
+// kvroute (package connflag), from the command line or the environment.
+func TestCredentialFlags(t *testing.T) {
+	dir := t.TempDir()
+	pw := filepath.Join(dir, "pw")
+	if err := os.WriteFile(pw, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o, err := parseFlags([]string{"--nats-user", "bridge", "--nats-password-file", pw, "--etcd-username", "root", "--etcd-ca", "/ca.pem"},
+		env(map[string]string{"KVROUTE_ETCD_PASSWORD": "x", "KVROUTE_NATS_TLS_CA": "/nats-ca.pem"}), host("h"), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.nats.User != "bridge" || o.nats.CA != "/nats-ca.pem" || o.etcd.Username != "root" || o.etcd.CA != "/ca.pem" || o.etcd.Password != "x" {
+		t.Errorf("nats %+v etcd %+v", o.nats, o.etcd)
+	}
+	if s, err := o.nats.Secret(); err != nil || s != "s3cret" {
+		t.Errorf("nats password %q, %v", s, err)
+	}
+	if _, err := o.nats.Options(); err == nil || !strings.Contains(err.Error(), "nats CA") {
+		t.Errorf("options with a missing CA file: %v, want an error naming it", err)
 	}
 }

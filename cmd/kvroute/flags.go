@@ -76,6 +76,9 @@ type stringList []string
 
 func (l *stringList) String() string { return strings.Join(*l, ",") }
 
+// Repeatable makes the list a YAML sequence in the configuration file.
+func (l *stringList) Repeatable() bool { return true }
+
 func (l *stringList) Set(v string) error {
 	for _, s := range strings.Split(v, ",") {
 		if s = strings.TrimSpace(s); s != "" {
@@ -91,8 +94,10 @@ Usage:
   kvroute [serve] [flags]       run the router (default)
   kvroute tokenize [flags]      tokenize JSON lines from stdin as the router does
   kvroute envoy-config [flags]  print an Envoy bootstrap (--style cluster-header, original-dst or xds)
+  kvroute config validate FILE  check a configuration file (exit 0 when good)
+  kvroute config print [flags]  the effective configuration, with where each value came from
   kvroute version               module version, VCS revision, Go version (also --version)
-  kvroute help                  this text
+  kvroute help                  this text with every flag (also --help-all)
 
 For every request Envoy sends over ext_proc, kvroute tokenizes the OpenAI body
 as the model server will, finds how many leading KV blocks each worker holds
@@ -101,7 +106,9 @@ x-target-worker, x-gateway-destination-endpoint and envoy.lb metadata.
 Workers come from etcd (--etcd-endpoints), a static file (--workers-file) or
 a Gateway API InferencePool (--pool-name; with --engine-events zmq and
 --engine-load scrape it needs no NATS, etcd or sidecar).
-Every flag can also be set with the environment variable shown. Note that
+Every flag can also be set with the environment variable shown, and every
+setting has a key in the --config file (flags > KVROUTE_* > file > default).
+Note that
 serve's tokenizers are KVROUTE_TOKENIZERS=MODEL=DIR[,MODEL=DIR...] (and
 KVROUTE_CHAT_TEMPLATES=MODEL=FILE,...): KVROUTE_TOKENIZER and
 KVROUTE_CHAT_TEMPLATE are single paths for ` + "`kvroute tokenize`" + `; serve

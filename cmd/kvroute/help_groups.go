@@ -2,10 +2,12 @@ package main
 
 import "github.com/kvroute/kvroute/internal/cli"
 
-// serveGroups are the headings of `kvroute serve --help`, most asked-for
-// first. Every serve flag belongs to one (TestServeHelpGroupsEveryFlag).
+// serveGroups are the headings of `kvroute serve --help-all`, most
+// asked-for first. Every serve flag belongs to one
+// (TestServeHelpGroupsEveryFlag), and a flag's group also places it in the
+// configuration file (configKey).
 var serveGroups = []cli.Group{
-	{Title: "Start here", Flags: []string{"router-mode", "tokenizer", "chat-template", "workers-file", "etcd-endpoints", "pool-name", "nats-url", "namespace", "grpc-addr", "http-addr", "admin-listen"}},
+	{Title: "Start here", Flags: startHere},
 	{Title: "Discovery", Flags: []string{"workers-file-interval", "lease-flap-grace", "state-dir", "pool-namespace", "pool-model", "pool-block-size", "pool-kv-blocks", "kubeconfig", "xds-addr", "xds-node-id"}},
 	{Title: "Events", Flags: []string{"kv-events", "kv-cache-block-size", "engine", "engine-events", "engine-events-listen", "engine-events-port", "engine-events-topic", "engine-replay-port", "engine-load",
 		"index-jump-search", "embedded-nats-addr", "durable-events", "events-max-age", "events-max-bytes", "jetstream-dir", "jetstream-replicas", "snapshot-interval",
@@ -23,3 +25,22 @@ var serveGroups = []cli.Group{
 		"nats-creds", "nats-nkey", "nats-user", "nats-password", "nats-password-file", "nats-tls-ca", "nats-tls-cert", "nats-tls-key"}},
 	{Title: "Observability", Flags: []string{"log-format", "log-level", "debug-headers"}},
 }
+
+// startHere are the flags a first run sets.
+var startHere = []string{"config", "router-mode", "tokenizer", "chat-template", "workers-file", "etcd-endpoints", "pool-name", "nats-url", "namespace", "grpc-addr", "http-addr", "admin-listen"}
+
+// serveBrief is `kvroute serve --help`: the first-run flags and the
+// infrastructure that a deployment sets on the command line (where events
+// and load come from, TLS and credentials, logs). Everything else is in
+// --help-all and in the configuration file (docs/operating.md).
+var serveBrief = []cli.Group{
+	{Title: "Start here", Flags: startHere},
+	{Title: "Infrastructure", Flags: []string{"engine-events", "engine-load", "pool-namespace", "kubeconfig", "state-dir",
+		"tls-cert", "tls-key", "tls-client-ca", "admin-token-file", "nats-creds", "nats-tls-ca", "etcd-ca", "etcd-cert", "etcd-key", "etcd-password-file",
+		"log-format", "log-level"}},
+}
+
+const serveBriefFooter = `Every other setting (routing cost and weights, queue, limits, events,
+discovery details, more credentials) is in --help-all and in the
+configuration file: --config FILE, shown by ` + "`kvroute config print`" + `,
+documented in docs/operating.md.`

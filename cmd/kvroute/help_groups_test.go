@@ -2,6 +2,9 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"errors"
+	"flag"
 	"strings"
 	"testing"
 )
@@ -25,7 +28,7 @@ func TestServeHelpGroupsEveryFlag(t *testing.T) {
 		}
 	}
 	var out bytes.Buffer
-	cmd.Usage(&out)
+	cmd.UsageAll(&out)
 	help := out.String()
 	last := -1
 	for _, title := range []string{"Start here", "Discovery", "Events", "Routing cost", "Requests", "Limits", "Security", "Observability"} {
@@ -37,5 +40,40 @@ func TestServeHelpGroupsEveryFlag(t *testing.T) {
 	}
 	if strings.Contains(help, " Other:") {
 		t.Errorf("help has an Other group")
+	}
+}
+
+// --help shows the first-run and infrastructure flags only (about 30) and
+// says where the rest are.
+func TestServeBriefHelp(t *testing.T) {
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"serve", "--help"}, nil, &out, &out, envOf(nil)); !errors.Is(err, flag.ErrHelp) {
+		t.Fatal(err)
+	}
+	help := out.String()
+	cmd, _ := newServeFlags()
+	shown := 0
+	cmd.Flags.VisitAll(func(f *flag.Flag) {
+		if strings.Contains(help, "\n  --"+f.Name+" ") || strings.Contains(help, "\n  --"+f.Name+"\n") {
+			shown++
+		}
+	})
+	if shown > 30 || shown < 20 {
+		t.Errorf("--help shows %d flags, want 20 to 30", shown)
+	}
+	for _, want := range []string{"--help-all", "configuration file", "--config", "--router-mode", "--tls-cert", "--log-level"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("--help lacks %q", want)
+		}
+	}
+	for _, g := range serveBrief {
+		for _, f := range g.Flags {
+			if cmd.Flags.Lookup(f) == nil {
+				t.Errorf("brief group %q names --%s, which serve does not have", g.Title, f)
+			}
+		}
+	}
+	if strings.Contains(help, "--prefill-rate") {
+		t.Errorf("--help shows a cost parameter")
 	}
 }

@@ -6,6 +6,7 @@
 //	kvroute [serve] [flags]   run the router (the default)
 //	kvroute tokenize ...      print token ids as the router computes them
 //	kvroute envoy-config ...  print an Envoy bootstrap for kvroute
+//	kvroute config ...        validate a configuration file, print the effective one
 //	kvroute version           print the version
 //	kvroute help              explain every flag
 package main
@@ -43,8 +44,11 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return runTokenize(ctx, args, stdin, stdout, stderr, lookupEnv)
 	case "envoy-config":
 		return runEnvoyConfig(ctx, args, stdout, stderr)
+	case "config":
+		return runConfig(ctx, args, stdout, stderr, lookupEnv)
 	case "help":
-		if err := runServe(ctx, []string{"--help"}, stdout, stderr, lookupEnv); !errors.Is(err, flag.ErrHelp) {
+		// `kvroute help` explains every flag, as --help-all does.
+		if err := runServe(ctx, []string{"--help-all"}, stdout, stderr, lookupEnv); !errors.Is(err, flag.ErrHelp) {
 			return err
 		}
 		return nil
@@ -52,5 +56,5 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprintln(stdout, cli.Version("kvroute"))
 		return nil
 	}
-	return cli.Usagef("unknown command %q (want serve, tokenize, envoy-config, version or help)", cmd)
+	return cli.Usagef("unknown command %q (want serve, tokenize, envoy-config, config, version or help)", cmd)
 }

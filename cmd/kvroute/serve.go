@@ -2,10 +2,7 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -15,35 +12,37 @@ import (
 	"github.com/kvroute/kvroute/discovery"
 	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/internal/cli"
+	"github.com/kvroute/kvroute/internal/connflag"
 	"github.com/kvroute/kvroute/internal/costflag"
 	"github.com/kvroute/kvroute/picker"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/server"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // serveFlags are `kvroute serve`'s settings beyond server.Config.
 type serveFlags struct {
-	cfg                       server.Config
-	tokenizers                stringList
-	chatTemplates             stringList
-	mmModels                  stringList
-	mmInjectUUID              bool
-	etcdEndpoints             string
-	etcdCert, etcdKey, etcdCA string
-	noKVEvents                bool
-	etcdPasswordFile          string
-	maxStreams                uint
-	targetValue               string
-	onBadBody                 string
-	defaultBodyMode           string
-	tlsCert, tlsKey, tlsCA    string
-	adminTokenFile            string
-	allowRanges               string
-	natsPasswordFile          string
-	natsCA, natsCert, natsKey string
-	log                       *cli.LogFlags
-	cost                      *costflag.Flags
-	// given names the flags set on the command line or in the environment.
+	cfg                    server.Config
+	tokenizers             stringList
+	chatTemplates          stringList
+	mmModels               stringList
+	mmInjectUUID           bool
+	etcdEndpoints          string
+	noKVEvents             bool
+	maxStreams             uint
+	targetValue            string
+	onBadBody              string
+	defaultBodyMode        string
+	tlsCert, tlsKey, tlsCA string
+	adminTokenFile         string
+	allowRanges            string
+	nats                   *connflag.NATS
+	etcd                   *connflag.Etcd
+	log                    *cli.LogFlags
+	cost                   *costflag.Flags
+	configFile             string
+	// given names the flags set on the command line, in the environment or
+	// in the configuration file.
 	given map[string]bool
 }
 
@@ -54,6 +53,7 @@ func newServeFlags() (*cli.Command, *serveFlags) {
 	cmd.Env = envName
 	fs := cmd.Flags
 
+	fs.StringVar(&s.configFile, configFlag, "", "YAML configuration `file`: every setting has a key there (kvroute config print shows them all); the command line and KVROUTE_* variables win over it; the routing section reloads on change and on SIGHUP")
 	fs.StringVar(&c.Namespace, "namespace", c.Namespace, "fleet namespace: etcd keys /kvroute/<ns>/workers/ and NATS subjects kvroute.<ns>.*")
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "ext_proc gRPC (and gRPC health) listen `address`")
 	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP `address` for /metrics, /healthz and /readyz (\"-\" disables)")
@@ -68,22 +68,9 @@ func newServeFlags() (*cli.Command, *serveFlags) {
 	fs.DurationVar(&c.StreamIdleTimeout, "stream-idle-timeout", c.StreamIdleTimeout, "close an ext_proc stream on which Envoy sent nothing for this long (a new stream must send within min(this, 10s)); keep it above the slowest time to first token; 0: never")
 	fs.DurationVar(&c.ConnIdleTimeout, "conn-idle-timeout", c.ConnIdleTimeout, "close an ext_proc connection with no open stream for this long (Envoy reconnects on its next request); one that has not finished its HTTP/2 or TLS handshake goes after min(this, 10s); 0: never")
 	fs.StringVar(&c.NATSURL, "nats-url", "", "NATS `url` for KV events, load reports and replica sync; empty starts an embedded NATS server")
-	fs.StringVar(&c.NATSCredsFile, "nats-creds", "", "NATS credentials `file` (JWT and NKey seed, as nsc writes it) for --nats-url")
-	fs.StringVar(&c.NATSNKeySeedFile, "nats-nkey", "", "NATS NKey seed `file` for --nats-url")
-	fs.StringVar(&c.NATSUser, "nats-user", "", "NATS user for --nats-url")
-	fs.StringVar(&c.NATSPassword, "nats-password", "", "NATS password (prefer --nats-password-file)")
-	fs.StringVar(&s.natsPasswordFile, "nats-password-file", "", "`file` holding the NATS password (trailing newline ignored)")
-	fs.StringVar(&s.natsCA, "nats-tls-ca", "", "CA `file` that signs the NATS server certificate (enables TLS)")
-	fs.StringVar(&s.natsCert, "nats-tls-cert", "", "client certificate `file` for NATS TLS")
-	fs.StringVar(&s.natsKey, "nats-tls-key", "", "client key `file` for NATS TLS")
 	fs.StringVar(&c.EmbeddedNATSAddr, "embedded-nats-addr", c.EmbeddedNATSAddr, "listen `address` of the embedded NATS server (workers publish here)")
+	s.nats, s.etcd = connflag.RegisterNATS(fs), connflag.RegisterEtcd(fs)
 	fs.StringVar(&s.etcdEndpoints, "etcd-endpoints", "", "comma-separated etcd `urls` to discover workers from (leased records)")
-	fs.StringVar(&c.EtcdUsername, "etcd-username", "", "etcd user")
-	fs.StringVar(&c.EtcdPassword, "etcd-password", "", "etcd password (prefer --etcd-password-file: a command line is visible to every user of the host)")
-	fs.StringVar(&s.etcdPasswordFile, "etcd-password-file", "", "`file` holding the etcd password (trailing newline ignored), e.g. a mounted Kubernetes Secret")
-	fs.StringVar(&s.etcdCert, "etcd-cert", "", "client certificate `file` for etcd TLS")
-	fs.StringVar(&s.etcdKey, "etcd-key", "", "client key `file` for etcd TLS")
-	fs.StringVar(&s.etcdCA, "etcd-ca", "", "CA `file` that signs the etcd server certificate (enables TLS)")
 	fs.StringVar(&c.WorkersFile, "workers-file", "", "static YAML or JSON `file` of worker records, reloaded on change (instead of etcd)")
 	fs.DurationVar(&c.WorkersFileInterval, "workers-file-interval", 2*time.Second, "how often --workers-file is checked for changes")
 	fs.StringVar(&c.PoolName, "pool-name", "", "discover workers from this Gateway API Inference Extension InferencePool (inference.networking.k8s.io/v1): its selector's Ready pods, one worker per target port (instead of etcd or a file)")
@@ -134,6 +121,7 @@ func newServeFlags() (*cli.Command, *serveFlags) {
 	registerRecoveryFlags(fs, c)
 	s.log = cli.RegisterLog(fs, "info")
 	cmd.Groups = serveGroups
+	cmd.Brief, cmd.BriefFooter = serveBrief, serveBriefFooter
 	return cmd, s
 }
 
@@ -167,13 +155,15 @@ func (s *serveFlags) config(stderr io.Writer) (server.Config, error) {
 		fmt.Fprintln(stderr, "kvroute: --no-kv-events is deprecated; use --kv-events=false")
 		c.KVEvents = false
 	}
-	if c.EtcdPassword, err = secretFrom("etcd-password", c.EtcdPassword, s.etcdPasswordFile); err != nil {
-		return c, err
+	c.EtcdUsername, c.NATSUser = s.etcd.Username, s.nats.User
+	c.NATSCredsFile, c.NATSNKeySeedFile = s.nats.CredsFile, s.nats.NKeySeedFile
+	if c.EtcdPassword, err = s.etcd.Secret(); err != nil {
+		return c, cli.Usagef("%v", err)
 	}
-	if c.NATSPassword, err = secretFrom("nats-password", c.NATSPassword, s.natsPasswordFile); err != nil {
-		return c, err
+	if c.NATSPassword, err = s.nats.Secret(); err != nil {
+		return c, cli.Usagef("%v", err)
 	}
-	if c.AdminToken, err = secretFrom("", "", s.adminTokenFile); err != nil {
+	if c.AdminToken, err = connflag.Secret("", "", s.adminTokenFile); err != nil {
 		return c, err
 	}
 	if s.adminTokenFile != "" && c.AdminToken == "" {
@@ -183,10 +173,8 @@ func (s *serveFlags) config(stderr io.Writer) (server.Config, error) {
 		return c, cli.Usagef("--allow-address-ranges: %v", err)
 	}
 	c.MaxStreams = uint32(min(s.maxStreams, 1<<31))
-	if s.natsCA != "" || s.natsCert != "" {
-		if c.NATSTLS, err = clientTLS("nats", s.natsCert, s.natsKey, s.natsCA); err != nil {
-			return c, err
-		}
+	if c.NATSTLS, err = s.nats.TLS(); err != nil {
+		return c, err
 	}
 	switch s.targetValue {
 	case "cluster":
@@ -216,10 +204,8 @@ func (s *serveFlags) config(stderr io.Writer) (server.Config, error) {
 	} else if s.tlsCA != "" {
 		return c, errors.New("--tls-client-ca needs --tls-cert and --tls-key")
 	}
-	if s.etcdCA != "" || s.etcdCert != "" {
-		if c.EtcdTLS, err = clientTLS("etcd", s.etcdCert, s.etcdKey, s.etcdCA); err != nil {
-			return c, err
-		}
+	if c.EtcdTLS, err = s.etcd.TLS(); err != nil {
+		return c, err
 	}
 	if c.Logger, err = s.log.Logger(stderr); err != nil {
 		return c, err
@@ -231,69 +217,36 @@ func (s *serveFlags) config(stderr io.Writer) (server.Config, error) {
 	return c, nil
 }
 
-// secretFrom returns the secret given inline or read from file (trailing
-// newline dropped); both at once is a usage error naming flag.
-func secretFrom(flag, inline, file string) (string, error) {
-	if file == "" {
-		return inline, nil
-	}
-	if inline != "" {
-		return "", cli.Usagef("give --%s or --%s-file, not both", flag, flag)
-	}
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return "", fmt.Errorf("secret file: %w", err)
-	}
-	return strings.TrimRight(string(b), "\r\n"), nil
-}
-
-// clientTLS builds the client TLS of a connection to etcd or NATS.
-func clientTLS(what, cert, key, ca string) (*tls.Config, error) {
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-	if cert != "" {
-		pair, err := tls.LoadX509KeyPair(cert, key)
-		if err != nil {
-			return nil, fmt.Errorf("%s client certificate: %w", what, err)
-		}
-		cfg.Certificates = []tls.Certificate{pair}
-	}
-	if ca != "" {
-		pem, err := os.ReadFile(ca)
-		if err != nil {
-			return nil, fmt.Errorf("%s CA: %w", what, err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%s CA %s holds no PEM certificate", what, ca)
-		}
-		cfg.RootCAs = pool
-	}
-	return cfg, nil
-}
-
-// parseServe parses args and the environment into a server.Config;
-// --help and --version print on stdout, notes and logs go to out.
-func parseServe(args []string, stdout, out io.Writer, lookupEnv func(string) (string, bool)) (server.Config, error) {
-	cmd, s := newServeFlags()
-	fs := cmd.Flags
-	if err := cmd.Parse(args, nil, stdout, false); err != nil {
-		return server.Config{}, err
-	}
-	if err := legacyEnv(fs, lookupEnv, out); err != nil {
-		return server.Config{}, err
-	}
-	if err := applyEnv(fs, lookupEnv); err != nil {
-		return server.Config{}, &cli.UsageError{Err: err, Cmd: "kvroute"}
-	}
-	s.given = map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { s.given[f.Name] = true })
-	return s.config(out)
-}
-
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) error {
-	cfg, err := parseServe(args, stdout, stderr, lookupEnv)
+	st, err := loadServe(args, stdout, stderr, lookupEnv, os.ReadFile)
 	if err != nil {
 		return err
 	}
-	return server.Run(ctx, cfg)
+	cfg, err := st.config(stderr)
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	cfg.Registry = reg
+	var rl *reloader
+	if st.file != "" {
+		// Watch SIGHUP before the router starts, so that one sent early
+		// does not end the process.
+		if rl, err = newReloader(st, args, lookupEnv, nil, cfg.Logger, reg); err != nil {
+			return err
+		}
+		defer rl.watchHUP()()
+	}
+	srv, err := server.Start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if rl != nil {
+		rl.router = srv
+		done := make(chan struct{})
+		rctx, cancel := context.WithCancel(ctx)
+		go func() { defer close(done); rl.run(rctx) }()
+		defer func() { cancel(); <-done }()
+	}
+	return srv.Wait()
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"github.com/kvroute/kvroute/internal/cli"
 	"os"
@@ -122,9 +123,9 @@ func TestParseServeFlagsAndEnvironment(t *testing.T) {
 	}
 }
 
-func TestHelpExplainsEveryFlag(t *testing.T) {
+func TestHelpAllExplainsEveryFlag(t *testing.T) {
 	var out bytes.Buffer
-	if err := run(context.Background(), []string{"help"}, nil, &out, &out, envOf(nil)); err != nil {
+	if err := run(context.Background(), []string{"serve", "--help-all"}, nil, &out, &out, envOf(nil)); !errors.Is(err, flag.ErrHelp) {
 		t.Fatal(err)
 	}
 	cmd, _ := newServeFlags()

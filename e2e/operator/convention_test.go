@@ -136,8 +136,8 @@ func TestErrorForm(t *testing.T) {
 // A boolean is one flag that takes --x=false; the old --no-kv-events is a
 // hidden alias that still works.
 func TestBooleanFlags(t *testing.T) {
-	r := runBin(t, "kvroute", "--help")
+	r := runBin(t, "kvroute", "--help-all")
 	if strings.Contains(r.stdout, "--no-kv-events") || !strings.Contains(r.stdout, "--kv-events=false") {
-		t.Errorf("kvroute --help shows --no-kv-events or does not explain --kv-events=false")
+		t.Errorf("kvroute --help-all shows --no-kv-events or does not explain --kv-events=false")
 	}
 }

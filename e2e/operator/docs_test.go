@@ -169,17 +169,17 @@ func TestDocsCommandsNameExistingPackages(t *testing.T) {
 }
 
 // docs/operating.md's flag tables list exactly the flags kvroute serve
-// --help prints, so a new, renamed or removed flag fails here until the
+// --help-all prints, so a new, renamed or removed flag fails here until the
 // page is regenerated.
 func TestOperatingDocsListEveryServeFlag(t *testing.T) {
-	r := runBin(t, "kvroute", "serve", "--help")
+	r := runBin(t, "kvroute", "serve", "--help-all")
 	help := r.stdout + r.stderr
 	var want []string
 	for _, m := range regexp.MustCompile(`(?m)^  --([a-z0-9-]+)`).FindAllStringSubmatch(help, -1) {
 		want = append(want, m[1])
 	}
 	if len(want) < 50 {
-		t.Fatalf("kvroute serve --help lists %d flags; the pattern is broken:\n%s", len(want), help)
+		t.Fatalf("kvroute serve --help-all lists %d flags; the pattern is broken:\n%s", len(want), help)
 	}
 	b, err := os.ReadFile(filepath.Join(root, "docs", "operating.md"))
 	if err != nil {
@@ -198,12 +198,12 @@ func TestOperatingDocsListEveryServeFlag(t *testing.T) {
 	slices.Sort(got)
 	for _, f := range want {
 		if _, found := slices.BinarySearch(got, f); !found {
-			t.Errorf("docs/operating.md does not list --%s, which kvroute serve --help prints", f)
+			t.Errorf("docs/operating.md does not list --%s, which kvroute serve --help-all prints", f)
 		}
 	}
 	for _, f := range got {
 		if _, found := slices.BinarySearch(want, f); !found {
-			t.Errorf("docs/operating.md lists --%s, which kvroute serve --help does not print", f)
+			t.Errorf("docs/operating.md lists --%s, which kvroute serve --help-all does not print", f)
 		}
 	}
 }

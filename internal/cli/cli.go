@@ -62,6 +62,11 @@ type Command struct {
 	// Groups, when set, split the help's flags under headings, in order;
 	// flags in no group follow under "Other".
 	Groups []Group
+	// Brief, when set, is what --help shows instead of every group (the
+	// flags most runs need), followed by BriefFooter; --help-all then
+	// shows Groups, all of them.
+	Brief       []Group
+	BriefFooter string
 }
 
 // Group is a heading in --help and the flags under it, in the order shown.
@@ -104,16 +109,32 @@ func (c *Command) envName(name string) string {
 }
 
 // Usage writes the help: the summary, the flags (under their group
-// headings, " Title:", a blank line between groups), the footer.
+// headings, " Title:", a blank line between groups), the footer. With
+// Brief set it shows the Brief groups only; UsageAll shows every flag.
 func (c *Command) Usage(w io.Writer) {
-	fmt.Fprint(w, strings.TrimRight(c.Summary, "\n")+"\n\nFlags:\n")
-	if len(c.Groups) == 0 {
-		PrintFlags(w, c.Flags, c.envName)
-	} else {
-		groups := c.Groups
+	if len(c.Brief) == 0 {
+		c.UsageAll(w)
+		return
+	}
+	c.usage(w, c.Brief, c.BriefFooter)
+}
+
+// UsageAll writes the help with every flag (--help-all).
+func (c *Command) UsageAll(w io.Writer) {
+	groups := c.Groups
+	if len(groups) > 0 {
 		if rest := c.Ungrouped(); len(rest) > 0 {
 			groups = append(groups[:len(groups):len(groups)], Group{Title: "Other", Flags: rest})
 		}
+	}
+	c.usage(w, groups, c.Footer)
+}
+
+func (c *Command) usage(w io.Writer, groups []Group, footer string) {
+	fmt.Fprint(w, strings.TrimRight(c.Summary, "\n")+"\n\nFlags:\n")
+	if len(groups) == 0 {
+		PrintFlags(w, c.Flags, c.envName)
+	} else {
 		for i, g := range groups {
 			if i > 0 {
 				fmt.Fprintln(w)
@@ -126,8 +147,8 @@ func (c *Command) Usage(w io.Writer) {
 			}
 		}
 	}
-	if c.Footer != "" {
-		fmt.Fprint(w, "\n"+strings.TrimRight(c.Footer, "\n")+"\n")
+	if footer != "" {
+		fmt.Fprint(w, "\n"+strings.TrimRight(footer, "\n")+"\n")
 	}
 }
 
@@ -193,7 +214,8 @@ func gnu(err error) error {
 
 // Parse reads args, then the environment for every flag the command line
 // did not set (lookup: e.g. os.LookupEnv). --help and -h print the usage on
-// stdout and return flag.ErrHelp; --version prints Version and returns
+// stdout and return flag.ErrHelp (--help-all: every flag, where Brief is
+// set); --version prints Version and returns
 // ErrVersion; a bad command line is a *UsageError. Positional arguments
 // are refused unless positional is true.
 func (c *Command) Parse(args []string, lookup func(string) (string, bool), stdout io.Writer, positional bool) error {
@@ -204,6 +226,10 @@ func (c *Command) Parse(args []string, lookup func(string) (string, bool), stdou
 		if a == "--version" || a == "-version" {
 			fmt.Fprintln(stdout, Version(c.Name))
 			return ErrVersion
+		}
+		if (a == "--help-all" || a == "-help-all") && len(c.Brief) > 0 {
+			c.UsageAll(stdout)
+			return flag.ErrHelp
 		}
 	}
 	if err := c.Flags.Parse(args); err != nil {

@@ -123,3 +123,25 @@ func TestGroupedHelp(t *testing.T) {
 		t.Errorf("Ungrouped = %v, want [stray]", got)
 	}
 }
+
+func TestBriefHelpAndHelpAll(t *testing.T) {
+	c := NewCommand("demo", "demo.")
+	c.Flags.Int("a", 0, "a")
+	c.Flags.Int("b", 0, "b")
+	c.Groups = []Group{{Title: "All", Flags: []string{"a", "b"}}}
+	c.Brief = []Group{{Title: "Start", Flags: []string{"a"}}}
+	c.BriefFooter = "More: --help-all."
+	var brief, all bytes.Buffer
+	if err := c.Parse([]string{"--help"}, nil, &brief, false); !errors.Is(err, flag.ErrHelp) {
+		t.Fatal(err)
+	}
+	if err := c.Parse([]string{"--help-all"}, nil, &all, false); !errors.Is(err, flag.ErrHelp) {
+		t.Fatal(err)
+	}
+	if s := brief.String(); !strings.Contains(s, " Start:\n  --a") || strings.Contains(s, "--b") || !strings.HasSuffix(s, "More: --help-all.\n") {
+		t.Errorf("--help:\n%s", s)
+	}
+	if s := all.String(); !strings.Contains(s, " All:\n  --a int") || !strings.Contains(s, "--b") || strings.Contains(s, "More:") {
+		t.Errorf("--help-all:\n%s", s)
+	}
+}

@@ -18,9 +18,9 @@ const module = "github.com/kvroute/kvroute"
 // gets a row in the map and here at once.
 var mayImport = map[string][]string{
 	"cmd/kvroute": {"server", "extproc", "picker", "scoring", "tokenizer", "envoy", "multimodal",
-		"discovery", "discovery/file", "internal/cli", "internal/envflag", "internal/costflag"},
+		"discovery", "discovery/file", "internal/cli", "internal/envflag", "internal/costflag", "internal/connflag", "internal/flagfile"},
 	"cmd/kvsim":    {"internal/sim", "internal/cli", "internal/envflag", "scoring", "multimodal"},
-	"cmd/kvbridge": {"bridge", "engine", "internal/cli", "internal/envflag"},
+	"cmd/kvbridge": {"bridge", "engine", "internal/cli", "internal/envflag", "internal/connflag"},
 	"cmd/kvbench": {"internal/bench", "internal/vsim", "internal/sim", "internal/cli", "internal/costflag",
 		"discovery/file", "scoring", "envoy/proxy"},
 
@@ -52,6 +52,8 @@ var mayImport = map[string][]string{
 	"internal/bench":       {"server", "internal/sim", "envoy", "envoy/proxy", "picker", "tokenizer", "multimodal", "kvindex"},
 	"internal/vsim":        {"scoring", "kvindex", "internal/sim", "internal/bench"},
 	"internal/costflag":    {"scoring"},
+	"internal/connflag":    {"bus"},
+	"internal/flagfile":    {},
 	"internal/cli":         {"internal/envflag"},
 	"internal/envflag":     {},
 	"internal/testenv":     {},
