@@ -80,7 +80,7 @@ func TestManifestEnvNamesAreRealFlags(t *testing.T) {
 	}
 	vllm := render(t, "overlays/vllm")
 	for name, bad := range map[string][]Object{
-		"kvroute config":  replaceIn(vllm, "ConfigMap", `"KVROUTE_ROUTER_MODE"`, `"KVROUTE_MODE"`),
+		"kvroute config":  replaceIn(vllm, "ConfigMap", `"KVROUTE_REPLICA_SYNC"`, `"KVROUTE_REPLICA_SYNCH"`),
 		"kvbridge env":    replaceIn(vllm, "Deployment", `"KVROUTE_EVENTS_ENDPOINT"`, `"KVROUTE_EVENT_ENDPOINT"`),
 		"kvroute own env": replaceIn(vllm, "Deployment", `"KVROUTE_ROUTER_ID"`, `"KVROUTE_REPLICA_ID"`),
 	} {

@@ -13,7 +13,8 @@ import (
 const configUsage = `kvroute config — check and show kvroute serve's configuration file.
 
 Usage:
-  kvroute config validate FILE           check FILE: keys, types, ranges (exit 0 when good)
+  kvroute config validate FILE           check FILE with this environment's KVROUTE_* variables:
+                                         keys, types, ranges, that serve would start (exit 0 when good)
   kvroute config print [serve flags...]  the effective configuration as YAML, each value
                                          with where it came from (default, file, env, flag)
 
@@ -28,7 +29,7 @@ func runConfig(_ context.Context, args []string, stdout, stderr io.Writer, looku
 	}
 	switch args[0] {
 	case "validate":
-		return validateConfig(args[1:], stdout)
+		return validateConfig(args[1:], stdout, lookupEnv)
 	case "print":
 		return printConfig(args[1:], stdout, stderr, lookupEnv)
 	case "help", "--help", "-h", "-help":
@@ -38,8 +39,11 @@ func runConfig(_ context.Context, args []string, stdout, stderr io.Writer, looku
 	return &cli.UsageError{Err: fmt.Errorf("unknown config command %q (want validate or print)", args[0]), Cmd: "kvroute config"}
 }
 
-// validateConfig checks one file alone: no command line, no environment.
-func validateConfig(args []string, stdout io.Writer) error {
+// validateConfig checks one file as serve would run it in this
+// environment: the file and the KVROUTE_* variables, no other flags. A file
+// that holds only the routing section is checked with the variables that
+// supply the rest, as a Kubernetes pod gets them.
+func validateConfig(args []string, stdout io.Writer, lookupEnv func(string) (string, bool)) error {
 	if len(args) == 1 && (args[0] == "--help" || args[0] == "-h") {
 		fmt.Fprintln(stdout, configUsage)
 		return nil
@@ -47,8 +51,7 @@ func validateConfig(args []string, stdout io.Writer) error {
 	if len(args) != 1 {
 		return &cli.UsageError{Err: fmt.Errorf("validate wants one FILE"), Cmd: "kvroute config"}
 	}
-	noEnv := func(string) (string, bool) { return "", false }
-	st, err := loadServe([]string{"--" + configFlag, args[0]}, io.Discard, io.Discard, noEnv, os.ReadFile)
+	st, err := loadServe([]string{"--" + configFlag, args[0]}, io.Discard, io.Discard, lookupEnv, os.ReadFile)
 	if err == nil {
 		_, err = st.config(io.Discard)
 	}
