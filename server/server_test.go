@@ -83,7 +83,7 @@ func start(t *testing.T, cfg Config) *Server {
 
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
@@ -408,7 +408,7 @@ func TestRouterFollowsEtcdRegistrations(t *testing.T) {
 	}
 	defer cli.Close()
 	reg, err := etcd.Register(context.Background(), cli, cfg.Namespace,
-		scoring.WorkerSpec{ID: "w9", Model: model, Address: "10.0.0.9:8000", BlockSize: 16, KVTotalBlocks: 100}, etcd.RegisterOptions{TTL: time.Second, Logger: quiet()})
+		scoring.WorkerSpec{ID: "w9", Model: model, Address: "10.0.0.9:8000", BlockSize: 16, KVTotalBlocks: 100}, etcd.RegisterOptions{TTL: 3 * time.Second, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
