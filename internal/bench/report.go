@@ -166,7 +166,7 @@ func (r *Report) SetupLine() string {
 }
 
 // reportLegend explains every column of the real-time table once
-// (docs/routing.md, "Reading the report tables", says more).
+// (docs/routing.md, "What the reports measure", says more).
 const reportLegend = "Columns: requests sent and errors among them (no 200 answer, or a broken stream); " +
 	"hit rate: prompt tokens the workers reported cached ÷ prompt tokens; " +
 	"stickiness: share of follow-up requests (next turn, same prefix) served by the worker that served the request they follow; " +
