@@ -57,7 +57,7 @@ func newServeFlags() (*cli.Command, *serveFlags) {
 	fs.StringVar(&c.Namespace, "namespace", c.Namespace, "fleet namespace: etcd keys /kvroute/<ns>/workers/ and NATS subjects kvroute.<ns>.*")
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "ext_proc gRPC (and gRPC health) listen `address`")
 	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP `address` for /metrics, /healthz and /readyz (\"-\" disables)")
-	fs.StringVar(&c.AdminAddr, "admin-listen", c.AdminAddr, "`address` of the admin listener: /debug/workers, /debug/explain, /admin/mode (\"-\" disables). Loopback by default; POST /admin/mode {\"mode\":\"...\"} switches the router mode at runtime: requests in flight and queued move to the new mode; worker load reports refill within ~250 ms")
+	fs.StringVar(&c.AdminAddr, "admin-listen", c.AdminAddr, "`address` of the admin listener: /debug/workers, /debug/explain, /debug/requests, /admin/mode (\"-\" disables). Loopback by default; POST /admin/mode {\"mode\":\"...\"} switches the router mode at runtime: requests in flight and queued move to the new mode; worker load reports refill within ~250 ms")
 	fs.StringVar(&s.adminTokenFile, "admin-token-file", "", "`file` holding a bearer token the admin listener requires (Authorization: Bearer <token>); empty: none")
 	fs.StringVar(&s.allowRanges, "allow-address-ranges", "", "comma-separated `CIDRs` (or IPs) of worker addresses to accept although link-local or metadata (169.254.0.0/16, fe80::/10, ... are refused by default)")
 	fs.IntVar(&c.MaxMessages, "max-messages", c.MaxMessages, "chat requests with more messages are routed by load, not tokenized (0: no cap)")
