@@ -2,6 +2,7 @@ package picker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -468,5 +469,42 @@ func TestPickerCountsAPromptItJustSentAsPending(t *testing.T) {
 	}
 	if n := rg.sched.Pool().PendingBlocks(d.Cluster); n != 0 {
 		t.Fatalf("%d blocks still pending once the events reported them", n)
+	}
+}
+
+// With Explain set, a decision carries the explanation /debug/explain
+// would give, its text lines rendered only when it is encoded.
+func TestDecideKeepsTheExplanationWhenAsked(t *testing.T) {
+	for _, explain := range []bool{false, true} {
+		rg := newRig(t, func(_ *scoring.Options, c *Config) { c.Explain = explain })
+		d, err := rg.picker.Decide(context.Background(), chatReq(longChat(40)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Ticket.Free(extproc.OutcomeOK)
+		if d.Worker == "" {
+			t.Errorf("explain=%v: the decision names no worker id", explain)
+		}
+		if !explain {
+			if d.Explanation != nil {
+				t.Errorf("an explanation kept without Explain: %T", d.Explanation)
+			}
+			continue
+		}
+		exp, ok := d.Explanation.(*Explanation)
+		if !ok || exp.Chosen != d.Worker || exp.Lines != nil {
+			t.Fatalf("explanation %+v (%T), want one choosing %s with lines left for later", d.Explanation, d.Explanation, d.Worker)
+		}
+		b, err := json.Marshal(exp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back struct {
+			Chosen string   `json:"chosen"`
+			Lines  []string `json:"lines"`
+		}
+		if err := json.Unmarshal(b, &back); err != nil || back.Chosen != d.Worker || len(back.Lines) != 3 {
+			t.Errorf("encoded %s (%v), want %s chosen among 3 lines", b, err, d.Worker)
+		}
 	}
 }
