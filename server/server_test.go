@@ -286,8 +286,8 @@ func TestRouterEventsOverNATSChangeTheNextDecision(t *testing.T) {
 		if err := json.Unmarshal([]byte(get(t, base+"/", 200)), &index); err != nil || len(index.Endpoints) != 4 {
 			t.Fatalf("GET / = %+v, %v; want the 4 metrics and health endpoints", index, err)
 		}
-		if err := json.Unmarshal([]byte(get(t, admin+"/", 200)), &index); err != nil || len(index.Endpoints) != 6 {
-			t.Fatalf("admin GET / = %+v, %v; want the 6 debug, snapshot and admin endpoints", index, err)
+		if err := json.Unmarshal([]byte(get(t, admin+"/", 200)), &index); err != nil || len(index.Endpoints) != 7 {
+			t.Fatalf("admin GET / = %+v, %v; want the 7 debug, snapshot and admin endpoints", index, err)
 		}
 		resp, err := http.Post(admin+"/debug/explain", "application/json", strings.NewReader(body))
 		if err != nil {
