@@ -196,6 +196,10 @@ func BenchmarkDecideChat8k(b *testing.B) {
 // decision's explanation kept (the request log, --request-log-size).
 func BenchmarkDecideChat8kExplained(b *testing.B) {
 	rg := newRig(b, func(_ *scoring.Options, c *Config) { c.Explain = true })
+	_, warm := benchBody("chat_8k", -1)
+	if _, err := rg.picker.Decide(context.Background(), chatReq(string(warm))); err != nil {
+		b.Fatal(err)
+	}
 	reqs := make([]*extproc.Request, 64)
 	for i := range reqs {
 		_, body := benchBody("chat_8k", i)
