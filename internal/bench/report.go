@@ -212,7 +212,7 @@ func (r *Report) Markdown() string {
 		fmt.Fprintf(&b, "\nReference hit rate for this workload: %.1f %% with an infinite cache.\n", 100**r.IdealHitRate)
 	}
 	if peaks := r.peaksTable(); peaks != "" {
-		fmt.Fprintf(&b, "\n%s", peaks)
+		fmt.Fprintf(&b, "\n%s\nPeaks, per worker from its load reports: the most requests running and waiting at once, and the highest share of its KV cache in use (near 100 %% the engine preempts and recomputes).\n", peaks)
 	}
 	for _, w := range r.LagWarnings() {
 		fmt.Fprintf(&b, "\n**%s**\n", w)
