@@ -310,7 +310,7 @@ func runBridge(t *testing.T, cfg Config) (*Bridge, func()) {
 func connect(t *testing.T, pub *vllmzmq.Publisher, tap *natsTap, rank int) [][]byte {
 	t.Helper()
 	var sent [][]byte
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for i := 0; ; i++ {
 		p := storedBatch(t, rank, seqTokens(1000+i*16, 16), 16, nil, int64(1_000_000+i))
 		if _, err := pub.Publish(p); err != nil {

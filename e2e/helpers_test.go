@@ -29,7 +29,7 @@ import (
 const (
 	model    = bench.DefaultModel
 	qwenDir  = "../tokenizer/testdata/qwen3"
-	waitLong = 20 * time.Second
+	waitLong = 60 * time.Second
 )
 
 // system is one running stack plus the servers it uses.

@@ -1,6 +1,9 @@
 package extproc
 
-import "log/slog"
+import (
+	"log/slog"
+	"time"
+)
 
 // Header and metadata names of the Envoy and Gateway API contracts
 // (docs/architecture.md §3.6, the Gateway API Inference Extension's endpoint picker protocol).
@@ -27,6 +30,12 @@ const (
 	// decision matched the prompt against a KV index; client copies are
 	// always removed. kvsim echoes it so kvbench can score predictions.
 	PredictedCachedTokensHeader = "x-kvroute-predicted-cached-tokens"
+	// WorkerHeader names the chosen worker on the response to the client
+	// when Config.ResponseWorkerHeader is set.
+	WorkerHeader = "x-kvroute-worker"
+	// RequestIDHeader is the request id the request log files each
+	// decision under (Envoy sets it on every request by default).
+	RequestIDHeader = "x-request-id"
 )
 
 // TargetValue chooses what the target header holds.
@@ -59,8 +68,53 @@ type Config struct {
 	// DefaultRequestMode is assumed when Envoy sends no protocol_config
 	// (Envoy before 1.33). Zero means NONE; most deployments set BUFFERED.
 	DefaultRequestMode BodyMode
+	// ResponseWorkerHeader adds x-kvroute-worker, the chosen worker's id,
+	// to the response the client gets. It rides on the response-headers
+	// message Envoy already sends (response_header_mode SEND, which the
+	// router needs for load), so it adds no round trip.
+	ResponseWorkerHeader bool
+	// Requests, when not nil, receives every decision and its outcome
+	// (the admin listener's /debug/requests).
+	Requests RequestLog
+	// Now is the clock for the request log's timings; nil means time.Now.
+	Now func() time.Time
 	// Logger receives stream-level logs; nil means slog.Default().
 	Logger *slog.Logger
+}
+
+// RequestLog keeps recent decisions and their outcomes. A stream calls
+// Decided once it has routed or rejected a request and Finished, with the
+// handle Decided returned, once the exchange is over. Implementations must
+// be safe for concurrent use and must not block.
+type RequestLog interface {
+	// Decided records a decision (rejected is nil) or a rejection (d is
+	// nil) for the request id, which may be empty. d is only valid during
+	// the call: copy what is kept.
+	Decided(id string, d *Decision, rejected *HTTPError) (handle uint64)
+	// Finished records how the exchange ended.
+	Finished(handle uint64, end Finish)
+}
+
+// Finish is how one routed exchange ended, as far as the stream saw it.
+type Finish struct {
+	// Status is the HTTP status the client got (the upstream's, or the
+	// router's own rejection); 0 when no response headers were seen.
+	Status int
+	// Outcome is how the response ended.
+	Outcome Outcome
+	// TTFT is the time from the decision to the first response byte the
+	// router saw (0: none seen). With response body mode NONE it is the
+	// time to the response headers.
+	TTFT time.Duration
+	// Duration is the time from the decision to the end of the exchange.
+	Duration time.Duration
+}
+
+func (c *Config) now() time.Time {
+	if c.Now == nil {
+		return time.Now()
+	}
+	return c.Now()
 }
 
 func (c *Config) targetHeader() string {

@@ -43,6 +43,10 @@ type Decision struct {
 	Address string
 	// Fallbacks are the next-best workers' ip:port, best first.
 	Fallbacks []string
+	// Worker is the chosen worker's id, for the request log and the
+	// optional x-kvroute-worker response header; empty falls back to
+	// Cluster.
+	Worker string
 	// Model is the request's model, for logs and metrics.
 	Model string
 	// Mode names the router mode that decided.
@@ -56,6 +60,9 @@ type Decision struct {
 	// Ticket tracks the request's load on the worker until the response
 	// ends. It may be nil when the Decider keeps no load.
 	Ticket Ticket
+	// Explanation, when not nil, is the decision with every candidate's
+	// terms (JSON-encodable), kept by the request log.
+	Explanation any
 	// Body, when not nil, replaces the request body sent upstream (an
 	// ext_proc body mutation; content-length is dropped). It is honoured
 	// only when the router held the whole body: BUFFERED without

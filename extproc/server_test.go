@@ -173,7 +173,7 @@ func TestServerCancellationFreesLoad(t *testing.T) {
 
 func waitFrees(t *testing.T, tk *recTicket, want []Outcome) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		_, _, _, frees := tk.snapshot()
 		if slices.Equal(frees, want) {

@@ -6,7 +6,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocmode "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc/codes"
@@ -65,6 +67,11 @@ type Stream struct {
 	served            bool
 	sse               sseCounter
 	immediateStatus   int
+
+	// The request log's bookkeeping (Config.Requests).
+	logged             bool
+	logHandle          uint64
+	decidedAt, firstAt time.Time
 }
 
 // NewStream returns the state machine for one ext_proc stream. cfg must not
@@ -106,7 +113,7 @@ func (s *Stream) Step(ctx context.Context, m *pb.ProcessingRequest) ([]*pb.Proce
 // its load released. err is what ended the gRPC stream (nil or io.EOF for a
 // clean half-close by Envoy).
 func (s *Stream) Close(err error) {
-	if s.freed || s.decision.Ticket == nil {
+	if s.freed || (s.decision.Ticket == nil && !s.logged) {
 		return
 	}
 	// With response body mode NONE Envoy never shows the response's end; the
@@ -297,6 +304,11 @@ func (s *Stream) decide(ctx context.Context) error {
 	}
 	d.Fallbacks = slices.DeleteFunc(d.Fallbacks, func(f string) bool { return !validHeaderValue(f) || strings.ContainsRune(f, ',') })
 	s.decision, s.routed = d, true
+	if s.cfg.Requests != nil {
+		s.logged, s.decidedAt = true, s.cfg.now()
+		s.logHandle = s.cfg.Requests.Decided(s.req.Headers[RequestIDHeader], &s.decision, nil)
+		s.decision.Explanation = nil // the log holds it now
+	}
 	return nil
 }
 
@@ -317,6 +329,10 @@ func (s *Stream) rejectOrFail(err error) ([]*pb.ProcessingResponse, error) {
 func (s *Stream) reject(e *HTTPError) []*pb.ProcessingResponse {
 	s.phase, s.immediate, s.immediateStatus = phDone, true, e.Status
 	s.body = nil
+	if s.cfg.Requests != nil && !s.logged {
+		s.logged, s.decidedAt = true, s.cfg.now()
+		s.logHandle = s.cfg.Requests.Decided(s.req.Headers[RequestIDHeader], nil, e)
+	}
 	s.release(OutcomeReset)
 	return []*pb.ProcessingResponse{immediateResponse(e)}
 }
@@ -344,7 +360,20 @@ func (s *Stream) onResponseHeaders(m *pb.ProcessingRequest, h *pb.HttpHeaders) (
 	if h.GetEndOfStream() {
 		s.phase = phDone
 	}
-	return []*pb.ProcessingResponse{{Response: &pb.ProcessingResponse_ResponseHeaders{ResponseHeaders: &pb.HeadersResponse{}}}}, nil
+	hr := &pb.HeadersResponse{}
+	if s.cfg.ResponseWorkerHeader && s.routed {
+		hr.Response = &pb.CommonResponse{HeaderMutation: &pb.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHeader(WorkerHeader, s.workerName())}}}
+	}
+	return []*pb.ProcessingResponse{{Response: &pb.ProcessingResponse_ResponseHeaders{ResponseHeaders: hr}}}, nil
+}
+
+// workerName is the chosen worker's id, or its cluster when the Decider
+// named no id.
+func (s *Stream) workerName() string {
+	if s.decision.Worker != "" && validHeaderValue(s.decision.Worker) {
+		return s.decision.Worker
+	}
+	return s.decision.Cluster
 }
 
 func (s *Stream) onResponseBody(m *pb.ProcessingRequest, b *pb.HttpBody) ([]*pb.ProcessingResponse, error) {
@@ -380,6 +409,9 @@ func (s *Stream) onResponseTrailers(m *pb.ProcessingRequest) ([]*pb.ProcessingRe
 }
 
 func (s *Stream) prefillDone() {
+	if s.logged && s.firstAt.IsZero() {
+		s.firstAt = s.cfg.now()
+	}
 	if s.sawRespBody || s.decision.Ticket == nil || s.freed {
 		return
 	}
@@ -408,5 +440,15 @@ func (s *Stream) release(o Outcome) {
 	s.freed = true
 	if s.decision.Ticket != nil {
 		s.decision.Ticket.Free(o)
+	}
+	if s.logged {
+		end := Finish{Status: s.respStatus, Outcome: o, Duration: s.cfg.now().Sub(s.decidedAt)}
+		if s.immediate {
+			end.Status = s.immediateStatus
+		}
+		if !s.firstAt.IsZero() {
+			end.TTFT = s.firstAt.Sub(s.decidedAt)
+		}
+		s.cfg.Requests.Finished(s.logHandle, end)
 	}
 }

@@ -45,7 +45,7 @@ func startCore(t *testing.T, cfg kvevents.Config) (*kvevents.Core, context.Conte
 // has nothing else to choose from, so wait for the batch count too.
 func settle(t *testing.T, core *kvevents.Core, batches uint64) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for core.Stats().Batches < batches {
 		if time.Now().After(deadline) {
 			t.Fatalf("core handled %d batches, want %d", core.Stats().Batches, batches)
@@ -147,7 +147,7 @@ func TestCoreClaimOfALostBatchMarksTheWorkerStale(t *testing.T) {
 	core.Published("w", 1) // batch 1 missing: the first claim
 	time.Sleep(time.Millisecond)
 	core.Published("w", 1) // still missing past the grace
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for !ix.NeedsResync("w") {
 		if time.Now().After(deadline) {
 			t.Fatalf("worker not stale after a claim of a lost batch; stats %+v", core.Stats())

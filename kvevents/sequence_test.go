@@ -263,7 +263,7 @@ func TestSequenceRules(t *testing.T) {
 					if row.zmq != nil && tp.name == "zmq" {
 						want = *row.zmq
 					}
-					deadline := time.Now().Add(10 * time.Second)
+					deadline := time.Now().Add(30 * time.Second)
 					for got := view(ix, "w", ri, len(row.steps)); !slices.Equal(got.held, want.held) || got.stale != want.stale; got = view(ix, "w", ri, len(row.steps)) {
 						if time.Now().After(deadline) {
 							t.Fatalf("worker's view = %+v, want %+v", got, want)

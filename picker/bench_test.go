@@ -12,6 +12,7 @@ import (
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/kvroute/kvroute/extproc"
+	"github.com/kvroute/kvroute/scoring"
 	"google.golang.org/grpc"
 )
 
@@ -189,4 +190,28 @@ func BenchmarkDecideChat8k(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64(percentile(durs, 0.50).Microseconds()), "p50-µs")
 	b.ReportMetric(float64(percentile(durs, 0.99).Microseconds()), "p99-µs")
+}
+
+// BenchmarkDecideChat8kExplained is BenchmarkDecideChat8k with every
+// decision's explanation kept (the request log, --request-log-size).
+func BenchmarkDecideChat8kExplained(b *testing.B) {
+	rg := newRig(b, func(_ *scoring.Options, c *Config) { c.Explain = true })
+	_, warm := benchBody("chat_8k", -1)
+	if _, err := rg.picker.Decide(context.Background(), chatReq(string(warm))); err != nil {
+		b.Fatal(err)
+	}
+	reqs := make([]*extproc.Request, 64)
+	for i := range reqs {
+		_, body := benchBody("chat_8k", i)
+		reqs[i] = chatReq(string(body))
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		d, err := rg.picker.Decide(context.Background(), reqs[i%len(reqs)])
+		if err != nil {
+			b.Fatal(err)
+		}
+		d.Ticket.Free(extproc.OutcomeOK)
+	}
 }

@@ -2,6 +2,8 @@ package picker
 
 import (
 	"context"
+	"encoding/json"
+
 	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/scoring"
 )
@@ -26,6 +28,20 @@ type Explanation struct {
 	Decision *scoring.Explanation `json:"decision"`
 	// Lines are the decision's log lines, one per candidate.
 	Lines []string `json:"lines"`
+}
+
+// MarshalJSON renders Lines from Decision when they were left for later
+// (the request log keeps explanations without rendering them).
+func (e *Explanation) MarshalJSON() ([]byte, error) {
+	type plain Explanation
+	out := plain(*e)
+	if out.Lines == nil && out.Decision != nil {
+		out.Lines = make([]string, 0, len(out.Decision.Workers))
+		for i := range out.Decision.Workers {
+			out.Lines = append(out.Lines, out.Decision.Line(i))
+		}
+	}
+	return json.Marshal(out)
 }
 
 // Explain decides for req as Decide would, without queueing, without adding

@@ -115,6 +115,11 @@ type Config struct {
 	// the wait is long: a burst of long prompts on a busy machine queues
 	// instead of failing; only a sustained overload is shed.
 	DecisionWait time.Duration
+	// Explain keeps every decision's explanation (the shape of
+	// /debug/explain) in Decision.Explanation, for the request log. It
+	// costs one candidate list per decision; the candidates' text lines
+	// are rendered only when the explanation is encoded.
+	Explain bool
 	// Metrics may be nil.
 	Metrics Metrics
 	// Logger may be nil (slog.Default()). The decision line goes out at
@@ -181,7 +186,7 @@ func (p *Picker) Decide(ctx context.Context, req *extproc.Request) (extproc.Deci
 	}
 	pl.sreq.ID = p.idBase + strconv.FormatUint(p.seq.Add(1), 36)
 	var exp *scoring.Explanation
-	if p.cfg.Fallbacks > 0 || p.log.Enabled(ctx, slog.LevelDebug) {
+	if p.cfg.Fallbacks > 0 || p.cfg.Explain || p.log.Enabled(ctx, slog.LevelDebug) {
 		exp = &scoring.Explanation{}
 	}
 	start := time.Now()
@@ -204,10 +209,23 @@ func (p *Picker) Decide(ctx context.Context, req *extproc.Request) (extproc.Deci
 		p.log.Debug("decision", "request", pl.sreq.ID, "model", pl.sreq.Model, "worker", d.Worker,
 			"prompt_tokens", pl.sreq.PromptTokens, "cached_tokens", cached, "by_load", pl.byLoad)
 	}
+	fallbacks := pl.fallbacks(exp, d, p.cfg.Fallbacks)
+	var explained any
+	if p.cfg.Explain {
+		explained = &Explanation{
+			Model: pl.sreq.Model, API: pl.api, PromptTokens: pl.sreq.PromptTokens, ByLoad: pl.byLoad,
+			Chosen: d.Worker, Cluster: d.Cluster, Address: d.Address, Fallbacks: fallbacks,
+			CachedTokens:  cached,
+			PendingTokens: d.PendingBlocks * pl.blockSizeOf(d.Index),
+			Decision:      exp,
+		}
+	}
 	return extproc.Decision{
 		Cluster:      d.Cluster,
 		Address:      d.Address,
-		Fallbacks:    pl.fallbacks(exp, d, p.cfg.Fallbacks),
+		Fallbacks:    fallbacks,
+		Worker:       d.Worker,
+		Explanation:  explained,
 		Model:        pl.sreq.Model,
 		Mode:         r.Mode().Name(),
 		CachedTokens: cached,

@@ -2,6 +2,7 @@ package picker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -504,5 +505,42 @@ func TestPickerExplainLeavesRoundRobinWhereItWas(t *testing.T) {
 	}
 	if exp.Address == d.Address {
 		t.Errorf("after a real request explain still answers %s; the counter should have moved on", exp.Address)
+	}
+}
+
+// With Explain set, a decision carries the explanation /debug/explain
+// would give, its text lines rendered only when it is encoded.
+func TestDecideKeepsTheExplanationWhenAsked(t *testing.T) {
+	for _, explain := range []bool{false, true} {
+		rg := newRig(t, func(_ *scoring.Options, c *Config) { c.Explain = explain })
+		d, err := rg.picker.Decide(context.Background(), chatReq(longChat(40)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Ticket.Free(extproc.OutcomeOK)
+		if d.Worker == "" {
+			t.Errorf("explain=%v: the decision names no worker id", explain)
+		}
+		if !explain {
+			if d.Explanation != nil {
+				t.Errorf("an explanation kept without Explain: %T", d.Explanation)
+			}
+			continue
+		}
+		exp, ok := d.Explanation.(*Explanation)
+		if !ok || exp.Chosen != d.Worker || exp.Lines != nil {
+			t.Fatalf("explanation %+v (%T), want one choosing %s with lines left for later", d.Explanation, d.Explanation, d.Worker)
+		}
+		b, err := json.Marshal(exp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back struct {
+			Chosen string   `json:"chosen"`
+			Lines  []string `json:"lines"`
+		}
+		if err := json.Unmarshal(b, &back); err != nil || back.Chosen != d.Worker || len(back.Lines) != 3 {
+			t.Errorf("encoded %s (%v), want %s chosen among 3 lines", b, err, d.Worker)
+		}
 	}
 }

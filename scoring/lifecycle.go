@@ -200,6 +200,7 @@ func (p *Pool) free(key string) bool {
 	if !ok {
 		return false
 	}
+	a.w.finished++
 	p.releaseLocked(a)
 	delete(p.reqs, key)
 	return true

@@ -59,6 +59,10 @@ type worker struct {
 	// when the report arrived, so an idle report is trusted only if no
 	// request was sent since.
 	adds, reportAdds uint64
+	// finished counts requests freed on the worker; reportFinished is its
+	// value when the report arrived, so the requests that ended since are
+	// known until the next report shows them gone.
+	finished, reportFinished uint64
 	// removed is set when the worker leaves the pool, so a Candidate that
 	// still points at it falls back to the ID lookup.
 	removed bool
@@ -245,7 +249,7 @@ func (p *Pool) SetLoadReport(id string, r LoadReport) error {
 	p.mu.Lock()
 	w, ok := p.workers[id]
 	if ok {
-		w.report, w.reportAt, w.hasReport, w.reportAdds = r, now, true, w.adds
+		w.report, w.reportAt, w.hasReport, w.reportAdds, w.reportFinished = r, now, true, w.adds, w.finished
 		if r.Running == 0 && r.Waiting == 0 {
 			p.clearPhantomsLocked(w, now)
 		}
@@ -282,6 +286,11 @@ type Load struct {
 	// enough to use (younger than Options.StaleReportAge).
 	Report      LoadReport `json:"report"`
 	ReportFresh bool       `json:"report_fresh"`
+	// FinishedSinceReport counts the worker's requests whose response
+	// ended after Report arrived: Report.Running still counts them until
+	// the next report (kvsim reports every 200 ms, a scraped engine at its
+	// scrape interval).
+	FinishedSinceReport int `json:"finished_since_report"`
 	// ReportIdle is set when a fresh report shows nothing running or
 	// waiting and no request was sent to the worker since it arrived.
 	ReportIdle bool `json:"report_idle"`
@@ -367,6 +376,7 @@ func (p *Pool) fillLoadLocked(l *Load, w *worker, now time.Time, churn float64) 
 	l.PrefillRequests = w.prefillRequests
 	l.Report = w.report
 	l.ReportFresh = fresh
+	l.FinishedSinceReport = int(w.finished - w.reportFinished)
 	l.ReportIdle = fresh && w.report.Running == 0 && w.report.Waiting == 0 && w.reportAdds == w.adds
 	l.ReportSilent = w.hasReport && !fresh
 	l.Ejected = w.health.ejectedUntil.After(now)

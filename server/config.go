@@ -138,6 +138,9 @@ type Config struct {
 	// Stream shapes ext_proc answers (target header, body limit, debug
 	// headers).
 	Stream extproc.Config
+	// RequestLogSize is how many recent decisions /debug/requests keeps,
+	// each with its explanation and outcome (0: off).
+	RequestLogSize int
 	// Fallbacks is how many next-best endpoints follow the primary in
 	// x-gateway-destination-endpoint and its envoy.lb metadata (default 2).
 	//
@@ -225,6 +228,7 @@ func DefaultConfig() Config {
 		Scoring:          scoring.DefaultOptions(),
 		KVEvents:         true,
 		Fallbacks:        2,
+		RequestLogSize:   DefaultRequestLogSize,
 		ShutdownGrace:    15 * time.Second,
 		Recovery:         DefaultRecoveryConfig(),
 		MaxMessages:      DefaultMaxMessages,
@@ -260,6 +264,9 @@ func (c *Config) Validate() error {
 	errs = append(errs, c.validateEngineFeed()...)
 	if c.Fallbacks < 0 {
 		errs = append(errs, fmt.Errorf("fallbacks %d must not be negative", c.Fallbacks))
+	}
+	if c.RequestLogSize < 0 {
+		errs = append(errs, fmt.Errorf("request log size %d must not be negative (0 turns the log off)", c.RequestLogSize))
 	}
 	if c.MaxMessages < 0 || c.MaxPromptBytes < 0 || c.MaxConcurrentDecisions < 0 || c.StreamIdleTimeout < 0 || c.ConnIdleTimeout < 0 {
 		errs = append(errs, errors.New("max messages, max prompt bytes, max concurrent decisions and the stream and connection idle timeouts must not be negative (0 turns each off)"))

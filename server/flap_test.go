@@ -64,7 +64,7 @@ func startFlapRig(t *testing.T, grace time.Duration, logger ...*slog.Logger) *fl
 
 func (rig *flapRig) register(t *testing.T) *etcd.Registration {
 	t.Helper()
-	reg, err := etcd.Register(context.Background(), rig.cli, rig.r.cfg.Namespace, rig.spec, etcd.RegisterOptions{TTL: time.Second, Logger: quiet()})
+	reg, err := etcd.Register(context.Background(), rig.cli, rig.r.cfg.Namespace, rig.spec, etcd.RegisterOptions{TTL: 10 * time.Second, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}

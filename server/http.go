@@ -35,6 +35,7 @@ var endpoints = []endpoint{
 	{"GET", "/", "this list", true},
 	{"GET", "/debug/workers", "every worker on one line (id, health, running, waiting, cached blocks, learned prefill rate); ?verbose=1 gives its whole record, live load and index holdings; \"degraded\" lists components the router runs without (nats, etcd, kubernetes)", true},
 	{"POST", "/debug/explain", "an OpenAI body in, the decision with every candidate's terms out, without side effects (?path=/v1/completions)", true},
+	{"GET", "/debug/requests", "the last decisions (--request-log-size), newest first: worker, explanation (as /debug/explain), outcome (status, TTFT, duration); ?id=X-REQUEST-ID gives one, ?limit=N the newest N", true},
 	{"GET", SnapshotPath, "the KV index as a versioned binary snapshot, for a restarting replica's --warm-from", true},
 	{"GET", "/admin/mode", "the router mode and the valid ones", true},
 	{"POST", "/admin/mode", `switch the router mode at runtime: {"mode": NAME} or ?mode=NAME`, true},
@@ -76,6 +77,7 @@ func (r *Server) adminHandler() http.Handler {
 	})
 	mux.HandleFunc("GET /debug/workers", r.handleWorkers)
 	mux.HandleFunc("POST /debug/explain", r.handleExplain)
+	mux.HandleFunc("GET /debug/requests", r.handleRequests)
 	mux.HandleFunc("GET "+SnapshotPath, r.handleSnapshot)
 	mux.HandleFunc("GET /admin/mode", r.handleMode)
 	mux.HandleFunc("POST /admin/mode", r.handleMode)

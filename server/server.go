@@ -36,12 +36,15 @@ type Server struct {
 	metrics *Metrics
 	picker  *picker.Picker
 	server  *extproc.Server
-	index   *kvindex.Index
-	approx  *kvindex.Approx
-	toks    *tokenizer.Registry
-	src     *source // the worker source (discovery.go)
-	fleet   *fleet
-	events  *kvevents.Core // nil without KV events
+	// requests keeps the recent decisions for /debug/requests; nil when
+	// RequestLogSize is 0.
+	requests *requestLog
+	index    *kvindex.Index
+	approx   *kvindex.Approx
+	toks     *tokenizer.Registry
+	src      *source // the worker source (discovery.go)
+	fleet    *fleet
+	events   *kvevents.Core // nil without KV events
 	// loadReports feeds the pool; nil unless load comes over NATS.
 	loadReports *bus.LoadReports
 	feeds       *feed.Feeds // nil unless engines are followed directly
@@ -177,12 +180,14 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 
+	r.requests = newRequestLog(cfg.RequestLogSize, nil)
 	r.picker, err = picker.New(picker.Config{
 		Scheduler: sched, Index: r.index, Approx: r.approx, Tokenizers: r.toks,
 		BlockSize: cfg.BlockSize, Fallbacks: cfg.Fallbacks, OnBadBody: cfg.OnBadBody,
 		ModelHeader: cfg.ModelHeader, Metrics: r.metrics, Logger: r.log,
 		Multimodal:  cfg.Multimodal,
 		MaxMessages: cfg.MaxMessages, MaxPromptBytes: cfg.MaxPromptBytes, MaxConcurrent: cfg.MaxConcurrentDecisions,
+		Explain: r.requests != nil,
 	})
 	if err != nil {
 		return nil, err
@@ -223,7 +228,11 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		r.goRun(func() error { r.runResync(); return nil })
 	}
 
-	r.server, err = extproc.NewServer(extproc.ServerConfig{Stream: cfg.Stream, Decider: r.picker, Metrics: r.metrics, TLS: cfg.TLS, Logger: r.log, KeepaliveMinTime: cfg.KeepaliveMinTime,
+	stream := cfg.Stream
+	if r.requests != nil {
+		stream.Requests = r.requests
+	}
+	r.server, err = extproc.NewServer(extproc.ServerConfig{Stream: stream, Decider: r.picker, Metrics: r.metrics, TLS: cfg.TLS, Logger: r.log, KeepaliveMinTime: cfg.KeepaliveMinTime,
 		MaxStreams: cfg.MaxStreams, StreamIdleTimeout: cmp.Or(cfg.StreamIdleTimeout, -1), // 0: off
 		ConnIdleTimeout: cmp.Or(cfg.ConnIdleTimeout, -1)})
 	if err != nil {

@@ -83,7 +83,7 @@ func start(t *testing.T, cfg Config) *Server {
 
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
@@ -286,8 +286,8 @@ func TestRouterEventsOverNATSChangeTheNextDecision(t *testing.T) {
 		if err := json.Unmarshal([]byte(get(t, base+"/", 200)), &index); err != nil || len(index.Endpoints) != 4 {
 			t.Fatalf("GET / = %+v, %v; want the 4 metrics and health endpoints", index, err)
 		}
-		if err := json.Unmarshal([]byte(get(t, admin+"/", 200)), &index); err != nil || len(index.Endpoints) != 6 {
-			t.Fatalf("admin GET / = %+v, %v; want the 6 debug, snapshot and admin endpoints", index, err)
+		if err := json.Unmarshal([]byte(get(t, admin+"/", 200)), &index); err != nil || len(index.Endpoints) != 7 {
+			t.Fatalf("admin GET / = %+v, %v; want the 7 debug, snapshot and admin endpoints", index, err)
 		}
 		resp, err := http.Post(admin+"/debug/explain", "application/json", strings.NewReader(body))
 		if err != nil {
@@ -408,7 +408,7 @@ func TestRouterFollowsEtcdRegistrations(t *testing.T) {
 	}
 	defer cli.Close()
 	reg, err := etcd.Register(context.Background(), cli, cfg.Namespace,
-		scoring.WorkerSpec{ID: "w9", Model: model, Address: "10.0.0.9:8000", BlockSize: 16, KVTotalBlocks: 100}, etcd.RegisterOptions{TTL: time.Second, Logger: quiet()})
+		scoring.WorkerSpec{ID: "w9", Model: model, Address: "10.0.0.9:8000", BlockSize: 16, KVTotalBlocks: 100}, etcd.RegisterOptions{TTL: 3 * time.Second, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}

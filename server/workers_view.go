@@ -26,10 +26,13 @@ type workerLine struct {
 	// Health is the first of: ejected (passive health), stale (KV events
 	// lost, no overlap credit), silent (load reports stopped), no_report
 	// (none fresh yet) and ok.
-	Health       string `json:"health"`
-	Running      int    `json:"running"`
-	Waiting      int    `json:"waiting"`
-	CachedBlocks int    `json:"cached_blocks"`
+	Health string `json:"health"`
+	// Running and Waiting come from the worker's last load report;
+	// Running leaves out the requests whose response ended since, which
+	// the report still counts until the next one.
+	Running      int `json:"running"`
+	Waiting      int `json:"waiting"`
+	CachedBlocks int `json:"cached_blocks"`
 	// PrefillRate is the learned prefill rate in tokens per second, to three
 	// significant figures; 0 until the router has fitted one.
 	PrefillRate float64 `json:"prefill_rate"`
@@ -54,7 +57,9 @@ func (v workerView) line() workerLine {
 		l.Health = "no_report"
 	}
 	if v.Load != nil {
-		l.Running, l.Waiting = v.Load.Report.Running, v.Load.Report.Waiting
+		// The report may predate requests that have ended since: they no
+		// longer run, whatever the report says until the next one.
+		l.Running, l.Waiting = max(0, v.Load.Report.Running-v.Load.FinishedSinceReport), v.Load.Report.Waiting
 		if v.Load.FitSamples > 0 {
 			l.PrefillRate = roundSig(v.Load.PrefillRate, 3)
 		}

@@ -70,3 +70,40 @@ func TestRoundSig(t *testing.T) {
 		}
 	}
 }
+
+// A request that ended after the last load report no longer counts as
+// running, though the report still says so until the next one.
+func TestWorkerLineRunningLeavesOutRequestsEndedSinceTheReport(t *testing.T) {
+	pool := scoring.NewPool(scoring.DefaultOptions())
+	if err := pool.Upsert(scoring.WorkerSpec{ID: "w0", Model: "m", Address: "10.0.0.1:8000", BlockSize: 16, KVTotalBlocks: 100}); err != nil {
+		t.Fatal(err)
+	}
+	req := &scoring.Request{ID: "r1", Model: "m", PromptTokens: 32}
+	if err := pool.Add(req, "w0", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.SetLoadReport("w0", scoring.LoadReport{Running: 1}); err != nil {
+		t.Fatal(err)
+	}
+	line := func() workerLine {
+		l, ok := pool.Load("w0")
+		if !ok {
+			t.Fatal("w0 gone")
+		}
+		return workerView{Load: &l}.line()
+	}
+	if got := line().Running; got != 1 {
+		t.Fatalf("running %d while the request runs, want 1", got)
+	}
+	pool.Free("r1")
+	if got := line().Running; got != 0 {
+		t.Errorf("running %d right after the request ended, want 0", got)
+	}
+	// The next report counts from itself again.
+	if err := pool.SetLoadReport("w0", scoring.LoadReport{Running: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if got := line().Running; got != 2 {
+		t.Errorf("running %d after a new report of 2, want 2", got)
+	}
+}

@@ -114,7 +114,7 @@ func TestXDSServesEtcdRegisteredWorkersAsClusters(t *testing.T) {
 	}
 	defer cli.Close()
 	rec := scoring.WorkerSpec{ID: "w7", Cluster: "vllm-7", Model: model, Address: "10.0.0.7:8000", BlockSize: 16, KVTotalBlocks: 100}
-	reg, err := etcd.Register(context.Background(), cli, cfg.Namespace, rec, etcd.RegisterOptions{TTL: time.Second, Logger: quiet()})
+	reg, err := etcd.Register(context.Background(), cli, cfg.Namespace, rec, etcd.RegisterOptions{TTL: 10 * time.Second, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -278,6 +278,7 @@ func (d *demoFlags) runSweep(stdout, stderr io.Writer, engine sim.EngineConfig, 
 	if !d.progress && !bench.IsTerminal(os.Stderr) {
 		prog = bench.NewProgressLines(stderr, "sweep", len(modes)*len(loads), progressEvery)
 	}
+	prog.Counting("runs (one mode at one load each)")
 	opt.Progress = func(done, _ int, _ vsim.Result) { prog.Update(done, 0) }
 	defer prog.Done()
 	rep, err := vsim.Sweep(w, opt)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
@@ -161,27 +162,71 @@ func TestUpPrintsAWorkingCurlLine(t *testing.T) {
 	defer cancel()
 	out := &testenv.SyncBuffer{}
 	done := make(chan int, 1)
-	go func() { done <- run(ctx, []string{"up", "--workers", "2", "--speedup", "50"}, out, io.Discard) }()
-	var url string
+	go func() {
+		done <- run(ctx, []string{"up", "--workers", "2", "--speedup", "50", "--tokenizer", "../../" + upTokenizer}, out, io.Discard)
+	}()
+	var m []string
+	curl := regexp.MustCompile(`curl -si (http://\S+)/v1/chat/completions -H 'content-type: application/json' -d '([^']*)'`)
 	deadline := time.Now().Add(60 * time.Second)
-	for url == "" && time.Now().Before(deadline) {
-		if m := regexp.MustCompile(`curl -s (http://\S+)/v1/chat/completions`).FindStringSubmatch(out.String()); m != nil {
-			url = m[1]
-		}
+	for m == nil && time.Now().Before(deadline) {
+		m = curl.FindStringSubmatch(out.String())
 		time.Sleep(50 * time.Millisecond)
 	}
-	if url == "" {
+	if m == nil {
 		t.Fatalf("no curl line:\n%s", out.String())
 	}
-	resp, err := http.Post(url+"/v1/chat/completions", "application/json",
-		strings.NewReader(`{"model": "`+bench.DefaultModel+`", "max_tokens": 4, "messages": [{"role": "user", "content": "Hello!"}]}`))
+	admin := regexp.MustCompile(`curl -s (http://\S+)/debug/requests`).FindStringSubmatch(out.String())
+	if admin == nil {
+		t.Fatalf("no /debug/requests line:\n%s", out.String())
+	}
+	// The printed request, run twice as the output says: the second is
+	// served from the cache of the worker that served the first.
+	type answer struct {
+		worker string
+		cached int
+	}
+	send := func() answer {
+		resp, err := http.Post(m[1]+"/v1/chat/completions", "application/json", strings.NewReader(m[2]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var v struct {
+			Object string `json:"object"`
+			Usage  struct {
+				Details struct {
+					Cached int `json:"cached_tokens"`
+				} `json:"prompt_tokens_details"`
+			} `json:"usage"`
+		}
+		if err := json.Unmarshal(body, &v); resp.StatusCode != 200 || err != nil || v.Object != "chat.completion" {
+			t.Fatalf("the printed request answered %d (%v): %s", resp.StatusCode, err, body)
+		}
+		return answer{resp.Header.Get("x-kvroute-worker"), v.Usage.Details.Cached}
+	}
+	first := send()
+	if first.worker == "" {
+		t.Error("no x-kvroute-worker header on the answer")
+	}
+	// The worker's KV events reach the router within milliseconds; the
+	// second run waits for the first's blocks to be known.
+	var second answer
+	waitUntil(t, "the second run to be a cache hit", func() bool {
+		second = send()
+		return second.cached > 0
+	})
+	if second.worker != first.worker {
+		t.Errorf("second run on %q, first on %q: want the same worker", second.worker, first.worker)
+	}
+	resp, err := http.Get(admin[1] + "/debug/requests?limit=1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != 200 || !strings.Contains(string(body), `"chat.completion"`) {
-		t.Errorf("the printed URL answered %d: %s", resp.StatusCode, body)
+	if !strings.Contains(string(body), `"worker": "`+first.worker+`"`) {
+		t.Errorf("/debug/requests does not show the last decision on %s: %s", first.worker, body)
 	}
 	cancel()
 	select {
@@ -191,5 +236,16 @@ func TestUpPrintsAWorkingCurlLine(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("kvbench up did not stop")
+	}
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -135,7 +135,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	opt := vsim.SweepOptions{Fleet: s.fleet, Router: s.router, Modes: modes, Loads: loads, SLO: s.slo, Seed: s.seed, Parallel: s.parallel,
 		RouterCost: s.routerCost}
-	prog := bench.NewProgress(stderr, "sim "+w.Name, len(modes)*len(loads))
+	prog := bench.NewProgress(stderr, "sim "+w.Name, len(modes)*len(loads)).Counting("runs (one mode at one load each)")
 	opt.Progress = func(done, _ int, _ vsim.Result) { prog.Update(done, 0) }
 	rep, err := vsim.Sweep(w, opt)
 	prog.Done()

@@ -23,7 +23,7 @@ var serveGroups = []cli.Group{
 	{Title: "Security", Flags: []string{"tls-cert", "tls-key", "tls-client-ca", "admin-token-file", "allow-address-ranges",
 		"etcd-ca", "etcd-cert", "etcd-key", "etcd-username", "etcd-password", "etcd-password-file",
 		"nats-creds", "nats-nkey", "nats-user", "nats-password", "nats-password-file", "nats-tls-ca", "nats-tls-cert", "nats-tls-key"}},
-	{Title: "Observability", Flags: []string{"log-format", "log-level", "debug-headers"}},
+	{Title: "Observability", Flags: []string{"log-format", "log-level", "debug-headers", "response-worker-header", "request-log-size"}},
 }
 
 // startHere are the flags a first run sets.

@@ -83,7 +83,7 @@ func TestRunServesUntilCancelled(t *testing.T) {
 			"--num-gpu-blocks", "64", "--block-size", "16", "--workers-file", path, "--log-level", "error"})
 	}()
 	var recs []scoring.WorkerSpec
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if data, err := os.ReadFile(path); err == nil {
 			if recs, err = file.Parse(data, nil); err != nil {

@@ -47,9 +47,15 @@ func fit(s string, w, fs float64) string {
 // WriteSVG draws the report as a self-contained SVG: the TTFT CDF of every
 // mode on a log time axis, each mode's hit rate as a bar with the reference
 // rates as dashed lines, the setup as a subtitle and a legend underneath.
+//
+// A mode whose simulated workers fell behind real time (ModeResult.
+// LagWarning) has unreliable times: its TTFT curve is not drawn, its legend
+// row says so, and a note under the legend names the worker and the lag, so
+// the chart never shows a latency its run cannot support.
 func (r *Report) WriteSVG(w io.Writer) error {
 	rows := max(len(r.Order), 2)
-	h := legendY0 + legendRow*rows
+	notes := r.lagNotes()
+	h := legendY0 + legendRow*(rows+len(notes))
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="%d">`+"\n", chartW, h, chartW, h, fontSize)
 	b.WriteString(`<rect width="100%" height="100%" fill="white"/>` + "\n")
@@ -61,6 +67,10 @@ func (r *Report) WriteSVG(w io.Writer) error {
 	r.cdfPanel(&b)
 	r.barPanel(&b)
 	r.legend(&b)
+	for i, n := range notes {
+		ly := legendY0 + legendRow*(rows+i) + 4
+		fmt.Fprintf(&b, `<text x="%d" y="%d" fill="#b00000">%s</text>`+"\n", cdfX0, ly, html.EscapeString(fit(n, chartW-cdfX0-10, fontSize)))
+	}
 	b.WriteString("</svg>\n")
 	_, err := io.WriteString(w, b.String())
 	if err != nil {
@@ -82,15 +92,38 @@ func (r *Report) WriteSVGFile(path string) error {
 	return f.Close()
 }
 
+// lagNotes are the chart's lines on modes whose times are unreliable.
+func (r *Report) lagNotes() []string {
+	var out []string
+	for _, name := range r.Order {
+		m := r.Modes[name]
+		if !m.LagWarning {
+			continue
+		}
+		id, secs := m.WorstLag()
+		out = append(out, fmt.Sprintf("%s's TTFT is not drawn: kvsim worker %s fell %.2f s behind real time in that run, so its times are unreliable.", name, id, secs))
+	}
+	return out
+}
+
 func (r *Report) cdfPanel(b *strings.Builder) {
 	lo, hi := math.Inf(1), math.Inf(-1)
+	lagged := 0
 	for _, name := range r.Order {
+		if r.Modes[name].LagWarning {
+			lagged++
+			continue
+		}
 		for _, v := range r.Modes[name].TTFTSamples {
 			lo, hi = math.Min(lo, v), math.Max(hi, v)
 		}
 	}
 	if math.IsInf(lo, 1) {
-		fmt.Fprintf(b, `<text x="%d" y="%d">no successful requests</text>`+"\n", cdfX0+20, (plotY0+plotY1)/2)
+		msg := "no successful requests"
+		if lagged > 0 {
+			msg = "no reliable times: every mode with answers fell behind real time"
+		}
+		fmt.Fprintf(b, `<text x="%d" y="%d">%s</text>`+"\n", cdfX0+20, (plotY0+plotY1)/2, msg)
 		return
 	}
 	// Decade-aligned log axis.
@@ -125,7 +158,7 @@ func (r *Report) cdfPanel(b *strings.Builder) {
 	colors := ModeColors(r.Order)
 	for _, name := range r.Order {
 		s := r.Modes[name].TTFTSamples
-		if len(s) == 0 {
+		if len(s) == 0 || r.Modes[name].LagWarning {
 			continue
 		}
 		var pts strings.Builder
@@ -226,6 +259,9 @@ func (r *Report) legend(b *strings.Builder) {
 		ly := legendY0 + legendRow*i
 		c := colors[name]
 		stats := fmt.Sprintf(" — TTFT p90 %s, hit rate %.1f%%", fmtMillis(m.TTFT.P90), 100*m.HitRate)
+		if m.LagWarning {
+			stats = fmt.Sprintf(" — TTFT unreliable (not drawn), hit rate %.1f%%", 100*m.HitRate)
+		}
 		label := fit(name, cdfX1-cdfX0-20-textWidth(stats, fontSize), fontSize) + stats
 		fmt.Fprintf(b, `<rect x="%d" y="%d" width="14" height="4" fill="%s"/><text x="%d" y="%d">%s</text>`+"\n",
 			cdfX0, ly-4, c, cdfX0+20, ly+1, html.EscapeString(label))

@@ -70,6 +70,9 @@ type EnvConfig struct {
 	// Router, when set, edits the router's configuration before it starts
 	// (for example --durable-events).
 	Router func(*server.Config)
+	// ResponseWorkerHeader makes responses name their worker in
+	// x-kvroute-worker (kvroute --response-worker-header).
+	ResponseWorkerHeader bool
 }
 
 // Env is a running all-in-one system: NATS, etcd, a fleet of simulated
@@ -186,6 +189,7 @@ func StartEnv(ctx context.Context, cfg EnvConfig) (_ *Env, err error) {
 	if cfg.Style == envoy.StyleXDS {
 		rcfg.XDSAddr = "127.0.0.1:0"
 	}
+	rcfg.Stream.ResponseWorkerHeader = cfg.ResponseWorkerHeader
 	if cfg.Router != nil {
 		cfg.Router(&rcfg)
 	}

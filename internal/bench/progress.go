@@ -20,6 +20,16 @@ type Progress struct {
 	start time.Time
 	last  time.Time
 	every time.Duration // > 0: one line per period, no \r
+	unit  string        // what is counted; "" means requests (with errors)
+}
+
+// Counting names what the bar counts when it is not requests (a sweep
+// counts runs); the errors count is then left out. It returns p.
+func (p *Progress) Counting(unit string) *Progress {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.unit = unit
+	return p
 }
 
 // NewProgressLines returns a progress report for a non-terminal: a line at
@@ -79,6 +89,10 @@ func (p *Progress) line(done, errs int, elapsed time.Duration) string {
 		frac = min(1, float64(done)/float64(p.total))
 	}
 	n := int(frac * width)
-	return fmt.Sprintf("%-14s [%s%s] %d/%d requests, %d errors, %.0fs",
-		p.label, strings.Repeat("#", n), strings.Repeat(".", width-n), done, p.total, errs, elapsed.Seconds())
+	bar := strings.Repeat("#", n) + strings.Repeat(".", width-n)
+	if p.unit != "" {
+		return fmt.Sprintf("%-14s [%s] %d/%d %s, %.0fs", p.label, bar, done, p.total, p.unit, elapsed.Seconds())
+	}
+	return fmt.Sprintf("%-14s [%s] %d/%d requests, %d errors, %.0fs",
+		p.label, bar, done, p.total, errs, elapsed.Seconds())
 }

@@ -165,6 +165,15 @@ func (r *Report) SetupLine() string {
 	return strings.Join(parts, " · ")
 }
 
+// reportLegend explains every column of the real-time table once
+// (docs/routing.md, "What the reports measure", says more).
+const reportLegend = "Columns: requests sent and errors among them (no 200 answer, or a broken stream); " +
+	"hit rate: prompt tokens the workers reported cached ÷ prompt tokens; " +
+	"stickiness: share of follow-up requests (next turn, same prefix) served by the worker that served the request they follow; " +
+	"overlap exact: share of requests whose router-predicted cached tokens equal the worker's reported cached_tokens, among requests the router predicted for " +
+	"(n/a: the mode made no prediction, as round robin never matches the prompt); " +
+	"TTFT, ITL (per streamed event) and E2E percentiles in wall-clock ms; output tok/s over the run; worker share: requests each worker served."
+
 // Markdown renders the comparison table, one row per mode in run order.
 func (r *Report) Markdown() string {
 	var b strings.Builder
@@ -175,12 +184,26 @@ func (r *Report) Markdown() string {
 	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, name := range r.Order {
 		m := r.Modes[name]
-		fmt.Fprintf(&b, "| %s | %d | %d | %.1f %% | %s | %s | %.0f / %.0f / %.0f | %.1f / %.1f / %.1f | %.0f / %.0f / %.0f | %.0f | %s |\n",
-			name, m.Requests, m.Errors, 100*m.HitRate, pct(m.Stickiness), pct(m.OverlapExact), m.TTFT.P50, m.TTFT.P90, m.TTFT.P99,
-			m.ITL.P50, m.ITL.P90, m.ITL.P99, m.E2E.P50, m.E2E.P90, m.E2E.P99, m.OutputTokS, shareString(m.WorkerShare))
+		// A mode whose workers fell behind real time keeps its numbers,
+		// marked: they are stretched, not measured latencies.
+		mark := ""
+		if m.LagWarning {
+			mark = "⚠ "
+		}
+		fmt.Fprintf(&b, "| %s | %d | %d | %.1f %% | %s | %s | %s%.0f / %.0f / %.0f | %s%.1f / %.1f / %.1f | %s%.0f / %.0f / %.0f | %s%.0f | %s |\n",
+			name, m.Requests, m.Errors, 100*m.HitRate, pct(m.Stickiness), pct(m.OverlapExact), mark, m.TTFT.P50, m.TTFT.P90, m.TTFT.P99,
+			mark, m.ITL.P50, m.ITL.P90, m.ITL.P99, mark, m.E2E.P50, m.E2E.P90, m.E2E.P99, mark, m.OutputTokS, shareString(m.WorkerShare))
 	}
-	b.WriteString("\nStickiness: share of follow-up requests (next turn, same prefix) served by the worker that served the request they follow. " +
-		"Overlap exact: share of requests whose router-predicted cached tokens equal the worker's reported cached_tokens (n/a: the router made no prediction).\n")
+	b.WriteString("\n" + reportLegend)
+	if r.ClockLagWarning {
+		b.WriteString(" ⚠: a kvsim worker fell behind real time in that mode (warning below); its times are stretched, not measured.")
+	}
+	b.WriteString("\n")
+	for _, name := range r.Order {
+		if m := r.Modes[name]; m.Errors > 0 && m.FirstError != "" {
+			fmt.Fprintf(&b, "\nErrors in %s: %d of %d requests failed; the first: %s\n", name, m.Errors, m.Requests, m.FirstError)
+		}
+	}
 	switch {
 	case r.IdealHitRate != nil && r.IdealFleet != nil:
 		fmt.Fprintf(&b, "\nReference hit rates for this workload: %.1f %% with an infinite cache, %.1f %% with one LRU cache the size of the whole fleet.\n",
@@ -189,7 +212,7 @@ func (r *Report) Markdown() string {
 		fmt.Fprintf(&b, "\nReference hit rate for this workload: %.1f %% with an infinite cache.\n", 100**r.IdealHitRate)
 	}
 	if peaks := r.peaksTable(); peaks != "" {
-		fmt.Fprintf(&b, "\n%s", peaks)
+		fmt.Fprintf(&b, "\n%s\nPeaks, per worker from its load reports: the most requests running and waiting at once, and the highest share of its KV cache in use (near 100 %% the engine preempts and recomputes).\n", peaks)
 	}
 	for _, w := range r.LagWarnings() {
 		fmt.Fprintf(&b, "\n**%s**\n", w)

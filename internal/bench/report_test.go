@@ -483,3 +483,48 @@ func TestComparisonMakesNoLatencyClaimWhenWorkersLagged(t *testing.T) {
 		}
 	}
 }
+
+// A mode whose workers fell behind real time keeps its numbers in the
+// table, marked, and its TTFT curve is left out of the chart with a note.
+func TestReportMarksAModeWhoseWorkersFellBehind(t *testing.T) {
+	rep := fixedReport()
+	var svg strings.Builder
+	if err := rep.WriteSVG(&svg); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(svg.String(), "<polyline"); n != 2 {
+		t.Fatalf("%d TTFT curves without lag, want 2", n)
+	}
+	kv := rep.Modes["kv"]
+	kv.LagWarning, kv.ClockLag = true, map[string]float64{"w0": 1.25}
+	rep.ClockLagWarning = true
+	md := rep.Markdown()
+	if !strings.Contains(md, "| ⚠ 10 / 30 / 30 |") || strings.Contains(md, "| ⚠ 100 / 300 / 300 |") {
+		t.Errorf("kv's times not marked, or round robin's marked too:\n%s", md)
+	}
+	if !strings.Contains(md, "⚠: a kvsim worker fell behind real time") {
+		t.Errorf("the mark is not explained:\n%s", md)
+	}
+	svg.Reset()
+	if err := rep.WriteSVG(&svg); err != nil {
+		t.Fatal(err)
+	}
+	out := svg.String()
+	if n := strings.Count(out, "<polyline"); n != 1 {
+		t.Errorf("%d TTFT curves with kv lagging, want round robin's alone", n)
+	}
+	for _, want := range []string{"kv&#39;s TTFT is not drawn: kvsim worker w0 fell 1.25 s behind real time", "TTFT unreliable (not drawn)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("chart lacks %q", want)
+		}
+	}
+}
+
+func TestProgressCountsRunsWhenTold(t *testing.T) {
+	var b strings.Builder
+	p := NewProgressLines(&b, "sweep", 4, time.Nanosecond).Counting("runs")
+	p.Update(4, 0)
+	if got := b.String(); !strings.Contains(got, "4/4 runs") || strings.Contains(got, "requests") || strings.Contains(got, "errors") {
+		t.Errorf("progress line %q, want runs without requests or errors", got)
+	}
+}

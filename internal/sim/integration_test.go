@@ -290,7 +290,7 @@ func TestLoadReportsAndEtcdLifecycle(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	deadline = time.Now().Add(10 * time.Second)
+	deadline = time.Now().Add(30 * time.Second)
 	for _, ok := get("w1"); ok; _, ok = get("w1") {
 		if time.Now().After(deadline) {
 			t.Fatal("killed worker's record outlived its lease")

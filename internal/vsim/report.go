@@ -70,6 +70,7 @@ func (r *Report) Markdown() string {
 				100*p.Stickiness, same, 100*p.OverlapExact, p.Errors)
 		}
 	}
+	r.legendMarkdown(&b)
 	b.WriteString("\nGoodput (highest load meeting the SLO): ")
 	for i, m := range r.Order {
 		if i > 0 {
@@ -80,6 +81,37 @@ func (r *Report) Markdown() string {
 	b.WriteString("\n")
 	r.routerCostMarkdown(&b)
 	return b.String()
+}
+
+// sweepLegend explains every column of the sweep table once
+// (docs/routing.md, "What the reports measure", says more).
+const sweepLegend = "Columns: **hit rate**, prompt tokens the engines found cached ÷ prompt tokens, and split into " +
+	"sessions' **first turns / later** turns (–: no later turns). **TTFT**, **ITL** and **E2E** are in simulated time; " +
+	"a shed request counts in TTFT with the time it waited. **stickiness**: share of follow-ups (a session's next turn, " +
+	"or a request sharing leading blocks with an earlier one) sent to a worker that held the earlier request's prefix, " +
+	"among follow-ups whose prefix the chosen or the earlier worker still held; any holder counts. " +
+	"**same worker**: share of sessions' later turns sent to the very worker that served the turn before (–: no later turns); " +
+	"the two agree when each prefix lives on one worker and part when a prefix is on several or was evicted. " +
+	"**overlap exact**: share of requests whose cached tokens kvroute's index predicts on the chosen worker equal what " +
+	"its engine then found; the simulator asks the index in every mode, so round robin has a figure here where a " +
+	"real-time report says n/a. **errors**: requests that got no answer, shed by the admission queue (a 429 from the " +
+	"real router) or refused by the engine. **events N ms late** (setup line): each KV event reaches the router's index " +
+	"N ms after the engine stored or evicted the block."
+
+// legendMarkdown writes the column legend and names every cell with errors.
+func (r *Report) legendMarkdown(b *strings.Builder) {
+	fmt.Fprintf(b, "\n%s\n", sweepLegend)
+	var cells []string
+	for li, l := range r.Loads {
+		for _, m := range r.Order {
+			if p := r.Sweep[m][li]; p.Errors > 0 {
+				cells = append(cells, fmt.Sprintf("%s at load %g, %d of %d requests", m, l, p.Errors, p.Requests))
+			}
+		}
+	}
+	if len(cells) > 0 {
+		fmt.Fprintf(b, "\nErrors (shed or refused): %s.\n", strings.Join(cells, "; "))
+	}
 }
 
 func fmtMs(v float64) string {
