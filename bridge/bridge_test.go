@@ -11,6 +11,7 @@ import (
 	"github.com/kvroute/kvroute/bus"
 	"github.com/kvroute/kvroute/engine"
 	"github.com/kvroute/kvroute/internal/testenv"
+	"github.com/kvroute/kvroute/kvevents/vllmwire"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/nats-io/nats.go"
 )
@@ -70,7 +71,7 @@ func TestBridgeEvents(t *testing.T) {
 		sent := connect(t, es.pubs[0], tap, 0)
 		// A two-block prompt, stored as a chain of two batches.
 		prompt := seqTokens(1, 32)
-		parent := kvindex.HashInt(501)
+		parent := vllmwire.HashInt(501)
 		chain := [][]byte{
 			storedBatch(t, 0, prompt[:16], 16, nil, 501),
 			storedBatch(t, 0, prompt[16:], 16, &parent, 502),

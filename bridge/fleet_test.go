@@ -10,7 +10,7 @@ import (
 	"github.com/kvroute/kvroute/bus"
 	"github.com/kvroute/kvroute/discovery"
 	"github.com/kvroute/kvroute/engine"
-	"github.com/kvroute/kvroute/kvindex"
+	"github.com/kvroute/kvroute/kvevents/vllmwire"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/nats-io/nats.go"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -174,7 +174,7 @@ func TestBridgeFleet(t *testing.T) {
 		connect(t, es.pubs[1], tap, 1)
 		connect(t, es.pubs[0], tap, 0)
 		for _, m := range tap.snapshot() {
-			b, err := kvindex.DecodeBatch(m.Data)
+			b, err := vllmwire.DecodeBatch(m.Data)
 			if err != nil {
 				t.Fatal(err)
 			}

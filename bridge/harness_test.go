@@ -19,6 +19,7 @@ import (
 	"github.com/kvroute/kvroute/engine/vllmzmq"
 	"github.com/kvroute/kvroute/internal/testenv"
 	"github.com/kvroute/kvroute/kvevents"
+	"github.com/kvroute/kvroute/kvevents/vllmwire"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/nats-io/nats.go"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -182,22 +183,22 @@ func (es *engineSide) stop() {
 
 // storedBatch encodes a BlockStored batch for nBlocks full blocks of tokens
 // starting at token value first, the way vLLM lays it out.
-func storedBatch(t testing.TB, rank int, tokens []uint32, blockSize int, parent *kvindex.EngineHash, hashBase int64) []byte {
+func storedBatch(t testing.TB, rank int, tokens []uint32, blockSize int, parent *vllmwire.EngineHash, hashBase int64) []byte {
 	t.Helper()
 	n := len(tokens) / blockSize
-	hashes := make([]kvindex.EngineHash, n)
+	hashes := make([]vllmwire.EngineHash, n)
 	for i := range hashes {
-		hashes[i] = kvindex.HashInt(hashBase + int64(i))
+		hashes[i] = vllmwire.HashInt(hashBase + int64(i))
 	}
-	medium := kvindex.MediumGPU
+	medium := vllmwire.MediumGPU
 	r := rank
-	b, err := kvindex.EncodeBatch(kvindex.EventBatch{
+	b, err := vllmwire.EncodeBatch(vllmwire.EventBatch{
 		TS: float64(time.Now().UnixNano()) / 1e9,
-		Events: []kvindex.Event{kvindex.BlockStored{
+		Events: []vllmwire.Event{vllmwire.BlockStored{
 			BlockHashes: hashes, ParentBlockHash: parent, TokenIDs: tokens, BlockSize: blockSize, Medium: &medium,
 		}},
 		DPRank: &r,
-		Format: kvindex.FormatArray,
+		Format: vllmwire.FormatArray,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -264,11 +265,11 @@ func indexOf(msgs []*nats.Msg, payload []byte) int {
 
 // isClear reports whether a message is a (synthetic) AllBlocksCleared batch.
 func isClear(m *nats.Msg) bool {
-	b, err := kvindex.DecodeBatch(m.Data)
+	b, err := vllmwire.DecodeBatch(m.Data)
 	if err != nil || len(b.Events) != 1 {
 		return false
 	}
-	_, ok := b.Events[0].(kvindex.AllBlocksCleared)
+	_, ok := b.Events[0].(vllmwire.AllBlocksCleared)
 	return ok
 }
 

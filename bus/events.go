@@ -4,14 +4,15 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/kvroute/kvroute/kvindex"
 	"github.com/nats-io/nats.go"
+
+	"github.com/kvroute/kvroute/kvevents/vllmwire"
 )
 
 // PublishEvents encodes b and publishes it on worker's events subject with seq in
 // SeqHeader.
-func PublishEvents(nc *nats.Conn, ns, worker string, seq uint64, b kvindex.EventBatch) error {
-	data, err := kvindex.EncodeBatch(b)
+func PublishEvents(nc *nats.Conn, ns, worker string, seq uint64, b vllmwire.EventBatch) error {
+	data, err := vllmwire.EncodeBatch(b)
 	if err != nil {
 		return fmt.Errorf("publish KV events for %s: %w", worker, err)
 	}

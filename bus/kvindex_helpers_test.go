@@ -1,6 +1,9 @@
 package bus
 
-import "github.com/kvroute/kvroute/kvindex"
+import (
+	"github.com/kvroute/kvroute/kvevents/vllmwire"
+	"github.com/kvroute/kvroute/kvindex"
+)
 
 // These mirror kvindex's own test helpers, for the event consumer's tests.
 
@@ -24,11 +27,13 @@ func doc(d, n int) []uint32 {
 }
 
 // engineOf is a fake engine hash for block j of doc d.
-func engineOf(d, j int) kvindex.EngineHash { return kvindex.HashUint(uint64(d)<<32 | uint64(j) + 1000) }
+func engineOf(d, j int) vllmwire.EngineHash {
+	return vllmwire.HashUint(uint64(d)<<32 | uint64(j) + 1000)
+}
 
 // storeEv stores blocks [from, to) of doc d, chained to block from-1.
-func storeEv(d, from, to int) kvindex.BlockStored {
-	ev := kvindex.BlockStored{TokenIDs: doc(d, to)[from*testBS:], BlockSize: testBS, Medium: ptr(kvindex.MediumGPU)}
+func storeEv(d, from, to int) vllmwire.BlockStored {
+	ev := vllmwire.BlockStored{TokenIDs: doc(d, to)[from*testBS:], BlockSize: testBS, Medium: ptr(vllmwire.MediumGPU)}
 	for j := from; j < to; j++ {
 		ev.BlockHashes = append(ev.BlockHashes, engineOf(d, j))
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvroute/kvroute/internal/testenv"
 	"github.com/kvroute/kvroute/kvevents"
+	"github.com/kvroute/kvroute/kvevents/vllmwire"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/scoring"
 )
@@ -128,7 +129,7 @@ func TestRestartedWorkerLosesItsCreditAtItsFirstLoadReport(t *testing.T) {
 
 	// The first process: three batches, its reports counting them.
 	for seq := range 3 {
-		if err := PublishEvents(pub, "test", "w0", uint64(seq), kvindex.EventBatch{TS: 1, Events: []kvindex.Event{storeEv(1, 2*seq, 2*seq+2)}}); err != nil {
+		if err := PublishEvents(pub, "test", "w0", uint64(seq), vllmwire.EventBatch{TS: 1, Events: []vllmwire.Event{storeEv(1, 2*seq, 2*seq+2)}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -151,7 +152,7 @@ func TestRestartedWorkerLosesItsCreditAtItsFirstLoadReport(t *testing.T) {
 		t.Errorf("fresh starts = %d, want 1", got)
 	}
 	// The new process's own first batch (number 0) applies.
-	if err := PublishEvents(pub, "test", "w0", 0, kvindex.EventBatch{TS: 1, Events: []kvindex.Event{storeEv(1, 0, 2)}}); err != nil {
+	if err := PublishEvents(pub, "test", "w0", 0, vllmwire.EventBatch{TS: 1, Events: []vllmwire.Event{storeEv(1, 0, 2)}}); err != nil {
 		t.Fatal(err)
 	}
 	report(1)

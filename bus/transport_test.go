@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvroute/kvroute/internal/testenv"
 	"github.com/kvroute/kvroute/kvevents"
+	"github.com/kvroute/kvroute/kvevents/vllmwire"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/nats-io/nats.go"
 )
@@ -49,19 +50,19 @@ func TestSubscribeEventsDeliversTheNamespacesBatches(t *testing.T) {
 	}
 	prompt := promptHashes(1, 6)
 	match := func(w string) kvindex.MatchResult { return ix.Match(prompt, []string{w}, nil)[0] }
-	pub := func(ns, w string, seq uint64, evs ...kvindex.Event) {
+	pub := func(ns, w string, seq uint64, evs ...vllmwire.Event) {
 		t.Helper()
-		if err := PublishEvents(nc, ns, w, seq, kvindex.EventBatch{TS: 1, Events: evs}); err != nil {
+		if err := PublishEvents(nc, ns, w, seq, vllmwire.EventBatch{TS: 1, Events: evs}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	pub("prod", "w0", 0, storeEv(1, 0, 2))
-	pub("staging", "w0", 1, kvindex.AllBlocksCleared{}) // not ours
+	pub("staging", "w0", 1, vllmwire.AllBlocksCleared{}) // not ours
 	if err := nc.PublishMsg(&nats.Msg{Subject: EventsSubject("prod", "w0"), Header: nats.Header{SeqHeader: {"1"}}, Data: []byte{0xc1}}); err != nil {
 		t.Fatal(err)
 	}
 	// No header: applied unchecked.
-	data, err := kvindex.EncodeBatch(kvindex.EventBatch{TS: 1, Events: []kvindex.Event{storeEv(1, 0, 1)}})
+	data, err := vllmwire.EncodeBatch(vllmwire.EventBatch{TS: 1, Events: []vllmwire.Event{storeEv(1, 0, 1)}})
 	if err != nil {
 		t.Fatal(err)
 	}

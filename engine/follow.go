@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/engine/vllmzmq"
-	"github.com/kvroute/kvroute/kvindex"
+	"github.com/kvroute/kvroute/kvevents/vllmwire"
 )
 
 // Stats counts what following an engine did with its KV events and load. All fields
@@ -59,11 +59,11 @@ func (s *Stats) Snapshot() StatsSnapshot {
 // everything a worker held (AllBlocksCleared, for data-parallel rank rank).
 func ClearPayload(rank int) ([]byte, error) {
 	r := rank
-	return kvindex.EncodeBatch(kvindex.EventBatch{
+	return vllmwire.EncodeBatch(vllmwire.EventBatch{
 		TS:     float64(time.Now().UnixNano()) / 1e9,
-		Events: []kvindex.Event{kvindex.AllBlocksCleared{}},
+		Events: []vllmwire.Event{vllmwire.AllBlocksCleared{}},
 		DPRank: &r,
-		Format: kvindex.FormatArray,
+		Format: vllmwire.FormatArray,
 	})
 }
 
@@ -335,7 +335,7 @@ func (s *Stream) forwardAll(batches []vllmzmq.Replayed) {
 
 func (s *Stream) forward(seq uint64, payload []byte, replayed bool) {
 	rank := s.rank
-	if b, err := kvindex.DecodeBatch(payload); err != nil {
+	if b, err := vllmwire.DecodeBatch(payload); err != nil {
 		s.stats.UndecodedRank.Add(1)
 	} else if b.DPRank != nil {
 		rank = *b.DPRank

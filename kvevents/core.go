@@ -27,6 +27,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvroute/kvroute/kvevents/vllmwire"
 	"github.com/kvroute/kvroute/kvindex"
 )
 
@@ -324,7 +325,7 @@ func (c *Core) handle(d Delivery) {
 		m.Batch(worker, BatchDuplicate)
 		return
 	}
-	b, err := kvindex.DecodeBatch(d.Payload)
+	b, err := vllmwire.DecodeBatch(d.Payload)
 	if err != nil {
 		c.stats.decodeErrors.Add(1)
 		m.Batch(worker, BatchDecodeError)

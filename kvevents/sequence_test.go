@@ -15,6 +15,7 @@ import (
 	"github.com/kvroute/kvroute/engine/vllmzmq"
 	"github.com/kvroute/kvroute/internal/testenv"
 	"github.com/kvroute/kvroute/kvevents"
+	"github.com/kvroute/kvroute/kvevents/vllmwire"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/nats-io/nats.go"
@@ -108,14 +109,14 @@ func tokens(row, i int) []uint32 {
 func payload(t *testing.T, row, i int, clear bool) []byte {
 	t.Helper()
 	toks := tokens(row, i)
-	var evs []kvindex.Event
+	var evs []vllmwire.Event
 	if clear {
-		evs = append(evs, kvindex.AllBlocksCleared{})
+		evs = append(evs, vllmwire.AllBlocksCleared{})
 	}
-	evs = append(evs, kvindex.BlockStored{BlockHashes: []kvindex.EngineHash{kvindex.HashInt(int64(row<<20 | (i+2)<<8))},
+	evs = append(evs, vllmwire.BlockStored{BlockHashes: []vllmwire.EngineHash{vllmwire.HashInt(int64(row<<20 | (i+2)<<8))},
 		TokenIDs: toks, BlockSize: bs})
 	r := 0
-	data, err := kvindex.EncodeBatch(kvindex.EventBatch{TS: 1, Events: evs, DPRank: &r, Format: kvindex.FormatArray})
+	data, err := vllmwire.EncodeBatch(vllmwire.EventBatch{TS: 1, Events: evs, DPRank: &r, Format: vllmwire.FormatArray})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,9 +284,9 @@ func TestSequenceRules(t *testing.T) {
 	}
 }
 
-func mustDecode(t *testing.T, p []byte) kvindex.EventBatch {
+func mustDecode(t *testing.T, p []byte) vllmwire.EventBatch {
 	t.Helper()
-	b, err := kvindex.DecodeBatch(p)
+	b, err := vllmwire.DecodeBatch(p)
 	if err != nil {
 		t.Fatal(err)
 	}

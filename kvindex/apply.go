@@ -1,6 +1,10 @@
 package kvindex
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/kvroute/kvroute/kvevents/vllmwire"
+)
 
 // ApplyStats counts what Apply did with one batch.
 type ApplyStats struct {
@@ -63,7 +67,7 @@ func (s *ApplyStats) Add(o ApplyStats) {
 // The observer, if any, hears once per batch: CacheReset if the batch
 // cleared the worker or made it stale, then BlocksStored with the device
 // blocks stored after the last clear.
-func (ix *Index) Apply(worker string, b EventBatch) ApplyStats {
+func (ix *Index) Apply(worker string, b vllmwire.EventBatch) ApplyStats {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	var st ApplyStats
@@ -76,15 +80,15 @@ func (ix *Index) Apply(worker string, b EventBatch) ApplyStats {
 	ix.stored = ix.stored[:0]
 	for _, ev := range b.Events {
 		switch e := ev.(type) {
-		case BlockStored:
+		case vllmwire.BlockStored:
 			ix.applyStored(w, &e, &st)
-		case *BlockStored:
+		case *vllmwire.BlockStored:
 			ix.applyStored(w, e, &st)
-		case BlockRemoved:
+		case vllmwire.BlockRemoved:
 			ix.applyRemoved(w, &e, &st)
-		case *BlockRemoved:
+		case *vllmwire.BlockRemoved:
 			ix.applyRemoved(w, e, &st)
-		case AllBlocksCleared, *AllBlocksCleared:
+		case vllmwire.AllBlocksCleared, *vllmwire.AllBlocksCleared:
 			ix.purge(w)
 			w.stale = false
 			st.Cleared++
@@ -109,15 +113,15 @@ func otherGroup(g *int64) bool { return g != nil && *g != 0 }
 // compare without case: connectors are not consistent about it.
 func mediaBit(m *string) uint8 {
 	switch {
-	case m == nil || strings.EqualFold(*m, MediumGPU):
+	case m == nil || strings.EqualFold(*m, vllmwire.MediumGPU):
 		return 0
-	case strings.EqualFold(*m, MediumCPU):
+	case strings.EqualFold(*m, vllmwire.MediumCPU):
 		return mediaCPU
 	}
 	return mediaOther
 }
 
-func (ix *Index) applyStored(w *workerState, e *BlockStored, st *ApplyStats) {
+func (ix *Index) applyStored(w *workerState, e *vllmwire.BlockStored, st *ApplyStats) {
 	if otherGroup(e.GroupIdx) {
 		st.IgnoredGroup++
 		return
@@ -258,7 +262,7 @@ func (ix *Index) dropDevice(w *workerState, t *bitTable, r uint64) {
 	}
 }
 
-func (ix *Index) applyRemoved(w *workerState, e *BlockRemoved, st *ApplyStats) {
+func (ix *Index) applyRemoved(w *workerState, e *vllmwire.BlockRemoved, st *ApplyStats) {
 	if otherGroup(e.GroupIdx) {
 		st.IgnoredGroup++
 		return
@@ -304,7 +308,7 @@ func (ix *Index) applyRemoved(w *workerState, e *BlockRemoved, st *ApplyStats) {
 	ix.scratch = routers
 }
 
-func engineKeys(hs []EngineHash, dst []uint64) []uint64 {
+func engineKeys(hs []vllmwire.EngineHash, dst []uint64) []uint64 {
 	for _, h := range hs {
 		dst = append(dst, h.Key())
 	}

@@ -8,20 +8,22 @@ import (
 	"slices"
 	"sync"
 	"testing"
+
+	"github.com/kvroute/kvroute/kvevents/vllmwire"
 )
 
 const benchBS = 16
 
 // benchChain returns the tokens and engine hashes of a chain of n blocks
 // of benchBS tokens, unique per id.
-func benchChain(id, n int) ([]uint32, []EngineHash) {
+func benchChain(id, n int) ([]uint32, []vllmwire.EngineHash) {
 	toks := make([]uint32, n*benchBS)
 	for i := range toks {
 		toks[i] = uint32(id)*7919 + uint32(i)*31 + 1
 	}
-	hs := make([]EngineHash, n)
+	hs := make([]vllmwire.EngineHash, n)
 	for j := range hs {
-		hs[j] = HashUint(uint64(id)<<24 | uint64(j) + 1)
+		hs[j] = vllmwire.HashUint(uint64(id)<<24 | uint64(j) + 1)
 	}
 	return toks, hs
 }
@@ -38,12 +40,12 @@ func BenchmarkApplyStored(b *testing.B) {
 		pool      = 8192 // distinct batches
 		keepBatch = 1024 // batches a worker holds at steady state (16384 blocks)
 	)
-	stores := make([]EventBatch, pool)
-	removes := make([]EventBatch, pool)
+	stores := make([]vllmwire.EventBatch, pool)
+	removes := make([]vllmwire.EventBatch, pool)
 	for i := range stores {
 		toks, hs := benchChain(i, perBatch)
-		stores[i] = EventBatch{Events: []Event{BlockStored{BlockHashes: hs, TokenIDs: toks, BlockSize: benchBS, Medium: ptr(MediumGPU)}}}
-		removes[i] = EventBatch{Events: []Event{BlockRemoved{BlockHashes: hs, Medium: ptr(MediumGPU)}}}
+		stores[i] = vllmwire.EventBatch{Events: []vllmwire.Event{vllmwire.BlockStored{BlockHashes: hs, TokenIDs: toks, BlockSize: benchBS, Medium: ptr(vllmwire.MediumGPU)}}}
+		removes[i] = vllmwire.EventBatch{Events: []vllmwire.Event{vllmwire.BlockRemoved{BlockHashes: hs, Medium: ptr(vllmwire.MediumGPU)}}}
 	}
 	names := make([]string, workers)
 	for w := range names {
@@ -127,10 +129,10 @@ func loadMatchFixture(b *testing.B) *matchFixture {
 		runtime.ReadMemStats(&before)
 		f.ix = New(Config{})
 		seed := Seed("bench-model", "", "")
-		events := make([]EventBatch, convs)
+		events := make([]vllmwire.EventBatch, convs)
 		for c := range events {
 			toks, hs := benchChain(c, convLen)
-			events[c] = EventBatch{Events: []Event{BlockStored{BlockHashes: hs, TokenIDs: toks, BlockSize: benchBS}}}
+			events[c] = vllmwire.EventBatch{Events: []vllmwire.Event{vllmwire.BlockStored{BlockHashes: hs, TokenIDs: toks, BlockSize: benchBS}}}
 			f.prompts = append(f.prompts, HashBlocks(seed, toks, benchBS, nil))
 		}
 		rng := rand.New(rand.NewPCG(1, 2))
@@ -209,7 +211,7 @@ func BenchmarkIndexMemoryDisjoint(b *testing.B) {
 			ix.AddWorker(name, "bench-model", benchBS)
 			for c := 0; c < chains; c++ {
 				toks, hs := benchChain(w*chains+c, chainLen)
-				ix.Apply(name, EventBatch{Events: []Event{BlockStored{BlockHashes: hs, TokenIDs: toks, BlockSize: benchBS}}})
+				ix.Apply(name, vllmwire.EventBatch{Events: []vllmwire.Event{vllmwire.BlockStored{BlockHashes: hs, TokenIDs: toks, BlockSize: benchBS}}})
 			}
 		}
 		runtime.GC()
@@ -226,26 +228,6 @@ func BenchmarkIndexMemoryDisjoint(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64(s.Entries), "entries")
 	b.ReportMetric(disjointPerEntry, "bytes/entry")
-}
-
-// BenchmarkDecodeBatch decodes a batch of one 16-block BlockStored in the
-// array format.
-func BenchmarkDecodeBatch(b *testing.B) {
-	toks, hs := benchChain(1, 16)
-	data, err := EncodeBatch(EventBatch{TS: 1, Events: []Event{BlockStored{BlockHashes: hs, TokenIDs: toks, BlockSize: benchBS, Medium: ptr(MediumGPU)}}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.SetBytes(int64(len(data)))
-	b.ReportAllocs()
-	cpu := startCPU()
-	for i := 0; i < b.N; i++ {
-		if _, err := DecodeBatch(data); err != nil {
-			b.Fatal(err)
-		}
-	}
-	reportCPU(b, cpu, 16, "blocks/s")
-	b.ReportMetric(float64(16*b.N)/b.Elapsed().Seconds(), "blocks/s")
 }
 
 // BenchmarkHashBlocks hashes a 512-block prompt of block size 16.

@@ -3,6 +3,7 @@ package kvindex_test
 import (
 	"fmt"
 
+	"github.com/kvroute/kvroute/kvevents/vllmwire"
 	"github.com/kvroute/kvroute/kvindex"
 )
 
@@ -14,8 +15,8 @@ func Example() {
 	ix.AddWorker("w1", "Qwen/Qwen3-8B", 4)
 
 	prompt := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}
-	ix.Apply("w0", kvindex.EventBatch{Events: []kvindex.Event{kvindex.BlockStored{
-		BlockHashes: []kvindex.EngineHash{kvindex.HashUint(101), kvindex.HashUint(102)},
+	ix.Apply("w0", vllmwire.EventBatch{Events: []vllmwire.Event{vllmwire.BlockStored{
+		BlockHashes: []vllmwire.EngineHash{vllmwire.HashUint(101), vllmwire.HashUint(102)},
 		TokenIDs:    prompt[:8],
 		BlockSize:   4,
 	}}})

@@ -2,6 +2,8 @@ package kvindex
 
 import (
 	"testing"
+
+	"github.com/kvroute/kvroute/kvevents/vllmwire"
 )
 
 const (
@@ -22,11 +24,13 @@ func doc(d, n int) []uint32 {
 }
 
 // engineOf is a fake engine hash for block j of doc d.
-func engineOf(d, j int) EngineHash { return HashUint(uint64(d)<<32 | uint64(j) + 1000) }
+func engineOf(d, j int) vllmwire.EngineHash {
+	return vllmwire.HashUint(uint64(d)<<32 | uint64(j) + 1000)
+}
 
 // storeEv stores blocks [from, to) of doc d, chained to block from-1.
-func storeEv(d, from, to int) BlockStored {
-	ev := BlockStored{TokenIDs: doc(d, to)[from*testBS:], BlockSize: testBS, Medium: ptr(MediumGPU)}
+func storeEv(d, from, to int) vllmwire.BlockStored {
+	ev := vllmwire.BlockStored{TokenIDs: doc(d, to)[from*testBS:], BlockSize: testBS, Medium: ptr(vllmwire.MediumGPU)}
 	for j := from; j < to; j++ {
 		ev.BlockHashes = append(ev.BlockHashes, engineOf(d, j))
 	}
@@ -36,19 +40,19 @@ func storeEv(d, from, to int) BlockStored {
 	return ev
 }
 
-func removeEv(d int, blocks ...int) BlockRemoved {
-	ev := BlockRemoved{Medium: ptr(MediumGPU)}
+func removeEv(d int, blocks ...int) vllmwire.BlockRemoved {
+	ev := vllmwire.BlockRemoved{Medium: ptr(vllmwire.MediumGPU)}
 	for _, j := range blocks {
 		ev.BlockHashes = append(ev.BlockHashes, engineOf(d, j))
 	}
 	return ev
 }
 
-func withMedium[E BlockStored | BlockRemoved](ev E, m string) E {
+func withMedium[E vllmwire.BlockStored | vllmwire.BlockRemoved](ev E, m string) E {
 	switch e := any(&ev).(type) {
-	case *BlockStored:
+	case *vllmwire.BlockStored:
 		e.Medium = ptr(m)
-	case *BlockRemoved:
+	case *vllmwire.BlockRemoved:
 		e.Medium = ptr(m)
 	}
 	return ev
@@ -60,7 +64,7 @@ func promptHashes(d, n int) []uint64 {
 
 type step struct {
 	worker string
-	events []Event
+	events []vllmwire.Event
 }
 
 func TestApplySemantics(t *testing.T) {
@@ -77,9 +81,9 @@ func TestApplySemantics(t *testing.T) {
 	short := storeEv(1, 0, 3)
 	short.TokenIDs = short.TokenIDs[:5]
 	zeroParent := storeEv(1, 0, 3)
-	zeroParent.ParentBlockHash = ptr(HashInt(0))
+	zeroParent.ParentBlockHash = ptr(vllmwire.HashInt(0))
 	bytesEv := storeEv(1, 0, 2)
-	bytesEv.BlockHashes = []EngineHash{HashBytes([]byte("block-0")), HashBytes([]byte("block-1"))}
+	bytesEv.BlockHashes = []vllmwire.EngineHash{vllmwire.HashBytes([]byte("block-0")), vllmwire.HashBytes([]byte("block-1"))}
 
 	tests := []struct {
 		name      string
@@ -92,7 +96,7 @@ func TestApplySemantics(t *testing.T) {
 	}{
 		{
 			name:      "root chain is matched from the model seed",
-			steps:     []step{{"w0", []Event{storeEv(1, 0, 4)}}},
+			steps:     []step{{"w0", []vllmwire.Event{storeEv(1, 0, 4)}}},
 			prompt:    promptHashes(1, 6),
 			want:      map[string]int{"w0": 4, "w1": 0},
 			cached:    map[string]int{"w0": 4},
@@ -100,14 +104,14 @@ func TestApplySemantics(t *testing.T) {
 		},
 		{
 			name:      "child chains from its parent's router hash",
-			steps:     []step{{"w0", []Event{storeEv(1, 0, 2)}}, {"w0", []Event{storeEv(1, 2, 5)}}},
+			steps:     []step{{"w0", []vllmwire.Event{storeEv(1, 0, 2)}}, {"w0", []vllmwire.Event{storeEv(1, 2, 5)}}},
 			prompt:    promptHashes(1, 6),
 			want:      map[string]int{"w0": 5},
 			wantStats: ApplyStats{StoredEvents: 1, StoredBlocks: 3},
 		},
 		{
 			name:      "unknown parent drops the event and marks the worker stale",
-			steps:     []step{{"w0", []Event{storeEv(1, 0, 2)}}, {"w0", []Event{storeEv(2, 3, 5), storeEv(1, 2, 3)}}},
+			steps:     []step{{"w0", []vllmwire.Event{storeEv(1, 0, 2)}}, {"w0", []vllmwire.Event{storeEv(2, 3, 5), storeEv(1, 2, 3)}}},
 			prompt:    promptHashes(1, 6),
 			want:      map[string]int{"w0": 3},
 			stale:     []string{"w0"},
@@ -115,14 +119,14 @@ func TestApplySemantics(t *testing.T) {
 		},
 		{
 			name:      "an unknown parent of integer 0 is llm-d's root, not a gap",
-			steps:     []step{{"w0", []Event{zeroParent}}},
+			steps:     []step{{"w0", []vllmwire.Event{zeroParent}}},
 			prompt:    promptHashes(1, 6),
 			want:      map[string]int{"w0": 3},
 			wantStats: ApplyStats{StoredEvents: 1, StoredBlocks: 3},
 		},
 		{
 			name:      "removing a middle block cuts the prefix there",
-			steps:     []step{{"w0", []Event{storeEv(1, 0, 5)}}, {"w0", []Event{removeEv(1, 2)}}},
+			steps:     []step{{"w0", []vllmwire.Event{storeEv(1, 0, 5)}}, {"w0", []vllmwire.Event{removeEv(1, 2)}}},
 			prompt:    promptHashes(1, 5),
 			want:      map[string]int{"w0": 2},
 			cached:    map[string]int{"w0": 4},
@@ -130,7 +134,7 @@ func TestApplySemantics(t *testing.T) {
 		},
 		{
 			name:      "unknown removes are counted and ignored",
-			steps:     []step{{"w0", []Event{storeEv(1, 0, 2)}}, {"w0", []Event{removeEv(7, 0, 1), removeEv(1, 1)}}},
+			steps:     []step{{"w0", []vllmwire.Event{storeEv(1, 0, 2)}}, {"w0", []vllmwire.Event{removeEv(7, 0, 1), removeEv(1, 1)}}},
 			prompt:    promptHashes(1, 2),
 			want:      map[string]int{"w0": 1},
 			wantStats: ApplyStats{RemovedEvents: 2, RemovedBlocks: 1, UnknownRemoved: 2},
@@ -138,9 +142,9 @@ func TestApplySemantics(t *testing.T) {
 		{
 			name: "AllBlocksCleared purges the worker and clears stale",
 			steps: []step{
-				{"w0", []Event{storeEv(1, 0, 3), storeEv(2, 1, 2)}},
-				{"w1", []Event{storeEv(1, 0, 3)}},
-				{"w0", []Event{AllBlocksCleared{}}},
+				{"w0", []vllmwire.Event{storeEv(1, 0, 3), storeEv(2, 1, 2)}},
+				{"w1", []vllmwire.Event{storeEv(1, 0, 3)}},
+				{"w0", []vllmwire.Event{vllmwire.AllBlocksCleared{}}},
 			},
 			prompt:    promptHashes(1, 3),
 			want:      map[string]int{"w0": 0, "w1": 3},
@@ -149,21 +153,21 @@ func TestApplySemantics(t *testing.T) {
 		},
 		{
 			name:      "a block size other than the worker's is rejected, and the stated size reported",
-			steps:     []step{{"w0", []Event{wrongSize}}},
+			steps:     []step{{"w0", []vllmwire.Event{wrongSize}}},
 			prompt:    promptHashes(1, 3),
 			want:      map[string]int{"w0": 0},
 			wantStats: ApplyStats{BlockSizeMismatch: 1, EngineBlockSize: 8},
 		},
 		{
 			name:      "token count not matching the blocks is malformed",
-			steps:     []step{{"w0", []Event{short}}},
+			steps:     []step{{"w0", []vllmwire.Event{short}}},
 			prompt:    promptHashes(1, 3),
 			want:      map[string]int{"w0": 0},
 			wantStats: ApplyStats{Malformed: 1},
 		},
 		{
 			name:      "CPU blocks are recorded but not matched",
-			steps:     []step{{"w0", []Event{storeEv(1, 0, 2), withMedium(storeEv(1, 2, 4), MediumCPU)}}},
+			steps:     []step{{"w0", []vllmwire.Event{storeEv(1, 0, 2), withMedium(storeEv(1, 2, 4), vllmwire.MediumCPU)}}},
 			prompt:    promptHashes(1, 4),
 			want:      map[string]int{"w0": 2},
 			cached:    map[string]int{"w0": 2},
@@ -172,8 +176,8 @@ func TestApplySemantics(t *testing.T) {
 		{
 			name: "an offloaded block stays a parent after leaving the GPU",
 			steps: []step{
-				{"w0", []Event{storeEv(1, 0, 2), withMedium(storeEv(1, 0, 2), MediumCPU), removeEv(1, 0, 1)}},
-				{"w0", []Event{storeEv(1, 2, 3)}},
+				{"w0", []vllmwire.Event{storeEv(1, 0, 2), withMedium(storeEv(1, 0, 2), vllmwire.MediumCPU), removeEv(1, 0, 1)}},
+				{"w0", []vllmwire.Event{storeEv(1, 2, 3)}},
 			},
 			prompt:    promptHashes(1, 3),
 			want:      map[string]int{"w0": 0},
@@ -182,50 +186,50 @@ func TestApplySemantics(t *testing.T) {
 		},
 		{
 			name:      "removing from CPU leaves the GPU copy",
-			steps:     []step{{"w0", []Event{storeEv(1, 0, 2), withMedium(storeEv(1, 0, 2), MediumCPU), withMedium(removeEv(1, 0, 1), MediumCPU)}}},
+			steps:     []step{{"w0", []vllmwire.Event{storeEv(1, 0, 2), withMedium(storeEv(1, 0, 2), vllmwire.MediumCPU), withMedium(removeEv(1, 0, 1), vllmwire.MediumCPU)}}},
 			prompt:    promptHashes(1, 2),
 			want:      map[string]int{"w0": 2},
 			wantStats: ApplyStats{StoredEvents: 2, StoredBlocks: 4, OffDeviceBlocks: 2, RemovedEvents: 1, RemovedBlocks: 2},
 		},
 		{
 			name:      "cache_salt from the first block's extra keys seeds the chain",
-			steps:     []step{{"w0", []Event{salted}}},
+			steps:     []step{{"w0", []vllmwire.Event{salted}}},
 			prompt:    HashBlocks(Seed(testModel, "", "tenant-a"), doc(1, 3), testBS, nil),
 			want:      map[string]int{"w0": 3},
 			wantStats: ApplyStats{StoredEvents: 1, StoredBlocks: 3},
 		},
 		{
 			name:   "a salted chain does not match the unsalted prompt",
-			steps:  []step{{"w0", []Event{salted}}},
+			steps:  []step{{"w0", []vllmwire.Event{salted}}},
 			prompt: promptHashes(1, 3),
 			want:   map[string]int{"w0": 0},
 			cached: map[string]int{"w0": 3},
 		},
 		{
 			name:   "lora_name and the salt after it seed the chain",
-			steps:  []step{{"w0", []Event{lora}}},
+			steps:  []step{{"w0", []vllmwire.Event{lora}}},
 			prompt: HashBlocks(Seed(testModel, "sql-lora", "tenant-b"), doc(1, 3), testBS, nil),
 			want:   map[string]int{"w0": 3},
 		},
 		{
 			name:      "events of another KV cache group are ignored",
-			steps:     []step{{"w0", []Event{otherGroup}}},
+			steps:     []step{{"w0", []vllmwire.Event{otherGroup}}},
 			prompt:    promptHashes(1, 3),
 			want:      map[string]int{"w0": 0},
 			wantStats: ApplyStats{IgnoredGroup: 1},
 		},
 		{
 			name:      "a repeated store is a duplicate and one remove drops it",
-			steps:     []step{{"w0", []Event{storeEv(1, 0, 2), storeEv(1, 0, 2), removeEv(1, 1)}}},
+			steps:     []step{{"w0", []vllmwire.Event{storeEv(1, 0, 2), storeEv(1, 0, 2), removeEv(1, 1)}}},
 			prompt:    promptHashes(1, 2),
 			want:      map[string]int{"w0": 1},
 			wantStats: ApplyStats{StoredEvents: 2, StoredBlocks: 2, DuplicateBlocks: 2, RemovedEvents: 1, RemovedBlocks: 1},
 		},
 		{
 			name: "two engine hashes for one router hash need two removes",
-			steps: []step{{"w0", []Event{
+			steps: []step{{"w0", []vllmwire.Event{
 				storeEv(1, 0, 2),
-				BlockStored{BlockHashes: []EngineHash{HashUint(77)}, TokenIDs: doc(1, 1), BlockSize: testBS},
+				vllmwire.BlockStored{BlockHashes: []vllmwire.EngineHash{vllmwire.HashUint(77)}, TokenIDs: doc(1, 1), BlockSize: testBS},
 				removeEv(1, 0),
 			}}},
 			prompt: promptHashes(1, 2),
@@ -233,13 +237,13 @@ func TestApplySemantics(t *testing.T) {
 		},
 		{
 			name:   "byte-string engine hashes resolve like integers",
-			steps:  []step{{"w0", []Event{bytesEv, BlockRemoved{BlockHashes: []EngineHash{HashBytes([]byte("block-1"))}}}}},
+			steps:  []step{{"w0", []vllmwire.Event{bytesEv, vllmwire.BlockRemoved{BlockHashes: []vllmwire.EngineHash{vllmwire.HashBytes([]byte("block-1"))}}}}},
 			prompt: promptHashes(1, 2),
 			want:   map[string]int{"w0": 1},
 		},
 		{
 			name:      "events for an unregistered worker change nothing",
-			steps:     []step{{"ghost", []Event{storeEv(1, 0, 2)}}},
+			steps:     []step{{"ghost", []vllmwire.Event{storeEv(1, 0, 2)}}},
 			prompt:    promptHashes(1, 2),
 			want:      map[string]int{"w0": 0, "ghost": 0},
 			wantStats: ApplyStats{UnknownWorker: true},
@@ -252,7 +256,7 @@ func TestApplySemantics(t *testing.T) {
 			ix.AddWorker("w1", testModel, testBS)
 			var st ApplyStats
 			for _, s := range tt.steps {
-				st = ix.Apply(s.worker, EventBatch{Events: s.events})
+				st = ix.Apply(s.worker, vllmwire.EventBatch{Events: s.events})
 			}
 			if tt.wantStats != (ApplyStats{}) && st != tt.wantStats {
 				t.Errorf("stats of the last batch = %+v\nwant %+v", st, tt.wantStats)
@@ -297,7 +301,7 @@ func TestMatchWithNilCandidatesCoversEveryWorker(t *testing.T) {
 	for _, w := range []string{"a", "b", "c"} {
 		ix.AddWorker(w, testModel, testBS)
 	}
-	ix.Apply("b", EventBatch{Events: []Event{storeEv(1, 0, 3)}})
+	ix.Apply("b", vllmwire.EventBatch{Events: []vllmwire.Event{storeEv(1, 0, 3)}})
 	res := ix.Match(promptHashes(1, 3), nil, nil)
 	if len(res) != 3 {
 		t.Fatalf("got %d results, want 3", len(res))
@@ -316,7 +320,7 @@ func TestMatchWithNilCandidatesCoversEveryWorker(t *testing.T) {
 func TestMatchReusesTheCallersSlice(t *testing.T) {
 	ix := New(Config{})
 	ix.AddWorker("a", testModel, testBS)
-	ix.Apply("a", EventBatch{Events: []Event{storeEv(1, 0, 3)}})
+	ix.Apply("a", vllmwire.EventBatch{Events: []vllmwire.Event{storeEv(1, 0, 3)}})
 	out := make([]MatchResult, 0, 8)
 	prompt := promptHashes(1, 3)
 	cands := []string{"a"}
@@ -333,8 +337,8 @@ func TestRemoveWorkerFreesItsBlocksAndIndex(t *testing.T) {
 	ix := New(Config{})
 	ix.AddWorker("a", testModel, testBS)
 	ix.AddWorker("b", testModel, testBS)
-	ix.Apply("a", EventBatch{Events: []Event{storeEv(1, 0, 3)}})
-	ix.Apply("b", EventBatch{Events: []Event{storeEv(1, 0, 2)}})
+	ix.Apply("a", vllmwire.EventBatch{Events: []vllmwire.Event{storeEv(1, 0, 3)}})
+	ix.Apply("b", vllmwire.EventBatch{Events: []vllmwire.Event{storeEv(1, 0, 2)}})
 	ix.RemoveWorker("a")
 	if s := ix.Stats(); s.Workers != 1 || s.Entries != 2 || s.Blocks != 2 {
 		t.Fatalf("stats after remove = %+v", s)
@@ -350,7 +354,7 @@ func TestRemoveWorkerFreesItsBlocksAndIndex(t *testing.T) {
 func TestAddWorkerWithNewBlockSizePurges(t *testing.T) {
 	ix := New(Config{})
 	ix.AddWorker("a", testModel, testBS)
-	ix.Apply("a", EventBatch{Events: []Event{storeEv(1, 0, 3)}})
+	ix.Apply("a", vllmwire.EventBatch{Events: []vllmwire.Event{storeEv(1, 0, 3)}})
 	ix.AddWorker("a", testModel, testBS) // same: keeps
 	if got := ix.Match(promptHashes(1, 3), []string{"a"}, nil)[0].Blocks; got != 3 {
 		t.Fatalf("re-adding the same worker dropped blocks: %d", got)
@@ -368,7 +372,7 @@ func TestManyWorkersSpanSeveralWords(t *testing.T) {
 		n := "w" + string(rune('A'+i/26)) + string(rune('a'+i%26))
 		names = append(names, n)
 		ix.AddWorker(n, testModel, testBS)
-		ix.Apply(n, EventBatch{Events: []Event{storeEv(1, 0, 1+i%7)}})
+		ix.Apply(n, vllmwire.EventBatch{Events: []vllmwire.Event{storeEv(1, 0, 1+i%7)}})
 	}
 	res := ix.Match(promptHashes(1, 8), names, nil)
 	for i, r := range res {
@@ -382,11 +386,11 @@ func TestMatchCountsOffloadedTiersAfterTheDevicePrefix(t *testing.T) {
 	ix := New(Config{})
 	ix.AddWorker("w0", testModel, testBS)
 	ix.AddWorker("w1", testModel, testBS)
-	apply := func(evs ...Event) {
+	apply := func(evs ...vllmwire.Event) {
 		t.Helper()
-		ix.Apply("w0", EventBatch{Events: evs})
+		ix.Apply("w0", vllmwire.EventBatch{Events: evs})
 	}
-	apply(storeEv(1, 0, 2), withMedium(storeEv(1, 2, 4), MediumCPU), withMedium(storeEv(1, 4, 5), "DISK"))
+	apply(storeEv(1, 0, 2), withMedium(storeEv(1, 2, 4), vllmwire.MediumCPU), withMedium(storeEv(1, 4, 5), "DISK"))
 	prompt := promptHashes(1, 6)
 	check := func(what string, blocks, host, disk int) {
 		t.Helper()
@@ -399,11 +403,11 @@ func TestMatchCountsOffloadedTiersAfterTheDevicePrefix(t *testing.T) {
 		}
 	}
 	check("device, host, disk in order", 2, 2, 1)
-	apply(withMedium(removeEv(1, 3), MediumCPU))
+	apply(withMedium(removeEv(1, 3), vllmwire.MediumCPU))
 	check("a host block leaves: the host run stops before it", 2, 1, 0)
 	apply(withMedium(storeEv(1, 3, 4), "DISK"))
 	check("the gap is filled on disk", 2, 1, 2)
-	apply(withMedium(removeEv(1, 2, 3, 4), MediumCPU), withMedium(removeEv(1, 3, 4), "DISK"))
+	apply(withMedium(removeEv(1, 2, 3, 4), vllmwire.MediumCPU), withMedium(removeEv(1, 3, 4), "DISK"))
 	check("everything offloaded is gone", 2, 0, 0)
 	if n := len(ix.workers["w0"].offRouter); n != 0 {
 		t.Fatalf("off-device counts leak: %d router hashes left", n)
@@ -415,7 +419,7 @@ func TestMatchCountsOffloadedTiersAfterTheDevicePrefix(t *testing.T) {
 func TestMatchSeesPoolChangesThroughTheSameCandidateSlice(t *testing.T) {
 	ix := New(Config{})
 	ix.AddWorker("a", testModel, testBS)
-	ix.Apply("a", EventBatch{Events: []Event{storeEv(1, 0, 3)}})
+	ix.Apply("a", vllmwire.EventBatch{Events: []vllmwire.Event{storeEv(1, 0, 3)}})
 	prompt := promptHashes(1, 3)
 	cands := []string{"a", "b"}
 	var out []MatchResult
@@ -425,7 +429,7 @@ func TestMatchSeesPoolChangesThroughTheSameCandidateSlice(t *testing.T) {
 	}
 	// b joins: the same slice must now resolve it.
 	ix.AddWorker("b", testModel, testBS)
-	ix.Apply("b", EventBatch{Events: []Event{storeEv(1, 0, 2)}})
+	ix.Apply("b", vllmwire.EventBatch{Events: []vllmwire.Event{storeEv(1, 0, 2)}})
 	out = ix.Match(prompt, cands, out)
 	if !out[1].Known || out[1].Blocks != 2 {
 		t.Fatalf("after b joined = %+v", out)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/kvroute/kvroute/kvevents/vllmwire"
 )
 
 // walkMatch is Match as it was before walkJump: every worker walked block
@@ -102,7 +104,7 @@ func TestJumpMatchAgreesWithWalkOnRandomStreams(t *testing.T) {
 			for d := range routers {
 				routers[d] = HashBlocks(seed0, tokens[d], testBS, nil)
 			}
-			engine := func(d, j int) EngineHash { return HashUint(routers[d][j] ^ 0x5eed) }
+			engine := func(d, j int) vllmwire.EngineHash { return vllmwire.HashUint(routers[d][j] ^ 0x5eed) }
 			ix := New(Config{JumpSearch: true})
 			var workers []string
 			for i := range nWorkers {
@@ -120,7 +122,7 @@ func TestJumpMatchAgreesWithWalkOnRandomStreams(t *testing.T) {
 				wi := rng.IntN(nWorkers)
 				w := workers[wi]
 				d := rng.IntN(docs)
-				var ev Event
+				var ev vllmwire.Event
 				switch p := rng.IntN(100); {
 				case p < 50: // extend a chain
 					from := held[wi][d]
@@ -128,7 +130,7 @@ func TestJumpMatchAgreesWithWalkOnRandomStreams(t *testing.T) {
 						continue
 					}
 					to := min(docBlocks, from+1+rng.IntN(30))
-					e := BlockStored{BlockSize: testBS, TokenIDs: tokens[d][from*testBS : to*testBS]}
+					e := vllmwire.BlockStored{BlockSize: testBS, TokenIDs: tokens[d][from*testBS : to*testBS]}
 					for j := from; j < to; j++ {
 						e.BlockHashes = append(e.BlockHashes, engine(d, j))
 					}
@@ -136,7 +138,7 @@ func TestJumpMatchAgreesWithWalkOnRandomStreams(t *testing.T) {
 						e.ParentBlockHash = ptr(engine(d, from-1))
 					}
 					if rng.IntN(20) == 0 {
-						e.Medium = ptr(MediumCPU)
+						e.Medium = ptr(vllmwire.MediumCPU)
 					} else {
 						held[wi][d] = to
 					}
@@ -147,7 +149,7 @@ func TestJumpMatchAgreesWithWalkOnRandomStreams(t *testing.T) {
 						continue
 					}
 					cut := rng.IntN(n)
-					e := BlockRemoved{}
+					e := vllmwire.BlockRemoved{}
 					for j := n - 1; j >= cut; j-- {
 						e.BlockHashes = append(e.BlockHashes, engine(d, j))
 					}
@@ -156,20 +158,20 @@ func TestJumpMatchAgreesWithWalkOnRandomStreams(t *testing.T) {
 				case p < 93: // an interior block, or a re-store of one
 					j := rng.IntN(docBlocks)
 					if rng.IntN(2) == 0 {
-						ev = BlockRemoved{BlockHashes: []EngineHash{engine(d, j)}}
+						ev = vllmwire.BlockRemoved{BlockHashes: []vllmwire.EngineHash{engine(d, j)}}
 						held[wi][d] = min(held[wi][d], j)
 					} else {
-						e := BlockStored{BlockSize: testBS, TokenIDs: tokens[d][j*testBS : (j+1)*testBS], BlockHashes: []EngineHash{engine(d, j)}}
+						e := vllmwire.BlockStored{BlockSize: testBS, TokenIDs: tokens[d][j*testBS : (j+1)*testBS], BlockHashes: []vllmwire.EngineHash{engine(d, j)}}
 						if j > 0 {
 							e.ParentBlockHash = ptr(engine(d, j-1))
 						}
 						ev = e
 					}
 				case p < 95: // an engine key reused for other content
-					e := BlockStored{BlockSize: testBS, TokenIDs: tokens[(d+1)%docs][:testBS], BlockHashes: []EngineHash{engine(d, rng.IntN(docBlocks))}}
+					e := vllmwire.BlockStored{BlockSize: testBS, TokenIDs: tokens[(d+1)%docs][:testBS], BlockHashes: []vllmwire.EngineHash{engine(d, rng.IntN(docBlocks))}}
 					ev = e
 				case p < 98:
-					ev = AllBlocksCleared{}
+					ev = vllmwire.AllBlocksCleared{}
 					for i := range held[wi] {
 						held[wi][i] = 0
 					}
@@ -192,7 +194,7 @@ func TestJumpMatchAgreesWithWalkOnRandomStreams(t *testing.T) {
 					checkLinks(t, ix)
 					continue
 				}
-				ix.Apply(w, EventBatch{Events: []Event{ev}})
+				ix.Apply(w, vllmwire.EventBatch{Events: []vllmwire.Event{ev}})
 				checkLinks(t, ix)
 
 				if step%5 != 0 {
@@ -231,7 +233,7 @@ func TestJumpMatchAgreesWithWalkOnRandomStreams(t *testing.T) {
 func TestInteriorRemovalIsNotJumpedOver(t *testing.T) {
 	ix := New(Config{JumpSearch: true})
 	ix.AddWorker("w", testModel, testBS)
-	ix.Apply("w", EventBatch{Events: []Event{storeEv(0, 0, 40)}})
+	ix.Apply("w", vllmwire.EventBatch{Events: []vllmwire.Event{storeEv(0, 0, 40)}})
 	prompt := promptHashes(0, 40)
 	match := func() (int, bool) {
 		r := ix.Match(prompt, []string{"w"}, nil)[0]
@@ -240,16 +242,16 @@ func TestInteriorRemovalIsNotJumpedOver(t *testing.T) {
 	if n, closed := match(); n != 40 || !closed {
 		t.Fatalf("whole chain: matched %d, closed %v; want 40, true", n, closed)
 	}
-	ix.Apply("w", EventBatch{Events: []Event{removeEv(0, 20)}})
+	ix.Apply("w", vllmwire.EventBatch{Events: []vllmwire.Event{removeEv(0, 20)}})
 	if n, closed := match(); n != 20 || closed {
 		t.Fatalf("block 20 removed: matched %d, closed %v; want 20, false", n, closed)
 	}
-	ix.Apply("w", EventBatch{Events: []Event{storeEv(0, 20, 21)}})
+	ix.Apply("w", vllmwire.EventBatch{Events: []vllmwire.Event{storeEv(0, 20, 21)}})
 	if n, closed := match(); n != 40 || !closed {
 		t.Fatalf("block 20 stored again: matched %d, closed %v; want 40, true", n, closed)
 	}
 	// A chain under a parent held only in host memory is walked too.
-	ix.Apply("w", EventBatch{Events: []Event{withMedium(storeEv(1, 0, 3), MediumCPU), storeEv(1, 3, 30)}})
+	ix.Apply("w", vllmwire.EventBatch{Events: []vllmwire.Event{withMedium(storeEv(1, 0, 3), vllmwire.MediumCPU), storeEv(1, 3, 30)}})
 	if closed := ix.workers["w"].links.prefixClosed(); closed {
 		t.Fatal("a chain under an off-device parent: worker still prefix-closed")
 	}
@@ -261,7 +263,7 @@ func TestInteriorRemovalIsNotJumpedOver(t *testing.T) {
 func TestSnapshotLoadedWorkerIsWalkedUntilCleared(t *testing.T) {
 	src := New(Config{JumpSearch: true})
 	src.AddWorker("w", testModel, testBS)
-	src.Apply("w", EventBatch{Events: []Event{storeEv(0, 0, 40), removeEv(0, 10)}})
+	src.Apply("w", vllmwire.EventBatch{Events: []vllmwire.Event{storeEv(0, 0, 40), removeEv(0, 10)}})
 	var buf bytes.Buffer
 	if err := src.WriteSnapshot(&buf, nil); err != nil {
 		t.Fatal(err)
@@ -279,7 +281,7 @@ func TestSnapshotLoadedWorkerIsWalkedUntilCleared(t *testing.T) {
 	if n := ix.Match(promptHashes(0, 40), nil, nil)[0].Blocks; n != 10 {
 		t.Fatalf("loaded worker matched %d, want 10", n)
 	}
-	ix.Apply("w", EventBatch{Events: []Event{AllBlocksCleared{}, storeEv(0, 0, 40)}})
+	ix.Apply("w", vllmwire.EventBatch{Events: []vllmwire.Event{vllmwire.AllBlocksCleared{}, storeEv(0, 0, 40)}})
 	if !ix.workers["w"].links.prefixClosed() {
 		t.Fatal("after AllBlocksCleared and a fresh chain the worker is still walked")
 	}
@@ -294,7 +296,7 @@ func TestMatchOverManyWorkersDoesNotAllocate(t *testing.T) {
 	for i := range 200 {
 		workers = append(workers, fmt.Sprint("w", i))
 		ix.AddWorker(workers[i], testModel, testBS)
-		ix.Apply(workers[i], EventBatch{Events: []Event{storeEv(i%3, 0, 40)}})
+		ix.Apply(workers[i], vllmwire.EventBatch{Events: []vllmwire.Event{storeEv(i%3, 0, 40)}})
 	}
 	prompt := promptHashes(0, 40)
 	out := ix.Match(prompt, workers, nil)

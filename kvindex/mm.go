@@ -7,6 +7,8 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 	"github.com/zeebo/xxh3"
+
+	"github.com/kvroute/kvroute/kvevents/vllmwire"
 )
 
 // Multimodal extra keys (docs/architecture.md §3.5).
@@ -190,11 +192,11 @@ func blockMMKeys(extraKeys []byte, lora string, nBlocks int, root bool) ([][]MMK
 	if len(extraKeys) == 0 {
 		return nil, "", nil
 	}
-	r := newReader(extraKeys)
-	if null, err := r.isNil(); err != nil || null {
+	r := vllmwire.NewReader(extraKeys)
+	if null, err := r.IsNil(); err != nil || null {
 		return nil, "", wrapExtra(err)
 	}
-	n, err := r.arrayLen()
+	n, err := r.ArrayLen()
 	if err != nil {
 		return nil, "", wrapExtra(err)
 	}
@@ -204,25 +206,25 @@ func blockMMKeys(extraKeys []byte, lora string, nBlocks int, root bool) ([][]MMK
 	var out [][]MMKey
 	var bare [][]string // bare strings per block, for the old layout
 	for b := 0; b < n; b++ {
-		null, err := r.isNil()
+		null, err := r.IsNil()
 		if err != nil {
 			return nil, "", wrapExtra(err)
 		}
 		if null {
 			continue
 		}
-		m, err := r.arrayLen()
+		m, err := r.ArrayLen()
 		if err != nil {
 			return nil, "", fmt.Errorf("%w: block %d: %w", ErrExtraKeys, b, err)
 		}
 		for i := 0; i < m; i++ {
-			c, err := r.peek()
+			c, err := r.Peek()
 			if err != nil {
 				return nil, "", wrapExtra(err)
 			}
 			switch {
-			case isStringCode(c):
-				s, err := r.str()
+			case vllmwire.IsStringCode(c):
+				s, err := r.Str()
 				if err != nil {
 					return nil, "", wrapExtra(err)
 				}
@@ -233,7 +235,7 @@ func blockMMKeys(extraKeys []byte, lora string, nBlocks int, root bool) ([][]MMK
 					bare = make([][]string, n)
 				}
 				bare[b] = append(bare[b], s)
-			case isArrayCode(c):
+			case vllmwire.IsArrayCode(c):
 				k, err := readMMKey(r)
 				if err != nil {
 					return nil, "", fmt.Errorf("%w: block %d key %d: %w", ErrExtraKeys, b, i, err)
@@ -243,14 +245,14 @@ func blockMMKeys(extraKeys []byte, lora string, nBlocks int, root bool) ([][]MMK
 				}
 				out[b] = append(out[b], k)
 			default:
-				if err := r.skip(); err != nil {
+				if err := r.Skip(); err != nil {
 					return nil, "", wrapExtra(err)
 				}
 			}
 		}
 	}
-	if r.remaining() != 0 {
-		return nil, "", fmt.Errorf("%w: %d bytes after the list", ErrExtraKeys, r.remaining())
+	if r.Remaining() != 0 {
+		return nil, "", fmt.Errorf("%w: %d bytes after the list", ErrExtraKeys, r.Remaining())
 	}
 	if bare == nil {
 		return out, "", nil
@@ -288,19 +290,19 @@ func blockMMKeys(extraKeys []byte, lora string, nBlocks int, root bool) ([][]MMK
 	return out, salt, nil
 }
 
-func readMMKey(r *reader) (MMKey, error) {
-	m, err := r.arrayLen()
+func readMMKey(r vllmwire.Reader) (MMKey, error) {
+	m, err := r.ArrayLen()
 	if err != nil {
 		return MMKey{}, err
 	}
 	if m != 2 {
 		return MMKey{}, fmt.Errorf("mm key with %d elements, want 2", m)
 	}
-	id, err := r.str()
+	id, err := r.Str()
 	if err != nil {
 		return MMKey{}, fmt.Errorf("mm identifier: %w", err)
 	}
-	off, err := r.int64()
+	off, err := r.Int64()
 	if err != nil {
 		return MMKey{}, fmt.Errorf("mm offset: %w", err)
 	}

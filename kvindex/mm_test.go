@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/kvroute/kvroute/kvevents/vllmwire"
 )
 
 func TestMMBlockKeysFollowsVLLM(t *testing.T) {
@@ -67,16 +69,16 @@ func TestMMEventsMatchRequest(t *testing.T) {
 			}
 		}
 		for name, extra := range layouts {
-			for format := Format(0); format < 3; format++ {
-				ev := BlockStored{TokenIDs: toks, BlockSize: testBS, ExtraKeys: extra}
+			for format := vllmwire.Format(0); format < 3; format++ {
+				ev := vllmwire.BlockStored{TokenIDs: toks, BlockSize: testBS, ExtraKeys: extra}
 				for j := 0; j < 8; j++ {
 					ev.BlockHashes = append(ev.BlockHashes, engineOf(7, j))
 				}
-				enc, err := EncodeBatch(EventBatch{TS: 1, Format: format, Events: []Event{ev}})
+				enc, err := vllmwire.EncodeBatch(vllmwire.EventBatch{TS: 1, Format: format, Events: []vllmwire.Event{ev}})
 				if err != nil {
 					t.Fatal(err)
 				}
-				b, err := DecodeBatch(enc)
+				b, err := vllmwire.DecodeBatch(enc)
 				if err != nil {
 					t.Fatalf("%s/%s: %v", name, format, err)
 				}
@@ -111,7 +113,7 @@ func TestMMEventsChained(t *testing.T) {
 	first, second := storeEv(3, 0, 2), storeEv(3, 2, 6)
 	first.ExtraKeys = EncodeMMExtraKeys(keys[:2], 2)
 	second.ExtraKeys = EncodeMMExtraKeys(keys[2:], 4)
-	ix.Apply("w", EventBatch{Events: []Event{first, second}})
+	ix.Apply("w", vllmwire.EventBatch{Events: []vllmwire.Event{first, second}})
 	if res := ix.Match(req, []string{"w"}, nil); res[0].Blocks != 6 {
 		t.Fatalf("matched %d of 6", res[0].Blocks)
 	}

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/kvroute/kvroute/kvevents/vllmwire"
 )
 
 // recordingObserver writes what it hears as lines: "stored w [hashes]" and
@@ -27,20 +29,20 @@ func TestObserverHearsWhatTheIndexLearns(t *testing.T) {
 		want []string
 	}{
 		{"a batch's device blocks, once, as router hashes", func(ix *Index) {
-			ix.Apply("w0", EventBatch{Events: []Event{storeEv(1, 0, 2), storeEv(1, 2, 3)}})
+			ix.Apply("w0", vllmwire.EventBatch{Events: []vllmwire.Event{storeEv(1, 0, 2), storeEv(1, 2, 3)}})
 		}, []string{stored(promptHashes(1, 3))}},
 		{"blocks stored off the device are not held on it", func(ix *Index) {
-			ix.Apply("w0", EventBatch{Events: []Event{withMedium(storeEv(1, 0, 2), MediumCPU)}})
+			ix.Apply("w0", vllmwire.EventBatch{Events: []vllmwire.Event{withMedium(storeEv(1, 0, 2), vllmwire.MediumCPU)}})
 		}, nil},
 		{"removals say nothing", func(ix *Index) {
-			ix.Apply("w0", EventBatch{Events: []Event{removeEv(1, 0)}})
+			ix.Apply("w0", vllmwire.EventBatch{Events: []vllmwire.Event{removeEv(1, 0)}})
 		}, nil},
 		{"a clear resets, and only blocks stored after it are reported", func(ix *Index) {
-			ix.Apply("w0", EventBatch{Events: []Event{storeEv(1, 0, 2), AllBlocksCleared{}, storeEv(2, 0, 1)}})
+			ix.Apply("w0", vllmwire.EventBatch{Events: []vllmwire.Event{storeEv(1, 0, 2), vllmwire.AllBlocksCleared{}, storeEv(2, 0, 1)}})
 		}, []string{"reset w0", stored(promptHashes(2, 1))}},
 		{"an unknown parent makes the worker stale", func(ix *Index) {
-			ix.Apply("w0", EventBatch{Events: []Event{storeEv(3, 1, 2)}})
-			ix.Apply("w0", EventBatch{Events: []Event{storeEv(3, 1, 2)}}) // already stale: no second reset
+			ix.Apply("w0", vllmwire.EventBatch{Events: []vllmwire.Event{storeEv(3, 1, 2)}})
+			ix.Apply("w0", vllmwire.EventBatch{Events: []vllmwire.Event{storeEv(3, 1, 2)}}) // already stale: no second reset
 		}, []string{"reset w0"}},
 		{"marked stale", func(ix *Index) { ix.MarkStale("w0") }, []string{"reset w0"}},
 		{"reset", func(ix *Index) { ix.Reset("w0") }, []string{"reset w0"}},
@@ -48,7 +50,7 @@ func TestObserverHearsWhatTheIndexLearns(t *testing.T) {
 		{"re-added with another block size", func(ix *Index) { ix.AddWorker("w0", testModel, 2*testBS) }, []string{"reset w0"}},
 		{"re-added unchanged", func(ix *Index) { ix.AddWorker("w0", testModel, testBS) }, nil},
 		{"an unknown worker's batch", func(ix *Index) {
-			ix.Apply("nobody", EventBatch{Events: []Event{storeEv(1, 0, 2)}})
+			ix.Apply("nobody", vllmwire.EventBatch{Events: []vllmwire.Event{storeEv(1, 0, 2)}})
 		}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -70,7 +72,7 @@ func TestNoObserverNoRecording(t *testing.T) {
 	obs := &recordingObserver{}
 	ix.SetObserver(obs)
 	ix.SetObserver(nil)
-	ix.Apply("w0", EventBatch{Events: []Event{storeEv(1, 0, 2)}})
+	ix.Apply("w0", vllmwire.EventBatch{Events: []vllmwire.Event{storeEv(1, 0, 2)}})
 	if len(obs.got) != 0 || len(ix.stored) != 0 {
 		t.Fatalf("a removed observer heard %v; %d hashes gathered for nobody", obs.got, len(ix.stored))
 	}

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sync"
 	"testing"
+
+	"github.com/kvroute/kvroute/kvevents/vllmwire"
 )
 
 // refModel is the obvious implementation the index must agree with: per
@@ -22,31 +24,31 @@ func newRefModel() *refModel {
 
 func (m *refModel) holds(w string, key uint64) bool { return m.gpu[w][key] || m.cpu[w][key] }
 
-func (m *refModel) apply(w string, ev Event) {
+func (m *refModel) apply(w string, ev vllmwire.Event) {
 	if m.gpu[w] == nil {
 		m.gpu[w], m.cpu[w] = map[uint64]bool{}, map[uint64]bool{}
 	}
 	switch e := ev.(type) {
-	case BlockStored:
+	case vllmwire.BlockStored:
 		if e.ParentBlockHash != nil && !m.holds(w, e.ParentBlockHash.Key()) {
 			return
 		}
 		set := m.gpu[w]
-		if e.Medium != nil && *e.Medium == MediumCPU {
+		if e.Medium != nil && *e.Medium == vllmwire.MediumCPU {
 			set = m.cpu[w]
 		}
 		for _, h := range e.BlockHashes {
 			set[h.Key()] = true
 		}
-	case BlockRemoved:
+	case vllmwire.BlockRemoved:
 		set := m.gpu[w]
-		if e.Medium != nil && *e.Medium == MediumCPU {
+		if e.Medium != nil && *e.Medium == vllmwire.MediumCPU {
 			set = m.cpu[w]
 		}
 		for _, h := range e.BlockHashes {
 			delete(set, h.Key())
 		}
-	case AllBlocksCleared:
+	case vllmwire.AllBlocksCleared:
 		m.gpu[w], m.cpu[w] = map[uint64]bool{}, map[uint64]bool{}
 	}
 }
@@ -80,9 +82,9 @@ func TestIndexAgreesWithReferenceModelOnRandomStreams(t *testing.T) {
 			seed0 := Seed(testModel, "", "")
 			routers := make([][]uint64, docs)
 			ref := newRefModel()
-			engine := func(d, j int) EngineHash {
+			engine := func(d, j int) vllmwire.EngineHash {
 				// Engine hashes are a function of content, like vLLM's.
-				return HashUint(routers[d][j] ^ 0xabcdef)
+				return vllmwire.HashUint(routers[d][j] ^ 0xabcdef)
 			}
 			for d := range routers {
 				routers[d] = HashBlocks(seed0, tokens[d], testBS, nil)
@@ -99,12 +101,12 @@ func TestIndexAgreesWithReferenceModelOnRandomStreams(t *testing.T) {
 			nonzero := 0
 			for step := 0; step < 4000; step++ {
 				w := workers[rng.IntN(len(workers))]
-				var ev Event
+				var ev vllmwire.Event
 				switch p := rng.IntN(100); {
 				case p < 55:
 					d, from := rng.IntN(docs), rng.IntN(docBlocks)
 					to := min(docBlocks, from+1+rng.IntN(6))
-					e := BlockStored{BlockSize: testBS, TokenIDs: tokens[d][from*testBS : to*testBS]}
+					e := vllmwire.BlockStored{BlockSize: testBS, TokenIDs: tokens[d][from*testBS : to*testBS]}
 					for j := from; j < to; j++ {
 						e.BlockHashes = append(e.BlockHashes, engine(d, j))
 					}
@@ -112,24 +114,24 @@ func TestIndexAgreesWithReferenceModelOnRandomStreams(t *testing.T) {
 						e.ParentBlockHash = ptr(engine(d, from-1))
 					}
 					if rng.IntN(5) == 0 {
-						e.Medium = ptr(MediumCPU)
+						e.Medium = ptr(vllmwire.MediumCPU)
 					}
 					ev = e
 				case p < 97:
-					e := BlockRemoved{}
+					e := vllmwire.BlockRemoved{}
 					for k := rng.IntN(5); k >= 0; k-- {
 						d, j := rng.IntN(docs), rng.IntN(docBlocks)
 						e.BlockHashes = append(e.BlockHashes, engine(d, j))
 					}
 					if rng.IntN(5) == 0 {
-						e.Medium = ptr(MediumCPU)
+						e.Medium = ptr(vllmwire.MediumCPU)
 					}
 					ev = e
 				default:
-					ev = AllBlocksCleared{}
+					ev = vllmwire.AllBlocksCleared{}
 				}
 				ref.apply(w, ev)
-				ix.Apply(w, EventBatch{Events: []Event{ev}})
+				ix.Apply(w, vllmwire.EventBatch{Events: []vllmwire.Event{ev}})
 
 				if step%7 == 0 {
 					d := rng.IntN(docs)
@@ -187,13 +189,13 @@ func TestConcurrentApplyAndMatch(t *testing.T) {
 			defer wg.Done()
 			w := fmt.Sprint("w", i)
 			for r := 0; r < rounds; r++ {
-				ix.Apply(w, EventBatch{Events: []Event{storeEv(1, 0, 8), storeEv(1, 8, 16)}})
-				ix.Apply(w, EventBatch{Events: []Event{removeEv(1, 15-r%16)}})
+				ix.Apply(w, vllmwire.EventBatch{Events: []vllmwire.Event{storeEv(1, 0, 8), storeEv(1, 8, 16)}})
+				ix.Apply(w, vllmwire.EventBatch{Events: []vllmwire.Event{removeEv(1, 15-r%16)}})
 				if r%50 == 0 {
-					ix.Apply(w, EventBatch{Events: []Event{AllBlocksCleared{}}})
+					ix.Apply(w, vllmwire.EventBatch{Events: []vllmwire.Event{vllmwire.AllBlocksCleared{}}})
 				}
 			}
-			ix.Apply(w, EventBatch{Events: []Event{AllBlocksCleared{}, storeEv(1, 0, 4+i)}})
+			ix.Apply(w, vllmwire.EventBatch{Events: []vllmwire.Event{vllmwire.AllBlocksCleared{}, storeEv(1, 0, 4+i)}})
 		}(i)
 	}
 	var readers sync.WaitGroup
@@ -230,7 +232,7 @@ func TestConcurrentApplyAndMatch(t *testing.T) {
 			default:
 			}
 			ix.AddWorker("churn", testModel, testBS)
-			ix.Apply("churn", EventBatch{Events: []Event{storeEv(1, 0, 3)}})
+			ix.Apply("churn", vllmwire.EventBatch{Events: []vllmwire.Event{storeEv(1, 0, 3)}})
 			ix.RemoveWorker("churn")
 		}
 	}()

@@ -1,5 +1,7 @@
 package kvindex
 
+import "github.com/kvroute/kvroute/kvevents/vllmwire"
+
 // cacheSalt finds the cache_salt in the extra keys of a root BlockStored.
 // vLLM builds each block's extra keys as lora name + multimodal keys +
 // cache_salt (first block only) + prompt-embedding hashes; multimodal keys
@@ -10,30 +12,30 @@ func cacheSalt(extraKeys []byte, loraName string) string {
 	if len(extraKeys) == 0 {
 		return ""
 	}
-	r := newReader(extraKeys)
-	n, err := r.arrayLen()
+	r := vllmwire.NewReader(extraKeys)
+	n, err := r.ArrayLen()
 	if err != nil || n == 0 {
 		return ""
 	}
-	if null, err := r.isNil(); err != nil || null {
+	if null, err := r.IsNil(); err != nil || null {
 		return ""
 	}
-	m, err := r.arrayLen()
+	m, err := r.ArrayLen()
 	if err != nil {
 		return ""
 	}
 	for i := 0; i < m; i++ {
-		c, err := r.peek()
+		c, err := r.Peek()
 		if err != nil {
 			return ""
 		}
-		if !isStringCode(c) {
-			if r.skip() != nil {
+		if !vllmwire.IsStringCode(c) {
+			if r.Skip() != nil {
 				return ""
 			}
 			continue
 		}
-		s, err := r.str()
+		s, err := r.Str()
 		if err != nil {
 			return ""
 		}

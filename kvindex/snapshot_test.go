@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+
+	"github.com/kvroute/kvroute/kvevents/vllmwire"
 )
 
 // snapIndex builds an index of three workers with shared and private
@@ -21,7 +23,7 @@ func snapIndex(t testing.TB) (*Index, [][]uint64) {
 		ix.AddWorker(name, "m", benchBS)
 		for c := range 4 {
 			toks, hs := benchChain(c+w*2, 8)
-			st := ix.Apply(name, EventBatch{Events: []Event{BlockStored{BlockHashes: hs, TokenIDs: toks, BlockSize: benchBS}}})
+			st := ix.Apply(name, vllmwire.EventBatch{Events: []vllmwire.Event{vllmwire.BlockStored{BlockHashes: hs, TokenIDs: toks, BlockSize: benchBS}}})
 			if st.StoredBlocks == 0 {
 				t.Fatalf("nothing stored: %+v", st)
 			}
@@ -29,8 +31,8 @@ func snapIndex(t testing.TB) (*Index, [][]uint64) {
 		}
 	}
 	toks, hs := benchChain(99, 4)
-	cpu := MediumCPU
-	ix.Apply("w1", EventBatch{Events: []Event{BlockStored{BlockHashes: hs, TokenIDs: toks, BlockSize: benchBS, Medium: &cpu}}})
+	cpu := vllmwire.MediumCPU
+	ix.Apply("w1", vllmwire.EventBatch{Events: []vllmwire.Event{vllmwire.BlockStored{BlockHashes: hs, TokenIDs: toks, BlockSize: benchBS, Medium: &cpu}}})
 	prompts = append(prompts, HashBlocks(seed, toks, benchBS, nil))
 	ix.MarkStale("w2")
 	return ix, prompts
@@ -77,7 +79,7 @@ func TestSnapshotRoundTripKeepsEveryAnswer(t *testing.T) {
 	// Live events keep applying on the loaded view: a removal of a loaded
 	// block takes it out.
 	_, hs := benchChain(0, 8)
-	if r := dst.Apply("w0", EventBatch{Events: []Event{BlockRemoved{BlockHashes: hs}}}); r.RemovedBlocks != 8 {
+	if r := dst.Apply("w0", vllmwire.EventBatch{Events: []vllmwire.Event{vllmwire.BlockRemoved{BlockHashes: hs}}}); r.RemovedBlocks != 8 {
 		t.Fatalf("removed %d loaded blocks, want 8 (%+v)", r.RemovedBlocks, r)
 	}
 }
@@ -171,7 +173,7 @@ func BenchmarkSnapshot1M(b *testing.B) {
 		ix.AddWorker(name, "bench-model", benchBS)
 		for c := 0; c < perWorker/512; c++ {
 			toks, hs := benchChain(w*1000+c, 512)
-			ix.Apply(name, EventBatch{Events: []Event{BlockStored{BlockHashes: hs, TokenIDs: toks, BlockSize: benchBS}}})
+			ix.Apply(name, vllmwire.EventBatch{Events: []vllmwire.Event{vllmwire.BlockStored{BlockHashes: hs, TokenIDs: toks, BlockSize: benchBS}}})
 		}
 	}
 	if n := ix.Stats().Entries; n != workers*perWorker {

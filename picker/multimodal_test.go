@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvroute/kvroute/kvevents/vllmwire"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/multimodal"
 	"github.com/kvroute/kvroute/scoring"
@@ -92,12 +93,12 @@ func TestPickerRoutesImagesByTheirBlocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	blocks := len(enc.Tokens) / 16
-	hs := make([]kvindex.EngineHash, blocks)
+	hs := make([]vllmwire.EngineHash, blocks)
 	for i := range hs {
-		hs[i] = kvindex.HashUint(uint64(5000 + i))
+		hs[i] = vllmwire.HashUint(uint64(5000 + i))
 	}
 	keys := kvindex.MMBlockKeys(enc.Placements, len(enc.Tokens), 16)
-	st := rg.index.Apply("w1", kvindex.EventBatch{Events: []kvindex.Event{kvindex.BlockStored{
+	st := rg.index.Apply("w1", vllmwire.EventBatch{Events: []vllmwire.Event{vllmwire.BlockStored{
 		BlockHashes: hs, TokenIDs: enc.Tokens[:blocks*16], BlockSize: 16, ExtraKeys: kvindex.EncodeMMExtraKeys(keys, blocks),
 	}}})
 	if st.StoredBlocks != blocks {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/extproc"
+	"github.com/kvroute/kvroute/kvevents/vllmwire"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/tokenizer"
@@ -123,11 +124,11 @@ func newRig(t testing.TB, mutate func(*scoring.Options, *Config)) *testRig {
 // store tells the index that worker holds the first blocks of tokens.
 func (rg *testRig) store(t testing.TB, worker string, tokens []uint32, blocks int) {
 	t.Helper()
-	hs := make([]kvindex.EngineHash, blocks)
+	hs := make([]vllmwire.EngineHash, blocks)
 	for i := range hs {
-		hs[i] = kvindex.HashUint(uint64(1000 + i))
+		hs[i] = vllmwire.HashUint(uint64(1000 + i))
 	}
-	st := rg.index.Apply(worker, kvindex.EventBatch{Events: []kvindex.Event{kvindex.BlockStored{
+	st := rg.index.Apply(worker, vllmwire.EventBatch{Events: []vllmwire.Event{vllmwire.BlockStored{
 		BlockHashes: hs, TokenIDs: tokens[:blocks*16], BlockSize: 16,
 	}}})
 	if st.StoredBlocks != blocks {

@@ -6,7 +6,7 @@ import (
 
 	"github.com/kvroute/kvroute/bus"
 	"github.com/kvroute/kvroute/internal/testenv"
-	"github.com/kvroute/kvroute/kvindex"
+	"github.com/kvroute/kvroute/kvevents/vllmwire"
 	"github.com/nats-io/nats.go"
 )
 
@@ -34,13 +34,13 @@ func TestColdStartAsksWorkersToResync(t *testing.T) {
 				return nil
 			}
 			// w0 re-announces what it holds, as kvsim does.
-			hs := []kvindex.EngineHash{kvindex.HashInt(1), kvindex.HashInt(2)}
+			hs := []vllmwire.EngineHash{vllmwire.HashInt(1), vllmwire.HashInt(2)}
 			toks := make([]uint32, 32)
 			for i := range toks {
 				toks[i] = uint32(100 + i)
 			}
-			return bus.PublishEvents(nc, cfg.Namespace, "w0", 0, kvindex.EventBatch{TS: 1, Events: []kvindex.Event{
-				kvindex.AllBlocksCleared{}, kvindex.BlockStored{BlockHashes: hs, TokenIDs: toks, BlockSize: 16},
+			return bus.PublishEvents(nc, cfg.Namespace, "w0", 0, vllmwire.EventBatch{TS: 1, Events: []vllmwire.Event{
+				vllmwire.AllBlocksCleared{}, vllmwire.BlockStored{BlockHashes: hs, TokenIDs: toks, BlockSize: 16},
 			}})
 		})
 		if err != nil {

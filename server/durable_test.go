@@ -14,6 +14,7 @@ import (
 
 	"github.com/kvroute/kvroute/bus"
 	"github.com/kvroute/kvroute/internal/testenv"
+	"github.com/kvroute/kvroute/kvevents/vllmwire"
 	"github.com/kvroute/kvroute/kvindex"
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -46,16 +47,16 @@ func newChainPublisher(t *testing.T, url, ns string, parts int) *chainPublisher 
 func (p *chainPublisher) publish(worker string, seq uint64, part int) {
 	p.t.Helper()
 	per := p.per
-	hs := make([]kvindex.EngineHash, per)
+	hs := make([]vllmwire.EngineHash, per)
 	for i := range hs {
-		hs[i] = kvindex.HashInt(int64(part*per + i + 1))
+		hs[i] = vllmwire.HashInt(int64(part*per + i + 1))
 	}
-	ev := kvindex.BlockStored{BlockHashes: hs, TokenIDs: p.tokens[part*per*16 : (part+1)*per*16], BlockSize: 16}
+	ev := vllmwire.BlockStored{BlockHashes: hs, TokenIDs: p.tokens[part*per*16 : (part+1)*per*16], BlockSize: 16}
 	if part > 0 {
-		parent := kvindex.HashInt(int64(part * per))
+		parent := vllmwire.HashInt(int64(part * per))
 		ev.ParentBlockHash = &parent
 	}
-	if err := bus.PublishEvents(p.nc, p.ns, worker, seq, kvindex.EventBatch{TS: 1, Events: []kvindex.Event{ev}}); err != nil {
+	if err := bus.PublishEvents(p.nc, p.ns, worker, seq, vllmwire.EventBatch{TS: 1, Events: []vllmwire.Event{ev}}); err != nil {
 		p.t.Fatal(err)
 	}
 	if err := p.nc.Flush(); err != nil {
@@ -254,7 +255,7 @@ func TestDurableEventsAgedOutMarksWorkersStaleAndResyncs(t *testing.T) {
 	})
 	// The re-announcement (AllBlocksCleared first, as kvsim and kvbridge
 	// send it) clears the staleness.
-	if err := bus.PublishEvents(p.nc, cfgA.Namespace, "w1", 2, kvindex.EventBatch{TS: 2, Events: []kvindex.Event{kvindex.AllBlocksCleared{}}}); err != nil {
+	if err := bus.PublishEvents(p.nc, cfgA.Namespace, "w1", 2, vllmwire.EventBatch{TS: 2, Events: []vllmwire.Event{vllmwire.AllBlocksCleared{}}}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "w1's resync clears its staleness", func() bool { return !b.Index().NeedsResync("w1") })
@@ -492,13 +493,13 @@ func BenchmarkDurableRecovery1M(b *testing.B) {
 		for i := range toks {
 			toks[i] = uint32(chain)*7919 + uint32(i)*31 + 1
 		}
-		hs := make([]kvindex.EngineHash, perBatch)
+		hs := make([]vllmwire.EngineHash, perBatch)
 		for j := range hs {
-			hs[j] = kvindex.HashUint(uint64(chain)<<24 | uint64(j) + 1)
+			hs[j] = vllmwire.HashUint(uint64(chain)<<24 | uint64(j) + 1)
 		}
 		chain++
 		id := fmt.Sprint("w", w)
-		if err := bus.PublishEvents(nc, "default", id, seqs[id], kvindex.EventBatch{TS: 1, Events: []kvindex.Event{kvindex.BlockStored{BlockHashes: hs, TokenIDs: toks, BlockSize: 16}}}); err != nil {
+		if err := bus.PublishEvents(nc, "default", id, seqs[id], vllmwire.EventBatch{TS: 1, Events: []vllmwire.Event{vllmwire.BlockStored{BlockHashes: hs, TokenIDs: toks, BlockSize: 16}}}); err != nil {
 			b.Fatal(err)
 		}
 		seqs[id]++

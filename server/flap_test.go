@@ -9,7 +9,7 @@ import (
 	"github.com/kvroute/kvroute/bus"
 	"github.com/kvroute/kvroute/discovery/etcd"
 	"github.com/kvroute/kvroute/internal/testenv"
-	"github.com/kvroute/kvroute/kvindex"
+	"github.com/kvroute/kvroute/kvevents/vllmwire"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/nats-io/nats.go"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -50,11 +50,11 @@ func startFlapRig(t *testing.T, grace time.Duration, logger ...*slog.Logger) *fl
 	defer nc.Close()
 	tokens := promptTokens(t, chatBody(100))
 	rig.blocks = len(tokens) / 16
-	hs := make([]kvindex.EngineHash, rig.blocks)
+	hs := make([]vllmwire.EngineHash, rig.blocks)
 	for i := range hs {
-		hs[i] = kvindex.HashInt(int64(i + 1))
+		hs[i] = vllmwire.HashInt(int64(i + 1))
 	}
-	batch := kvindex.EventBatch{TS: 1, Events: []kvindex.Event{kvindex.BlockStored{BlockHashes: hs, TokenIDs: tokens[:rig.blocks*16], BlockSize: 16}}}
+	batch := vllmwire.EventBatch{TS: 1, Events: []vllmwire.Event{vllmwire.BlockStored{BlockHashes: hs, TokenIDs: tokens[:rig.blocks*16], BlockSize: 16}}}
 	if err := bus.PublishEvents(nc, cfg.Namespace, "w9", 0, batch); err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,7 @@ import (
 	"github.com/kvroute/kvroute/discovery/etcd"
 	"github.com/kvroute/kvroute/extproc"
 	"github.com/kvroute/kvroute/internal/testenv"
-	"github.com/kvroute/kvroute/kvindex"
+	"github.com/kvroute/kvroute/kvevents/vllmwire"
 	"github.com/kvroute/kvroute/picker"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/tokenizer"
@@ -223,11 +223,11 @@ func TestRouterEventsOverNATSChangeTheNextDecision(t *testing.T) {
 	}
 	defer nc.Close()
 	blocks := len(tokens) / 16
-	hs := make([]kvindex.EngineHash, blocks)
+	hs := make([]vllmwire.EngineHash, blocks)
 	for i := range hs {
-		hs[i] = kvindex.HashInt(int64(i + 1))
+		hs[i] = vllmwire.HashInt(int64(i + 1))
 	}
-	batch := kvindex.EventBatch{TS: 1, Events: []kvindex.Event{kvindex.BlockStored{BlockHashes: hs, TokenIDs: tokens[:blocks*16], BlockSize: 16}}}
+	batch := vllmwire.EventBatch{TS: 1, Events: []vllmwire.Event{vllmwire.BlockStored{BlockHashes: hs, TokenIDs: tokens[:blocks*16], BlockSize: 16}}}
 	if err := bus.PublishEvents(nc, r.cfg.Namespace, target, 0, batch); err != nil {
 		t.Fatal(err)
 	}

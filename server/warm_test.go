@@ -15,6 +15,7 @@ import (
 	"github.com/kvroute/kvroute/bus"
 	"github.com/kvroute/kvroute/engine/vllmzmq"
 	"github.com/kvroute/kvroute/internal/testenv"
+	"github.com/kvroute/kvroute/kvevents/vllmwire"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/nats-io/nats.go"
 )
@@ -40,16 +41,16 @@ func TestWarmStartLoadsPeerIndexThenLiveTail(t *testing.T) {
 	per := len(tokens) / 16 / 3
 	publish := func(worker string, seq uint64, part int) {
 		t.Helper()
-		hs := make([]kvindex.EngineHash, per)
+		hs := make([]vllmwire.EngineHash, per)
 		for i := range hs {
-			hs[i] = kvindex.HashInt(int64(part*per + i + 1))
+			hs[i] = vllmwire.HashInt(int64(part*per + i + 1))
 		}
-		ev := kvindex.BlockStored{BlockHashes: hs, TokenIDs: tokens[part*per*16 : (part+1)*per*16], BlockSize: 16}
+		ev := vllmwire.BlockStored{BlockHashes: hs, TokenIDs: tokens[part*per*16 : (part+1)*per*16], BlockSize: 16}
 		if part > 0 {
-			parent := kvindex.HashInt(int64(part * per))
+			parent := vllmwire.HashInt(int64(part * per))
 			ev.ParentBlockHash = &parent
 		}
-		if err := bus.PublishEvents(nc, cfgA.Namespace, worker, seq, kvindex.EventBatch{TS: 1, Events: []kvindex.Event{ev}}); err != nil {
+		if err := bus.PublishEvents(nc, cfgA.Namespace, worker, seq, vllmwire.EventBatch{TS: 1, Events: []vllmwire.Event{ev}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -135,20 +136,20 @@ func TestWarmStartOverZMQResumesAfterThePeersSnapshot(t *testing.T) {
 	per := len(tokens) / 16 / 3
 	publish := func(part int) {
 		t.Helper()
-		var ev kvindex.Event = kvindex.BlockRemoved{BlockHashes: []kvindex.EngineHash{kvindex.HashInt(1 << 40)}} // holds nothing: a no-op
+		var ev vllmwire.Event = vllmwire.BlockRemoved{BlockHashes: []vllmwire.EngineHash{vllmwire.HashInt(1 << 40)}} // holds nothing: a no-op
 		if part >= 0 {
-			hs := make([]kvindex.EngineHash, per)
+			hs := make([]vllmwire.EngineHash, per)
 			for i := range hs {
-				hs[i] = kvindex.HashInt(int64(part*per + i + 1))
+				hs[i] = vllmwire.HashInt(int64(part*per + i + 1))
 			}
-			st := kvindex.BlockStored{BlockHashes: hs, TokenIDs: tokens[part*per*16 : (part+1)*per*16], BlockSize: 16}
+			st := vllmwire.BlockStored{BlockHashes: hs, TokenIDs: tokens[part*per*16 : (part+1)*per*16], BlockSize: 16}
 			if part > 0 {
-				parent := kvindex.HashInt(int64(part * per))
+				parent := vllmwire.HashInt(int64(part * per))
 				st.ParentBlockHash = &parent
 			}
 			ev = st
 		}
-		data, err := kvindex.EncodeBatch(kvindex.EventBatch{TS: 1, Events: []kvindex.Event{ev}})
+		data, err := vllmwire.EncodeBatch(vllmwire.EventBatch{TS: 1, Events: []vllmwire.Event{ev}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kvroute/kvroute/kvevents/vllmwire"
 	"github.com/kvroute/kvroute/kvindex"
 )
 
@@ -70,7 +71,7 @@ func measureKVIndex(w *Workload, threads int, minLookup time.Duration, jump bool
 	// would arrive; Apply re-hashes their tokens.
 	type item struct {
 		worker string
-		batch  kvindex.EventBatch
+		batch  vllmwire.EventBatch
 	}
 	lanes := make([][]item, threads)
 	names := make([]string, w.Workers)
@@ -78,24 +79,24 @@ func measureKVIndex(w *Workload, threads int, minLookup time.Duration, jump bool
 		names[i] = workerName(i)
 	}
 	for _, e := range w.Events {
-		hs := make([]kvindex.EngineHash, len(e.Hashes))
+		hs := make([]vllmwire.EngineHash, len(e.Hashes))
 		for i, h := range e.Hashes {
-			hs[i] = kvindex.HashUint(h)
+			hs[i] = vllmwire.HashUint(h)
 		}
-		var ev kvindex.Event
+		var ev vllmwire.Event
 		if e.Kind == kindStored {
-			st := kvindex.BlockStored{BlockHashes: hs, TokenIDs: w.Tokens(e.Contents), BlockSize: w.BlockSize}
+			st := vllmwire.BlockStored{BlockHashes: hs, TokenIDs: w.Tokens(e.Contents), BlockSize: w.BlockSize}
 			if e.Parent != 0 {
-				p := kvindex.HashUint(e.Parent)
+				p := vllmwire.HashUint(e.Parent)
 				st.ParentBlockHash = &p
 			}
 			ev = st
 			res.Blocks += len(hs)
 		} else {
-			ev = kvindex.BlockRemoved{BlockHashes: hs}
+			ev = vllmwire.BlockRemoved{BlockHashes: hs}
 		}
 		lane := e.Worker % threads
-		lanes[lane] = append(lanes[lane], item{names[e.Worker], kvindex.EventBatch{Events: []kvindex.Event{ev}}})
+		lanes[lane] = append(lanes[lane], item{names[e.Worker], vllmwire.EventBatch{Events: []vllmwire.Event{ev}}})
 	}
 	prompts := make([][][]uint64, len(caseNames))
 	seed := kvindex.Seed(benchModel, "", "")

@@ -17,7 +17,7 @@ import (
 
 	"github.com/kvroute/kvroute/bus"
 	"github.com/kvroute/kvroute/internal/testenv"
-	"github.com/kvroute/kvroute/kvindex"
+	"github.com/kvroute/kvroute/kvevents/vllmwire"
 	"github.com/kvroute/kvroute/server"
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -63,8 +63,8 @@ func routesEvents(t *testing.T, r *server.Server, pub *nats.Conn) {
 	for i := range toks {
 		toks[i] = uint32(i + 1)
 	}
-	ev := kvindex.BlockStored{BlockHashes: []kvindex.EngineHash{kvindex.HashInt(1), kvindex.HashInt(2)}, TokenIDs: toks, BlockSize: 16}
-	if err := bus.PublishEvents(pub, "default", "w0", 0, kvindex.EventBatch{TS: 1, Events: []kvindex.Event{ev}}); err != nil {
+	ev := vllmwire.BlockStored{BlockHashes: []vllmwire.EngineHash{vllmwire.HashInt(1), vllmwire.HashInt(2)}, TokenIDs: toks, BlockSize: 16}
+	if err := bus.PublishEvents(pub, "default", "w0", 0, vllmwire.EventBatch{TS: 1, Events: []vllmwire.Event{ev}}); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(15 * time.Second)

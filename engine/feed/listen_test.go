@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 	"github.com/kvroute/kvroute/engine/vllmzmq"
+	"github.com/kvroute/kvroute/kvevents/vllmwire"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/scoring"
 )
@@ -72,10 +73,10 @@ func dialPub(t *testing.T, endpoint, topic string) *rawPub {
 func (p *rawPub) send(t *testing.T, seq uint64, tokens []uint32) {
 	t.Helper()
 	r := 0
-	payload, err := kvindex.EncodeBatch(kvindex.EventBatch{
-		Events: []kvindex.Event{kvindex.BlockStored{
-			BlockHashes: []kvindex.EngineHash{kvindex.HashInt(int64(tokens[0]))}, TokenIDs: tokens, BlockSize: len(tokens)}},
-		DPRank: &r, Format: kvindex.FormatArray,
+	payload, err := vllmwire.EncodeBatch(vllmwire.EventBatch{
+		Events: []vllmwire.Event{vllmwire.BlockStored{
+			BlockHashes: []vllmwire.EngineHash{vllmwire.HashInt(int64(tokens[0]))}, TokenIDs: tokens, BlockSize: len(tokens)}},
+		DPRank: &r, Format: vllmwire.FormatArray,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -187,9 +188,9 @@ func TestListenReplaysFromTheWorkersHost(t *testing.T) {
 	defer pub.Close()
 	stored := func(first uint32) []byte {
 		r := 0
-		b, err := kvindex.EncodeBatch(kvindex.EventBatch{
-			Events: []kvindex.Event{kvindex.BlockStored{BlockHashes: []kvindex.EngineHash{kvindex.HashInt(int64(first))}, TokenIDs: block(first), BlockSize: 16}},
-			DPRank: &r, Format: kvindex.FormatArray})
+		b, err := vllmwire.EncodeBatch(vllmwire.EventBatch{
+			Events: []vllmwire.Event{vllmwire.BlockStored{BlockHashes: []vllmwire.EngineHash{vllmwire.HashInt(int64(first))}, TokenIDs: block(first), BlockSize: 16}},
+			DPRank: &r, Format: vllmwire.FormatArray})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -30,27 +30,28 @@ var mayImport = map[string][]string{
 	"picker":      {"extproc", "scoring", "kvindex", "tokenizer", "multimodal"},
 	"scoring":     {},
 	"multimodal":  {"kvindex", "tokenizer"},
-	"kvindex":     {},
+	"kvindex":     {"kvevents/vllmwire"},
 	"tokenizer":   {},
 	"envoy":       {},
 	"envoy/proxy": {},
 
-	"kvevents":                    {"kvindex"},
-	"bus":                         {"scoring", "kvindex", "kvevents"},
+	"kvevents":                    {"kvindex", "kvevents/vllmwire"},
+	"kvevents/vllmwire":           {},
+	"bus":                         {"scoring", "kvevents", "kvevents/vllmwire"},
 	"discovery":                   {"scoring"},
 	"discovery/etcd":              {"scoring", "bus", "discovery"},
 	"discovery/file":              {"scoring", "discovery"},
 	"discovery/sourcetest":        {"scoring", "discovery"},
 	"discovery/kubepool":          {"scoring", "discovery"},
 	"discovery/kubepool/kubetest": {"discovery/kubepool", "internal/testenv"},
-	"engine":                      {"kvindex", "engine/vllmzmq"},
+	"engine":                      {"kvevents/vllmwire", "engine/vllmzmq"},
 	"engine/vllmzmq":              {},
 	"engine/feed":                 {"scoring", "kvevents", "engine", "engine/vllmzmq"},
 	"bridge":                      {"scoring", "bus", "discovery", "discovery/etcd", "engine", "engine/vllmzmq"},
 
-	"internal/sim":         {"scoring", "kvindex", "tokenizer", "multimodal", "bus", "discovery", "discovery/etcd", "engine/vllmzmq"},
+	"internal/sim":         {"scoring", "kvindex", "kvevents/vllmwire", "tokenizer", "multimodal", "bus", "discovery", "discovery/etcd", "engine/vllmzmq"},
 	"internal/bench":       {"server", "internal/sim", "envoy", "envoy/proxy", "picker", "tokenizer", "multimodal", "kvindex"},
-	"internal/vsim":        {"scoring", "kvindex", "internal/sim", "internal/bench"},
+	"internal/vsim":        {"scoring", "kvindex", "kvevents/vllmwire", "internal/sim", "internal/bench"},
 	"internal/costflag":    {"scoring"},
 	"internal/connflag":    {"bus"},
 	"internal/flagfile":    {},
@@ -64,12 +65,14 @@ var mayImport = map[string][]string{
 	"e2e/operator":     nil,
 	"bench/compare":    nil,
 	"bench/tokenizer":  {"tokenizer"},
-	"bench/indexpeers": {"kvindex"},
+	"bench/indexpeers": {"kvindex", "kvevents/vllmwire"},
 }
 
 // neverInDeps lists, per package, what must not appear anywhere in its
 // transitive dependencies (go list -deps): the router binary carries no test
-// or benchmark tooling and no sidecar code, and the pure packages do no I/O.
+// or benchmark tooling and no sidecar code, the pure packages do no I/O, and
+// vLLM's event codec stands on its own: no package of ours, so that every
+// transport, tool and test can decode and encode events without the index.
 var neverInDeps = map[string][]string{
 	"cmd/kvroute": {module + "/envoy/proxy", module + "/internal/sim", module + "/internal/bench",
 		module + "/internal/vsim", module + "/internal/testenv", module + "/bridge"},
@@ -78,6 +81,8 @@ var neverInDeps = map[string][]string{
 	"tokenizer":  {"github.com/nats-io/", "go.etcd.io/", "google.golang.org/grpc", "k8s.io/", "net/http"},
 	"multimodal": {"github.com/nats-io/", "go.etcd.io/", "google.golang.org/grpc", "k8s.io/", "net/http"},
 	"extproc":    {module + "/"},
+
+	"kvevents/vllmwire": {module + "/", "github.com/nats-io/", "go.etcd.io/", "google.golang.org/grpc", "k8s.io/", "net/http"},
 }
 
 type pkg struct {

@@ -15,6 +15,7 @@ import (
 	"github.com/kvroute/kvroute/discovery"
 	"github.com/kvroute/kvroute/engine/vllmzmq"
 	"github.com/kvroute/kvroute/internal/testenv"
+	"github.com/kvroute/kvroute/kvevents/vllmwire"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/nats-io/nats.go"
@@ -75,7 +76,7 @@ func startFleetEnv(t *testing.T, workers int) *fleetEnv {
 }
 
 // nextBatch returns the next events message for worker, decoded.
-func (e *fleetEnv) nextBatch(t *testing.T, worker string) (*nats.Msg, kvindex.EventBatch) {
+func (e *fleetEnv) nextBatch(t *testing.T, worker string) (*nats.Msg, vllmwire.EventBatch) {
 	t.Helper()
 	timeout := time.After(5 * time.Second)
 	for {
@@ -84,7 +85,7 @@ func (e *fleetEnv) nextBatch(t *testing.T, worker string) (*nats.Msg, kvindex.Ev
 			if m.Subject != bus.EventsSubject("it", worker) {
 				continue
 			}
-			b, err := kvindex.DecodeBatch(m.Data)
+			b, err := vllmwire.DecodeBatch(m.Data)
 			if err != nil {
 				t.Fatalf("decode batch: %v", err)
 			}
@@ -344,7 +345,7 @@ func TestZMQPublishingAndReplay(t *testing.T) {
 		}
 		break
 	}
-	if _, err := kvindex.DecodeBatch(live.Payload); err != nil {
+	if _, err := vllmwire.DecodeBatch(live.Payload); err != nil {
 		t.Fatalf("ZMQ payload: %v", err)
 	}
 	replayed, err := sub.Replay(ctx, 0)

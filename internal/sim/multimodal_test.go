@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"testing"
 
+	"github.com/kvroute/kvroute/kvevents/vllmwire"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/multimodal"
 )
@@ -85,7 +86,7 @@ func TestWorkerCachesImagesByIdentity(t *testing.T) {
 // BlockStored events carry the blocks' image keys as vLLM's extra_keys,
 // and the router's index, fed those events, matches the request's hashes.
 func TestEngineEventsCarryImageKeys(t *testing.T) {
-	var got []kvindex.Event
+	var got []vllmwire.Event
 	eng, err := NewEngine(EngineConfig{NumGPUBlocks: 64, BlockSize: 4}, EventSinkFunc(func(e Event) { got = append(got, toKVIndex(e)) }))
 	if err != nil {
 		t.Fatal(err)
@@ -103,7 +104,7 @@ func TestEngineEventsCarryImageKeys(t *testing.T) {
 	}
 	ix := kvindex.New(kvindex.Config{})
 	ix.AddWorker("w", "m", 4)
-	ix.Apply("w", kvindex.EventBatch{Events: got})
+	ix.Apply("w", vllmwire.EventBatch{Events: got})
 	toks := make([]uint32, 30)
 	for i := range toks {
 		toks[i] = uint32(prompt[i])

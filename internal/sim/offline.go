@@ -1,15 +1,15 @@
 package sim
 
-import "github.com/kvroute/kvroute/kvindex"
+import "github.com/kvroute/kvroute/kvevents/vllmwire"
 
 // This file holds what a caller stepping Engines itself (the virtual-time
 // simulator, internal/vsim) needs beyond Step: the KV event conversion the
 // NATS publisher uses, and read-only views of the prefix cache and of the
 // tokens a request will generate.
 
-// KVIndexEvent converts an engine event to kvindex's mirror of vLLM's
+// KVIndexEvent converts an engine event to vllmwire's mirror of vLLM's
 // types, copying the engine's slices.
-func KVIndexEvent(e Event) kvindex.Event { return toKVIndex(e) }
+func KVIndexEvent(e Event) vllmwire.Event { return toKVIndex(e) }
 
 // PromptHashes returns the engine hashes of prompt's full blocks under cfg
 // (block size and hash seed): what an Engine with cfg computes for it.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvroute/kvroute/bus"
 	"github.com/kvroute/kvroute/engine/vllmzmq"
+	"github.com/kvroute/kvroute/kvevents/vllmwire"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/nats-io/nats.go"
 	"github.com/vmihailenco/msgpack/v5"
@@ -25,7 +26,7 @@ const (
 // The fields vLLM 0.32 sets on every event of a model with one
 // full-attention KV cache group.
 var (
-	mediumGPU    = kvindex.MediumGPU
+	mediumGPU    = vllmwire.MediumGPU
 	groupZero    int64
 	specFullAttn = "full_attention"
 )
@@ -56,13 +57,13 @@ func encodeNoExtraKeys(n int) msgpack.RawMessage {
 	return raw
 }
 
-// toKVIndex converts an engine event to kvindex's mirror of vLLM's types,
+// toKVIndex converts an engine event to vllmwire's mirror of vLLM's types,
 // copying the engine's slices, with the fields vLLM 0.32 fills in.
-func toKVIndex(e Event) kvindex.Event {
+func toKVIndex(e Event) vllmwire.Event {
 	switch e.Kind {
 	case BlockStored:
-		ev := kvindex.BlockStored{
-			BlockHashes: make([]kvindex.EngineHash, len(e.Hashes)),
+		ev := vllmwire.BlockStored{
+			BlockHashes: make([]vllmwire.EngineHash, len(e.Hashes)),
 			TokenIDs:    make([]uint32, len(e.Tokens)),
 			BlockSize:   e.BlockSize,
 			Medium:      &mediumGPU,
@@ -71,13 +72,13 @@ func toKVIndex(e Event) kvindex.Event {
 			KVCacheSpecKind: &specFullAttn,
 		}
 		for i, h := range e.Hashes {
-			ev.BlockHashes[i] = kvindex.HashInt(h)
+			ev.BlockHashes[i] = vllmwire.HashInt(h)
 		}
 		for i, t := range e.Tokens {
 			ev.TokenIDs[i] = uint32(t)
 		}
 		if e.HasParent {
-			p := kvindex.HashInt(e.Parent)
+			p := vllmwire.HashInt(e.Parent)
 			ev.ParentBlockHash = &p
 		}
 		ev.ExtraKeys = kvindex.EncodeMMExtraKeys(e.MMKeys, len(e.Hashes))
@@ -86,13 +87,13 @@ func toKVIndex(e Event) kvindex.Event {
 		}
 		return ev
 	case BlockRemoved:
-		ev := kvindex.BlockRemoved{BlockHashes: make([]kvindex.EngineHash, len(e.Hashes)), Medium: &mediumGPU, GroupIdx: &groupZero}
+		ev := vllmwire.BlockRemoved{BlockHashes: make([]vllmwire.EngineHash, len(e.Hashes)), Medium: &mediumGPU, GroupIdx: &groupZero}
 		for i, h := range e.Hashes {
-			ev.BlockHashes[i] = kvindex.HashInt(h)
+			ev.BlockHashes[i] = vllmwire.HashInt(h)
 		}
 		return ev
 	default:
-		return kvindex.AllBlocksCleared{}
+		return vllmwire.AllBlocksCleared{}
 	}
 }
 
@@ -111,7 +112,7 @@ type eventPublisher struct {
 	log     *slog.Logger
 
 	mu      sync.Mutex
-	pending []kvindex.Event
+	pending []vllmwire.Event
 	kick    chan struct{}
 	full    chan struct{}
 
@@ -142,7 +143,7 @@ func newEventPublisher(nc *nats.Conn, subject string, zmq *vllmzmq.Publisher, ra
 }
 
 // add queues events; called by the worker loop.
-func (p *eventPublisher) add(evs []kvindex.Event) {
+func (p *eventPublisher) add(evs []vllmwire.Event) {
 	if len(evs) == 0 {
 		return
 	}
@@ -204,17 +205,17 @@ func (p *eventPublisher) flush() {
 	}
 }
 
-func (p *eventPublisher) publish(evs []kvindex.Event) {
+func (p *eventPublisher) publish(evs []vllmwire.Event) {
 	rank := p.rank
-	b := kvindex.EventBatch{
+	b := vllmwire.EventBatch{
 		TS:     float64(time.Now().UnixNano()) / 1e9,
 		Events: evs,
 		DPRank: &rank,
 		// vLLM 0.32: an array batch whose events are tagged maps.
-		Format: kvindex.FormatEventMaps,
+		Format: vllmwire.FormatEventMaps,
 	}
 	var err error
-	p.buf, err = kvindex.AppendBatch(p.buf[:0], b)
+	p.buf, err = vllmwire.AppendBatch(p.buf[:0], b)
 	if err != nil {
 		p.failures.Add(1)
 		p.log.Error("encode KV event batch", "err", err)

@@ -9,6 +9,7 @@ import (
 	"github.com/kvroute/kvroute/bus"
 	"github.com/kvroute/kvroute/internal/testenv"
 	"github.com/kvroute/kvroute/kvevents"
+	"github.com/kvroute/kvroute/kvevents/vllmwire"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/nats-io/nats.go"
 )
@@ -40,7 +41,7 @@ func TestRouterIndexAgreesWithTheEngine(t *testing.T) {
 			if err != nil {
 				return
 			}
-			b, err := kvindex.DecodeBatch(m.Data)
+			b, err := vllmwire.DecodeBatch(m.Data)
 			if err != nil {
 				t.Fatal(err)
 			}

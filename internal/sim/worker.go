@@ -16,7 +16,7 @@ import (
 	"github.com/kvroute/kvroute/discovery"
 	"github.com/kvroute/kvroute/discovery/etcd"
 	"github.com/kvroute/kvroute/engine/vllmzmq"
-	"github.com/kvroute/kvroute/kvindex"
+	"github.com/kvroute/kvroute/kvevents/vllmwire"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/nats-io/nats.go"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -105,7 +105,7 @@ type Worker struct {
 	killed atomic.Bool
 
 	// pending collects the engine's events on the loop goroutine.
-	pending []kvindex.Event
+	pending []vllmwire.Event
 }
 
 // StartWorker starts a worker: its engine loop, HTTP server, event and load

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvroute/kvroute/kvevents/vllmwire"
 	"github.com/kvroute/kvroute/kvindex"
 )
 
@@ -36,7 +37,7 @@ var (
 
 // fleetChain is chain c of worker w: its tokens and engine hashes. Chain 0
 // is the worker's system prompt, shared with the workers of its group.
-func fleetChain(w, c int) ([]uint32, []kvindex.EngineHash) {
+func fleetChain(w, c int) ([]uint32, []vllmwire.EngineHash) {
 	id := uint64(fleetSystems + w*fleetChains + c)
 	if c == 0 {
 		id = uint64(w % fleetSystems)
@@ -45,16 +46,16 @@ func fleetChain(w, c int) ([]uint32, []kvindex.EngineHash) {
 	for i := range toks {
 		toks[i] = uint32(id*2654435761) ^ uint32(i)*40503 + 1
 	}
-	hs := make([]kvindex.EngineHash, fleetChainLen)
+	hs := make([]vllmwire.EngineHash, fleetChainLen)
 	for j := range hs {
-		hs[j] = kvindex.HashUint(id<<20 | uint64(j) + 1)
+		hs[j] = vllmwire.HashUint(id<<20 | uint64(j) + 1)
 	}
 	return toks, hs
 }
 
-func storeEvent(w, c int) kvindex.EventBatch {
+func storeEvent(w, c int) vllmwire.EventBatch {
 	toks, hs := fleetChain(w, c)
-	return kvindex.EventBatch{Events: []kvindex.Event{kvindex.BlockStored{BlockHashes: hs, TokenIDs: toks, BlockSize: fleetBlockSize}}}
+	return vllmwire.EventBatch{Events: []vllmwire.Event{vllmwire.BlockStored{BlockHashes: hs, TokenIDs: toks, BlockSize: fleetBlockSize}}}
 }
 
 func loadFleetIndex(b *testing.B) *fleetIndex {
@@ -120,8 +121,8 @@ func BenchmarkFleetIndex(b *testing.B) {
 		for i := 0; b.Loop(); i++ {
 			w, c := i%fleetWorkers, 1+(i/fleetWorkers)%(fleetChains-1)
 			toks, hs := fleetChain(w, c)
-			remove := kvindex.EventBatch{Events: []kvindex.Event{kvindex.BlockRemoved{BlockHashes: hs}}}
-			store := kvindex.EventBatch{Events: []kvindex.Event{kvindex.BlockStored{BlockHashes: hs, TokenIDs: toks, BlockSize: fleetBlockSize}}}
+			remove := vllmwire.EventBatch{Events: []vllmwire.Event{vllmwire.BlockRemoved{BlockHashes: hs}}}
+			store := vllmwire.EventBatch{Events: []vllmwire.Event{vllmwire.BlockStored{BlockHashes: hs, TokenIDs: toks, BlockSize: fleetBlockSize}}}
 			t := threadCPU()
 			f.ix.Apply(f.workers[w], remove)
 			f.ix.Apply(f.workers[w], store)

@@ -32,7 +32,7 @@ type RouterCost struct {
 	Lifecycle CallCost `json:"lifecycle"`
 	// Reports is Pool.SetLoadReport, one per worker per report period.
 	Reports CallCost `json:"reports"`
-	// Apply is one KV event batch: kvindex.DecodeBatch and Index.Apply
+	// Apply is one KV event batch: vllmwire.DecodeBatch and Index.Apply
 	// (with the pending overlay's BlocksStored).
 	Apply CallCost `json:"apply"`
 	// Timers is the admission queue's expiry and the pool's sweep.

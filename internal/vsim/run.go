@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvroute/kvroute/internal/bench"
 	"github.com/kvroute/kvroute/internal/sim"
+	"github.com/kvroute/kvroute/kvevents/vllmwire"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/scoring"
 )
@@ -114,7 +115,7 @@ type workerState struct {
 	id     string
 	eng    *sim.Engine
 	busy   bool
-	events []kvindex.Event
+	events []vllmwire.Event
 	// outputs of the step in progress, copied out of the engine's result.
 	outputs []sim.Output
 }
@@ -516,7 +517,7 @@ func (r *runner) startStep(wi int32) {
 	end := r.clock.now + time.Duration(ms*float64(time.Millisecond))
 	if len(w.events) > 0 {
 		if r.overlap == scoring.OverlapEvents {
-			b, err := kvindex.EncodeBatch(kvindex.EventBatch{TS: float64(base.Add(end).UnixMilli()) / 1000, Events: w.events})
+			b, err := vllmwire.EncodeBatch(vllmwire.EventBatch{TS: float64(base.Add(end).UnixMilli()) / 1000, Events: w.events})
 			if err != nil {
 				r.buildErr = fmt.Errorf("encode KV events of %s: %w", w.id, err)
 				return
@@ -532,7 +533,7 @@ func (r *runner) startStep(wi int32) {
 
 func (r *runner) applyBatch(wi, bi int32) {
 	t := r.meter.now()
-	b, err := kvindex.DecodeBatch(r.batches[bi])
+	b, err := vllmwire.DecodeBatch(r.batches[bi])
 	r.batches[bi] = nil
 	if err != nil {
 		r.buildErr = fmt.Errorf("decode KV events of %s: %w", r.workers[wi].id, err)
@@ -546,13 +547,13 @@ func (r *runner) applyBatch(wi, bi int32) {
 }
 
 // eventBlocks counts the block hashes a batch stores or removes.
-func eventBlocks(b kvindex.EventBatch) int {
+func eventBlocks(b vllmwire.EventBatch) int {
 	n := 0
 	for _, e := range b.Events {
 		switch e := e.(type) {
-		case kvindex.BlockStored:
+		case vllmwire.BlockStored:
 			n += len(e.BlockHashes)
-		case kvindex.BlockRemoved:
+		case vllmwire.BlockRemoved:
 			n += len(e.BlockHashes)
 		}
 	}

@@ -1,7 +1,7 @@
 // Byte-level msgpack reading: what the decoder does without the library,
 // for speed (integer lists) or for control (bounded skipping).
 
-package kvindex
+package vllmwire
 
 import (
 	"encoding/binary"

@@ -8,7 +8,7 @@ present; map structs as {"type": tag, field: value, ...} in declaration
 order with None defaults omitted (omit_defaults=True). msgpack-python and
 msgspec agree on scalar encodings: smallest int form with unsigned codes for
 non-negative values, str8 for 32..255-byte strings, float64 for floats.
-Run: /usr/bin/python3 kvindex/testdata/gen_golden.py
+Run: /usr/bin/python3 kvevents/vllmwire/testdata/gen_golden.py
 """
 import hashlib
 import os

@@ -1,4 +1,4 @@
-package kvindex
+package vllmwire
 
 import (
 	"bytes"
@@ -300,16 +300,6 @@ func FuzzDecodeBatch(f *testing.F) {
 		if !bytes.Equal(enc, enc2) {
 			t.Fatalf("encoding is not stable:\n%x\n%x", enc, enc2)
 		}
-		// Applying never panics either, nor does reading the salt.
-		for _, ev := range b.Events {
-			if st, ok := ev.(BlockStored); ok {
-				_ = cacheSalt(st.ExtraKeys, "x")
-				_, _, _ = BlockMMKeys(st.ExtraKeys, "x", len(st.BlockHashes), st.ParentBlockHash == nil)
-			}
-		}
-		ix := New(Config{})
-		ix.AddWorker("w", "m", 16)
-		ix.Apply("w", b)
 	})
 }
 
