@@ -216,7 +216,7 @@ func TestVLLM(t *testing.T) {
 		wctx, wcancel := context.WithTimeout(ctx, 90*time.Second)
 		defer wcancel()
 		waitFor(t, wctx, "both engines' history replayed into the index", func() bool {
-			return rt.r.EngineFeeds().Stats().Replayed.Load() > 0 && len(indexedWorkers(rt.r)) == len(engines)
+			return rt.r.EngineFeeds().Stats().Replayed.Load() > 0 && len(workersWithBlocks(rt.r)) == len(engines)
 		})
 		var warm, s tally
 		for _, c := range chats[1:] {
@@ -392,7 +392,7 @@ func startBridgeLayout(t *testing.T, ctx context.Context, engines []*vllmEngine)
 		for i, e := range engines {
 			directChat(t, ctx, e, fmt.Sprintf("bridge warm-up %d %d", i, time.Now().UnixNano()))
 		}
-		return len(indexedWorkers(rt.r)) == len(engines)
+		return len(workersWithBlocks(rt.r)) == len(engines)
 	})
 	for i, b := range bridges {
 		st := b.Stats().Snapshot()
@@ -433,8 +433,8 @@ func flood(t *testing.T, ctx context.Context, e *vllmEngine, i int) {
 	directChat(t, ctx, e, fmt.Sprintf("Flood %d. %s", i, strings.Repeat(fmt.Sprintf("filler words number %d push older blocks out. ", i), 80)))
 }
 
-// indexedWorkers are the workers with blocks in kvroute's index.
-func indexedWorkers(r *server.Server) []string {
+// workersWithBlocks are the workers with blocks in kvroute's index.
+func workersWithBlocks(r *server.Server) []string {
 	var ids []string
 	for _, w := range r.Index().Stats().PerWorker {
 		if w.Blocks > 0 {
