@@ -22,7 +22,7 @@ import (
 	"github.com/kvroute/kvroute/bus"
 	"github.com/kvroute/kvroute/discovery/etcd"
 	"github.com/kvroute/kvroute/engine"
-	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/fleet"
 	"github.com/nats-io/nats.go"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -179,7 +179,7 @@ type Bridge struct {
 	mu         sync.Mutex
 	streams    []*engine.Stream
 	registered []*etcd.Registration
-	records    []scoring.WorkerSpec
+	records    []fleet.Worker
 }
 
 // New validates cfg and returns a bridge.
@@ -213,10 +213,10 @@ func (b *Bridge) WorkerID(rank int) (string, bool) {
 
 // Records returns the records currently registered (empty while the engine
 // is not ready or unhealthy).
-func (b *Bridge) Records() []scoring.WorkerSpec {
+func (b *Bridge) Records() []fleet.Worker {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return append([]scoring.WorkerSpec(nil), b.records...)
+	return append([]fleet.Worker(nil), b.records...)
 }
 
 // Resync makes every stream publish AllBlocksCleared and republish what the

@@ -10,8 +10,8 @@ import (
 	"github.com/kvroute/kvroute/bus"
 	"github.com/kvroute/kvroute/discovery"
 	"github.com/kvroute/kvroute/engine"
+	"github.com/kvroute/kvroute/fleet"
 	"github.com/kvroute/kvroute/kvevents/vllmwire"
-	"github.com/kvroute/kvroute/scoring"
 	"github.com/nats-io/nats.go"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -35,7 +35,7 @@ func TestBridgeFleet(t *testing.T) {
 		_, stop := runBridge(t, bridgeConfig(in, ns, eng, es))
 
 		key := bus.WorkerKey(ns, "w0")
-		var rec scoring.WorkerSpec
+		var rec fleet.Worker
 		waitFor(t, "the etcd record", 10*time.Second, func() bool {
 			resp, err := in.cli.Get(context.Background(), key)
 			if err != nil || len(resp.Kvs) == 0 {
@@ -50,7 +50,7 @@ func TestBridgeFleet(t *testing.T) {
 			}
 			return true
 		})
-		want := scoring.WorkerSpec{ID: "w0", Model: testModel, Address: "10.0.0.5:8000", BlockSize: 16,
+		want := fleet.Worker{ID: "w0", Model: testModel, Address: "10.0.0.5:8000", BlockSize: 16,
 			KVTotalBlocks: 1000, LoRAAdapters: []string{"sql-lora"}}
 		if got, _ := json.Marshal(rec); string(got) != string(mustJSON(t, want)) {
 			t.Errorf("record = %s, want %s", got, mustJSON(t, want))
@@ -196,7 +196,7 @@ func TestBridgeFleet(t *testing.T) {
 				return true
 			})
 		}
-		got := map[string]scoring.LoadReport{}
+		got := map[string]fleet.LoadReport{}
 		waitFor(t, "load reports for both ranks", 5*time.Second, func() bool {
 			select {
 			case m := <-loads:

@@ -10,7 +10,7 @@ import (
 	"github.com/kvroute/kvroute/discovery"
 	"github.com/kvroute/kvroute/discovery/etcd"
 	"github.com/kvroute/kvroute/engine"
-	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/fleet"
 )
 
 // Fallback block sizes when neither the operator nor the engine says:
@@ -125,8 +125,8 @@ func (b *Bridge) probe(ctx context.Context) (engineInfo, error) {
 }
 
 // records builds one registration per data-parallel rank.
-func (b *Bridge) recordsFor(info engineInfo) []scoring.WorkerSpec {
-	recs := make([]scoring.WorkerSpec, 0, b.cfg.DPSize)
+func (b *Bridge) recordsFor(info engineInfo) []fleet.Worker {
+	recs := make([]fleet.Worker, 0, b.cfg.DPSize)
 	for r := 0; r < b.cfg.DPSize; r++ {
 		id, _ := b.WorkerID(r)
 		total := b.cfg.KVTotalBlocks
@@ -135,7 +135,7 @@ func (b *Bridge) recordsFor(info engineInfo) []scoring.WorkerSpec {
 				_, total = rm.KVBlocks(info.blockSize)
 			}
 		}
-		recs = append(recs, scoring.WorkerSpec{
+		recs = append(recs, fleet.Worker{
 			ID:                  id,
 			Model:               info.models.Base,
 			Address:             b.cfg.Address,
@@ -274,7 +274,7 @@ func (b *Bridge) publishLoad(m engine.EngineMetrics, blockSize int) {
 			used = min(used, total)
 		}
 		id, _ := b.WorkerID(r)
-		data, err := json.Marshal(scoring.LoadReport{
+		data, err := json.Marshal(fleet.LoadReport{
 			TSMillis: now, Waiting: rm.Waiting, Running: rm.Running,
 			KVUsedBlocks: used, KVTotalBlocks: total, KVEventBatches: b.events.Numbered(id),
 		})

@@ -7,11 +7,11 @@
 //     JetStream stream) deliver each batch with its worker and number to the
 //     KV event core (kvevents), which sequences and applies them;
 //   - load reports: LoadSubject, ParseLoadReport and LoadReports, which feeds
-//     scoring.LoadReport values into a scoring.Pool;
+//     fleet.LoadReport values into a scoring.Pool;
 //   - replica sync: SyncSubject, ParseSyncEvent and Sync, which shares a
-//     pool's lifecycle events (scoring.SyncEvent) between router replicas;
+//     pool's lifecycle events (fleet.SyncEvent) between router replicas;
 //   - worker registration in etcd: WorkersPrefix and WorkerKey (the value is
-//     scoring.WorkerSpec as JSON).
+//     fleet.Worker as JSON).
 //
 // kvindex and scoring stay free of NATS and etcd: they hold the data and
 // the logic, this package holds the edges.

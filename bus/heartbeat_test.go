@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvroute/kvroute/fleet"
 	"github.com/kvroute/kvroute/internal/testenv"
 	"github.com/kvroute/kvroute/scoring"
 )
@@ -124,8 +125,8 @@ func TestIdleLoadReportClearsPeerPhantoms(t *testing.T) {
 	clock := newFakeClock()
 	r := newTestScheduler(t, testOptions(clock, 1), 2)
 	p := r.Pool()
-	for _, ev := range []scoring.SyncEvent{
-		{Router: "peer", Op: scoring.OpAdd, ID: "old", Worker: "w0", PromptTokens: 64, PrefillTokens: 64},
+	for _, ev := range []fleet.SyncEvent{
+		{Router: "peer", Op: fleet.OpAdd, ID: "old", Worker: "w0", PromptTokens: 64, PrefillTokens: 64},
 	} {
 		if err := p.Apply(ev); err != nil {
 			t.Fatal(err)
@@ -135,16 +136,16 @@ func TestIdleLoadReportClearsPeerPhantoms(t *testing.T) {
 		t.Fatal(err)
 	}
 	clock.Advance(2 * time.Second)
-	if err := p.Apply(scoring.SyncEvent{Router: "peer", Op: scoring.OpAdd, ID: "young", Worker: "w0", PromptTokens: 64, PrefillTokens: 64}); err != nil {
+	if err := p.Apply(fleet.SyncEvent{Router: "peer", Op: fleet.OpAdd, ID: "young", Worker: "w0", PromptTokens: 64, PrefillTokens: 64}); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.SetLoadReport("w0", scoring.LoadReport{Running: 1, KVTotalBlocks: 100}); err != nil {
+	if err := p.SetLoadReport("w0", fleet.LoadReport{Running: 1, KVTotalBlocks: 100}); err != nil {
 		t.Fatal(err)
 	}
 	if n := mustLoad(t, p, "w0").ActiveRequests; n != 3 {
 		t.Fatalf("a busy report changed the requests: %d, want 3", n)
 	}
-	if err := p.SetLoadReport("w0", scoring.LoadReport{KVTotalBlocks: 100}); err != nil {
+	if err := p.SetLoadReport("w0", fleet.LoadReport{KVTotalBlocks: 100}); err != nil {
 		t.Fatal(err)
 	}
 	if n := mustLoad(t, p, "w0").ActiveRequests; n != 2 {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvroute/kvroute/fleet"
 	"github.com/kvroute/kvroute/scoring"
 )
 
@@ -41,8 +42,8 @@ func testOptions(clock *fakeClock, seed uint64) scoring.Options {
 }
 
 // spec returns a worker spec for model "m" with block size 16.
-func spec(id string) scoring.WorkerSpec {
-	return scoring.WorkerSpec{ID: id, Model: "m", Address: "10.0.0.1:8000", BlockSize: 16,
+func spec(id string) fleet.Worker {
+	return fleet.Worker{ID: id, Model: "m", Address: "10.0.0.1:8000", BlockSize: 16,
 		KVTotalBlocks: 1000, MaxNumBatchedTokens: 1024, MaxNumSeqs: 64}
 }
 

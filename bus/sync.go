@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvroute/kvroute/fleet"
 	"github.com/kvroute/kvroute/scoring"
 	"github.com/nats-io/nats.go"
 )
@@ -29,7 +30,7 @@ const DefaultHeartbeat = time.Second
 // the replica's own events, recognised by router ID, are ignored.
 //
 // Every replica also sends a heartbeat each period; a peer silent for
-// scoring.MissedHeartbeats of its own periods is presumed dead and its
+// fleet.MissedHeartbeats of its own periods is presumed dead and its
 // in-flight load is dropped (Pool.DropPeer), so a crashed replica's
 // requests do not weigh on their workers until they age out.
 type Sync struct {
@@ -40,7 +41,7 @@ type Sync struct {
 	metrics  scoring.Metrics
 	log      *slog.Logger
 
-	out      chan scoring.SyncEvent
+	out      chan fleet.SyncEvent
 	done     chan struct{}
 	rejected atomic.Int64
 	applied  atomic.Int64
@@ -67,7 +68,7 @@ func NewSync(nc *nats.Conn, namespace, routerID string, pool *scoring.Pool) *Syn
 	return &Sync{
 		conn: nc, subject: SyncSubject(namespace), routerID: routerID, pool: pool,
 		metrics: pool.Metrics(), log: slog.Default().With("component", "scoring.sync", "router", routerID),
-		out: make(chan scoring.SyncEvent, syncBuffer), done: make(chan struct{}),
+		out: make(chan fleet.SyncEvent, syncBuffer), done: make(chan struct{}),
 		heartbeat: DefaultHeartbeat, incarnation: newIncarnation(), now: time.Now, peers: map[string]*peer{},
 	}
 }
@@ -117,7 +118,7 @@ func (s *Sync) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("replica sync: subscribe %s: %w", s.subject, err)
 	}
-	if err := s.publish(scoring.SyncEvent{Op: scoring.OpReset, Incarnation: s.incarnation}); err != nil {
+	if err := s.publish(fleet.SyncEvent{Op: fleet.OpReset, Incarnation: s.incarnation}); err != nil {
 		_ = sub.Unsubscribe()
 		return err
 	}
@@ -171,21 +172,21 @@ func (s *Sync) run(ctx context.Context, sub *nats.Subscription) {
 }
 
 func (s *Sync) sendHeartbeat() {
-	ev := scoring.SyncEvent{Op: scoring.OpHeartbeat, IntervalMS: max(s.heartbeat.Milliseconds(), 1), Incarnation: s.incarnation}
+	ev := fleet.SyncEvent{Op: fleet.OpHeartbeat, IntervalMS: max(s.heartbeat.Milliseconds(), 1), Incarnation: s.incarnation}
 	if err := s.publish(ev); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 		s.log.Debug("publish heartbeat", "err", err)
 	}
 }
 
 // expirePeers drops the load of every peer silent for
-// scoring.MissedHeartbeats of its heartbeat periods, and returns how many
+// fleet.MissedHeartbeats of its heartbeat periods, and returns how many
 // it dropped.
 func (s *Sync) expirePeers() int {
 	now := s.now()
 	var dead []string
 	s.mu.Lock()
 	for id, p := range s.peers {
-		if now.Sub(p.lastSeen) > scoring.MissedHeartbeats*p.interval {
+		if now.Sub(p.lastSeen) > fleet.MissedHeartbeats*p.interval {
 			dead = append(dead, id)
 			delete(s.peers, id)
 		}
@@ -194,13 +195,13 @@ func (s *Sync) expirePeers() int {
 	for _, id := range dead {
 		n := s.pool.DropPeer(id)
 		s.metrics.PeerExpired()
-		s.log.Info("peer replica silent; its in-flight load is dropped", "peer", id, "requests", n, "missed_heartbeats", scoring.MissedHeartbeats)
+		s.log.Info("peer replica silent; its in-flight load is dropped", "peer", id, "requests", n, "missed_heartbeats", fleet.MissedHeartbeats)
 	}
 	return len(dead)
 }
 
 // notePeer records that a peer was heard from.
-func (s *Sync) notePeer(ev scoring.SyncEvent) {
+func (s *Sync) notePeer(ev fleet.SyncEvent) {
 	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -210,13 +211,13 @@ func (s *Sync) notePeer(ev scoring.SyncEvent) {
 		s.peers[ev.Router] = p
 	}
 	p.lastSeen = now
-	if ev.Op == scoring.OpHeartbeat {
+	if ev.Op == fleet.OpHeartbeat {
 		p.interval = time.Duration(ev.IntervalMS) * time.Millisecond
 	}
 }
 
 // enqueue is the pool's sink: it never blocks the request path.
-func (s *Sync) enqueue(ev scoring.SyncEvent) {
+func (s *Sync) enqueue(ev fleet.SyncEvent) {
 	select {
 	case s.out <- ev:
 	default:
@@ -224,7 +225,7 @@ func (s *Sync) enqueue(ev scoring.SyncEvent) {
 	}
 }
 
-func (s *Sync) publish(ev scoring.SyncEvent) error {
+func (s *Sync) publish(ev fleet.SyncEvent) error {
 	ev.Router = s.routerID
 	data, err := json.Marshal(ev)
 	if err != nil {

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/fleet"
 )
 
 // Every spelling a C resolver reads as an IPv4 address is checked as that
@@ -94,7 +94,7 @@ func TestAllowedRangeStillWantsTheDottedSpelling(t *testing.T) {
 	}
 }
 
-func withAddress(a string) scoring.WorkerSpec {
+func withAddress(a string) fleet.Worker {
 	r := goodRecord()
 	r.Address = a
 	return r

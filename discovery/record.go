@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/fleet"
 )
 
 // Limits on the names a record carries. They reach etcd keys, NATS
@@ -210,14 +210,14 @@ func validHostname(h string) bool {
 }
 
 // ValidateRecord is ValidateRecordWith under the default address policy.
-func ValidateRecord(r scoring.WorkerSpec) error { return ValidateRecordWith(r, nil) }
+func ValidateRecord(r fleet.Worker) error { return ValidateRecordWith(r, nil) }
 
 // ValidateRecordWith reports the problems that make a registration
-// unusable. It is stricter than scoring.WorkerSpec.Validate: a record comes
+// unusable. It is stricter than fleet.Worker.Validate: a record comes
 // from the network, its ID names etcd keys and NATS subjects, its cluster
 // and address reach Envoy as header values, and its address must not send
 // traffic to a metadata service. policy may be nil.
-func ValidateRecordWith(r scoring.WorkerSpec, policy *AddressPolicy) error {
+func ValidateRecordWith(r fleet.Worker, policy *AddressPolicy) error {
 	var errs []error
 	if r.ID == "" {
 		errs = append(errs, errors.New("id is empty"))
@@ -273,18 +273,18 @@ func clip(s string) string {
 }
 
 // ParseRecord is ParseRecordWith under the default address policy.
-func ParseRecord(data []byte) (scoring.WorkerSpec, error) { return ParseRecordWith(data, nil) }
+func ParseRecord(data []byte) (fleet.Worker, error) { return ParseRecordWith(data, nil) }
 
 // ParseRecordWith decodes and validates a record from JSON. Unknown fields
 // are allowed so newer workers can add fields without breaking older
 // routers.
-func ParseRecordWith(data []byte, policy *AddressPolicy) (scoring.WorkerSpec, error) {
-	var r scoring.WorkerSpec
+func ParseRecordWith(data []byte, policy *AddressPolicy) (fleet.Worker, error) {
+	var r fleet.Worker
 	if err := json.Unmarshal(data, &r); err != nil {
-		return scoring.WorkerSpec{}, fmt.Errorf("worker record: %w", err)
+		return fleet.Worker{}, fmt.Errorf("worker record: %w", err)
 	}
 	if err := ValidateRecordWith(r, policy); err != nil {
-		return scoring.WorkerSpec{}, err
+		return fleet.Worker{}, err
 	}
 	return r, nil
 }

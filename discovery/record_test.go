@@ -4,11 +4,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/fleet"
 )
 
-func goodRecord() scoring.WorkerSpec {
-	return scoring.WorkerSpec{ID: "w0", Model: "Qwen/Qwen3-8B", Address: "10.0.0.5:8000", Cluster: "pool-a.w0", BlockSize: 16}
+func goodRecord() fleet.Worker {
+	return fleet.Worker{ID: "w0", Model: "Qwen/Qwen3-8B", Address: "10.0.0.5:8000", Cluster: "pool-a.w0", BlockSize: 16}
 }
 
 // Records from etcd and files reach keys, subjects, Envoy cluster names
@@ -21,39 +21,39 @@ func TestValidateRecordRefusesHostileRecords(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name   string
-		edit   func(*scoring.WorkerSpec)
+		edit   func(*fleet.Worker)
 		policy *AddressPolicy
 		want   string // "" accepts
 	}{
-		{"good", func(*scoring.WorkerSpec) {}, nil, ""},
-		{"dns host", func(r *scoring.WorkerSpec) { r.Address = "vllm-0.vllm.ns.svc.cluster.local:8000" }, nil, ""},
-		{"ipv6", func(r *scoring.WorkerSpec) { r.Address = "[fd00::5]:8000" }, nil, ""},
-		{"loopback", func(r *scoring.WorkerSpec) { r.Address = "127.0.0.1:8000" }, nil, ""},
-		{"CRLF in cluster", func(r *scoring.WorkerSpec) { r.Cluster = "w0\r\nx-evil: 1" }, nil, "cluster"},
-		{"NUL in cluster", func(r *scoring.WorkerSpec) { r.Cluster = "w0\x00" }, nil, "cluster"},
-		{"cluster named kvroute is a token", func(r *scoring.WorkerSpec) { r.Cluster = "kvroute" }, nil, ""},
-		{"space in id", func(r *scoring.WorkerSpec) { r.ID = "w 0" }, nil, "id"},
-		{"dot in id", func(r *scoring.WorkerSpec) { r.ID = "w.0" }, nil, "id"},
-		{"wildcard id", func(r *scoring.WorkerSpec) { r.ID = "*" }, nil, "id"},
-		{"long id", func(r *scoring.WorkerSpec) { r.ID = strings.Repeat("w", MaxIDLen+1) }, nil, "id"},
-		{"LF in address", func(r *scoring.WorkerSpec) { r.Address = "10.0.0.5:8000\n" }, nil, "control characters"},
-		{"CR in address", func(r *scoring.WorkerSpec) { r.Address = "10.0.0.5\r:8000" }, nil, "control characters"},
-		{"no port", func(r *scoring.WorkerSpec) { r.Address = "10.0.0.5" }, nil, "host:port"},
-		{"port 0", func(r *scoring.WorkerSpec) { r.Address = "10.0.0.5:0" }, nil, "port"},
-		{"port name", func(r *scoring.WorkerSpec) { r.Address = "10.0.0.5:http" }, nil, "port"},
-		{"bad host", func(r *scoring.WorkerSpec) { r.Address = "a/b:80" }, nil, "DNS name"},
-		{"metadata IP", func(r *scoring.WorkerSpec) { r.Address = "169.254.169.254:80" }, nil, "169.254.0.0/16"},
-		{"metadata IP mapped", func(r *scoring.WorkerSpec) { r.Address = "[::ffff:169.254.169.254]:80" }, nil, "169.254.0.0/16"},
-		{"metadata name", func(r *scoring.WorkerSpec) { r.Address = "metadata.google.internal:80" }, nil, "metadata"},
-		{"aws ipv6 metadata", func(r *scoring.WorkerSpec) { r.Address = "[fd00:ec2::254]:80" }, nil, "fd00:ec2::254"},
-		{"ipv6 link-local", func(r *scoring.WorkerSpec) { r.Address = "[fe80::1]:8000" }, nil, "fe80::/10"},
-		{"zoned", func(r *scoring.WorkerSpec) { r.Address = "[fe80::1%eth0]:8000" }, nil, "zoned"},
-		{"unspecified", func(r *scoring.WorkerSpec) { r.Address = "0.0.0.0:8000" }, nil, "not one host"},
-		{"allowed link-local range", func(r *scoring.WorkerSpec) { r.Address = "169.254.10.7:8000" }, &AddressPolicy{Allow: allow}, ""},
-		{"allowed single ipv6", func(r *scoring.WorkerSpec) { r.Address = "[fe80::1]:8000" }, &AddressPolicy{Allow: allow}, ""},
-		{"outside the allowed range", func(r *scoring.WorkerSpec) { r.Address = "169.254.169.254:80" }, &AddressPolicy{Allow: allow}, "allow-address-ranges"},
-		{"control char in model", func(r *scoring.WorkerSpec) { r.Model = "m\x1b[31m" }, nil, "model"},
-		{"bad adapter", func(r *scoring.WorkerSpec) { r.LoRAAdapters = []string{"a\nb"} }, nil, "lora_adapters"},
+		{"good", func(*fleet.Worker) {}, nil, ""},
+		{"dns host", func(r *fleet.Worker) { r.Address = "vllm-0.vllm.ns.svc.cluster.local:8000" }, nil, ""},
+		{"ipv6", func(r *fleet.Worker) { r.Address = "[fd00::5]:8000" }, nil, ""},
+		{"loopback", func(r *fleet.Worker) { r.Address = "127.0.0.1:8000" }, nil, ""},
+		{"CRLF in cluster", func(r *fleet.Worker) { r.Cluster = "w0\r\nx-evil: 1" }, nil, "cluster"},
+		{"NUL in cluster", func(r *fleet.Worker) { r.Cluster = "w0\x00" }, nil, "cluster"},
+		{"cluster named kvroute is a token", func(r *fleet.Worker) { r.Cluster = "kvroute" }, nil, ""},
+		{"space in id", func(r *fleet.Worker) { r.ID = "w 0" }, nil, "id"},
+		{"dot in id", func(r *fleet.Worker) { r.ID = "w.0" }, nil, "id"},
+		{"wildcard id", func(r *fleet.Worker) { r.ID = "*" }, nil, "id"},
+		{"long id", func(r *fleet.Worker) { r.ID = strings.Repeat("w", MaxIDLen+1) }, nil, "id"},
+		{"LF in address", func(r *fleet.Worker) { r.Address = "10.0.0.5:8000\n" }, nil, "control characters"},
+		{"CR in address", func(r *fleet.Worker) { r.Address = "10.0.0.5\r:8000" }, nil, "control characters"},
+		{"no port", func(r *fleet.Worker) { r.Address = "10.0.0.5" }, nil, "host:port"},
+		{"port 0", func(r *fleet.Worker) { r.Address = "10.0.0.5:0" }, nil, "port"},
+		{"port name", func(r *fleet.Worker) { r.Address = "10.0.0.5:http" }, nil, "port"},
+		{"bad host", func(r *fleet.Worker) { r.Address = "a/b:80" }, nil, "DNS name"},
+		{"metadata IP", func(r *fleet.Worker) { r.Address = "169.254.169.254:80" }, nil, "169.254.0.0/16"},
+		{"metadata IP mapped", func(r *fleet.Worker) { r.Address = "[::ffff:169.254.169.254]:80" }, nil, "169.254.0.0/16"},
+		{"metadata name", func(r *fleet.Worker) { r.Address = "metadata.google.internal:80" }, nil, "metadata"},
+		{"aws ipv6 metadata", func(r *fleet.Worker) { r.Address = "[fd00:ec2::254]:80" }, nil, "fd00:ec2::254"},
+		{"ipv6 link-local", func(r *fleet.Worker) { r.Address = "[fe80::1]:8000" }, nil, "fe80::/10"},
+		{"zoned", func(r *fleet.Worker) { r.Address = "[fe80::1%eth0]:8000" }, nil, "zoned"},
+		{"unspecified", func(r *fleet.Worker) { r.Address = "0.0.0.0:8000" }, nil, "not one host"},
+		{"allowed link-local range", func(r *fleet.Worker) { r.Address = "169.254.10.7:8000" }, &AddressPolicy{Allow: allow}, ""},
+		{"allowed single ipv6", func(r *fleet.Worker) { r.Address = "[fe80::1]:8000" }, &AddressPolicy{Allow: allow}, ""},
+		{"outside the allowed range", func(r *fleet.Worker) { r.Address = "169.254.169.254:80" }, &AddressPolicy{Allow: allow}, "allow-address-ranges"},
+		{"control char in model", func(r *fleet.Worker) { r.Model = "m\x1b[31m" }, nil, "model"},
+		{"bad adapter", func(r *fleet.Worker) { r.LoRAAdapters = []string{"a\nb"} }, nil, "lora_adapters"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := goodRecord()
@@ -119,7 +119,7 @@ func FuzzParseRecord(f *testing.F) {
 }
 
 func TestValidateRecordEventEndpoints(t *testing.T) {
-	base := scoring.WorkerSpec{ID: "w", Model: "m", Address: "10.0.0.1:8000", BlockSize: 32}
+	base := fleet.Worker{ID: "w", Model: "m", Address: "10.0.0.1:8000", BlockSize: 32}
 	for _, tt := range []struct {
 		name, events, replay string
 		ok                   bool

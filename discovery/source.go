@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/fleet"
 )
 
 // Source is one place the fleet comes from. The router runs exactly one.
@@ -12,31 +12,13 @@ type Source interface {
 	// Run mirrors the source's workers into sink until ctx ends, then
 	// returns ctx's error. It reports refused records and its backend's
 	// reachability to obs (nil: nobody listens). Run is called once.
-	Run(ctx context.Context, sink Sink, obs Observer) error
+	Run(ctx context.Context, sink fleet.Sink, obs Observer) error
 	// Synced is closed once sink holds the source's first full view.
 	Synced() <-chan struct{}
 	// FlapGrace is how long a removed worker may come back as the same
 	// worker with its state kept: a removal that may be a lease flap. Zero
 	// means a removal is final.
 	FlapGrace() time.Duration
-}
-
-// Sink receives the fleet as a Source learns it. A source calls it from
-// one goroutine at a time; Upsert may repeat a record that did not change.
-type Sink interface {
-	// Upsert adds a worker or replaces its record.
-	Upsert(scoring.WorkerSpec)
-	// Remove drops a worker: it left the source (a key deleted, a lease
-	// lapsed, a line taken out of the file, a pod no longer Ready).
-	Remove(id string)
-}
-
-// RestartSink is an optional Sink: a source that can tell a worker's new
-// process from its old one under the same id (etcd: the record written
-// again under a new lease while the old one still held it) says so, and
-// the sink drops what it credited to the old process. Upsert follows.
-type RestartSink interface {
-	Restarted(id string)
 }
 
 // Observer hears what a Source notices besides the fleet. Both methods

@@ -13,11 +13,11 @@ import (
 	"github.com/kvroute/kvroute/bus"
 	"github.com/kvroute/kvroute/engine/feed"
 	"github.com/kvroute/kvroute/engine/vllmzmq"
+	"github.com/kvroute/kvroute/fleet"
 	"github.com/kvroute/kvroute/internal/testenv"
 	"github.com/kvroute/kvroute/kvevents"
 	"github.com/kvroute/kvroute/kvevents/vllmwire"
 	"github.com/kvroute/kvroute/kvindex"
-	"github.com/kvroute/kvroute/scoring"
 	"github.com/nats-io/nats.go"
 )
 
@@ -201,8 +201,8 @@ func (overZMQ) start(t *testing.T, ctx context.Context, core *kvevents.Core, ix 
 	// The primer is a second worker on the same socket: once its batch is
 	// in, the PUB is connected (ZMQ drops what a PUB sends before that).
 	ix.AddWorker("primer", model, bs)
-	f.Upsert(scoring.WorkerSpec{ID: "w", Model: model, Address: "127.0.0.2:8000", BlockSize: bs})
-	f.Upsert(scoring.WorkerSpec{ID: "primer", Model: model, Address: "127.0.0.3:8000", BlockSize: bs})
+	f.Upsert(fleet.Worker{ID: "w", Model: model, Address: "127.0.0.2:8000", BlockSize: bs})
+	f.Upsert(fleet.Worker{ID: "primer", Model: model, Address: "127.0.0.3:8000", BlockSize: bs})
 	pub := zmq4.NewPub(context.Background())
 	t.Cleanup(func() { _ = pub.Close() })
 	if err := pub.Dial(f.ListenEndpoint()); err != nil {

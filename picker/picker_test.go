@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/extproc"
+	"github.com/kvroute/kvroute/fleet"
 	"github.com/kvroute/kvroute/kvevents/vllmwire"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/scoring"
@@ -102,14 +103,14 @@ func newRig(t testing.TB, mutate func(*scoring.Options, *Config)) *testRig {
 	}
 	ix := kvindex.New(kvindex.Config{})
 	for i := range 3 {
-		spec := scoring.WorkerSpec{ID: fmt.Sprintf("w%d", i), Model: testModel, Address: fmt.Sprintf("10.0.0.%d:8000", i+1),
+		spec := fleet.Worker{ID: fmt.Sprintf("w%d", i), Model: testModel, Address: fmt.Sprintf("10.0.0.%d:8000", i+1),
 			BlockSize: 16, KVTotalBlocks: 1000, MaxNumBatchedTokens: 8192, LoRAAdapters: []string{"adapter-a"}}
 		if err := r.Pool().Upsert(spec); err != nil {
 			t.Fatal(err)
 		}
 		ix.AddWorker(spec.ID, spec.Model, spec.BlockSize)
 	}
-	if err := r.Pool().Upsert(scoring.WorkerSpec{ID: "o0", Model: "other-model", Address: "10.0.1.1:8000", BlockSize: 16}); err != nil {
+	if err := r.Pool().Upsert(fleet.Worker{ID: "o0", Model: "other-model", Address: "10.0.1.1:8000", BlockSize: 16}); err != nil {
 		t.Fatal(err)
 	}
 	m := newCountingMetrics()

@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
+
+	"github.com/kvroute/kvroute/fleet"
 )
 
 func cands(matched ...int) []Candidate {
@@ -122,8 +124,8 @@ func TestDefaultCostTerms(t *testing.T) {
 		{"prefill in flight untracked", true, 1, 160, 0, 0, Load{PrefillTokens: 320, PrefillBacklog: 320}, 10, 10},
 		{"active blocks", false, 1, 160, 0, 10, Load{ActiveBlocks: 25}, 0, 35},
 		{"expected output", false, 1, 160, 32, 0, Load{}, 10, 12},
-		{"fresh report above own count", false, 1, 160, 0, 0, Load{ActiveBlocks: 5, ReportFresh: true, Report: LoadReport{KVUsedBlocks: 40}}, 10, 50},
-		{"stale report", false, 1, 160, 0, 0, Load{ActiveBlocks: 5, Report: LoadReport{KVUsedBlocks: 40}}, 10, 15},
+		{"fresh report above own count", false, 1, 160, 0, 0, Load{ActiveBlocks: 5, ReportFresh: true, Report: fleet.LoadReport{KVUsedBlocks: 40}}, 10, 50},
+		{"stale report", false, 1, 160, 0, 0, Load{ActiveBlocks: 5, Report: fleet.LoadReport{KVUsedBlocks: 40}}, 10, 15},
 		{"overlap weight", false, 2.5, 160, 0, 0, Load{}, 10, 10},
 	}
 	for _, tt := range tests {
@@ -150,7 +152,7 @@ func TestWeightedCostTerms(t *testing.T) {
 	o.CostModel = CostWeighted
 	m := newKV(o.withDefaults(), OverlapEvents)
 	l := Load{BlockSize: 16, KVTotalBlocks: 1000, ActiveBlocks: 250, MatchedBlocks: 8,
-		ReportFresh: true, Report: LoadReport{Waiting: 2}}
+		ReportFresh: true, Report: fleet.LoadReport{Waiting: 2}}
 	got := m.weightedTerms(&Request{PromptTokens: 256}, &l, 4)
 	if got.ratio != 0.5 || got.usage != 0.25 || got.waiting != 0.5 {
 		t.Fatalf("terms = %+v, want ratio 0.5 usage 0.25 waiting 0.5", got)

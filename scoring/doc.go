@@ -4,9 +4,9 @@
 // against each worker's live load. It holds:
 //
 //   - the Pool: the fleet's workers grouped by model (LoRA adapters
-//     included), each with its static facts (WorkerSpec) and its live load:
+//     included), each with its static facts (fleet.Worker) and its live load:
 //     active requests, active KV blocks counted once per unique block,
-//     prefill tokens in flight and the latest LoadReport;
+//     prefill tokens in flight and the latest fleet.LoadReport;
 //   - the request lifecycle on the Pool: Add, PrefillDone, Progress, Free and
 //     Move, idempotent and safe in any order, with requests older than
 //     Options.MaxRequestAge force-freed by Sweep;
@@ -20,8 +20,10 @@
 //     Route waits while every eligible worker is saturated with prefill work,
 //     orders waiters by policy (fcfs, wspt, lcfs) and sheds past the queue's
 //     limits with a *ShedError;
-//   - the data the NATS edges carry: LoadReport and SyncEvent. The adapters
-//     that move them (LoadReports, Sync) live in bus.
+//   - the pool's side of what the NATS edges carry: workers' load reports
+//     (fleet.LoadReport) and peer replicas' lifecycle events
+//     (fleet.SyncEvent, Pool.Apply). The types live in package fleet, the
+//     adapters that move them (LoadReports, Sync) in bus.
 //
 // Everything here is pure logic: no I/O, an injectable clock and random
 // source, so every behaviour is a table-driven test.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 
+	"github.com/kvroute/kvroute/fleet"
 	"github.com/kvroute/kvroute/scoring"
 )
 
@@ -18,7 +19,7 @@ func Example() {
 		panic(err)
 	}
 	for _, id := range []string{"w0", "w1"} {
-		err := router.Pool().Upsert(scoring.WorkerSpec{ID: id, Model: "qwen", Address: id + ":8000",
+		err := router.Pool().Upsert(fleet.Worker{ID: id, Model: "qwen", Address: id + ":8000",
 			BlockSize: 16, KVTotalBlocks: 4096, MaxNumBatchedTokens: 8192})
 		if err != nil {
 			panic(err)

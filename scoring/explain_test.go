@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/kvroute/kvroute/fleet"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -40,7 +42,7 @@ func explainFleet(t *testing.T, change func(*Options)) *Explanation {
 		t.Fatal(err)
 	}
 	r.Pool().PrefillDone("bg")
-	if err := r.Pool().SetLoadReport("w2", LoadReport{Waiting: 2, Running: 3, KVUsedBlocks: 300}); err != nil {
+	if err := r.Pool().SetLoadReport("w2", fleet.LoadReport{Waiting: 2, Running: 3, KVUsedBlocks: 300}); err != nil {
 		t.Fatal(err)
 	}
 	cs := []Candidate{

@@ -3,6 +3,8 @@ package scoring
 import (
 	"strings"
 	"time"
+
+	"github.com/kvroute/kvroute/fleet"
 )
 
 // Passive health: the pool learns from how routed requests end that a
@@ -179,7 +181,7 @@ func (p *Pool) observe(worker string, ok bool, reason string) bool {
 	}
 	p.mu.Unlock()
 	for _, key := range freed {
-		p.emit(SyncEvent{Op: OpFree, ID: key})
+		p.emit(fleet.SyncEvent{Op: fleet.OpFree, ID: key})
 	}
 	p.opts.Metrics.Ejected(worker)
 	if o, ok := p.opts.Metrics.(HealthObserver); ok {

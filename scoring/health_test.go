@@ -3,6 +3,8 @@ package scoring
 import (
 	"testing"
 	"time"
+
+	"github.com/kvroute/kvroute/fleet"
 )
 
 // pickN routes n fresh requests and counts the picks per worker.
@@ -90,14 +92,14 @@ func TestEjectionFreesRequestsInFlight(t *testing.T) {
 	clock := newFakeClock()
 	r := newTestScheduler(t, testOptions(clock, 3), 2)
 	p := r.Pool()
-	var sunk []SyncEvent
-	p.SetSink(func(ev SyncEvent) { sunk = append(sunk, ev) })
+	var sunk []fleet.SyncEvent
+	p.SetSink(func(ev fleet.SyncEvent) { sunk = append(sunk, ev) })
 	for _, id := range []string{"a", "b"} {
 		if err := p.Add(&Request{ID: id, Model: "m", PromptTokens: 100, Hashes: hashes(1, 4, 2, 0)}, "w0", 0); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := p.Apply(SyncEvent{Router: "peer", Op: OpAdd, ID: "x", Worker: "w0", PromptTokens: 50}); err != nil {
+	if err := p.Apply(fleet.SyncEvent{Router: "peer", Op: fleet.OpAdd, ID: "x", Worker: "w0", PromptTokens: 50}); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.Add(&Request{ID: "c", Model: "m", PromptTokens: 100}, "w1", 0); err != nil {
@@ -115,7 +117,7 @@ func TestEjectionFreesRequestsInFlight(t *testing.T) {
 	}
 	frees := 0
 	for _, ev := range sunk {
-		if ev.Op == OpFree {
+		if ev.Op == fleet.OpFree {
 			frees++
 		}
 	}
@@ -135,7 +137,7 @@ func TestSilentWorkerIsAvoided(t *testing.T) {
 	r := newTestScheduler(t, o, 2)
 	p := r.Pool()
 	for _, id := range []string{"w0", "w1"} {
-		if err := p.SetLoadReport(id, LoadReport{KVTotalBlocks: 1000}); err != nil {
+		if err := p.SetLoadReport(id, fleet.LoadReport{KVTotalBlocks: 1000}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -144,7 +146,7 @@ func TestSilentWorkerIsAvoided(t *testing.T) {
 		t.Fatal(err)
 	}
 	clock.Advance(o.StaleReportAge + time.Millisecond)
-	if err := p.SetLoadReport("w1", LoadReport{Running: 1, KVTotalBlocks: 1000}); err != nil {
+	if err := p.SetLoadReport("w1", fleet.LoadReport{Running: 1, KVTotalBlocks: 1000}); err != nil {
 		t.Fatal(err)
 	}
 	if got := pickN(t, r, 10); got["w1"] != 10 {

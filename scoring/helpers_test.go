@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kvroute/kvroute/fleet"
 )
 
 // fakeClock is a settable clock for Options.Now.
@@ -37,8 +39,8 @@ func testOptions(clock *fakeClock, seed uint64) Options {
 }
 
 // spec returns a worker spec for model "m" with block size 16.
-func spec(id string) WorkerSpec {
-	return WorkerSpec{ID: id, Model: "m", Address: "10.0.0.1:8000", BlockSize: 16,
+func spec(id string) fleet.Worker {
+	return fleet.Worker{ID: id, Model: "m", Address: "10.0.0.1:8000", BlockSize: 16,
 		KVTotalBlocks: 1000, MaxNumBatchedTokens: 1024, MaxNumSeqs: 64}
 }
 

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/kvroute/kvroute/fleet"
 )
 
 // active is one in-flight request. Guarded by Pool.mu.
@@ -71,16 +73,16 @@ func (p *Pool) addLocal(req *Request, worker string, matchedBlocks, indexed int)
 
 // add does Add for local and peer requests. prefill < 0 means "derive it
 // from matchedBlocks". The hashes from position indexed on become pending.
-func (p *Pool) add(key, worker string, promptTokens, matchedBlocks, prefill int, hashes []uint64, indexed int, local bool) (SyncEvent, error) {
+func (p *Pool) add(key, worker string, promptTokens, matchedBlocks, prefill int, hashes []uint64, indexed int, local bool) (fleet.SyncEvent, error) {
 	now := p.opts.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	w, ok := p.workers[worker]
 	if !ok {
-		return SyncEvent{}, fmt.Errorf("add request %q: worker %q: %w", key, worker, ErrUnknownWorker)
+		return fleet.SyncEvent{}, fmt.Errorf("add request %q: worker %q: %w", key, worker, ErrUnknownWorker)
 	}
 	if _, dup := p.reqs[key]; dup || p.tomb.has(key) {
-		return SyncEvent{}, nil
+		return fleet.SyncEvent{}, nil
 	}
 	if prefill < 0 {
 		prefill = max(promptTokens-matchedBlocks*w.spec.BlockSize, 0)
@@ -97,9 +99,9 @@ func (p *Pool) add(key, worker string, promptTokens, matchedBlocks, prefill int,
 	p.claimPendingLocked(a, indexed, now)
 	p.reqs[key] = a
 	if !local {
-		return SyncEvent{}, nil
+		return fleet.SyncEvent{}, nil
 	}
-	return SyncEvent{Op: OpAdd, ID: key, Worker: worker, PromptTokens: a.promptTokens,
+	return fleet.SyncEvent{Op: fleet.OpAdd, ID: key, Worker: worker, PromptTokens: a.promptTokens,
 		PrefillTokens: a.prefillTokens, Hashes: a.hashes}, nil
 }
 
@@ -107,7 +109,7 @@ func (p *Pool) add(key, worker string, promptTokens, matchedBlocks, prefill int,
 // prefill in flight. Unknown or finished IDs are ignored.
 func (p *Pool) PrefillDone(id string) {
 	if p.prefillDone(id) {
-		p.emit(SyncEvent{Op: OpPrefillDone, ID: id})
+		p.emit(fleet.SyncEvent{Op: fleet.OpPrefillDone, ID: id})
 		p.capacityChanged()
 	}
 }
@@ -153,7 +155,7 @@ func (p *Pool) clearPrefillLocked(a *active, now time.Time) bool {
 func (p *Pool) Progress(id string, outputTokens int) {
 	changed, prefill := p.progress(id, outputTokens)
 	if changed {
-		p.emit(SyncEvent{Op: OpProgress, ID: id, OutputTokens: outputTokens})
+		p.emit(fleet.SyncEvent{Op: fleet.OpProgress, ID: id, OutputTokens: outputTokens})
 	}
 	if prefill {
 		p.capacityChanged()
@@ -187,7 +189,7 @@ func (p *Pool) progress(key string, outputTokens int) (changed, prefillDone bool
 // on a cancel. Freeing an unknown or already freed ID does nothing.
 func (p *Pool) Free(id string) {
 	if p.free(id) {
-		p.emit(SyncEvent{Op: OpFree, ID: id})
+		p.emit(fleet.SyncEvent{Op: fleet.OpFree, ID: id})
 		p.capacityChanged()
 	}
 }
@@ -262,7 +264,7 @@ func (p *Pool) Move(id, worker string) error {
 		return err
 	}
 	if moved {
-		p.emit(SyncEvent{Op: OpMove, ID: id, Worker: worker})
+		p.emit(fleet.SyncEvent{Op: fleet.OpMove, ID: id, Worker: worker})
 		p.capacityChanged()
 	}
 	return nil
@@ -322,7 +324,7 @@ func (p *Pool) Sweep() int {
 	p.mu.Unlock()
 	// Peers learn of our force-frees at once instead of sweeping later.
 	for _, key := range local {
-		p.emit(SyncEvent{Op: OpFree, ID: key})
+		p.emit(fleet.SyncEvent{Op: fleet.OpFree, ID: key})
 	}
 	if n > 0 {
 		p.opts.Metrics.Expired(n)

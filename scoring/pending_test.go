@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kvroute/kvroute/fleet"
 )
 
 // pendingSetup is two workers, w0 and w1, and request "a" routed to one of
@@ -204,13 +206,13 @@ func TestPendingOverlayGivesAStaleWorkerNoCredit(t *testing.T) {
 func TestPendingOverlayRecordsPeersAdds(t *testing.T) {
 	s := newPendingSetup(t, nil)
 	peer := hashes(9, 12, 0, 0)
-	if err := s.r.Pool().Apply(SyncEvent{Router: "r2", Op: OpAdd, ID: "x", Worker: s.away, PromptTokens: 12*16 + 5, Hashes: peer}); err != nil {
+	if err := s.r.Pool().Apply(fleet.SyncEvent{Router: "r2", Op: fleet.OpAdd, ID: "x", Worker: s.away, PromptTokens: 12*16 + 5, Hashes: peer}); err != nil {
 		t.Fatal(err)
 	}
 	if n := s.r.Pool().PendingBlocks(s.away); n != len(peer) {
 		t.Fatalf("a peer's request left %d pending blocks, want %d", n, len(peer))
 	}
-	if err := s.r.Pool().Apply(SyncEvent{Router: "r2", Op: OpFree, ID: "x"}); err != nil {
+	if err := s.r.Pool().Apply(fleet.SyncEvent{Router: "r2", Op: fleet.OpFree, ID: "x"}); err != nil {
 		t.Fatal(err)
 	}
 	if n := s.r.Pool().PendingBlocks(s.away); n != 0 {

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/kvroute/kvroute/fleet"
 )
 
 // Pool holds the fleet's workers and their live load. It is safe for
@@ -37,12 +39,12 @@ type Pool struct {
 	// capacity (Free, PrefillDone, Move, a load report, a registration).
 	onCapacity atomic.Pointer[func()]
 	// sink receives local lifecycle events for replica sync, outside the lock.
-	sink atomic.Pointer[func(SyncEvent)]
+	sink atomic.Pointer[func(fleet.SyncEvent)]
 }
 
 // worker is one worker's static facts and live load. Guarded by Pool.mu.
 type worker struct {
-	spec WorkerSpec
+	spec fleet.Worker
 	// blockRefs counts, per prompt block hash, the active requests holding
 	// it, so a shared prefix counts once.
 	blockRefs map[uint64]int32
@@ -52,7 +54,7 @@ type worker struct {
 	requests        int
 	prefillTokens   int
 	prefillRequests int
-	report          LoadReport
+	report          fleet.LoadReport
 	reportAt        time.Time
 	hasReport       bool
 	// adds counts Adds and Moves onto the worker; reportAdds is its value
@@ -109,7 +111,7 @@ func NewPool(opts Options) *Pool {
 }
 
 // Upsert adds a worker or updates its static facts, keeping its live load.
-func (p *Pool) Upsert(spec WorkerSpec) error {
+func (p *Pool) Upsert(spec fleet.Worker) error {
 	if err := spec.Validate(); err != nil {
 		return fmt.Errorf("pool upsert: %w", err)
 	}
@@ -212,12 +214,12 @@ func (p *Pool) WorkerByAddress(address string) (string, bool) {
 }
 
 // Spec returns a worker's static facts.
-func (p *Pool) Spec(id string) (WorkerSpec, bool) {
+func (p *Pool) Spec(id string) (fleet.Worker, bool) {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	w, ok := p.workers[id]
 	if !ok {
-		return WorkerSpec{}, false
+		return fleet.Worker{}, false
 	}
 	return w.spec, true
 }
@@ -244,7 +246,7 @@ func (p *Pool) Len() int {
 // SetLoadReport records a worker's latest load report, received now. A
 // report with nothing running or waiting clears the peers' requests on the
 // worker older than a second: phantoms a dead peer left behind. It returns ErrUnknownWorker for a worker the pool does not hold.
-func (p *Pool) SetLoadReport(id string, r LoadReport) error {
+func (p *Pool) SetLoadReport(id string, r fleet.LoadReport) error {
 	now := p.opts.Now()
 	p.mu.Lock()
 	w, ok := p.workers[id]
@@ -284,8 +286,8 @@ type Load struct {
 	PrefillRequests int `json:"prefill_requests"`
 	// Report is the latest load report and ReportFresh whether it is recent
 	// enough to use (younger than Options.StaleReportAge).
-	Report      LoadReport `json:"report"`
-	ReportFresh bool       `json:"report_fresh"`
+	Report      fleet.LoadReport `json:"report"`
+	ReportFresh bool             `json:"report_fresh"`
 	// FinishedSinceReport counts the worker's requests whose response
 	// ended after Report arrived: Report.Running still counts them until
 	// the next report (kvsim reports every 200 ms, a scraped engine at its

@@ -5,11 +5,13 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/kvroute/kvroute/fleet"
 )
 
 func TestPoolGroupsWorkersByModelAndAdapter(t *testing.T) {
 	p := NewPool(DefaultOptions())
-	for _, s := range []WorkerSpec{
+	for _, s := range []fleet.Worker{
 		{ID: "b", Model: "base", BlockSize: 16, LoRAAdapters: []string{"sql"}},
 		{ID: "a", Model: "base", BlockSize: 16},
 		{ID: "c", Model: "other", BlockSize: 16, LoRAAdapters: []string{"sql", "chat"}},
@@ -44,7 +46,7 @@ func TestPoolGroupsWorkersByModelAndAdapter(t *testing.T) {
 		t.Errorf("Models() = %v, want %v", got, want)
 	}
 	// An update that drops the adapter moves the worker out of its group.
-	if err := p.Upsert(WorkerSpec{ID: "b", Model: "base", BlockSize: 16}); err != nil {
+	if err := p.Upsert(fleet.Worker{ID: "b", Model: "base", BlockSize: 16}); err != nil {
 		t.Fatal(err)
 	}
 	if got := ids("sql"); !slices.Equal(got, []string{"c"}) {
@@ -58,7 +60,7 @@ func TestPoolGroupsWorkersByModelAndAdapter(t *testing.T) {
 
 func TestUpsertRejectsInvalidSpecs(t *testing.T) {
 	p := NewPool(DefaultOptions())
-	for name, s := range map[string]WorkerSpec{
+	for name, s := range map[string]fleet.Worker{
 		"no id":           {Model: "m", BlockSize: 16},
 		"no model":        {ID: "w", BlockSize: 16},
 		"zero block":      {ID: "w", Model: "m"},
@@ -286,7 +288,7 @@ func TestStaleLoadReportIsIgnored(t *testing.T) {
 	if err := p.Upsert(spec("w0")); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.SetLoadReport("w0", LoadReport{Waiting: 3, Running: 2, KVUsedBlocks: 500}); err != nil {
+	if err := p.SetLoadReport("w0", fleet.LoadReport{Waiting: 3, Running: 2, KVUsedBlocks: 500}); err != nil {
 		t.Fatal(err)
 	}
 	if l := mustLoad(t, p, "w0"); !l.ReportFresh || l.KVUsedBlocks() != 500 || l.Waiting() != 3 {
@@ -296,7 +298,7 @@ func TestStaleLoadReportIsIgnored(t *testing.T) {
 	if l := mustLoad(t, p, "w0"); l.ReportFresh || l.KVUsedBlocks() != 0 || l.Waiting() != 0 {
 		t.Errorf("stale report still used: fresh=%v used=%d waiting=%d", l.ReportFresh, l.KVUsedBlocks(), l.Waiting())
 	}
-	if err := p.SetLoadReport("nope", LoadReport{}); !errors.Is(err, ErrUnknownWorker) {
+	if err := p.SetLoadReport("nope", fleet.LoadReport{}); !errors.Is(err, ErrUnknownWorker) {
 		t.Errorf("report for unknown worker: %v", err)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/kvroute/kvroute/fleet"
 )
 
 // queueRouter returns a router over one worker w0 that is saturated once
@@ -182,7 +184,7 @@ func TestWaitersAreReexamined(t *testing.T) {
 		{"on prefill done", func(t *testing.T, r *Scheduler) { r.Pool().PrefillDone("blocker") }},
 		{"on first progress", func(t *testing.T, r *Scheduler) { r.Pool().Progress("blocker", 1) }},
 		{"on an idle load report", func(t *testing.T, r *Scheduler) {
-			if err := r.Pool().SetLoadReport("w0", LoadReport{}); err != nil {
+			if err := r.Pool().SetLoadReport("w0", fleet.LoadReport{}); err != nil {
 				t.Fatal(err)
 			}
 		}},

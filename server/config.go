@@ -116,7 +116,7 @@ type Config struct {
 	Engine string
 
 	// XDSAddr, when set, serves the discovered workers to Envoy over ADS
-	// there: one cluster per worker (WorkerSpec.ClusterName, its address), for
+	// there: one cluster per worker (fleet.Worker.ClusterName, its address), for
 	// the xds bootstrap style (`kvroute envoy-config --style xds`).
 	XDSAddr string
 	// XDSNodeID restricts the ADS answers to the Envoy with this node id;

@@ -8,9 +8,9 @@ import (
 
 	"github.com/kvroute/kvroute/bus"
 	"github.com/kvroute/kvroute/discovery/etcd"
+	"github.com/kvroute/kvroute/fleet"
 	"github.com/kvroute/kvroute/internal/testenv"
 	"github.com/kvroute/kvroute/kvevents/vllmwire"
-	"github.com/kvroute/kvroute/scoring"
 	"github.com/nats-io/nats.go"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -21,7 +21,7 @@ type flapRig struct {
 	r      *Server
 	etcd   *testenv.Etcd
 	cli    *clientv3.Client
-	spec   scoring.WorkerSpec
+	spec   fleet.Worker
 	blocks int
 	reg    *etcd.Registration // w9's first registration
 }
@@ -39,7 +39,7 @@ func startFlapRig(t *testing.T, grace time.Duration, logger ...*slog.Logger) *fl
 	cfg.Recovery.LeaseFlapGrace = grace
 	r := start(t, cfg)
 	cli := e.Client(t)
-	rig := &flapRig{r: r, etcd: e, cli: cli, spec: scoring.WorkerSpec{ID: "w9", Model: model, Address: "10.0.0.9:8000", BlockSize: 16, KVTotalBlocks: 100}}
+	rig := &flapRig{r: r, etcd: e, cli: cli, spec: fleet.Worker{ID: "w9", Model: model, Address: "10.0.0.9:8000", BlockSize: 16, KVTotalBlocks: 100}}
 	rig.reg = rig.register(t)
 	eventually(t, "w9 registered", r.Ready)
 

@@ -7,35 +7,31 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kvroute/kvroute/discovery"
+	"github.com/kvroute/kvroute/fleet"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/scoring"
 )
 
-// fleetListener is one part of the router that mirrors the fleet: the
-// scoring pool, the KV index, the approximate index, the xDS pusher. The
-// fleet calls it under its lock, so calls arrive in discovery order.
-type fleetListener interface {
-	Upsert(w scoring.WorkerSpec)
-	Remove(id string)
-}
-
-// fleet is the discovery Sink: it keeps the records and fans each change
-// out to its listeners, in order.
-type fleet struct {
+// roster is the router's fleet.Sink: it keeps the records and fans each
+// change out to its listeners, in order.
+type roster struct {
 	blockSize int // overrides the records' block size when > 0
 	log       *slog.Logger
-	listeners []fleetListener
+	// listeners are the parts of the router that mirror the fleet: the
+	// scoring pool, the KV index, the approximate index, the xDS pusher.
+	// The roster calls them under its lock, so calls arrive in discovery
+	// order.
+	listeners []fleet.Sink
 	// kept are listeners whose state outlives a lease flap: on a removal
 	// they hear of it only after flapGrace, and not at all when the same
 	// worker (same model, block size and address) comes back first. The
 	// KV index is one: an etcd lease that lapses and is re-granted would
 	// otherwise purge every block the worker still holds.
-	kept      []fleetListener
+	kept      []fleet.Sink
 	flapGrace time.Duration
 
 	mu      sync.Mutex
-	records map[string]scoring.WorkerSpec
+	records map[string]fleet.Worker
 	// leaving holds workers removed less than flapGrace ago, by id.
 	leaving map[string]*leavingWorker
 	// While etcd is away (sourceDown) and for flapGrace after it answers
@@ -63,7 +59,7 @@ type fleet struct {
 
 // leavingWorker is a removed worker whose kept state waits for flapGrace.
 type leavingWorker struct {
-	rec   scoring.WorkerSpec
+	rec   fleet.Worker
 	timer *time.Timer
 	// held: removed while etcd was away or recovering; it is still in
 	// records and every listener, not only the kept ones.
@@ -73,15 +69,15 @@ type leavingWorker struct {
 // sameIncarnation reports whether b is the same running worker as a: a
 // lease flap re-registers an identical record, while a restarted or moved
 // worker (new address, model or block size) holds none of a's blocks.
-func sameIncarnation(a, b scoring.WorkerSpec) bool {
+func sameIncarnation(a, b fleet.Worker) bool {
 	return a.Model == b.Model && a.BlockSize == b.BlockSize && a.Address == b.Address && a.DPRank == b.DPRank
 }
 
-var _ discovery.Sink = (*fleet)(nil)
+var _ fleet.Sink = (*roster)(nil)
 
 // spec is the record as the router's parts see it: the cluster name filled
 // in and the block size overridden when the router is configured with one.
-func (f *fleet) spec(rec scoring.WorkerSpec) scoring.WorkerSpec {
+func (f *roster) spec(rec fleet.Worker) fleet.Worker {
 	spec := rec
 	spec.Cluster = rec.ClusterName()
 	if f.blockSize > 0 {
@@ -98,7 +94,7 @@ func (f *fleet) spec(rec scoring.WorkerSpec) scoring.WorkerSpec {
 // worker's block size changed; false for an unknown worker and for a size
 // already learned (events that disagree among themselves are left to the
 // block_size_mismatch count rather than flapping the worker).
-func (f *fleet) learnBlockSize(id string, n int) bool {
+func (f *roster) learnBlockSize(id string, n int) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	rec, ok := f.records[id]
@@ -130,7 +126,7 @@ func (f *fleet) learnBlockSize(id string, n int) bool {
 
 // forgetBlockSize drops what was learned about a worker that is gone;
 // f.mu is held.
-func (f *fleet) forgetBlockSize(id string) {
+func (f *roster) forgetBlockSize(id string) {
 	if _, ok := f.engineBlock[id]; !ok {
 		return
 	}
@@ -140,8 +136,8 @@ func (f *fleet) forgetBlockSize(id string) {
 	}
 }
 
-// Upsert implements discovery.Sink.
-func (f *fleet) Upsert(rec scoring.WorkerSpec) {
+// Upsert implements fleet.Sink.
+func (f *roster) Upsert(rec fleet.Worker) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	old, known := f.records[rec.ID]
@@ -174,7 +170,7 @@ func (f *fleet) Upsert(rec scoring.WorkerSpec) {
 
 // sourceHealth is told when the discovery source (etcd) stops and starts
 // answering; see sourceDown.
-func (f *fleet) sourceHealth(up bool) {
+func (f *roster) sourceHealth(up bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if up && f.sourceDown {
@@ -183,8 +179,8 @@ func (f *fleet) sourceHealth(up bool) {
 	f.sourceDown = !up
 }
 
-// Remove implements discovery.Sink: the worker's index entries and load go.
-func (f *fleet) Remove(id string) {
+// Remove implements fleet.Sink: the worker's index entries and load go.
+func (f *roster) Remove(id string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	rec, known := f.records[id]
@@ -211,7 +207,7 @@ func (f *fleet) Remove(id string) {
 }
 
 // leave starts lw's grace; f.mu is held.
-func (f *fleet) leave(id string, lw *leavingWorker) {
+func (f *roster) leave(id string, lw *leavingWorker) {
 	if f.leaving == nil {
 		f.leaving = map[string]*leavingWorker{}
 	}
@@ -224,7 +220,7 @@ func (f *fleet) leave(id string, lw *leavingWorker) {
 
 // forget ends a removed worker's grace: its kept state goes, unless it came
 // back (or left again) since.
-func (f *fleet) forget(id string, lw *leavingWorker) {
+func (f *roster) forget(id string, lw *leavingWorker) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.leaving[id] != lw {
@@ -245,7 +241,7 @@ func (f *fleet) forget(id string, lw *leavingWorker) {
 }
 
 // stop cancels pending grace timers (at shutdown).
-func (f *fleet) stop() {
+func (f *roster) stop() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for id, lw := range f.leaving {
@@ -260,7 +256,7 @@ type poolListener struct {
 	log  *slog.Logger
 }
 
-func (l poolListener) Upsert(spec scoring.WorkerSpec) {
+func (l poolListener) Upsert(spec fleet.Worker) {
 	if err := l.pool.Upsert(spec); err != nil {
 		l.log.Warn("worker not added to the pool", "worker", spec.ID, "err", err)
 	}
@@ -271,7 +267,7 @@ func (l poolListener) Remove(id string) { l.pool.Remove(id) }
 // indexListener mirrors the fleet into the KV index.
 type indexListener struct{ ix *kvindex.Index }
 
-func (l indexListener) Upsert(spec scoring.WorkerSpec) {
+func (l indexListener) Upsert(spec fleet.Worker) {
 	l.ix.AddWorker(spec.ID, spec.Model, spec.BlockSize)
 }
 func (l indexListener) Remove(id string) { l.ix.RemoveWorker(id) }
@@ -280,33 +276,33 @@ func (l indexListener) Remove(id string) { l.ix.RemoveWorker(id) }
 // learns the others from routing decisions.
 type approxListener struct{ a *kvindex.Approx }
 
-func (approxListener) Upsert(scoring.WorkerSpec) {}
-func (l approxListener) Remove(id string)        { l.a.RemoveWorker(id) }
+func (approxListener) Upsert(fleet.Worker) {}
+func (l approxListener) Remove(id string)  { l.a.RemoveWorker(id) }
 
 // xdsListener tells the xDS pusher the worker set changed.
 type xdsListener struct{ r *Server }
 
-func (l xdsListener) Upsert(scoring.WorkerSpec) { l.r.notifyXDS() }
-func (l xdsListener) Remove(string)             { l.r.notifyXDS() }
+func (l xdsListener) Upsert(fleet.Worker) { l.r.notifyXDS() }
+func (l xdsListener) Remove(string)       { l.r.notifyXDS() }
 
 var (
-	_ fleetListener = poolListener{}
-	_ fleetListener = indexListener{}
-	_ fleetListener = approxListener{}
-	_ fleetListener = xdsListener{}
+	_ fleet.Sink = poolListener{}
+	_ fleet.Sink = indexListener{}
+	_ fleet.Sink = approxListener{}
+	_ fleet.Sink = xdsListener{}
 )
 
-func (f *fleet) len() int {
+func (f *roster) len() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return len(f.records)
 }
 
 // snapshot returns the records sorted by id.
-func (f *fleet) snapshot() []scoring.WorkerSpec {
+func (f *roster) snapshot() []fleet.Worker {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := make([]scoring.WorkerSpec, 0, len(f.records))
+	out := make([]fleet.Worker, 0, len(f.records))
 	for _, r := range f.records {
 		out = append(out, r)
 	}

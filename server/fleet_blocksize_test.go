@@ -4,14 +4,14 @@ import (
 	"log/slog"
 	"testing"
 
-	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/fleet"
 )
 
 // specListener keeps the last spec each worker was upserted with.
-type specListener map[string]scoring.WorkerSpec
+type specListener map[string]fleet.Worker
 
-func (l specListener) Upsert(w scoring.WorkerSpec) { l[w.ID] = w }
-func (l specListener) Remove(id string)            { delete(l, id) }
+func (l specListener) Upsert(w fleet.Worker) { l[w.ID] = w }
+func (l specListener) Remove(id string)      { delete(l, id) }
 
 // A worker registered with one block size whose engine states another:
 // the engine's wins everywhere, survives the record being read again, is
@@ -19,10 +19,10 @@ func (l specListener) Remove(id string)            { delete(l, id) }
 func TestFleetLearnsTheEnginesBlockSize(t *testing.T) {
 	pool, kept := specListener{}, specListener{}
 	learned := map[string]int{}
-	f := &fleet{log: slog.New(slog.DiscardHandler), records: map[string]scoring.WorkerSpec{},
-		listeners: []fleetListener{pool}, kept: []fleetListener{kept},
+	f := &roster{log: slog.New(slog.DiscardHandler), records: map[string]fleet.Worker{},
+		listeners: []fleet.Sink{pool}, kept: []fleet.Sink{kept},
 		learned: func(id string, n int) { learned[id] = n }}
-	rec := scoring.WorkerSpec{ID: "w", Model: "m", Address: "10.0.0.1:8000", BlockSize: 16}
+	rec := fleet.Worker{ID: "w", Model: "m", Address: "10.0.0.1:8000", BlockSize: 16}
 	f.Upsert(rec)
 	if f.learnBlockSize("stranger", 32) {
 		t.Fatal("learned a block size for a worker the fleet does not hold")

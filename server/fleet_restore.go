@@ -3,14 +3,13 @@ package server
 import (
 	"time"
 
-	"github.com/kvroute/kvroute/discovery"
-	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/fleet"
 )
 
 // restore adds workers from the state file (server/state.go) before the
 // source has said anything: every listener hears of them as of any
 // worker. They stay until the source's first full view (dropRestored).
-func (f *fleet) restore(recs []scoring.WorkerSpec) {
+func (f *roster) restore(recs []fleet.Worker) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.restored == nil {
@@ -34,7 +33,7 @@ func (f *fleet) restore(recs []scoring.WorkerSpec) {
 
 // dropRestored removes the restored workers the source's first full view
 // did not hold: they left while the router was down.
-func (f *fleet) dropRestored() {
+func (f *roster) dropRestored() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for id := range f.restored {
@@ -53,20 +52,20 @@ func (f *fleet) dropRestored() {
 // servingRestored reports whether the fleet routes on restored workers
 // because the source's backend is away: the router can route, so it is
 // ready though discovery has not synced.
-func (f *fleet) servingRestored() bool {
+func (f *roster) servingRestored() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return len(f.restored) > 0 && f.sourceDown
 }
 
-// Restarted implements discovery.RestartSink: the worker's record was
+// Restarted implements fleet.RestartSink: the worker's record was
 // written again under a new etcd lease while the old lease still held it,
 // most likely a new process with an empty cache. Its view is marked stale
 // (no overlap credit, and a resync request): a new process answers with
 // its empty cache, and the old one, had it only lost its keepalive,
 // re-announces what it holds. While etcd is away or just back every
 // worker registers again, so that is not taken for a restart.
-func (f *fleet) Restarted(id string) {
+func (f *roster) Restarted(id string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.restarted == nil || f.sourceDown || time.Now().Before(f.holdUntil) {
@@ -79,4 +78,4 @@ func (f *fleet) Restarted(id string) {
 	f.restarted(id)
 }
 
-var _ discovery.RestartSink = (*fleet)(nil)
+var _ fleet.RestartSink = (*roster)(nil)

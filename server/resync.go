@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/bus"
-	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/fleet"
 )
 
 // resyncTimeout bounds one resync request's wait for the publisher.
@@ -80,7 +80,7 @@ type coldResync struct {
 	asked map[string]bool
 }
 
-func (c *coldResync) Upsert(spec scoring.WorkerSpec) {
+func (c *coldResync) Upsert(spec fleet.Worker) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.asked[spec.ID] {
@@ -92,4 +92,4 @@ func (c *coldResync) Upsert(spec scoring.WorkerSpec) {
 
 func (c *coldResync) Remove(string) {}
 
-var _ fleetListener = (*coldResync)(nil)
+var _ fleet.Sink = (*coldResync)(nil)

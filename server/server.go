@@ -18,6 +18,7 @@ import (
 	"github.com/kvroute/kvroute/engine/feed"
 	"github.com/kvroute/kvroute/envoy"
 	"github.com/kvroute/kvroute/extproc"
+	"github.com/kvroute/kvroute/fleet"
 	"github.com/kvroute/kvroute/kvevents"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/picker"
@@ -43,7 +44,7 @@ type Server struct {
 	approx   *kvindex.Approx
 	toks     *tokenizer.Registry
 	src      *source // the worker source (discovery.go)
-	fleet    *fleet
+	fleet    *roster
 	events   *kvevents.Core // nil without KV events
 	// loadReports feeds the pool; nil unless load comes over NATS.
 	loadReports *bus.LoadReports
@@ -149,9 +150,9 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if r.src, err = r.openSource(); err != nil {
 		return nil, err
 	}
-	r.fleet = &fleet{blockSize: cfg.BlockSize, log: r.log, records: map[string]scoring.WorkerSpec{},
-		listeners: []fleetListener{poolListener{sched.Pool(), r.log}, xdsListener{r}},
-		kept:      []fleetListener{indexListener{r.index}, approxListener{r.approx}}, flapGrace: r.src.FlapGrace()}
+	r.fleet = &roster{blockSize: cfg.BlockSize, log: r.log, records: map[string]fleet.Worker{},
+		listeners: []fleet.Sink{poolListener{sched.Pool(), r.log}, xdsListener{r}},
+		kept:      []fleet.Sink{indexListener{r.index}, approxListener{r.approx}}, flapGrace: r.src.FlapGrace()}
 	r.fleet.learned = r.metrics.EngineBlockSize
 	r.fleet.restarted = func(id string) {
 		if r.index.HasWorker(id) {

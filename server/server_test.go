@@ -20,10 +20,10 @@ import (
 	"github.com/kvroute/kvroute/bus"
 	"github.com/kvroute/kvroute/discovery/etcd"
 	"github.com/kvroute/kvroute/extproc"
+	"github.com/kvroute/kvroute/fleet"
 	"github.com/kvroute/kvroute/internal/testenv"
 	"github.com/kvroute/kvroute/kvevents/vllmwire"
 	"github.com/kvroute/kvroute/picker"
-	"github.com/kvroute/kvroute/scoring"
 	"github.com/kvroute/kvroute/tokenizer"
 	"github.com/nats-io/nats.go"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -408,7 +408,7 @@ func TestRouterFollowsEtcdRegistrations(t *testing.T) {
 	}
 	defer cli.Close()
 	reg, err := etcd.Register(context.Background(), cli, cfg.Namespace,
-		scoring.WorkerSpec{ID: "w9", Model: model, Address: "10.0.0.9:8000", BlockSize: 16, KVTotalBlocks: 100}, etcd.RegisterOptions{TTL: 3 * time.Second, Logger: quiet()})
+		fleet.Worker{ID: "w9", Model: model, Address: "10.0.0.9:8000", BlockSize: 16, KVTotalBlocks: 100}, etcd.RegisterOptions{TTL: 3 * time.Second, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}

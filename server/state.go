@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/discovery"
-	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/fleet"
 )
 
 // The fleet state file keeps the last fleet discovery gave across a
@@ -34,9 +34,9 @@ type fleetState struct {
 	Namespace string `json:"namespace"`
 	// Source names the kind of source the fleet came from (etcd,
 	// inferencepool); a file written under another kind is ignored.
-	Source  string               `json:"source"`
-	SavedAt time.Time            `json:"saved_at"`
-	Workers []scoring.WorkerSpec `json:"workers"`
+	Source  string         `json:"source"`
+	SavedAt time.Time      `json:"saved_at"`
+	Workers []fleet.Worker `json:"workers"`
 }
 
 // stateFile is the path of the namespace's state file, or "" when the
@@ -76,7 +76,7 @@ func (r *Server) restoreFleet() {
 		r.log.Info("fleet state file is for another version, namespace or source; starting without it", "path", path)
 		return
 	}
-	var recs []scoring.WorkerSpec
+	var recs []fleet.Worker
 	for _, w := range st.Workers {
 		if err := discovery.ValidateRecordWith(w, r.addressPolicy()); err != nil {
 			r.log.Warn("fleet state file: ignoring bad worker record", "path", path, "err", err)
@@ -94,10 +94,10 @@ func (r *Server) restoreFleet() {
 // stateListener tells the state writer the fleet changed.
 type stateListener struct{ r *Server }
 
-func (l stateListener) Upsert(scoring.WorkerSpec) { l.r.notifyState() }
-func (l stateListener) Remove(string)             { l.r.notifyState() }
+func (l stateListener) Upsert(fleet.Worker) { l.r.notifyState() }
+func (l stateListener) Remove(string)       { l.r.notifyState() }
 
-var _ fleetListener = stateListener{}
+var _ fleet.Sink = stateListener{}
 
 func (r *Server) notifyState() {
 	if r.stateChanged == nil {
@@ -114,7 +114,7 @@ func (r *Server) notifyState() {
 // most, which the file already has), until shutdown.
 func (r *Server) writeStates() {
 	path := r.stateFile()
-	var last []scoring.WorkerSpec
+	var last []fleet.Worker
 	for {
 		select {
 		case <-r.ctx.Done():
@@ -125,7 +125,7 @@ func (r *Server) writeStates() {
 			continue // synced notifies again
 		}
 		recs := r.fleet.snapshot()
-		if last != nil && slices.EqualFunc(recs, last, func(a, b scoring.WorkerSpec) bool { return fmt.Sprint(a) == fmt.Sprint(b) }) {
+		if last != nil && slices.EqualFunc(recs, last, func(a, b fleet.Worker) bool { return fmt.Sprint(a) == fmt.Sprint(b) }) {
 			continue
 		}
 		st := fleetState{Version: stateVersion, Namespace: r.cfg.Namespace, Source: r.stateSource(), SavedAt: time.Now().UTC(), Workers: recs}

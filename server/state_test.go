@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/discovery/etcd"
+	"github.com/kvroute/kvroute/fleet"
 	"github.com/kvroute/kvroute/internal/testenv"
-	"github.com/kvroute/kvroute/scoring"
 )
 
 // A router restarted while etcd is away starts on the fleet its state file
@@ -30,7 +30,7 @@ func TestRestartDuringEtcdOutageKeepsTheFleet(t *testing.T) {
 	cli := e.Client(t)
 	register := func(id, addr string) *etcd.Registration {
 		t.Helper()
-		rec := scoring.WorkerSpec{ID: id, Model: model, Address: addr, BlockSize: 16, KVTotalBlocks: 100}
+		rec := fleet.Worker{ID: id, Model: model, Address: addr, BlockSize: 16, KVTotalBlocks: 100}
 		reg, err := etcd.Register(context.Background(), cli, cfg.Namespace, rec, etcd.RegisterOptions{TTL: 2 * time.Second, Logger: quiet()})
 		if err != nil {
 			t.Fatal(err)
@@ -102,9 +102,9 @@ func TestStateFileIsCheckedLikeDiscovery(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	good := scoring.WorkerSpec{ID: "ok", Model: model, Address: "10.0.0.4:8000", BlockSize: 16}
-	meta := scoring.WorkerSpec{ID: "meta", Model: model, Address: "0xa9fea9fe:80", BlockSize: 16}
-	write(fleetState{Version: stateVersion, Namespace: cfg.Namespace, Source: "etcd", Workers: []scoring.WorkerSpec{good, meta}})
+	good := fleet.Worker{ID: "ok", Model: model, Address: "10.0.0.4:8000", BlockSize: 16}
+	meta := fleet.Worker{ID: "meta", Model: model, Address: "0xa9fea9fe:80", BlockSize: 16}
+	write(fleetState{Version: stateVersion, Namespace: cfg.Namespace, Source: "etcd", Workers: []fleet.Worker{good, meta}})
 	r := start(t, cfg)
 	eventually(t, "the kept worker served while etcd never answers", r.Ready)
 	if recs := r.fleet.snapshot(); len(recs) != 1 || recs[0].ID != "ok" {
@@ -114,7 +114,7 @@ func TestStateFileIsCheckedLikeDiscovery(t *testing.T) {
 	other := t.TempDir()
 	cfg.Recovery.StateDir = other
 	dir = other
-	write(fleetState{Version: stateVersion, Namespace: cfg.Namespace, Source: "inferencepool", Workers: []scoring.WorkerSpec{good}})
+	write(fleetState{Version: stateVersion, Namespace: cfg.Namespace, Source: "inferencepool", Workers: []fleet.Worker{good}})
 	r2 := start(t, cfg)
 	if got := r2.fleet.len(); got != 0 {
 		t.Errorf("a state file of another source gave %d workers", got)

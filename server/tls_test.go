@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/discovery/etcd"
+	"github.com/kvroute/kvroute/fleet"
 	"github.com/kvroute/kvroute/internal/testenv"
-	"github.com/kvroute/kvroute/scoring"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -90,7 +90,7 @@ func TestEtcdOverMutualTLS(t *testing.T) {
 	}
 	defer cli.Close()
 	if _, err := etcd.Register(context.Background(), cli, cfg.Namespace,
-		scoring.WorkerSpec{ID: "tls0", Model: model, Address: "10.0.0.9:8000", BlockSize: 16, KVTotalBlocks: 100},
+		fleet.Worker{ID: "tls0", Model: model, Address: "10.0.0.9:8000", BlockSize: 16, KVTotalBlocks: 100},
 		etcd.RegisterOptions{TTL: 5 * time.Second, Logger: quiet()}); err != nil {
 		t.Fatal(err)
 	}

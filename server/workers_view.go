@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/kvroute/kvroute/fleet"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/scoring"
 )
@@ -14,7 +15,7 @@ import (
 // workerView is one worker on /debug/workers?verbose=1: everything the
 // router holds about it.
 type workerView struct {
-	Record scoring.WorkerSpec   `json:"record"`
+	Record fleet.Worker         `json:"record"`
 	Load   *scoring.Load        `json:"load,omitempty"`
 	Index  *kvindex.WorkerStats `json:"index,omitempty"`
 }

@@ -5,12 +5,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvroute/kvroute/fleet"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/scoring"
 )
 
 func TestWorkerLineHealth(t *testing.T) {
-	fresh := &scoring.Load{ReportFresh: true, Report: scoring.LoadReport{Running: 3, Waiting: 1}, PrefillRate: 12345.6, FitSamples: 4}
+	fresh := &scoring.Load{ReportFresh: true, Report: fleet.LoadReport{Running: 3, Waiting: 1}, PrefillRate: 12345.6, FitSamples: 4}
 	for _, tc := range []struct {
 		name   string
 		view   workerView
@@ -27,7 +28,7 @@ func TestWorkerLineHealth(t *testing.T) {
 			t.Errorf("%s: health %q, want %q", tc.name, got, tc.health)
 		}
 	}
-	l := workerView{Record: scoring.WorkerSpec{ID: "w0"}, Load: fresh, Index: &kvindex.WorkerStats{Blocks: 7}}.line()
+	l := workerView{Record: fleet.Worker{ID: "w0"}, Load: fresh, Index: &kvindex.WorkerStats{Blocks: 7}}.line()
 	if want := (workerLine{ID: "w0", Health: "ok", Running: 3, Waiting: 1, CachedBlocks: 7, PrefillRate: 12300}); l != want {
 		t.Errorf("line = %+v, want %+v", l, want)
 	}
@@ -75,14 +76,14 @@ func TestRoundSig(t *testing.T) {
 // running, though the report still says so until the next one.
 func TestWorkerLineRunningLeavesOutRequestsEndedSinceTheReport(t *testing.T) {
 	pool := scoring.NewPool(scoring.DefaultOptions())
-	if err := pool.Upsert(scoring.WorkerSpec{ID: "w0", Model: "m", Address: "10.0.0.1:8000", BlockSize: 16, KVTotalBlocks: 100}); err != nil {
+	if err := pool.Upsert(fleet.Worker{ID: "w0", Model: "m", Address: "10.0.0.1:8000", BlockSize: 16, KVTotalBlocks: 100}); err != nil {
 		t.Fatal(err)
 	}
 	req := &scoring.Request{ID: "r1", Model: "m", PromptTokens: 32}
 	if err := pool.Add(req, "w0", 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := pool.SetLoadReport("w0", scoring.LoadReport{Running: 1}); err != nil {
+	if err := pool.SetLoadReport("w0", fleet.LoadReport{Running: 1}); err != nil {
 		t.Fatal(err)
 	}
 	line := func() workerLine {
@@ -100,7 +101,7 @@ func TestWorkerLineRunningLeavesOutRequestsEndedSinceTheReport(t *testing.T) {
 		t.Errorf("running %d right after the request ended, want 0", got)
 	}
 	// The next report counts from itself again.
-	if err := pool.SetLoadReport("w0", scoring.LoadReport{Running: 2}); err != nil {
+	if err := pool.SetLoadReport("w0", fleet.LoadReport{Running: 2}); err != nil {
 		t.Fatal(err)
 	}
 	if got := line().Running; got != 2 {

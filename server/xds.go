@@ -6,7 +6,7 @@ import (
 	"slices"
 
 	"github.com/kvroute/kvroute/envoy"
-	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/fleet"
 )
 
 // startXDS serves the discovered workers to Envoy over ADS (the xds
@@ -70,7 +70,7 @@ func (r *Server) pushXDS() {
 // share a cluster (data-parallel ranks behind one address) become one
 // cluster; a cluster name claimed with two addresses keeps the first and
 // warns, since Envoy can only route a cluster name one way.
-func xdsWorkers(recs []scoring.WorkerSpec, warn func(string, ...any)) []envoy.Worker {
+func xdsWorkers(recs []fleet.Worker, warn func(string, ...any)) []envoy.Worker {
 	out := make([]envoy.Worker, 0, len(recs))
 	byCluster := make(map[string]string, len(recs))
 	for _, rec := range recs {

@@ -15,8 +15,8 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/kvroute/kvroute/discovery/etcd"
 	"github.com/kvroute/kvroute/envoy"
+	"github.com/kvroute/kvroute/fleet"
 	"github.com/kvroute/kvroute/internal/testenv"
-	"github.com/kvroute/kvroute/scoring"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -113,7 +113,7 @@ func TestXDSServesEtcdRegisteredWorkersAsClusters(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	rec := scoring.WorkerSpec{ID: "w7", Cluster: "vllm-7", Model: model, Address: "10.0.0.7:8000", BlockSize: 16, KVTotalBlocks: 100}
+	rec := fleet.Worker{ID: "w7", Cluster: "vllm-7", Model: model, Address: "10.0.0.7:8000", BlockSize: 16, KVTotalBlocks: 100}
 	reg, err := etcd.Register(context.Background(), cli, cfg.Namespace, rec, etcd.RegisterOptions{TTL: 10 * time.Second, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
@@ -129,7 +129,7 @@ func TestXDSServesEtcdRegisteredWorkersAsClusters(t *testing.T) {
 func TestXDSWorkersOneClusterPerName(t *testing.T) {
 	var warned []string
 	warn := func(msg string, _ ...any) { warned = append(warned, msg) }
-	recs := []scoring.WorkerSpec{
+	recs := []fleet.Worker{
 		{ID: "a-dp0", Cluster: "a", Address: "10.0.0.1:8000"},
 		{ID: "a-dp1", Cluster: "a", Address: "10.0.0.1:8000"},
 		{ID: "b", Address: "10.0.0.2:8000"},

@@ -8,8 +8,8 @@ import (
 
 	"github.com/kvroute/kvroute/discovery/file"
 	"github.com/kvroute/kvroute/envoy"
+	"github.com/kvroute/kvroute/fleet"
 	"github.com/kvroute/kvroute/internal/cli"
-	"github.com/kvroute/kvroute/scoring"
 )
 
 const envoyConfigUsage = `Usage:
@@ -97,7 +97,7 @@ func runEnvoyConfig(ctx context.Context, args []string, stdout, stderr io.Writer
 // envoyWorkers maps worker records onto the clusters Envoy needs, one per
 // cluster name. Records may share a cluster (data-parallel ranks behind one
 // API server) only if they share its address too.
-func envoyWorkers(recs []scoring.WorkerSpec) ([]envoy.Worker, error) {
+func envoyWorkers(recs []fleet.Worker) ([]envoy.Worker, error) {
 	addr := map[string]string{}
 	var out []envoy.Worker
 	for _, r := range recs {

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/discovery/file"
-	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/fleet"
 )
 
 func TestFlagsComeFromEnvironmentAndCommandLine(t *testing.T) {
@@ -82,7 +82,7 @@ func TestRunServesUntilCancelled(t *testing.T) {
 		done <- run(ctx, []string{"--workers", "2", "--base-port", "0", "--speedup", "1000",
 			"--num-gpu-blocks", "64", "--block-size", "16", "--workers-file", path, "--log-level", "error"})
 	}()
-	var recs []scoring.WorkerSpec
+	var recs []fleet.Worker
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if data, err := os.ReadFile(path); err == nil {

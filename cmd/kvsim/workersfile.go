@@ -6,16 +6,16 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/fleet"
 )
 
 // writeWorkersFile writes the fleet's records as a static workers file
 // ({"workers": [...]}, JSON, which the router's YAML reader accepts), so a
 // router without etcd can find the workers. The file is replaced
 // atomically.
-func writeWorkersFile(path string, recs []scoring.WorkerSpec) error {
+func writeWorkersFile(path string, recs []fleet.Worker) error {
 	data, err := json.MarshalIndent(struct {
-		Workers []scoring.WorkerSpec `json:"workers"`
+		Workers []fleet.Worker `json:"workers"`
 	}{recs}, "", "  ")
 	if err != nil {
 		return fmt.Errorf("workers file: %w", err)

@@ -7,11 +7,11 @@ import (
 	"testing"
 
 	"github.com/kvroute/kvroute/discovery/file"
-	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/fleet"
 )
 
 func TestWorkersFileIsReadableByTheRouter(t *testing.T) {
-	recs := []scoring.WorkerSpec{
+	recs := []fleet.Worker{
 		{ID: "w0", Model: "m", Address: "127.0.0.1:8100", BlockSize: 64, KVTotalBlocks: 16384, MaxNumSeqs: 256, MaxNumBatchedTokens: 8192},
 		{ID: "w1", Model: "m", Address: "127.0.0.1:8101", BlockSize: 64, KVTotalBlocks: 16384, MaxNumSeqs: 256, MaxNumBatchedTokens: 8192},
 	}

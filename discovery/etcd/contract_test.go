@@ -7,8 +7,8 @@ import (
 	"github.com/kvroute/kvroute/bus"
 	"github.com/kvroute/kvroute/discovery"
 	"github.com/kvroute/kvroute/discovery/sourcetest"
+	"github.com/kvroute/kvroute/fleet"
 	"github.com/kvroute/kvroute/internal/testenv"
-	"github.com/kvroute/kvroute/scoring"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -17,7 +17,7 @@ type etcdBackend struct{ cli *clientv3.Client }
 
 func (b etcdBackend) Open(t *testing.T) discovery.Source { return newWatcher(t, b.cli) }
 
-func (b etcdBackend) Put(t *testing.T, w scoring.WorkerSpec) {
+func (b etcdBackend) Put(t *testing.T, w fleet.Worker) {
 	putJSON(t, b.cli, bus.WorkerKey("ns", w.ID), w)
 }
 

@@ -11,7 +11,7 @@ import (
 
 	"github.com/kvroute/kvroute/bus"
 	"github.com/kvroute/kvroute/discovery"
-	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/fleet"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -52,7 +52,7 @@ func (o RegisterOptions) withDefaults() RegisterOptions {
 	return o
 }
 
-// Registration keeps one worker scoring.WorkerSpec in etcd under a lease: it keeps the
+// Registration keeps one fleet.Worker in etcd under a lease: it keeps the
 // lease alive, writes the record again under a fresh lease whenever the
 // lease is lost (expired during an etcd outage, revoked, or the keepalive
 // stream broke), and deletes it on Close.
@@ -76,7 +76,7 @@ type Registration struct {
 // it there until ctx ends, Close or Abandon is called. The first write
 // happens before Register returns, so an unreachable etcd is an error here;
 // later outages are retried in the background.
-func Register(ctx context.Context, cli *clientv3.Client, namespace string, rec scoring.WorkerSpec, opts RegisterOptions) (*Registration, error) {
+func Register(ctx context.Context, cli *clientv3.Client, namespace string, rec fleet.Worker, opts RegisterOptions) (*Registration, error) {
 	if cli == nil {
 		return nil, errors.New("register worker: nil etcd client")
 	}

@@ -8,13 +8,13 @@ import (
 
 	"github.com/kvroute/kvroute/bus"
 	"github.com/kvroute/kvroute/discovery"
+	"github.com/kvroute/kvroute/fleet"
 	"github.com/kvroute/kvroute/internal/testenv"
-	"github.com/kvroute/kvroute/scoring"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-func testRecord(id string) scoring.WorkerSpec {
-	return scoring.WorkerSpec{ID: id, Model: "m", Address: "127.0.0.1:8000", BlockSize: 16, KVTotalBlocks: 100}
+func testRecord(id string) fleet.Worker {
+	return fleet.Worker{ID: id, Model: "m", Address: "127.0.0.1:8000", BlockSize: 16, KVTotalBlocks: 100}
 }
 
 func etcdClient(t *testing.T) *clientv3.Client {
@@ -33,14 +33,14 @@ func quietOpts(ttl time.Duration) RegisterOptions {
 }
 
 // getRecord reads the key and its lease; ok is false when absent.
-func getRecord(t *testing.T, cli *clientv3.Client, key string) (scoring.WorkerSpec, clientv3.LeaseID, bool) {
+func getRecord(t *testing.T, cli *clientv3.Client, key string) (fleet.Worker, clientv3.LeaseID, bool) {
 	t.Helper()
 	resp, err := cli.Get(context.Background(), key)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(resp.Kvs) == 0 {
-		return scoring.WorkerSpec{}, 0, false
+		return fleet.Worker{}, 0, false
 	}
 	rec, err := discovery.ParseRecord(resp.Kvs[0].Value)
 	if err != nil {
@@ -195,9 +195,9 @@ func TestRegisterRejectsBadInput(t *testing.T) {
 	tests := []struct {
 		name string
 		ns   string
-		rec  scoring.WorkerSpec
+		rec  fleet.Worker
 	}{
-		{"invalid record", "ns", scoring.WorkerSpec{ID: "bad/id", Model: "m", Address: "x:1", BlockSize: 16}},
+		{"invalid record", "ns", fleet.Worker{ID: "bad/id", Model: "m", Address: "x:1", BlockSize: 16}},
 		{"empty namespace", "", testRecord("w5")},
 	}
 	for _, tt := range tests {

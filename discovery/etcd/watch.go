@@ -17,7 +17,7 @@ import (
 
 	"github.com/kvroute/kvroute/bus"
 	"github.com/kvroute/kvroute/discovery"
-	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/fleet"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -75,9 +75,9 @@ type Watcher struct {
 	cfg    Config
 
 	// Set by Run, used by its goroutine only.
-	sink  discovery.Sink
+	sink  fleet.Sink
 	obs   discovery.Observer
-	known map[string]scoring.WorkerSpec
+	known map[string]fleet.Worker
 	// leases holds the lease each known worker's key was written under.
 	leases map[string]int64
 
@@ -101,7 +101,7 @@ func New(cfg Config) (*Watcher, error) {
 		cfg.Logger = slog.Default()
 	}
 	return &Watcher{cli: cfg.Client, prefix: bus.WorkersPrefix(cfg.Namespace), cfg: cfg,
-		known: map[string]scoring.WorkerSpec{}, leases: map[string]int64{}, synced: make(chan struct{})}, nil
+		known: map[string]fleet.Worker{}, leases: map[string]int64{}, synced: make(chan struct{})}, nil
 }
 
 var _ discovery.Source = (*Watcher)(nil)
@@ -117,7 +117,7 @@ func (w *Watcher) FlapGrace() time.Duration { return w.cfg.FlapGrace }
 func (w *Watcher) BadValues() int64 { return w.bad.Load() }
 
 // Run watches until ctx ends, then returns ctx's error.
-func (w *Watcher) Run(ctx context.Context, sink discovery.Sink, obs discovery.Observer) error {
+func (w *Watcher) Run(ctx context.Context, sink fleet.Sink, obs discovery.Observer) error {
 	if obs == nil {
 		obs = discovery.NopObserver{}
 	}
@@ -214,7 +214,7 @@ func (w *Watcher) put(key string, value []byte, lease int64) (string, bool) {
 		// Written again under a new lease while the old lease still held
 		// the key (no delete came between): a new process registered, or
 		// the old one lost its keepalive and registered again.
-		if rs, ok := w.sink.(discovery.RestartSink); ok {
+		if rs, ok := w.sink.(fleet.RestartSink); ok {
 			rs.Restarted(id)
 		}
 	}

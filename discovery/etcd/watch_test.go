@@ -12,29 +12,29 @@ import (
 
 	"github.com/kvroute/kvroute/bus"
 	"github.com/kvroute/kvroute/discovery"
+	"github.com/kvroute/kvroute/fleet"
 	"github.com/kvroute/kvroute/internal/testenv"
-	"github.com/kvroute/kvroute/scoring"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// fleet is a Sink that records the current fleet.
-type fleet struct {
+// recorder is a fleet.Sink that records the current fleet.
+type recorder struct {
 	mu      sync.Mutex
-	workers map[string]scoring.WorkerSpec
+	workers map[string]fleet.Worker
 	removed []string
 }
 
-func newFleetSink() *fleet { return &fleet{workers: map[string]scoring.WorkerSpec{}} }
+func newFleetSink() *recorder { return &recorder{workers: map[string]fleet.Worker{}} }
 
-func (f *fleet) Upsert(r scoring.WorkerSpec) { f.mu.Lock(); f.workers[r.ID] = r; f.mu.Unlock() }
-func (f *fleet) Remove(id string) {
+func (f *recorder) Upsert(r fleet.Worker) { f.mu.Lock(); f.workers[r.ID] = r; f.mu.Unlock() }
+func (f *recorder) Remove(id string) {
 	f.mu.Lock()
 	delete(f.workers, id)
 	f.removed = append(f.removed, id)
 	f.mu.Unlock()
 }
 
-func (f *fleet) get(id string) (scoring.WorkerSpec, bool) {
+func (f *recorder) get(id string) (fleet.Worker, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	r, ok := f.workers[id]
@@ -90,8 +90,8 @@ func (o *observer) badKeys() []string {
 	return append([]string(nil), o.bad...)
 }
 
-func record(id string, blockSize int) scoring.WorkerSpec {
-	return scoring.WorkerSpec{ID: id, Model: "m", Address: "10.0.0.1:8000", BlockSize: blockSize, KVTotalBlocks: 100}
+func record(id string, blockSize int) fleet.Worker {
+	return fleet.Worker{ID: id, Model: "m", Address: "10.0.0.1:8000", BlockSize: blockSize, KVTotalBlocks: 100}
 }
 
 func putJSON(t *testing.T, cli *clientv3.Client, key string, v any, opts ...clientv3.OpOption) {
@@ -155,9 +155,9 @@ func TestWatcherFollowsEtcd(t *testing.T) {
 		if _, err := cli.Put(ctx, bus.WorkerKey("ns", "w1"), "{not json"); err != nil {
 			t.Fatal(err)
 		}
-		putJSON(t, cli, bus.WorkerKey("ns", "w2"), record("other-id", 16))       // id does not match its key
-		putJSON(t, cli, bus.WorkerKey("ns", "w3"), scoring.WorkerSpec{ID: "w3"}) // fails validation
-		putJSON(t, cli, bus.WorkerKey("ns", "w4"), record("w4", 16))             // a good one after the bad ones
+		putJSON(t, cli, bus.WorkerKey("ns", "w2"), record("other-id", 16)) // id does not match its key
+		putJSON(t, cli, bus.WorkerKey("ns", "w3"), fleet.Worker{ID: "w3"}) // fails validation
+		putJSON(t, cli, bus.WorkerKey("ns", "w4"), record("w4", 16))       // a good one after the bad ones
 		eventually(t, "w4 added", func() bool { _, ok := sink.get("w4"); return ok })
 		if got := w.BadValues() - before; got != 3 {
 			t.Errorf("bad values counted %d, want 3", got)

@@ -13,20 +13,20 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/discovery"
-	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/fleet"
 	"sigs.k8s.io/yaml"
 )
 
 // workersFile is the static file's layout: either a bare list of records or
 // an object with a "workers" list.
 type workersFile struct {
-	Workers []scoring.WorkerSpec `json:"workers"`
+	Workers []fleet.Worker `json:"workers"`
 }
 
 // Parse decodes a workers file, YAML or JSON, and validates every record
 // under policy (nil: the default policy). Duplicate ids are an error.
-func Parse(data []byte, policy *discovery.AddressPolicy) ([]scoring.WorkerSpec, error) {
-	var recs []scoring.WorkerSpec
+func Parse(data []byte, policy *discovery.AddressPolicy) ([]fleet.Worker, error) {
+	var recs []fleet.Worker
 	js, err := yaml.YAMLToJSON(data)
 	if err != nil {
 		return nil, fmt.Errorf("workers file: %w", err)
@@ -65,7 +65,7 @@ func Parse(data []byte, policy *discovery.AddressPolicy) ([]scoring.WorkerSpec, 
 }
 
 // Load reads and parses a workers file under the default address policy.
-func Load(path string) ([]scoring.WorkerSpec, error) {
+func Load(path string) ([]fleet.Worker, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("workers file: %w", err)
@@ -110,13 +110,13 @@ func (c Config) Validate() error {
 // parsing is reported once and the previous fleet stays.
 type Watcher struct {
 	cfg    Config
-	first  []scoring.WorkerSpec // the file as New read it, applied first by Run
+	first  []fleet.Worker // the file as New read it, applied first by Run
 	synced chan struct{}
 
 	// Owned by Run's goroutine.
-	sink  discovery.Sink
+	sink  fleet.Sink
 	last  []byte
-	known map[string]scoring.WorkerSpec
+	known map[string]fleet.Worker
 }
 
 // New checks cfg and reads the file once: a file that cannot be read or
@@ -131,7 +131,7 @@ func New(cfg Config) (*Watcher, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	fw := &Watcher{cfg: cfg, synced: make(chan struct{}), known: map[string]scoring.WorkerSpec{}}
+	fw := &Watcher{cfg: cfg, synced: make(chan struct{}), known: map[string]fleet.Worker{}}
 	data, err := os.ReadFile(cfg.Path)
 	if err != nil {
 		return nil, fmt.Errorf("workers file: %w", err)
@@ -153,7 +153,7 @@ func (*Watcher) FlapGrace() time.Duration { return 0 }
 
 // Run applies the file, then re-checks it every Interval until ctx ends.
 // A change that does not parse goes to obs.BadRecord with the path.
-func (fw *Watcher) Run(ctx context.Context, sink discovery.Sink, obs discovery.Observer) error {
+func (fw *Watcher) Run(ctx context.Context, sink fleet.Sink, obs discovery.Observer) error {
 	if obs == nil {
 		obs = discovery.NopObserver{}
 	}
@@ -197,8 +197,8 @@ func (fw *Watcher) reload() (bool, error) {
 }
 
 // apply makes the Sink hold exactly recs.
-func (fw *Watcher) apply(recs []scoring.WorkerSpec) {
-	next := make(map[string]scoring.WorkerSpec, len(recs))
+func (fw *Watcher) apply(recs []fleet.Worker) {
+	next := make(map[string]fleet.Worker, len(recs))
 	for _, r := range recs {
 		next[r.ID] = r
 		fw.sink.Upsert(r)

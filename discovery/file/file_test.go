@@ -15,7 +15,7 @@ import (
 
 	"github.com/kvroute/kvroute/discovery"
 	"github.com/kvroute/kvroute/discovery/sourcetest"
-	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/fleet"
 )
 
 func TestParse(t *testing.T) {
@@ -132,7 +132,7 @@ func TestNewRefusesWhatCannotWork(t *testing.T) {
 // fileBackend is a workers file the contract edits.
 type fileBackend struct {
 	path    string
-	workers map[string]scoring.WorkerSpec
+	workers map[string]fleet.Worker
 }
 
 func (b *fileBackend) Open(t *testing.T) discovery.Source {
@@ -144,7 +144,7 @@ func (b *fileBackend) Open(t *testing.T) discovery.Source {
 }
 
 func (b *fileBackend) write(t *testing.T) {
-	ws := slices.SortedFunc(maps.Values(b.workers), func(a, b scoring.WorkerSpec) int { return strings.Compare(a.ID, b.ID) })
+	ws := slices.SortedFunc(maps.Values(b.workers), func(a, b fleet.Worker) int { return strings.Compare(a.ID, b.ID) })
 	data, err := json.Marshal(ws)
 	if err != nil {
 		t.Fatal(err)
@@ -152,12 +152,12 @@ func (b *fileBackend) write(t *testing.T) {
 	writeFile(t, b.path, string(data))
 }
 
-func (b *fileBackend) Put(t *testing.T, w scoring.WorkerSpec) { b.workers[w.ID] = w; b.write(t) }
-func (b *fileBackend) Delete(t *testing.T, id string)         { delete(b.workers, id); b.write(t) }
-func (b *fileBackend) PutBad(t *testing.T)                    { writeFile(t, b.path, "workers: [") }
+func (b *fileBackend) Put(t *testing.T, w fleet.Worker) { b.workers[w.ID] = w; b.write(t) }
+func (b *fileBackend) Delete(t *testing.T, id string)   { delete(b.workers, id); b.write(t) }
+func (b *fileBackend) PutBad(t *testing.T)              { writeFile(t, b.path, "workers: [") }
 
 func TestWatcherKeepsTheSourceContract(t *testing.T) {
-	sourcetest.Run(t, &fileBackend{path: filepath.Join(t.TempDir(), "workers.json"), workers: map[string]scoring.WorkerSpec{}})
+	sourcetest.Run(t, &fileBackend{path: filepath.Join(t.TempDir(), "workers.json"), workers: map[string]fleet.Worker{}})
 }
 
 func FuzzParse(f *testing.F) {

@@ -12,7 +12,7 @@ import (
 	"github.com/kvroute/kvroute/discovery/kubepool"
 	"github.com/kvroute/kvroute/discovery/kubepool/kubetest"
 	"github.com/kvroute/kvroute/discovery/sourcetest"
-	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/fleet"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -31,7 +31,7 @@ func (b poolBackend) Open(t *testing.T) discovery.Source {
 	return w
 }
 
-func (b poolBackend) Put(t *testing.T, w scoring.WorkerSpec) {
+func (b poolBackend) Put(t *testing.T, w fleet.Worker) {
 	ip, port, err := net.SplitHostPort(w.Address)
 	if err != nil || port != "8000" {
 		t.Fatalf("worker address %q: want <ip>:8000, the pool's port", w.Address)

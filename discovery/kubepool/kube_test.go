@@ -12,25 +12,26 @@ import (
 
 	"github.com/kvroute/kvroute/discovery/kubepool"
 	"github.com/kvroute/kvroute/discovery/kubepool/kubetest"
+	"github.com/kvroute/kvroute/fleet"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/scoring"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// recorder is a discovery.Sink that keeps the current worker set and
+// recorder is a fleet.Sink that keeps the current worker set and
 // signals every change.
 type recorder struct {
 	mu      sync.Mutex
-	workers map[string]scoring.WorkerSpec
+	workers map[string]fleet.Worker
 	removed map[string]time.Time
 	changed chan struct{}
 }
 
 func newRecorder() *recorder {
-	return &recorder{workers: map[string]scoring.WorkerSpec{}, removed: map[string]time.Time{}, changed: make(chan struct{}, 1)}
+	return &recorder{workers: map[string]fleet.Worker{}, removed: map[string]time.Time{}, changed: make(chan struct{}, 1)}
 }
 
-func (r *recorder) Upsert(w scoring.WorkerSpec) {
+func (r *recorder) Upsert(w fleet.Worker) {
 	r.mu.Lock()
 	r.workers[w.ID] = w
 	r.mu.Unlock()
@@ -63,7 +64,7 @@ func (r *recorder) ids() []string {
 	return out
 }
 
-func (r *recorder) get(id string) scoring.WorkerSpec {
+func (r *recorder) get(id string) fleet.Worker {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.workers[id]
@@ -202,7 +203,7 @@ type fleetSink struct {
 	*recorder
 }
 
-func (s fleetSink) Upsert(w scoring.WorkerSpec) {
+func (s fleetSink) Upsert(w fleet.Worker) {
 	_ = s.pool.Upsert(w)
 	s.ix.AddWorker(w.ID, w.Model, w.BlockSize)
 	s.recorder.Upsert(w)

@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/kvroute/kvroute/discovery"
-	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/fleet"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -64,7 +64,7 @@ func PodReady(p *corev1.Pod) bool {
 // the pod matches and is Ready, else one per target port. A record that
 // fails discovery.ValidateRecord (a pod name with a dot, a bad annotation)
 // is an error and the pod serves nothing.
-func Workers(p *corev1.Pod, spec Spec, d Defaults) ([]scoring.WorkerSpec, error) {
+func Workers(p *corev1.Pod, spec Spec, d Defaults) ([]fleet.Worker, error) {
 	if !spec.Matches(p.Labels) || !PodReady(p) {
 		return nil, nil
 	}
@@ -88,9 +88,9 @@ func Workers(p *corev1.Pod, spec Spec, d Defaults) ([]scoring.WorkerSpec, error)
 			return nil, fmt.Errorf("pod %s: annotation %s=%q: not a number", p.Name, AnnotationKVBlocks, v)
 		}
 	}
-	out := make([]scoring.WorkerSpec, 0, len(spec.Ports))
+	out := make([]fleet.Worker, 0, len(spec.Ports))
 	for rank, port := range spec.Ports {
-		w := scoring.WorkerSpec{
+		w := fleet.Worker{
 			ID:            WorkerID(p.Name, rank, len(spec.Ports)),
 			Model:         model,
 			Address:       net.JoinHostPort(p.Status.PodIP, strconv.Itoa(port)),

@@ -2,7 +2,7 @@
 // InferencePool (inference.networking.k8s.io/v1), as the GIE endpoint picker
 // does: it watches the named pool for its selector and target ports, watches
 // the namespace's pods, and hands every Ready pod with an IP to a
-// discovery.Sink as one worker per target port. A pod that stops being
+// fleet.Sink as one worker per target port. A pod that stops being
 // Ready, starts terminating or is deleted is removed at once.
 //
 // The pool is read through the dynamic client (the GIE Go module is not a

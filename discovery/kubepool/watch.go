@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/discovery"
-	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/fleet"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -97,13 +97,13 @@ type Watcher struct {
 	synced chan struct{}
 
 	// Set by Run before the informers start.
-	sink discovery.Sink
+	sink fleet.Sink
 	obs  discovery.Observer
 
 	mu    sync.Mutex // serialises the two informers' handlers
 	spec  *Spec      // nil: no (valid) pool
 	pods  listersv1.PodLister
-	known map[string][]scoring.WorkerSpec // pod name → its workers in the Sink
+	known map[string][]fleet.Worker // pod name → its workers in the Sink
 }
 
 // New checks cfg and builds the clients; Run starts watching.
@@ -127,7 +127,7 @@ func New(cfg Config) (*Watcher, error) {
 	}
 	return &Watcher{
 		cfg: cfg, log: cfg.Logger.With("inferencepool", cfg.PoolNamespace+"/"+cfg.PoolName),
-		dyn: dyn, kube: kube, synced: make(chan struct{}), known: map[string][]scoring.WorkerSpec{},
+		dyn: dyn, kube: kube, synced: make(chan struct{}), known: map[string][]fleet.Worker{},
 	}, nil
 }
 
@@ -142,7 +142,7 @@ func (*Watcher) FlapGrace() time.Duration { return 0 }
 
 // Run watches until ctx ends and returns ctx's error. A pod that cannot be
 // turned into workers goes to obs.BadRecord (it then serves nothing).
-func (w *Watcher) Run(ctx context.Context, sink discovery.Sink, obs discovery.Observer) error {
+func (w *Watcher) Run(ctx context.Context, sink fleet.Sink, obs discovery.Observer) error {
 	if obs == nil {
 		obs = discovery.NopObserver{}
 	}
@@ -310,7 +310,7 @@ func (w *Watcher) podDeleted(o any) {
 
 // applyLocked makes the Sink hold exactly pod's workers (none for nil).
 func (w *Watcher) applyLocked(name string, p *corev1.Pod) {
-	var want []scoring.WorkerSpec
+	var want []fleet.Worker
 	if p != nil && w.spec != nil {
 		var err error
 		if want, err = Workers(p, *w.spec, w.cfg.Defaults); err != nil {
@@ -321,12 +321,12 @@ func (w *Watcher) applyLocked(name string, p *corev1.Pod) {
 	}
 	old := w.known[name]
 	for _, o := range old {
-		if !slices.ContainsFunc(want, func(n scoring.WorkerSpec) bool { return n.ID == o.ID }) {
+		if !slices.ContainsFunc(want, func(n fleet.Worker) bool { return n.ID == o.ID }) {
 			w.sink.Remove(o.ID)
 		}
 	}
 	for _, n := range want {
-		i := slices.IndexFunc(old, func(o scoring.WorkerSpec) bool { return o.ID == n.ID })
+		i := slices.IndexFunc(old, func(o fleet.Worker) bool { return o.ID == n.ID })
 		if i < 0 || !sameWorker(old[i], n) {
 			w.sink.Upsert(n)
 		}
@@ -338,7 +338,7 @@ func (w *Watcher) applyLocked(name string, p *corev1.Pod) {
 	}
 }
 
-func sameWorker(a, b scoring.WorkerSpec) bool {
+func sameWorker(a, b fleet.Worker) bool {
 	return a.ID == b.ID && a.Model == b.Model && a.Address == b.Address && a.BlockSize == b.BlockSize &&
 		a.KVTotalBlocks == b.KVTotalBlocks && a.DPRank == b.DPRank
 }

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/discovery"
-	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/fleet"
 )
 
 // Backend is one source's world as the contract drives it.
@@ -24,7 +24,7 @@ type Backend interface {
 	// Open returns a fresh Source over the backend, not yet run.
 	Open(t *testing.T) discovery.Source
 	// Put makes a worker appear in the backend, or changes it.
-	Put(t *testing.T, w scoring.WorkerSpec)
+	Put(t *testing.T, w fleet.Worker)
 	// Delete takes a worker out of the backend.
 	Delete(t *testing.T, id string)
 	// PutBad writes something the source must refuse (a value that is not
@@ -34,8 +34,8 @@ type Backend interface {
 
 // Worker is the record the contract uses for id: what every source can
 // express (a pod carries its model and block size in annotations).
-func Worker(id string, ip byte, blockSize int) scoring.WorkerSpec {
-	return scoring.WorkerSpec{ID: id, Model: "m", Address: fmt.Sprintf("10.0.0.%d:8000", ip), BlockSize: blockSize}
+func Worker(id string, ip byte, blockSize int) fleet.Worker {
+	return fleet.Worker{ID: id, Model: "m", Address: fmt.Sprintf("10.0.0.%d:8000", ip), BlockSize: blockSize}
 }
 
 // Run checks the contract: one table of steps, applied in order to one
@@ -63,22 +63,22 @@ func Run(t *testing.T, b Backend) {
 	steps := []struct {
 		name string
 		do   func(t *testing.T)
-		want []scoring.WorkerSpec
+		want []fleet.Worker
 		bad  bool // a bad record is reported
 	}{
 		{"synced holds the workers present at start", func(t *testing.T) {
 			if !discovery.WaitSynced(ctx, src, 30*time.Second) {
 				t.Fatal("not synced after 30 s")
 			}
-		}, []scoring.WorkerSpec{Worker("a", 1, 16), Worker("b", 2, 16)}, false},
+		}, []fleet.Worker{Worker("a", 1, 16), Worker("b", 2, 16)}, false},
 		{"a new worker reaches the sink", func(t *testing.T) { b.Put(t, Worker("c", 3, 16)) },
-			[]scoring.WorkerSpec{Worker("a", 1, 16), Worker("b", 2, 16), Worker("c", 3, 16)}, false},
+			[]fleet.Worker{Worker("a", 1, 16), Worker("b", 2, 16), Worker("c", 3, 16)}, false},
 		{"a changed worker is upserted", func(t *testing.T) { b.Put(t, Worker("a", 1, 32)) },
-			[]scoring.WorkerSpec{Worker("a", 1, 32), Worker("b", 2, 16), Worker("c", 3, 16)}, false},
+			[]fleet.Worker{Worker("a", 1, 32), Worker("b", 2, 16), Worker("c", 3, 16)}, false},
 		{"a removed worker leaves the sink", func(t *testing.T) { b.Delete(t, "b") },
-			[]scoring.WorkerSpec{Worker("a", 1, 32), Worker("c", 3, 16)}, false},
+			[]fleet.Worker{Worker("a", 1, 32), Worker("c", 3, 16)}, false},
 		{"a bad record is reported and changes nothing", b.PutBad,
-			[]scoring.WorkerSpec{Worker("a", 1, 32), Worker("c", 3, 16)}, true},
+			[]fleet.Worker{Worker("a", 1, 32), Worker("c", 3, 16)}, true},
 	}
 	for _, st := range steps {
 		if !t.Run(st.name, func(t *testing.T) {
@@ -109,7 +109,7 @@ func Run(t *testing.T, b Backend) {
 	})
 }
 
-func ids(ws []scoring.WorkerSpec) []string {
+func ids(ws []fleet.Worker) []string {
 	out := make([]string, len(ws))
 	for i, w := range ws {
 		out[i] = w.ID
@@ -117,23 +117,23 @@ func ids(ws []scoring.WorkerSpec) []string {
 	return out
 }
 
-// Sink is a discovery.Sink that keeps the current fleet.
+// Sink is a fleet.Sink that keeps the current fleet.
 type Sink struct {
 	mu      sync.Mutex
-	workers map[string]scoring.WorkerSpec
+	workers map[string]fleet.Worker
 }
 
 // NewSink returns an empty Sink.
-func NewSink() *Sink { return &Sink{workers: map[string]scoring.WorkerSpec{}} }
+func NewSink() *Sink { return &Sink{workers: map[string]fleet.Worker{}} }
 
-// Upsert implements discovery.Sink.
-func (s *Sink) Upsert(w scoring.WorkerSpec) { s.mu.Lock(); s.workers[w.ID] = w; s.mu.Unlock() }
+// Upsert implements fleet.Sink.
+func (s *Sink) Upsert(w fleet.Worker) { s.mu.Lock(); s.workers[w.ID] = w; s.mu.Unlock() }
 
-// Remove implements discovery.Sink.
+// Remove implements fleet.Sink.
 func (s *Sink) Remove(id string) { s.mu.Lock(); delete(s.workers, id); s.mu.Unlock() }
 
 // Get returns a worker's record.
-func (s *Sink) Get(id string) (scoring.WorkerSpec, bool) {
+func (s *Sink) Get(id string) (fleet.Worker, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w, ok := s.workers[id]
@@ -149,7 +149,7 @@ func (s *Sink) IDs() []string {
 
 // Holds reports whether the sink holds exactly want: the same ids, each
 // with the same model, address and block size.
-func (s *Sink) Holds(want []scoring.WorkerSpec) bool {
+func (s *Sink) Holds(want []fleet.Worker) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.workers) != len(want) {

@@ -26,8 +26,8 @@ import (
 
 	"github.com/kvroute/kvroute/engine"
 	"github.com/kvroute/kvroute/engine/vllmzmq"
+	"github.com/kvroute/kvroute/fleet"
 	"github.com/kvroute/kvroute/kvevents"
-	"github.com/kvroute/kvroute/scoring"
 )
 
 // Defaults for Config.
@@ -36,6 +36,11 @@ const (
 	DefaultReplayPort     = 5558
 	DefaultScrapeInterval = 250 * time.Millisecond
 )
+
+// LoadSink receives the load scraped from engines' /metrics, by worker id.
+type LoadSink interface {
+	SetLoadReport(worker string, r fleet.LoadReport) error
+}
 
 // Config configures Feeds.
 type Config struct {
@@ -76,8 +81,9 @@ type Config struct {
 	Core *kvevents.Core
 	// Hold, when not nil, is Core's hold: streams start once it is closed.
 	Hold <-chan struct{}
-	// Pool receives the load reports; required with Load.
-	Pool *scoring.Pool
+	// Pool receives the load reports; required with Load. The router's
+	// *scoring.Pool is one.
+	Pool LoadSink
 	// BlockSize, when not nil, is told when an engine's /metrics states a
 	// KV block size (vllm:cache_config_info) other than its worker's
 	// record, so the router can take the engine's. It may Upsert the worker
@@ -104,7 +110,7 @@ type Feeds struct {
 }
 
 type follower struct {
-	spec   scoring.WorkerSpec
+	spec   fleet.Worker
 	ctx    context.Context
 	cancel context.CancelFunc
 }
@@ -168,7 +174,7 @@ func (f *Feeds) Stats() *engine.Stats { return &f.stats }
 
 // Upsert starts following a worker's engine, or restarts when its address
 // or rank changed.
-func (f *Feeds) Upsert(spec scoring.WorkerSpec) {
+func (f *Feeds) Upsert(spec fleet.Worker) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.gen.Add(1)
@@ -233,7 +239,7 @@ func endpoint(address string, port, rank int) (string, error) {
 
 // eventsEndpoint is where the worker's engine publishes: its record's
 // events_endpoint, else its host at the fleet-wide port plus its rank.
-func (f *Feeds) eventsEndpoint(spec scoring.WorkerSpec) (string, error) {
+func (f *Feeds) eventsEndpoint(spec fleet.Worker) (string, error) {
 	if spec.EventsEndpoint != "" {
 		return spec.EventsEndpoint, nil
 	}
@@ -243,7 +249,7 @@ func (f *Feeds) eventsEndpoint(spec scoring.WorkerSpec) (string, error) {
 // replayEndpoint is the worker's engine's replay socket: its record's
 // replay_endpoint, else its host at the fleet-wide replay port plus its
 // rank; empty when neither is set (the fleet-wide port is off).
-func (f *Feeds) replayEndpoint(spec scoring.WorkerSpec) (string, error) {
+func (f *Feeds) replayEndpoint(spec fleet.Worker) (string, error) {
 	if spec.ReplayEndpoint != "" {
 		return spec.ReplayEndpoint, nil
 	}
@@ -253,7 +259,7 @@ func (f *Feeds) replayEndpoint(spec scoring.WorkerSpec) (string, error) {
 	return endpoint(spec.Address, f.cfg.ReplayPort, spec.DPRank)
 }
 
-func (f *Feeds) followEvents(ctx context.Context, spec scoring.WorkerSpec) {
+func (f *Feeds) followEvents(ctx context.Context, spec fleet.Worker) {
 	log := f.cfg.Logger.With("worker", spec.ID)
 	ep, err := f.eventsEndpoint(spec)
 	if err != nil {
@@ -282,7 +288,7 @@ func (f *Feeds) followEvents(ctx context.Context, spec scoring.WorkerSpec) {
 // worker, whatever rank its batches name; batches go to the core with the
 // engine's numbers, after the core's hold, resuming after a loaded
 // snapshot.
-func (f *Feeds) followConfig(ctx context.Context, spec scoring.WorkerSpec, sub engine.Source, log *slog.Logger) engine.FollowConfig {
+func (f *Feeds) followConfig(ctx context.Context, spec fleet.Worker, sub engine.Source, log *slog.Logger) engine.FollowConfig {
 	return engine.FollowConfig{
 		Sub: sub, Rank: spec.DPRank, WorkerID: func(int) (string, bool) { return spec.ID, true },
 		Sink: coreSink{ctx: ctx, core: f.cfg.Core}, Stats: &f.stats, Logger: log, Gate: f.cfg.Hold,

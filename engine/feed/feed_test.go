@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/engine"
+	"github.com/kvroute/kvroute/fleet"
 	"github.com/kvroute/kvroute/internal/sim"
 	"github.com/kvroute/kvroute/kvevents"
 	"github.com/kvroute/kvroute/kvindex"
@@ -222,12 +223,12 @@ vllm:cache_config_info{engine="0",block_size="16",num_gpu_blocks="1000"} 1
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, ok := Report(m, scoring.WorkerSpec{ID: "w", BlockSize: 16, KVTotalBlocks: 7}, time.UnixMilli(42))
+	r, ok := Report(m, fleet.Worker{ID: "w", BlockSize: 16, KVTotalBlocks: 7}, time.UnixMilli(42))
 	if !ok || r.Waiting != 3 || r.Running != 2 || r.KVUsedBlocks != 500 || r.KVTotalBlocks != 1000 || r.TSMillis != 42 {
 		t.Fatalf("report = %+v, want the engine's gauges with its own capacity", r)
 	}
 	m, _ = parseVLLM("vllm:num_requests_waiting 0\nvllm:num_requests_running 0\nvllm:kv_cache_usage_perc 0.25\n")
-	if r, _ := Report(m, scoring.WorkerSpec{BlockSize: 16, KVTotalBlocks: 400}, time.Now()); r.KVTotalBlocks != 400 || r.KVUsedBlocks != 100 {
+	if r, _ := Report(m, fleet.Worker{BlockSize: 16, KVTotalBlocks: 400}, time.Now()); r.KVTotalBlocks != 400 || r.KVUsedBlocks != 100 {
 		t.Fatalf("report = %+v, want the record's capacity when the engine names none", r)
 	}
 }

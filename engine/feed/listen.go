@@ -9,7 +9,7 @@ import (
 
 	"github.com/kvroute/kvroute/engine"
 	"github.com/kvroute/kvroute/engine/vllmzmq"
-	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/fleet"
 )
 
 // Errors of Resolve.
@@ -23,12 +23,12 @@ var (
 // host (and port, when the topic has one); when several do, the topic's
 // model picks among them. Anything else is unknown or ambiguous: a
 // listener's batches must never land on a guessed worker.
-func Resolve(topic string, workers []scoring.WorkerSpec) (scoring.WorkerSpec, error) {
+func Resolve(topic string, workers []fleet.Worker) (fleet.Worker, error) {
 	t, err := vllmzmq.ParseTopic(topic)
 	if err != nil {
-		return scoring.WorkerSpec{}, fmt.Errorf("%w: %w", ErrUnknownPublisher, err)
+		return fleet.Worker{}, fmt.Errorf("%w: %w", ErrUnknownPublisher, err)
 	}
-	var hits []scoring.WorkerSpec
+	var hits []fleet.Worker
 	for _, w := range workers {
 		host, port, err := net.SplitHostPort(w.Address)
 		if err != nil || host != t.Host || (t.Port != 0 && port != strconv.Itoa(t.Port)) {
@@ -47,11 +47,11 @@ func Resolve(topic string, workers []scoring.WorkerSpec) (scoring.WorkerSpec, er
 	}
 	switch len(hits) {
 	case 0:
-		return scoring.WorkerSpec{}, fmt.Errorf("%w %q", ErrUnknownPublisher, topic)
+		return fleet.Worker{}, fmt.Errorf("%w %q", ErrUnknownPublisher, topic)
 	case 1:
 		return hits[0], nil
 	}
-	return scoring.WorkerSpec{}, fmt.Errorf("%w %q (%d workers); name the engine's port in it: kv@<ip>:<port>@<model>", ErrAmbiguousPublisher, topic, len(hits))
+	return fleet.Worker{}, fmt.Errorf("%w %q (%d workers); name the engine's port in it: kv@<ip>:<port>@<model>", ErrAmbiguousPublisher, topic, len(hits))
 }
 
 // publisher is one engine's share of the listener: the batches whose topic
@@ -144,10 +144,10 @@ func (f *Feeds) demux(l *vllmzmq.Listener) {
 }
 
 // specs copies the followed workers' records.
-func (f *Feeds) specs() []scoring.WorkerSpec {
+func (f *Feeds) specs() []fleet.Worker {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := make([]scoring.WorkerSpec, 0, len(f.workers))
+	out := make([]fleet.Worker, 0, len(f.workers))
 	for _, w := range f.workers {
 		out = append(out, w.spec)
 	}
@@ -160,7 +160,7 @@ func (f *Feeds) specs() []scoring.WorkerSpec {
 func (f *Feeds) startPublisher(topic string) *publisher {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	specs := make([]scoring.WorkerSpec, 0, len(f.workers))
+	specs := make([]fleet.Worker, 0, len(f.workers))
 	for _, w := range f.workers {
 		specs = append(specs, w.spec)
 	}

@@ -10,13 +10,13 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 	"github.com/kvroute/kvroute/engine/vllmzmq"
+	"github.com/kvroute/kvroute/fleet"
 	"github.com/kvroute/kvroute/kvevents/vllmwire"
 	"github.com/kvroute/kvroute/kvindex"
-	"github.com/kvroute/kvroute/scoring"
 )
 
 func TestResolve(t *testing.T) {
-	fleet := []scoring.WorkerSpec{
+	fleet := []fleet.Worker{
 		{ID: "a", Model: "m1", Address: "10.0.0.1:8000"},
 		{ID: "b1", Model: "m1", Address: "10.0.0.2:8000"},
 		{ID: "b2", Model: "m1", Address: "10.0.0.2:8001"},
@@ -100,7 +100,7 @@ func block(first uint32) []uint32 {
 // dropped; each publisher's gaps are its own.
 func TestListenDemultiplexesPublishers(t *testing.T) {
 	ix := kvindex.New(kvindex.Config{})
-	specs := []scoring.WorkerSpec{
+	specs := []fleet.Worker{
 		{ID: "w0", Model: model, Address: "127.0.0.2:8000", BlockSize: 16},
 		{ID: "w1", Model: model, Address: "127.0.0.3:8000", BlockSize: 16},
 	}
@@ -171,7 +171,7 @@ func TestListenReplaysFromTheWorkersHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	spec := scoring.WorkerSpec{ID: "w0", Model: model, Address: engineIP + ":8000", BlockSize: 16}
+	spec := fleet.Worker{ID: "w0", Model: model, Address: engineIP + ":8000", BlockSize: 16}
 	ix.AddWorker(spec.ID, spec.Model, spec.BlockSize)
 	f.Upsert(spec)
 	// The engine's replay side: a vLLM-like publisher whose own PUB reaches

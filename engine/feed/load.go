@@ -6,26 +6,26 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/engine"
-	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/fleet"
 )
 
 // Report turns one scrape into the worker's load report: the rank's
 // queues, and its KV use in blocks with the capacity the engine reports
 // (vllm:cache_config_info's num_gpu_blocks), else the record's.
-func Report(m engine.EngineMetrics, spec scoring.WorkerSpec, now time.Time) (scoring.LoadReport, bool) {
+func Report(m engine.EngineMetrics, spec fleet.Worker, now time.Time) (fleet.LoadReport, bool) {
 	rm, ok := m.Rank(spec.DPRank)
 	if !ok {
-		return scoring.LoadReport{}, false
+		return fleet.LoadReport{}, false
 	}
 	if rm.KVTotalBlocks == 0 && rm.KVTotalTokens == 0 {
 		rm.KVTotalBlocks = spec.KVTotalBlocks
 	}
 	used, total := rm.KVBlocks(spec.BlockSize)
-	return scoring.LoadReport{TSMillis: now.UnixMilli(), Waiting: rm.Waiting, Running: rm.Running,
+	return fleet.LoadReport{TSMillis: now.UnixMilli(), Waiting: rm.Waiting, Running: rm.Running,
 		KVUsedBlocks: used, KVTotalBlocks: total}, true
 }
 
-func (f *Feeds) scrapeLoad(ctx context.Context, spec scoring.WorkerSpec) {
+func (f *Feeds) scrapeLoad(ctx context.Context, spec fleet.Worker) {
 	log := f.cfg.Logger.With("worker", spec.ID)
 	client := engine.NewClient("http://"+spec.Address, f.cfg.Engine, 2*time.Second)
 	t := time.NewTicker(f.cfg.ScrapeInterval)

@@ -18,17 +18,18 @@ const module = "github.com/kvroute/kvroute"
 // gets a row in the map and here at once.
 var mayImport = map[string][]string{
 	"cmd/kvroute": {"server", "extproc", "picker", "scoring", "tokenizer", "envoy", "multimodal",
-		"discovery", "discovery/file", "internal/cli", "internal/envflag", "internal/costflag", "internal/connflag", "internal/flagfile"},
-	"cmd/kvsim":    {"internal/sim", "internal/cli", "internal/envflag", "scoring", "multimodal"},
+		"fleet", "discovery", "discovery/file", "internal/cli", "internal/envflag", "internal/costflag", "internal/connflag", "internal/flagfile"},
+	"cmd/kvsim":    {"internal/sim", "internal/cli", "internal/envflag", "fleet", "multimodal"},
 	"cmd/kvbridge": {"bridge", "engine", "internal/cli", "internal/envflag", "internal/connflag"},
 	"cmd/kvbench": {"internal/bench", "internal/vsim", "internal/sim", "internal/cli", "internal/costflag",
 		"discovery/file", "scoring", "envoy/proxy"},
 
-	"server": {"extproc", "picker", "scoring", "kvindex", "tokenizer", "envoy",
+	"server": {"extproc", "picker", "scoring", "fleet", "kvindex", "tokenizer", "envoy",
 		"kvevents", "bus", "discovery", "discovery/etcd", "discovery/file", "discovery/kubepool", "engine", "engine/feed"},
 	"extproc":     {},
 	"picker":      {"extproc", "scoring", "kvindex", "tokenizer", "multimodal"},
-	"scoring":     {},
+	"scoring":     {"fleet"},
+	"fleet":       {},
 	"multimodal":  {"kvindex", "tokenizer"},
 	"kvindex":     {"kvevents/vllmwire"},
 	"tokenizer":   {},
@@ -37,21 +38,21 @@ var mayImport = map[string][]string{
 
 	"kvevents":                    {"kvindex", "kvevents/vllmwire"},
 	"kvevents/vllmwire":           {},
-	"bus":                         {"scoring", "kvevents", "kvevents/vllmwire"},
-	"discovery":                   {"scoring"},
-	"discovery/etcd":              {"scoring", "bus", "discovery"},
-	"discovery/file":              {"scoring", "discovery"},
-	"discovery/sourcetest":        {"scoring", "discovery"},
-	"discovery/kubepool":          {"scoring", "discovery"},
+	"bus":                         {"fleet", "scoring", "kvevents", "kvevents/vllmwire"},
+	"discovery":                   {"fleet"},
+	"discovery/etcd":              {"fleet", "bus", "discovery"},
+	"discovery/file":              {"fleet", "discovery"},
+	"discovery/sourcetest":        {"fleet", "discovery"},
+	"discovery/kubepool":          {"fleet", "discovery"},
 	"discovery/kubepool/kubetest": {"discovery/kubepool", "internal/testenv"},
 	"engine":                      {"kvevents/vllmwire", "engine/vllmzmq"},
 	"engine/vllmzmq":              {},
-	"engine/feed":                 {"scoring", "kvevents", "engine", "engine/vllmzmq"},
-	"bridge":                      {"scoring", "bus", "discovery", "discovery/etcd", "engine", "engine/vllmzmq"},
+	"engine/feed":                 {"fleet", "kvevents", "engine", "engine/vllmzmq"},
+	"bridge":                      {"fleet", "bus", "discovery", "discovery/etcd", "engine", "engine/vllmzmq"},
 
-	"internal/sim":         {"scoring", "kvindex", "kvevents/vllmwire", "tokenizer", "multimodal", "bus", "discovery", "discovery/etcd", "engine/vllmzmq"},
+	"internal/sim":         {"fleet", "kvindex", "kvevents/vllmwire", "tokenizer", "multimodal", "bus", "discovery", "discovery/etcd", "engine/vllmzmq"},
 	"internal/bench":       {"server", "internal/sim", "envoy", "envoy/proxy", "picker", "tokenizer", "multimodal", "kvindex"},
-	"internal/vsim":        {"scoring", "kvindex", "kvevents/vllmwire", "internal/sim", "internal/bench"},
+	"internal/vsim":        {"scoring", "fleet", "kvindex", "kvevents/vllmwire", "internal/sim", "internal/bench"},
 	"internal/costflag":    {"scoring"},
 	"internal/connflag":    {"bus"},
 	"internal/flagfile":    {},
@@ -81,8 +82,19 @@ var neverInDeps = map[string][]string{
 	"tokenizer":  {"github.com/nats-io/", "go.etcd.io/", "google.golang.org/grpc", "k8s.io/", "net/http"},
 	"multimodal": {"github.com/nats-io/", "go.etcd.io/", "google.golang.org/grpc", "k8s.io/", "net/http"},
 	"extproc":    {module + "/"},
+	"fleet":      {module + "/", "github.com/nats-io/", "go.etcd.io/", "google.golang.org/grpc", "k8s.io/", "net/http"},
 
 	"kvevents/vllmwire": {module + "/", "github.com/nats-io/", "go.etcd.io/", "google.golang.org/grpc", "k8s.io/", "net/http"},
+}
+
+// notScoring lists the packages fleet input comes through: worker sources,
+// the sidecar and the engine followers. They name workers, load reports and
+// sync events through package fleet and must not import the scheduler
+// (package scoring). Of the input side only bus imports it, as the adapter
+// that drives scoring.Pool (LoadReports, Sync).
+var notScoring = []string{
+	"discovery", "discovery/etcd", "discovery/file", "discovery/kubepool", "discovery/kubepool/kubetest",
+	"discovery/sourcetest", "bridge", "engine", "engine/vllmzmq", "engine/feed",
 }
 
 type pkg struct {
@@ -158,6 +170,18 @@ func TestForbiddenDependenciesStayOut(t *testing.T) {
 					if d == strings.TrimSuffix(bad, "/") || strings.HasPrefix(d, bad) {
 						t.Errorf("%s depends on %s (through its imports), which it must never carry", name, d)
 					}
+				}
+			}
+		}
+	}
+}
+
+func TestInputPackagesDoNotImportScoring(t *testing.T) {
+	for _, name := range notScoring {
+		for _, p := range goList(t, module+"/"+name) {
+			for _, imp := range p.Imports {
+				if imp == module+"/scoring" {
+					t.Errorf("%s imports scoring: name workers, load reports and sync events through package fleet", name)
 				}
 			}
 		}

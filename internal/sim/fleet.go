@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kvroute/kvroute/scoring"
+	"github.com/kvroute/kvroute/fleet"
 	"github.com/nats-io/nats.go"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -152,8 +152,8 @@ func (f *Fleet) Worker(id string) *Worker { return f.byID[id] }
 
 // Records returns every worker's discovery record, e.g. for a static
 // workers file.
-func (f *Fleet) Records() []scoring.WorkerSpec {
-	recs := make([]scoring.WorkerSpec, len(f.workers))
+func (f *Fleet) Records() []fleet.Worker {
+	recs := make([]fleet.Worker, len(f.workers))
 	for i, w := range f.workers {
 		recs[i] = w.Record()
 	}

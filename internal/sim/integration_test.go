@@ -14,10 +14,10 @@ import (
 	"github.com/kvroute/kvroute/bus"
 	"github.com/kvroute/kvroute/discovery"
 	"github.com/kvroute/kvroute/engine/vllmzmq"
+	"github.com/kvroute/kvroute/fleet"
 	"github.com/kvroute/kvroute/internal/testenv"
 	"github.com/kvroute/kvroute/kvevents/vllmwire"
 	"github.com/kvroute/kvroute/kvindex"
-	"github.com/kvroute/kvroute/scoring"
 	"github.com/nats-io/nats.go"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -233,7 +233,7 @@ func TestFaultSwitchesDropDuplicateAndReset(t *testing.T) {
 
 func TestLoadReportsAndEtcdLifecycle(t *testing.T) {
 	env := startFleetEnv(t, 2)
-	seen := map[string]scoring.LoadReport{}
+	seen := map[string]fleet.LoadReport{}
 	timeout := time.After(5 * time.Second)
 	for len(seen) < 2 {
 		select {
@@ -251,13 +251,13 @@ func TestLoadReportsAndEtcdLifecycle(t *testing.T) {
 		t.Fatalf("report %+v", rep)
 	}
 
-	get := func(id string) (scoring.WorkerSpec, bool) {
+	get := func(id string) (fleet.Worker, bool) {
 		resp, err := env.etcd.Get(context.Background(), bus.WorkerKey("it", id))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(resp.Kvs) == 0 {
-			return scoring.WorkerSpec{}, false
+			return fleet.Worker{}, false
 		}
 		rec, err := discovery.ParseRecord(resp.Kvs[0].Value)
 		if err != nil {

@@ -16,8 +16,8 @@ import (
 	"github.com/kvroute/kvroute/discovery"
 	"github.com/kvroute/kvroute/discovery/etcd"
 	"github.com/kvroute/kvroute/engine/vllmzmq"
+	"github.com/kvroute/kvroute/fleet"
 	"github.com/kvroute/kvroute/kvevents/vllmwire"
-	"github.com/kvroute/kvroute/scoring"
 	"github.com/nats-io/nats.go"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -85,7 +85,7 @@ type WorkerConfig struct {
 // Worker is one running simulated vLLM worker.
 type Worker struct {
 	cfg     WorkerConfig
-	rec     scoring.WorkerSpec
+	rec     fleet.Worker
 	log     *slog.Logger
 	run     *runner
 	metrics *workerMetrics
@@ -175,7 +175,7 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 	if addr == "" {
 		addr = w.ln.Addr().String()
 	}
-	w.rec = scoring.WorkerSpec{
+	w.rec = fleet.Worker{
 		ID: cfg.ID, Model: cfg.Model, Address: addr, Cluster: cfg.Cluster,
 		BlockSize: w.cfg.Engine.BlockSize, KVTotalBlocks: w.cfg.Engine.NumGPUBlocks,
 		MaxNumBatchedTokens: w.cfg.Engine.MaxNumBatchedTokens, MaxNumSeqs: w.cfg.Engine.MaxNumSeqs,
@@ -251,7 +251,7 @@ func (w *Worker) reportLoad() {
 	t := time.NewTicker(w.cfg.LoadInterval)
 	defer t.Stop()
 	for {
-		rep := scoring.LoadReport{
+		rep := fleet.LoadReport{
 			TSMillis:       time.Now().UnixMilli(),
 			Waiting:        int(w.run.waiting.Load()),
 			Running:        int(w.run.running.Load()),
@@ -281,7 +281,7 @@ func (w *Worker) Addr() string { return w.ln.Addr().String() }
 func (w *Worker) URL() string { return "http://" + w.Addr() }
 
 // Record returns the worker's discovery record.
-func (w *Worker) Record() scoring.WorkerSpec { return w.rec }
+func (w *Worker) Record() fleet.Worker { return w.rec }
 
 // Config returns the worker's configuration with defaults filled in.
 func (w *Worker) Config() WorkerConfig { return w.cfg }

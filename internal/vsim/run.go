@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvroute/kvroute/fleet"
 	"github.com/kvroute/kvroute/internal/bench"
 	"github.com/kvroute/kvroute/internal/sim"
 	"github.com/kvroute/kvroute/kvevents/vllmwire"
@@ -233,7 +234,7 @@ func (r *runner) setup(opts scoring.Options, seed uint64) error {
 		}
 		ws.eng = eng
 		ec := eng.Config()
-		spec := scoring.WorkerSpec{ID: id, Model: r.fleet.Model, Address: fmt.Sprintf("10.0.0.%d:8000", i+1),
+		spec := fleet.Worker{ID: id, Model: r.fleet.Model, Address: fmt.Sprintf("10.0.0.%d:8000", i+1),
 			BlockSize: ec.BlockSize, KVTotalBlocks: ec.NumGPUBlocks, MaxNumBatchedTokens: ec.MaxNumBatchedTokens, MaxNumSeqs: ec.MaxNumSeqs}
 		if err := router.Pool().Upsert(spec); err != nil {
 			return err
@@ -623,7 +624,7 @@ func (r *runner) report(wi int32) {
 	w := r.workers[wi]
 	st := w.eng.Stats()
 	t := r.meter.now()
-	_ = r.router.Pool().SetLoadReport(w.id, scoring.LoadReport{
+	_ = r.router.Pool().SetLoadReport(w.id, fleet.LoadReport{
 		TSMillis: r.clock.time().UnixMilli(), Waiting: st.Waiting, Running: st.Running,
 		KVUsedBlocks: st.UsedBlocks, KVTotalBlocks: st.TotalBlocks,
 	})
