@@ -54,6 +54,8 @@ type options struct {
 	router    func(*server.Config)
 	// envoyTLS makes Envoy dial the router over TLS (see envoy_test.go).
 	envoyTLS *envoy.TLSFiles
+	// speedup divides the workers' simulated step times (default 50).
+	speedup float64
 }
 
 // start brings up NATS, etcd, workers, kvroute and the gateway, all torn
@@ -66,6 +68,9 @@ func start(t *testing.T, o options) *system {
 	if o.workers == 0 {
 		o.workers = 4
 	}
+	if o.speedup == 0 {
+		o.speedup = 50
+	}
 	nats := testenv.StartNATS
 	if o.jetstream {
 		nats = testenv.StartJetStream
@@ -76,7 +81,7 @@ func start(t *testing.T, o options) *system {
 	env, err := bench.StartEnv(ctx, bench.EnvConfig{
 		NATSURL: n.URL, EtcdEndpoints: etcd.Endpoints, Workers: o.workers, Model: model,
 		Engine:  sim.EngineConfig{NumGPUBlocks: 4096, BlockSize: 16},
-		Speedup: 50, LeaseTTL: o.leaseTTL, TokenizerDir: qwenDir, Mode: o.mode, Style: o.style,
+		Speedup: o.speedup, LeaseTTL: o.leaseTTL, TokenizerDir: qwenDir, Mode: o.mode, Style: o.style,
 		MMFamily: o.mmFamily, ChatTemplate: o.chatTemplate, Router: o.router, EnvoyTLS: o.envoyTLS,
 		// ORIGINAL_DST parses x-gateway-destination-endpoint as a single
 		// ip:port, so the original-dst bootstrap cannot take kvroute's

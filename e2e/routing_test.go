@@ -53,11 +53,12 @@ func TestSecondTurnLandsOnWorkerHoldingPrefix(t *testing.T) {
 // about 3,600 token-equivalents, and a warm one 128 per active request
 // (--decode-active-request-weight 8 blocks of 16 tokens), so the holder
 // takes new requests until it carries about 28. The 64 requests are sent at
-// once and answer 512 tokens, so they overlap on the workers even when a
-// busy machine slows the client: more than one worker must take a real
-// share.
+// once and answer 512 tokens, and the workers' simulated time runs only 5×
+// faster than real (512 decode steps take over a second), so the requests
+// overlap on the workers even when a busy machine sends them slowly: more
+// than one worker must take a real share.
 func TestSharedPrefixFloodSpreadsOverFleet(t *testing.T) {
-	s := start(t, options{})
+	s := start(t, options{speedup: 5})
 	w, err := bench.SharedPrefixWorkload(bench.SharedPrefixOptions{
 		Model: model, Groups: 1, PerGroup: 64, SystemTokens: 2048, QuestionTokens: 64, OutputTokens: 512, Seed: 7,
 	})
