@@ -7,12 +7,15 @@
 //     JetStream stream) deliver each batch with its worker and number to the
 //     KV event core (kvevents), which sequences and applies them;
 //   - load reports: LoadSubject, ParseLoadReport and LoadReports, which feeds
-//     fleet.LoadReport values into a scoring.Pool;
+//     fleet.LoadReport values into a LoadSink (the router's scoring.Pool);
 //   - replica sync: SyncSubject, ParseSyncEvent and Sync, which shares a
-//     pool's lifecycle events (fleet.SyncEvent) between router replicas;
+//     SyncPool's lifecycle events (fleet.SyncEvent) between router replicas;
 //   - worker registration in etcd: WorkersPrefix and WorkerKey (the value is
 //     fleet.Worker as JSON).
 //
 // kvindex and scoring stay free of NATS and etcd: they hold the data and
-// the logic, this package holds the edges.
+// the logic, this package holds the edges. bus does not import the
+// scheduler either: LoadReports and Sync drive it through the small
+// interfaces of pool.go (LoadSink, SyncPool and their metrics), which the
+// scheduler's pool satisfies; the server wires the two.
 package bus

@@ -39,7 +39,7 @@ func TestSilentPeerLoadDroppedAfterThreeMissedHeartbeats(t *testing.T) {
 	srv := testenv.StartNATS(t)
 	r1 := newTestScheduler(t, testOptions(newFakeClock(), 1), 2)
 	clock := &settableClock{t: time.Unix(1_700_000_000, 0)}
-	s := NewSync(connect(t, srv.URL), "test", "router-1", r1.Pool())
+	s := NewSync(connect(t, srv.URL), "test", "router-1", r1.Pool(), r1.Pool().Metrics())
 	s.now = clock.Now
 	s.SetHeartbeat(time.Hour) // the test drives expiry itself
 	ctx, cancel := context.WithCancel(context.Background())
@@ -84,7 +84,7 @@ func TestDeadReplicaLoadExpiresAtPeers(t *testing.T) {
 	srv := testenv.StartNATS(t)
 	const period = 100 * time.Millisecond
 	r1 := newTestScheduler(t, testOptions(newFakeClock(), 1), 2)
-	s1 := NewSync(connect(t, srv.URL), "test", "router-1", r1.Pool())
+	s1 := NewSync(connect(t, srv.URL), "test", "router-1", r1.Pool(), r1.Pool().Metrics())
 	s1.SetHeartbeat(period)
 	ctx1, cancel1 := context.WithCancel(context.Background())
 	if err := s1.Start(ctx1); err != nil {
@@ -93,7 +93,7 @@ func TestDeadReplicaLoadExpiresAtPeers(t *testing.T) {
 	t.Cleanup(func() { cancel1(); <-s1.Done() })
 
 	r2 := newTestScheduler(t, testOptions(newFakeClock(), 2), 2)
-	s2 := NewSync(connect(t, srv.URL), "test", "router-2", r2.Pool())
+	s2 := NewSync(connect(t, srv.URL), "test", "router-2", r2.Pool(), r2.Pool().Metrics())
 	s2.SetHeartbeat(period)
 	ctx2, cancel2 := context.WithCancel(context.Background())
 	if err := s2.Start(ctx2); err != nil {

@@ -10,11 +10,11 @@ import (
 	"sync/atomic"
 
 	"github.com/kvroute/kvroute/kvevents"
-	"github.com/kvroute/kvroute/scoring"
 	"github.com/nats-io/nats.go"
 )
 
-// LoadReports feeds the workers' load reports from NATS into a Pool.
+// LoadReports feeds the workers' load reports from NATS into a LoadSink
+// (the router's scoring.Pool).
 // Malformed reports and reports for unknown workers are counted and
 // ignored; a report's age is measured from when it arrived, so worker
 // clock skew cannot make it look fresh or stale.
@@ -22,8 +22,8 @@ type LoadReports struct {
 	conn    *nats.Conn
 	ns      string
 	prefix  string
-	pool    *scoring.Pool
-	metrics scoring.Metrics
+	pool    LoadSink
+	metrics LoadMetrics
 	log     *slog.Logger
 
 	// events hears each report's kv_event_batches (FollowEvents).
@@ -37,11 +37,15 @@ type LoadReports struct {
 	rejected atomic.Int64
 }
 
-// NewLoadReports prepares the adapter for pool on nc under namespace.
-func NewLoadReports(nc *nats.Conn, namespace string, pool *scoring.Pool) *LoadReports {
+// NewLoadReports prepares the adapter for pool on nc under namespace; m
+// counts rejected reports (nil counts nothing).
+func NewLoadReports(nc *nats.Conn, namespace string, pool LoadSink, m LoadMetrics) *LoadReports {
+	if m == nil {
+		m = nopMetrics{}
+	}
 	return &LoadReports{
 		conn: nc, ns: namespace, prefix: strings.TrimSuffix(LoadSubjectWildcard(namespace), ">"),
-		pool: pool, metrics: pool.Metrics(),
+		pool: pool, metrics: m,
 		log:  slog.Default().With("component", "scoring.load_reports"),
 		done: make(chan struct{}), batches: map[string]uint64{},
 	}

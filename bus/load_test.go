@@ -20,7 +20,7 @@ func TestLoadReportsFeedThePool(t *testing.T) {
 	o.StaleReportAge = 2 * time.Second
 	r := newTestScheduler(t, o, 2)
 	ctx, cancel := context.WithCancel(context.Background())
-	a := NewLoadReports(connect(t, srv.URL), "test", r.Pool())
+	a := NewLoadReports(connect(t, srv.URL), "test", r.Pool(), r.Pool().Metrics())
 	if err := a.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func TestRestartedWorkerLosesItsCreditAtItsFirstLoadReport(t *testing.T) {
 	if err := SubscribeEvents(ctx, nc, "test", core); err != nil {
 		t.Fatal(err)
 	}
-	reports := NewLoadReports(nc, "test", r.Pool())
+	reports := NewLoadReports(nc, "test", r.Pool(), r.Pool().Metrics())
 	if err := reports.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

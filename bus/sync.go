@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/fleet"
-	"github.com/kvroute/kvroute/scoring"
 	"github.com/nats-io/nats.go"
 )
 
@@ -24,7 +23,7 @@ const syncBuffer = 8192
 // DefaultHeartbeat is how often a replica says it is alive.
 const DefaultHeartbeat = time.Second
 
-// Sync shares a Pool's lifecycle events with peer replicas over NATS:
+// Sync shares a SyncPool's (the router's scoring.Pool's) lifecycle events with peer replicas over NATS:
 // local Add, PrefillDone, Progress (when a block fills), Free and Move are
 // published on SyncSubject as JSON; peers' events are applied to the pool;
 // the replica's own events, recognised by router ID, are ignored.
@@ -37,8 +36,8 @@ type Sync struct {
 	conn     *nats.Conn
 	subject  string
 	routerID string
-	pool     *scoring.Pool
-	metrics  scoring.Metrics
+	pool     SyncPool
+	metrics  SyncMetrics
 	log      *slog.Logger
 
 	out      chan fleet.SyncEvent
@@ -63,11 +62,15 @@ type peer struct {
 }
 
 // NewSync prepares replica sync for pool on nc under namespace. routerID
-// must be unique among the replicas (a pod name, or a random ID).
-func NewSync(nc *nats.Conn, namespace, routerID string, pool *scoring.Pool) *Sync {
+// must be unique among the replicas (a pod name, or a random ID); m counts
+// rejected, dropped and expired (nil counts nothing).
+func NewSync(nc *nats.Conn, namespace, routerID string, pool SyncPool, m SyncMetrics) *Sync {
+	if m == nil {
+		m = nopMetrics{}
+	}
 	return &Sync{
 		conn: nc, subject: SyncSubject(namespace), routerID: routerID, pool: pool,
-		metrics: pool.Metrics(), log: slog.Default().With("component", "scoring.sync", "router", routerID),
+		metrics: m, log: slog.Default().With("component", "scoring.sync", "router", routerID),
 		out: make(chan fleet.SyncEvent, syncBuffer), done: make(chan struct{}),
 		heartbeat: DefaultHeartbeat, incarnation: newIncarnation(), now: time.Now, peers: map[string]*peer{},
 	}

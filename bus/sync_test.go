@@ -26,7 +26,7 @@ func connect(t *testing.T, url string) *nats.Conn {
 func startSync(t *testing.T, nc *nats.Conn, id string, r *scoring.Scheduler) *Sync {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	s := NewSync(nc, "test", id, r.Pool())
+	s := NewSync(nc, "test", id, r.Pool(), r.Pool().Metrics())
 	if err := s.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func TestRestartedReplicaResetsItsOldLoad(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	old := newTestScheduler(t, testOptions(newFakeClock(), 2), 2)
-	s := NewSync(connect(t, srv.URL), "test", "router-2", old.Pool())
+	s := NewSync(connect(t, srv.URL), "test", "router-2", old.Pool(), old.Pool().Metrics())
 	if err := s.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

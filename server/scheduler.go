@@ -51,6 +51,15 @@ func (a approxRecorder) Record(worker string, hashes []uint64) {
 
 var _ scoring.PrefixRecorder = approxRecorder{}
 
+// The pool and its metrics are what the NATS adapters drive; bus declares
+// them as interfaces so it does not import the scheduler.
+var (
+	_ bus.LoadSink    = (*scoring.Pool)(nil)
+	_ bus.SyncPool    = (*scoring.Pool)(nil)
+	_ bus.LoadMetrics = scoring.Metrics(nil)
+	_ bus.SyncMetrics = scoring.Metrics(nil)
+)
+
 // startScheduler starts the scheduler's sweeper and the NATS adapters that
 // feed its pool: load reports unless --engine-load scrape, replica sync
 // when on. They stop when r.ctx ends;
@@ -62,7 +71,7 @@ func (r *Server) startScheduler(s *scoring.Scheduler) error {
 	if r.cfg.EngineLoad != EngineLoadScrape {
 		// Load comes over NATS; with scrape it comes from the engines
 		// (engine/feed, server/kube.go) and no report is subscribed to.
-		lr := bus.NewLoadReports(r.nc, r.cfg.Namespace, s.Pool())
+		lr := bus.NewLoadReports(r.nc, r.cfg.Namespace, s.Pool(), s.Pool().Metrics())
 		lr.SetLogger(r.log)
 		if err := lr.Start(r.ctx); err != nil {
 			return fmt.Errorf("load reports: %w", err)
@@ -71,7 +80,7 @@ func (r *Server) startScheduler(s *scoring.Scheduler) error {
 		r.loadReports = lr
 	}
 	if r.cfg.ReplicaSync {
-		sy := bus.NewSync(r.nc, r.cfg.Namespace, r.cfg.RouterID, s.Pool())
+		sy := bus.NewSync(r.nc, r.cfg.Namespace, r.cfg.RouterID, s.Pool(), s.Pool().Metrics())
 		sy.SetHeartbeat(r.cfg.Recovery.SyncHeartbeat)
 		sy.SetLogger(r.log)
 		if err := sy.Start(r.ctx); err != nil {

@@ -38,7 +38,7 @@ var mayImport = map[string][]string{
 
 	"kvevents":                    {"kvindex", "kvevents/vllmwire"},
 	"kvevents/vllmwire":           {},
-	"bus":                         {"fleet", "scoring", "kvevents", "kvevents/vllmwire"},
+	"bus":                         {"fleet", "kvevents", "kvevents/vllmwire"},
 	"discovery":                   {"fleet"},
 	"discovery/etcd":              {"fleet", "bus", "discovery"},
 	"discovery/file":              {"fleet", "discovery"},
@@ -85,15 +85,17 @@ var neverInDeps = map[string][]string{
 	"fleet":      {module + "/", "github.com/nats-io/", "go.etcd.io/", "google.golang.org/grpc", "k8s.io/", "net/http"},
 
 	"kvevents/vllmwire": {module + "/", "github.com/nats-io/", "go.etcd.io/", "google.golang.org/grpc", "k8s.io/", "net/http"},
+	// The wire adapters drive the scheduler through bus's interfaces only.
+	"bus": {module + "/scoring"},
 }
 
 // notScoring lists the packages fleet input comes through: worker sources,
-// the sidecar and the engine followers. They name workers, load reports and
-// sync events through package fleet and must not import the scheduler
-// (package scoring). Of the input side only bus imports it, as the adapter
-// that drives scoring.Pool (LoadReports, Sync).
+// the wire adapters, the sidecar and the engine followers. They name
+// workers, load reports and sync events through package fleet and must not
+// import the scheduler (package scoring); bus drives scoring.Pool through
+// its own interfaces (LoadSink, SyncPool), which the server wires.
 var notScoring = []string{
-	"discovery", "discovery/etcd", "discovery/file", "discovery/kubepool", "discovery/kubepool/kubetest",
+	"bus", "discovery", "discovery/etcd", "discovery/file", "discovery/kubepool", "discovery/kubepool/kubetest",
 	"discovery/sourcetest", "bridge", "engine", "engine/vllmzmq", "engine/feed",
 }
 

@@ -34,7 +34,7 @@ func TestLostBatchOnAQuietWorkerShowsInItsLoadReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	reports := bus.NewLoadReports(nc, "lb", pool)
+	reports := bus.NewLoadReports(nc, "lb", pool, pool.Metrics())
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	if err := reports.Start(ctx); err != nil {
