@@ -102,7 +102,7 @@ test-deploy:
 # tools/kube-apiserver (a nested module) into the user cache by
 # scripts/kube-apiserver.sh: 10 to 16 minutes cold on 2 cores, then reused.
 # They carry the kubeapiserver build tag, so plain `go test ./...` skips them.
-KUBE_TEST_PKGS ?= ./discovery/kubepool/... ./e2e/
+KUBE_TEST_PKGS ?= ./discovery/kubepool/... ./internal/testenv/kubetest/ ./e2e/
 kube-apiserver: ## build the real kube-apiserver for the InferencePool tests (once; cached outside the repo)
 	@./scripts/kube-apiserver.sh
 
@@ -166,16 +166,16 @@ bench-tokenizer-peers: ## kvroute's tokenizer beside Hugging Face tokenizers and
 	@./scripts/bench-tokenizer-peers.sh
 
 # kvindex beside Dynamo's published index (crate dynamo-kv-router, pinned in
-# bench/dynamo-index/Cargo.toml): the Rust harness is built by cargo into the
+# peers/dynamo-index/Cargo.toml): the Rust harness is built by cargo into the
 # user cache, the workload files and raw results go to INDEX_PEERS_DIR.
 CARGO_TARGET_DIR ?= $(HOME)/.cache/kvroute/cargo-target
 INDEX_PEERS_DIR  ?= $(or $(TMPDIR),/tmp)/kvroute-index-peers
 INDEX_PEERS_ARGS ?= -rounds 3
 bench-index-peers: ## kvindex against Dynamo's PositionalIndexer and radix tree on the same workload files (docs/index-peers.md; 10 to 30 min on 2 cores; not in make test)
 	@mkdir -p $(INDEX_PEERS_DIR) $(BIN)
-	cd bench/dynamo-index && CARGO_TARGET_DIR=$(CARGO_TARGET_DIR) cargo build --release --locked $(CARGO_FLAGS)
-	$(GO) build -o $(BIN)/indexpeers ./bench/indexpeers
-	$(BIN)/indexpeers compare -rust $(CARGO_TARGET_DIR)/release/dynamo-index-bench -dir $(INDEX_PEERS_DIR) $(INDEX_PEERS_ARGS)
+	cd peers/dynamo-index && CARGO_TARGET_DIR=$(CARGO_TARGET_DIR) cargo build --release --locked $(CARGO_FLAGS)
+	$(GO) build -o $(BIN)/peers-kvindex ./peers/kvindex
+	$(BIN)/peers-kvindex compare -rust $(CARGO_TARGET_DIR)/release/dynamo-index-bench -dir $(INDEX_PEERS_DIR) $(INDEX_PEERS_ARGS)
 
 bench: ## run every benchmark once (BENCH=regex, BENCHTIME=1s)
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -benchtime $(BENCHTIME) $(PKGS)

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvroute/kvroute/discovery/kubepool/kubetest"
+	"github.com/kvroute/kvroute/internal/testenv/kubetest"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"

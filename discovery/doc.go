@@ -30,5 +30,5 @@
 //
 // Then add one row to the server's source table (server/discovery.go) with
 // its flag-derived configuration, and run the shared contract test
-// (discovery/sourcetest) against a real backend.
+// (internal/testenv/sourcetest) against a real backend.
 package discovery

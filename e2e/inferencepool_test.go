@@ -13,11 +13,11 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/discovery/kubepool"
-	"github.com/kvroute/kvroute/discovery/kubepool/kubetest"
 	"github.com/kvroute/kvroute/envoy"
 	"github.com/kvroute/kvroute/internal/bench"
 	"github.com/kvroute/kvroute/internal/sim"
 	"github.com/kvroute/kvroute/internal/testenv"
+	"github.com/kvroute/kvroute/internal/testenv/kubetest"
 	"github.com/kvroute/kvroute/server"
 	"github.com/kvroute/kvroute/tokenizer"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"

@@ -10,9 +10,9 @@ cd "$root"
 out=$(mkdir -p "${TOKENIZER_PEERS_OUT:-reports/tokenizer-peers}" && cd "${TOKENIZER_PEERS_OUT:-reports/tokenizer-peers}" && pwd)
 GO=${GO:-go}
 py=$(./scripts/tokenizer-peers.sh)
-$GO build -o "$out/tokenizer-bench" ./bench/tokenizer
+$GO build -o "$out/tokenizer-bench" ./peers/tokenizer
 "$out/tokenizer-bench" -mode prepare -dir "$out"
 "$out/tokenizer-bench" -mode ids -dir "$out"
-"$py" bench/tokenizer/peers.py compare --dir "$out" --go "$out/tokenizer-bench" \
+"$py" peers/tokenizer/peers.py compare --dir "$out" --go "$out/tokenizer-bench" \
 	--rounds "${ROUNDS:-5}" --min-cpu "${MIN_CPU:-0.3}" >/dev/null
 echo "wrote $out/REPORT.md" >&2

@@ -27,9 +27,9 @@ part() { # name, command...
 		tail -n 20 "$out/$name.log" >&2
 	fi
 }
-part dynamo "$py" bench/compare/dynamo.py --out "$out" --kvbench "$root/bin/kvbench"
-part sglang-aiperf $GO test -tags compare -run 'TestSGLang|TestAIPerf' -v -count=1 -timeout 20m ./bench/compare -args -out "$out"
-part gie $GO test -tags 'compare kubeapiserver' -run TestGIE -v -count=1 -timeout 30m ./bench/compare -args -out "$out"
+part dynamo "$py" peers/compare/dynamo.py --out "$out" --kvbench "$root/bin/kvbench"
+part sglang-aiperf $GO test -tags compare -run 'TestSGLang|TestAIPerf' -v -count=1 -timeout 20m ./peers/compare -args -out "$out"
+part gie $GO test -tags 'compare kubeapiserver' -run TestGIE -v -count=1 -timeout 30m ./peers/compare -args -out "$out"
 {
 	echo "# kvroute against its peers"
 	echo

@@ -1,11 +1,11 @@
 #!/bin/sh
-# Installs the pinned native tokenizers of bench/tokenizer/requirements.txt
+# Installs the pinned native tokenizers of peers/tokenizer/requirements.txt
 # (Hugging Face tokenizers, tiktoken) once into a virtual environment
 # outside the repository, keyed by that file, and prints its Python
 # interpreter's path.
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
-req="$root/bench/tokenizer/requirements.txt"
+req="$root/peers/tokenizer/requirements.txt"
 hash=$(sha256sum "$req" | cut -c1-12)
 dir="${XDG_CACHE_HOME:-$HOME/.cache}/kvroute/tokenizer-peers-$hash"
 py="$dir/venv/bin/python"

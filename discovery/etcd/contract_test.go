@@ -6,9 +6,9 @@ import (
 
 	"github.com/kvroute/kvroute/bus"
 	"github.com/kvroute/kvroute/discovery"
-	"github.com/kvroute/kvroute/discovery/sourcetest"
 	"github.com/kvroute/kvroute/fleet"
 	"github.com/kvroute/kvroute/internal/testenv"
+	"github.com/kvroute/kvroute/internal/testenv/sourcetest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/discovery"
-	"github.com/kvroute/kvroute/discovery/sourcetest"
 	"github.com/kvroute/kvroute/fleet"
+	"github.com/kvroute/kvroute/internal/testenv/sourcetest"
 )
 
 func TestParse(t *testing.T) {

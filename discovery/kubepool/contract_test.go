@@ -10,9 +10,9 @@ import (
 
 	"github.com/kvroute/kvroute/discovery"
 	"github.com/kvroute/kvroute/discovery/kubepool"
-	"github.com/kvroute/kvroute/discovery/kubepool/kubetest"
-	"github.com/kvroute/kvroute/discovery/sourcetest"
 	"github.com/kvroute/kvroute/fleet"
+	"github.com/kvroute/kvroute/internal/testenv/kubetest"
+	"github.com/kvroute/kvroute/internal/testenv/sourcetest"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/discovery/kubepool"
-	"github.com/kvroute/kvroute/discovery/kubepool/kubetest"
+	"github.com/kvroute/kvroute/internal/testenv/kubetest"
 )
 
 // cutProxy forwards TCP to target until cut, then refuses and drops every

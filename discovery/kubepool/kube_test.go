@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/discovery/kubepool"
-	"github.com/kvroute/kvroute/discovery/kubepool/kubetest"
 	"github.com/kvroute/kvroute/fleet"
+	"github.com/kvroute/kvroute/internal/testenv/kubetest"
 	"github.com/kvroute/kvroute/kvindex"
 	"github.com/kvroute/kvroute/scoring"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"

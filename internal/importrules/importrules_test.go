@@ -36,19 +36,17 @@ var mayImport = map[string][]string{
 	"envoy":       {},
 	"envoy/proxy": {},
 
-	"kvevents":                    {"kvindex", "kvevents/vllmwire"},
-	"kvevents/vllmwire":           {},
-	"bus":                         {"fleet", "kvevents", "kvevents/vllmwire"},
-	"discovery":                   {"fleet"},
-	"discovery/etcd":              {"fleet", "bus", "discovery"},
-	"discovery/file":              {"fleet", "discovery"},
-	"discovery/sourcetest":        {"fleet", "discovery"},
-	"discovery/kubepool":          {"fleet", "discovery"},
-	"discovery/kubepool/kubetest": {"discovery/kubepool", "internal/testenv"},
-	"engine":                      {"kvevents/vllmwire", "engine/vllmzmq"},
-	"engine/vllmzmq":              {},
-	"engine/feed":                 {"fleet", "kvevents", "engine", "engine/vllmzmq"},
-	"bridge":                      {"fleet", "bus", "discovery", "discovery/etcd", "engine", "engine/vllmzmq"},
+	"kvevents":           {"kvindex", "kvevents/vllmwire"},
+	"kvevents/vllmwire":  {},
+	"bus":                {"fleet", "kvevents", "kvevents/vllmwire"},
+	"discovery":          {"fleet"},
+	"discovery/etcd":     {"fleet", "bus", "discovery"},
+	"discovery/file":     {"fleet", "discovery"},
+	"discovery/kubepool": {"fleet", "discovery"},
+	"engine":             {"kvevents/vllmwire", "engine/vllmzmq"},
+	"engine/vllmzmq":     {},
+	"engine/feed":        {"fleet", "kvevents", "engine", "engine/vllmzmq"},
+	"bridge":             {"fleet", "bus", "discovery", "discovery/etcd", "engine", "engine/vllmzmq"},
 
 	"internal/sim":         {"fleet", "kvindex", "kvevents/vllmwire", "tokenizer", "multimodal", "bus", "discovery", "discovery/etcd", "engine/vllmzmq"},
 	"internal/bench":       {"server", "internal/sim", "envoy", "envoy/proxy", "picker", "tokenizer", "multimodal", "kvindex"},
@@ -58,16 +56,28 @@ var mayImport = map[string][]string{
 	"internal/flagfile":    {},
 	"internal/cli":         {"internal/envflag"},
 	"internal/envflag":     {},
-	"internal/testenv":     {},
 	"internal/importrules": {},
 
+	// Test support: imported by tests, e2e and the peer harnesses only
+	// (TestProductDoesNotCarryTestSupport).
+	"internal/testenv":            {},
+	"internal/testenv/kubetest":   {"discovery/kubepool", "internal/testenv"},
+	"internal/testenv/sourcetest": {"fleet", "discovery"},
+
 	// End-to-end tests and the peer harnesses may use anything.
-	"e2e":              nil,
-	"e2e/operator":     nil,
-	"bench/compare":    nil,
-	"bench/tokenizer":  {"tokenizer"},
-	"bench/indexpeers": {"kvindex", "kvevents/vllmwire"},
+	"e2e":             nil,
+	"e2e/operator":    nil,
+	"peers/compare":   nil,
+	"peers/tokenizer": {"tokenizer"},
+	"peers/kvindex":   {"kvindex", "kvevents/vllmwire"},
 }
+
+// testTooling lists the trees that only test or measure: the test helpers
+// (embedded NATS, etcd and kube-apiserver, the worker-source contract), the
+// end-to-end tests, the peer harnesses and this test. Every other package
+// is product (or product tooling such as kvbench) and must not carry the
+// test helpers (internal/testenv and below) in its dependencies.
+var testTooling = []string{"internal/testenv", "e2e", "peers", "internal/importrules"}
 
 // neverInDeps lists, per package, what must not appear anywhere in its
 // transitive dependencies (go list -deps): the router binary carries no test
@@ -95,8 +105,10 @@ var neverInDeps = map[string][]string{
 // import the scheduler (package scoring); bus drives scoring.Pool through
 // its own interfaces (LoadSink, SyncPool), which the server wires.
 var notScoring = []string{
-	"bus", "discovery", "discovery/etcd", "discovery/file", "discovery/kubepool", "discovery/kubepool/kubetest",
-	"discovery/sourcetest", "bridge", "engine", "engine/vllmzmq", "engine/feed",
+	"bus", "discovery", "discovery/etcd", "discovery/file", "discovery/kubepool",
+	"bridge", "engine", "engine/vllmzmq", "engine/feed",
+	// and the sources' test helpers
+	"internal/testenv/kubetest", "internal/testenv/sourcetest",
 }
 
 type pkg struct {
@@ -185,6 +197,31 @@ func TestInputPackagesDoNotImportScoring(t *testing.T) {
 				if imp == module+"/scoring" {
 					t.Errorf("%s imports scoring: name workers, load reports and sync events through package fleet", name)
 				}
+			}
+		}
+	}
+}
+
+func inTree(name, tree string) bool {
+	return name == tree || strings.HasPrefix(name, tree+"/")
+}
+
+// Test helpers live under internal/testenv, and no package outside the
+// test tooling carries them, even through another package.
+func TestProductDoesNotCarryTestSupport(t *testing.T) {
+	testenv := module + "/internal/testenv"
+	for _, p := range goList(t, module+"/...") {
+		name, _ := rel(p.ImportPath)
+		tooling := false
+		for _, tree := range testTooling {
+			tooling = tooling || inTree(name, tree)
+		}
+		if tooling {
+			continue
+		}
+		for _, d := range p.Deps {
+			if d == testenv || strings.HasPrefix(d, testenv+"/") {
+				t.Errorf("%s depends on %s: test helpers are for tests, e2e and the peer harnesses only", name, d)
 			}
 		}
 	}

@@ -1,6 +1,11 @@
 // Package testenv starts real infrastructure for tests: an in-process NATS
 // server and an embedded etcd, each on free loopback ports and torn down when
 // the test ends. Tests use these instead of mocks of either.
+//
+// testenv and its subpackages (kubetest: a kube-apiserver with the
+// InferencePool CRD; sourcetest: the worker-source contract) are the test
+// support of the module: tests, e2e and the peer harnesses import them, no
+// product package does (internal/importrules checks it).
 package testenv
 
 import (

@@ -1,12 +1,14 @@
-// Command indexpeers sets kvroute's KV index beside Dynamo's published one
-// (the Rust crate dynamo-kv-router, driven by bench/dynamo-index) on the
+// Command peers/kvindex sets kvroute's KV index beside Dynamo's published
+// one (the Rust crate dynamo-kv-router, driven by peers/dynamo-index) on the
 // same bytes: it writes workload files of KV events and prompts, measures
 // kvindex.Index on them, and runs both sides in interleaved rounds into a
 // table. See docs/index-peers.md.
 //
-//	indexpeers gen -workers 64 -o idx-w64.bin
-//	indexpeers measure -in idx-w64.bin -threads 1
-//	indexpeers compare -rust PATH -dir DIR -rounds 5
+//	go run ./peers/kvindex gen -workers 64 -o idx-w64.bin
+//	go run ./peers/kvindex measure -in idx-w64.bin -threads 1
+//	go run ./peers/kvindex compare -rust PATH -dir DIR -rounds 5
+//
+// (make bench-index-peers builds it as bin/peers-kvindex).
 package main
 
 import (
@@ -33,13 +35,13 @@ func main() {
 		usage()
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "indexpeers:", err)
+		fmt.Fprintln(os.Stderr, "peers-kvindex:", err)
 		os.Exit(1)
 	}
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: indexpeers gen|measure|compare [flags] (-h for each)")
+	fmt.Fprintln(os.Stderr, "usage: peers-kvindex gen|measure|compare [flags] (-h for each)")
 	os.Exit(2)
 }
 

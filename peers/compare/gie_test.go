@@ -10,7 +10,7 @@
 // Run by `make compare`; by hand:
 //
 //	KVROUTE_GIE_EPP=... KVROUTE_GIE_CRDS=... KVROUTE_KUBE_APISERVER=... KVROUTE_ENVOY=... \
-//	  go test -tags 'compare kubeapiserver' -run TestGIE -v -timeout 30m ./bench/compare -args -out DIR
+//	  go test -tags 'compare kubeapiserver' -run TestGIE -v -timeout 30m ./peers/compare -args -out DIR
 package compare
 
 import (
@@ -31,12 +31,12 @@ import (
 	"time"
 
 	"github.com/kvroute/kvroute/discovery/kubepool"
-	"github.com/kvroute/kvroute/discovery/kubepool/kubetest"
 	"github.com/kvroute/kvroute/envoy"
 	"github.com/kvroute/kvroute/envoy/proxy"
 	"github.com/kvroute/kvroute/internal/bench"
 	"github.com/kvroute/kvroute/internal/sim"
 	"github.com/kvroute/kvroute/internal/testenv"
+	"github.com/kvroute/kvroute/internal/testenv/kubetest"
 	"github.com/kvroute/kvroute/server"
 	"github.com/kvroute/kvroute/tokenizer"
 	corev1 "k8s.io/api/core/v1"

@@ -8,7 +8,7 @@
 // Run by `make compare`; by hand:
 //
 //	KVROUTE_PEERS_PY=.../venv/bin/python KVROUTE_ENVOY=... \
-//	  go test -tags compare -run TestSGLang -v -timeout 20m ./bench/compare -args -out DIR
+//	  go test -tags compare -run TestSGLang -v -timeout 20m ./peers/compare -args -out DIR
 package compare
 
 import (

@@ -9,7 +9,7 @@ import (
 )
 
 // The workload file, little-endian throughout, read by this program and by
-// the Rust harness in bench/dynamo-index (src/workload.rs) alike:
+// the Rust harness in peers/dynamo-index (src/workload.rs) alike:
 //
 //	header   magic "KVIPEER1" (8 bytes)
 //	         u32 block_size, u32 workers, u32 contents, u32 events,

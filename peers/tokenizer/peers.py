@@ -401,7 +401,7 @@ def main():
     p.add_argument("--testdata", default="tokenizer/testdata")
     p.add_argument("--min-cpu", type=float, default=0.3)
     p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--go", help="the built bench/tokenizer command (compare)")
+    p.add_argument("--go", help="the built peers/tokenizer command (compare)")
     a = p.parse_args()
     if a.cmd == "measure":
         cmd_measure(a)

@@ -1,5 +1,5 @@
-//! Reads the workload file that `go run ./bench/indexpeers gen` writes; its
-//! layout is documented in bench/indexpeers/format.go.
+//! Reads the workload file that `go run ./peers/kvindex gen` writes; its
+//! layout is documented in peers/kvindex/format.go.
 
 use std::fs;
 

@@ -1,7 +1,7 @@
 //! Dynamo's published KV indexes (crate dynamo-kv-router, used as published)
 //! on kvroute's index workload: the same file that kvroute's side reads
-//! (bench/indexpeers). Prints one JSON result per index, the fields of
-//! bench/indexpeers/measure.go's Result.
+//! (peers/kvindex). Prints one JSON result per index, the fields of
+//! peers/kvindex/measure.go's Result.
 //!
 //!   dynamo-index-bench --in FILE [--threads N] [--min-lookup-ms MS] [--index positional|radix|both]
 

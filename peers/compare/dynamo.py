@@ -3,7 +3,7 @@
 #
 # Run it with the Python that has ai-dynamo and ai-dynamo-runtime installed:
 #
-#     $PEERS_PY bench/compare/dynamo.py --out DIR --kvbench PATH
+#     $PEERS_PY peers/compare/dynamo.py --out DIR --kvbench PATH
 #
 # For each workload (the first requests of the two bundled Mooncake traces,
 # and the first sessions of kvbench's agent workload exported as a Mooncake

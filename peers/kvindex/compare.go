@@ -21,7 +21,7 @@ import (
 // (workload, threads), and prints the medians as Markdown.
 func runCompare(args []string) error {
 	fs := flag.NewFlagSet("compare", flag.ExitOnError)
-	rust := fs.String("rust", "", "the bench/dynamo-index binary")
+	rust := fs.String("rust", "", "the peers/dynamo-index binary")
 	dir := fs.String("dir", os.TempDir(), "where workload files and raw results go")
 	rounds := fs.Int("rounds", 5, "rounds per side")
 	fleets := fs.String("workers", "64,1000", "fleet presets")
