@@ -2,6 +2,7 @@ package picker
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -211,6 +212,38 @@ func BenchmarkDecideChat8kExplained(b *testing.B) {
 		d, err := rg.picker.Decide(context.Background(), reqs[i%len(reqs)])
 		if err != nil {
 			b.Fatal(err)
+		}
+		d.Ticket.Free(extproc.OutcomeOK)
+	}
+}
+
+// BenchmarkDecideImageChat measures the decision for a chat with two
+// images (data: URLs of about 48 KiB each) to a declared vision-language
+// model with uuid injection: parse, image identity and size, render,
+// expand, the body rewritten with each image's uuid, hash, match, pick.
+func BenchmarkDecideImageChat(b *testing.B) {
+	rg := vlRig(b, true)
+	reqs := make([]*extproc.Request, 16)
+	for i := range reqs {
+		body, _ := json.Marshal(map[string]any{"model": testModel, "max_tokens": 64, "messages": []any{
+			map[string]any{"role": "system", "content": strings.Repeat("You describe pictures for a catalogue. ", 40)},
+			map[string]any{"role": "user", "content": []any{
+				map[string]any{"type": "text", "text": fmt.Sprintf("Compare these two pictures (%d).", i)},
+				map[string]any{"type": "image_url", "image_url": map[string]any{"url": pngURL(640, 480, strings.Repeat("a", 36<<10)+fmt.Sprint(i))}},
+				map[string]any{"type": "image_url", "image_url": map[string]any{"url": pngURL(448, 448, strings.Repeat("b", 36<<10)+fmt.Sprint(i))}},
+			}},
+		}})
+		reqs[i] = chatReq(string(body))
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		d, err := rg.picker.Decide(context.Background(), reqs[i%len(reqs)])
+		if err != nil {
+			b.Fatal(err)
+		}
+		if d.Body == nil {
+			b.Fatal("body not rewritten")
 		}
 		d.Ticket.Free(extproc.OutcomeOK)
 	}

@@ -1,8 +1,10 @@
 // Package picker decides which worker serves a request: it implements
 // extproc.Decider.
 //
-// For each request it parses the OpenAI body (chat or completions), renders
-// and tokenizes the prompt exactly as the model server will (tokenizer),
+// For each request it decodes the OpenAI body (chat or completions) once
+// into tokenizer.Request, renders and tokenizes the prompt from it exactly
+// as the model server will (tokenizer; images placed by multimodal, their
+// uuids written into the body at the places the request recorded),
 // hashes the full blocks (kvindex.HashBlocks), asks the KV index or the
 // approximate index how many leading blocks each candidate holds, and hands
 // the candidates to the scoring Scheduler, which picks (or queues, or sheds).

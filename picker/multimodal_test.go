@@ -42,7 +42,7 @@ func imageChat(url, text string) string {
 	return string(body)
 }
 
-func vlRig(t *testing.T, declared bool) *testRig {
+func vlRig(t testing.TB, declared bool) *testRig {
 	reg, err := NewTokenizerRegistry(map[string]tokenizer.ModelSource{testModel: {Dir: qwenDir, ChatTemplate: "../multimodal/testdata/qwen2.5-vl.jinja"}}, tokenizer.ChatOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -148,28 +148,6 @@ func TestPickerRoutesUndeclaredImageModelsByLoad(t *testing.T) {
 	}
 }
 
-func FuzzInjectUUIDs(f *testing.F) {
-	f.Add([]byte(imageChat("https://x/y.png", "hi")), "id")
-	f.Add([]byte(`{"messages":[{"content":[{}, {"type":"image_url"}]}]}`), "x")
-	f.Fuzz(func(t *testing.T, body []byte, id string) {
-		braces, err := imagePartBraces(body)
-		if err != nil {
-			return
-		}
-		items := make([]multimodal.Item, len(braces))
-		for i := range items {
-			items[i] = multimodal.Item{ID: id, Derived: true}
-		}
-		out, err := injectUUIDs(body, items)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if out != nil && json.Valid(body) && !json.Valid(out) {
-			t.Fatalf("valid body became invalid:\n%s\n%s", body, out)
-		}
-	})
-}
-
 // A remote image is not fetched: its size is unknown, so the prompt is
 // matched up to it, and its uuid is the SHA-256 of its address.
 func TestPickerMatchesUpToARemoteImage(t *testing.T) {
@@ -193,5 +171,27 @@ func TestPickerMatchesUpToARemoteImage(t *testing.T) {
 	// tokens, never the image's hundreds.
 	if x.PromptTokens == 0 || x.PromptTokens > 64 {
 		t.Fatalf("prompt matched over %d tokens, want only the text before the remote image", x.PromptTokens)
+	}
+}
+
+// With "messages" given twice the engine reads the last (Python's json
+// keeps the last value of a key), so that is where the uuid goes.
+func TestPickerInjectsUUIDsIntoTheMessagesTheEngineReads(t *testing.T) {
+	rg := vlRig(t, true)
+	last := imageChat("https://x/last.png", "hi")
+	body := `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://x/first.png"}}]}],` + last[1:]
+	d, err := rg.picker.Decide(context.Background(), chatReq(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Ticket.Free("ok")
+	sum := sha256.Sum256([]byte("https://x/last.png"))
+	want := `"uuid":"` + hex.EncodeToString(sum[:]) + `",`
+	i := strings.Index(string(d.Body), want)
+	if i < strings.Index(string(d.Body), "first.png") || strings.Count(string(d.Body), `"uuid"`) != 1 {
+		t.Fatalf("uuid not in the last messages' image part:\n%s", d.Body)
+	}
+	if strings.Replace(string(d.Body), want, "", 1) != body {
+		t.Fatal("the rest of the body must be kept byte for byte")
 	}
 }

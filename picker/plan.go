@@ -122,7 +122,7 @@ func (pl *plan) candIndex(worker string) int {
 func (p *Picker) plan(ctx context.Context, r *scoring.Scheduler, req *extproc.Request, metrics Metrics) (*plan, error) {
 	pl := &plan{api: apiOf(req.Path)}
 	start := time.Now()
-	var oa openAIRequest
+	var oa tokenizer.Request
 	switch {
 	case !req.HasBody:
 		pl.byLoad = "no_body"
@@ -133,18 +133,20 @@ func (p *Picker) plan(ctx context.Context, r *scoring.Scheduler, req *extproc.Re
 		pl.byLoad = "truncated"
 	default:
 		var err error
-		oa, err = parseOpenAI(pl.api, req.Body)
+		oa, err = parseBody(req.Body)
 		if err != nil {
 			if p.cfg.OnBadBody == BadBodyReject && pl.api != APIOther {
 				return pl, extproc.ErrBadBody("request body is not a valid JSON object", err)
 			}
 			pl.byLoad = "not_json"
 		}
-		pl.sreq.Model = oa.model
-		pl.sreq.ExpectedOutputTokens = oa.maxTokens
-		pl.sreq.Priority = oa.priority
+		pl.sreq.Model = oa.Model
+		pl.sreq.ExpectedOutputTokens = oa.MaxTokens
+		if oa.HasPriority {
+			pl.sreq.Priority = scoring.ClampPriority(oa.Priority)
+		}
 	}
-	if !oa.hasPriority {
+	if !oa.HasPriority {
 		if h := req.Header("x-kvroute-priority"); h != "" {
 			if pr, err := scoring.ParsePriority(h); err == nil {
 				pl.sreq.Priority = pr
@@ -174,7 +176,7 @@ func (p *Picker) plan(ctx context.Context, r *scoring.Scheduler, req *extproc.Re
 	pl.sreq.PromptTokens = len(tokens)
 
 	start = time.Now()
-	err = p.overlap(ctx, r, pl, oa.cacheSalt, tokens)
+	err = p.overlap(ctx, r, pl, oa.CacheSalt, tokens)
 	metrics.Phase("match", time.Since(start))
 	return pl, err
 }
@@ -246,7 +248,7 @@ func (p *Picker) candidates(r *scoring.Scheduler, req *extproc.Request, pl *plan
 // them, or nil (routing by load) with pl.byLoad saying why. Encoded ids go
 // into *buf (grown there), so they are only valid until buf is released.
 // The error is ctx's, when it ended.
-func (p *Picker) tokenize(ctx context.Context, pl *plan, oa *openAIRequest, buf *[]uint32, body []byte) ([]uint32, error) {
+func (p *Picker) tokenize(ctx context.Context, pl *plan, oa *tokenizer.Request, buf *[]uint32, body []byte) ([]uint32, error) {
 	ids := p.tokenizeCapped(ctx, pl, oa, buf, body)
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -254,7 +256,7 @@ func (p *Picker) tokenize(ctx context.Context, pl *plan, oa *openAIRequest, buf 
 	return ids, nil
 }
 
-func (p *Picker) tokenizeCapped(ctx context.Context, pl *plan, oa *openAIRequest, buf *[]uint32, body []byte) []uint32 {
+func (p *Picker) tokenizeCapped(ctx context.Context, pl *plan, oa *tokenizer.Request, buf *[]uint32, body []byte) []uint32 {
 	if pl.byLoad != "" {
 		return nil
 	}
@@ -263,19 +265,20 @@ func (p *Picker) tokenizeCapped(ctx context.Context, pl *plan, oa *openAIRequest
 		pl.byLoad = "other_path"
 		return nil
 	case APICompletion:
-		if oa.hasIDs {
-			return oa.promptIDs // token ids need no tokenizer
-		}
-		if !oa.hasPrompt {
+		prompt, ok := routePrompt(oa)
+		if !ok {
 			pl.byLoad = "no_prompt"
 			return nil
 		}
-		if p.cfg.MaxPromptBytes > 0 && len(oa.promptText) > p.cfg.MaxPromptBytes {
+		if prompt.IsIDs {
+			return prompt.IDs // token ids need no tokenizer
+		}
+		if p.cfg.MaxPromptBytes > 0 && len(prompt.Text) > p.cfg.MaxPromptBytes {
 			pl.byLoad = "prompt_too_large"
 			return nil
 		}
 	case APIChat:
-		if p.cfg.MaxMessages > 0 && oa.messages > p.cfg.MaxMessages {
+		if p.cfg.MaxMessages > 0 && oa.Messages > p.cfg.MaxMessages {
 			pl.byLoad = "too_many_messages"
 			return nil
 		}
@@ -296,10 +299,11 @@ func (p *Picker) tokenizeCapped(ctx context.Context, pl *plan, oa *openAIRequest
 	}
 	if pl.api == APICompletion {
 		// vLLM tokenizes completion prompts with special tokens added.
-		*buf = p.completions.appendEncode((*buf)[:0], chat, oa.promptText)
+		prompt, _ := routePrompt(oa)
+		*buf = p.completions.appendEncode((*buf)[:0], chat, prompt.Text)
 		return *buf
 	}
-	creq, err := chatRequest(oa)
+	creq, err := oa.Chat()
 	if err == nil && multimodal.HasImages(&creq) {
 		return p.tokenizeImages(pl, chat, creq, buf, body, base)
 	}
@@ -408,7 +412,7 @@ func (p *Picker) tokenizeImages(pl *plan, chat *tokenizer.Chat, creq tokenizer.C
 		var enc multimodal.Encoded
 		if enc, err = multimodal.EncodeChat(chat, spec, creq, (*buf)[:0]); err == nil {
 			if mm.InjectUUID && body != nil {
-				if pl.body, err = injectUUIDs(body, enc.Items); err != nil {
+				if pl.body, err = injectUUIDs(body, imageParts(&creq), enc.Items); err != nil {
 					pl.body = nil
 					p.log.Debug("image uuids not injected", "model", pl.sreq.Model, "err", err)
 				}
@@ -420,11 +424,4 @@ func (p *Picker) tokenizeImages(pl *plan, chat *tokenizer.Chat, creq tokenizer.C
 	pl.byLoad = "multimodal_error"
 	p.log.Debug("images not placed; routing by load", "model", pl.sreq.Model, "err", err)
 	return nil
-}
-
-func chatRequest(oa *openAIRequest) (tokenizer.ChatRequest, error) {
-	if oa.top == nil {
-		return tokenizer.ChatRequest{}, errors.New("no request object")
-	}
-	return tokenizer.ChatRequestFromObject(oa.top)
 }

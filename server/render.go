@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
 
 	"github.com/kvroute/kvroute/extproc"
@@ -34,19 +33,11 @@ const (
 	renderCompletions
 )
 
-// renderPrompt is one completions prompt: text to tokenize, or token ids
-// passed through.
-type renderPrompt struct {
-	text  string
-	ids   []uint32
-	isIDs bool
-}
-
 // renderRequest is a render body checked at the edge.
 type renderRequest struct {
 	model   string
 	chat    tokenizer.ChatRequest // renderChat
-	prompts []renderPrompt        // renderCompletions, at least one
+	prompts []tokenizer.Prompt    // renderCompletions, at least one
 }
 
 // renderResponse is one rendered prompt as vLLM's render endpoints answer:
@@ -56,27 +47,27 @@ type renderResponse struct {
 }
 
 // decodeRenderRequest reads a chat or completions body as the render
-// endpoints take it (the body the engine would get). Only the fields that
-// decide the prompt are read: model, and messages (with tools,
+// endpoints take it (the body the engine would get), through the request
+// model the picker reads too (tokenizer.ParseRequest). Only the fields
+// that decide the prompt matter: model, and messages (with tools,
 // add_generation_prompt, continue_final_message and chat_template_kwargs)
-// or prompt (a string, token ids, or a list of either).
+// or prompt (a string, token ids, or a list of either), every one of
+// which must be readable.
 func decodeRenderRequest(kind renderKind, body []byte) (renderRequest, *extproc.HTTPError) {
 	var r renderRequest
-	v, err := tokenizer.DecodeJSON(body)
+	req, err := tokenizer.ParseRequest(body)
+	if errors.Is(err, tokenizer.ErrNotObject) {
+		return r, badRequest("invalid_json", "request body is not a JSON object")
+	}
 	if err != nil {
 		return r, badRequest("invalid_json", "request body is not valid JSON")
 	}
-	top, ok := v.(tokenizer.Object)
-	if !ok {
-		return r, badRequest("invalid_json", "request body is not a JSON object")
+	if req.BadModel {
+		return r, badRequest("invalid_model", "model is not a string")
 	}
-	if m, ok := top.Get("model"); ok {
-		if r.model, ok = m.(string); !ok {
-			return r, badRequest("invalid_model", "model is not a string")
-		}
-	}
+	r.model = req.Model
 	if kind == renderChat {
-		if r.chat, err = tokenizer.ChatRequestFromObject(top); err != nil {
+		if r.chat, err = req.Chat(); err != nil {
 			return r, badRequest("invalid_messages", err.Error())
 		}
 		for _, m := range r.chat.Messages {
@@ -87,63 +78,11 @@ func decodeRenderRequest(kind renderKind, body []byte) (renderRequest, *extproc.
 		}
 		return r, nil
 	}
-	p, ok := top.Get("prompt")
-	if !ok {
-		return r, badRequest("invalid_prompt", "prompt is missing")
+	if req.PromptErr != nil {
+		return r, badRequest("invalid_prompt", req.PromptErr.Error())
 	}
-	if r.prompts, err = readPrompts(p); err != nil {
-		return r, badRequest("invalid_prompt", err.Error())
-	}
+	r.prompts = req.Prompts
 	return r, nil
-}
-
-// readPrompts reads a completions prompt: a string, a token id list, or a
-// non-empty list of strings or of token id lists.
-func readPrompts(p any) ([]renderPrompt, error) {
-	switch x := p.(type) {
-	case string:
-		return []renderPrompt{{text: x}}, nil
-	case []any:
-		if len(x) == 0 {
-			return nil, errors.New("prompt is an empty list")
-		}
-		if _, isNum := x[0].(int64); isNum {
-			ids, err := readIDs(x)
-			if err != nil {
-				return nil, err
-			}
-			return []renderPrompt{{ids: ids, isIDs: true}}, nil
-		}
-		out := make([]renderPrompt, 0, len(x))
-		for i, e := range x {
-			switch y := e.(type) {
-			case string:
-				out = append(out, renderPrompt{text: y})
-			case []any:
-				ids, err := readIDs(y)
-				if err != nil {
-					return nil, fmt.Errorf("prompt %d: %w", i, err)
-				}
-				out = append(out, renderPrompt{ids: ids, isIDs: true})
-			default:
-				return nil, fmt.Errorf("prompt %d is neither a string nor a list of token ids", i)
-			}
-		}
-		return out, nil
-	}
-	return nil, errors.New("prompt is neither a string nor a list")
-}
-
-func readIDs(list []any) ([]uint32, error) {
-	ids := make([]uint32, 0, len(list))
-	for _, e := range list {
-		n, ok := e.(int64)
-		if !ok || n < 0 || n > math.MaxUint32 {
-			return nil, errors.New("token ids must be integers in 0..4294967295")
-		}
-		ids = append(ids, uint32(n))
-	}
-	return ids, nil
 }
 
 // renderHandler serves vLLM's render API from the router's tokenizers.
@@ -219,15 +158,15 @@ func (r *Server) render(ctx context.Context, kind renderKind, rr renderRequest) 
 	}
 	out := make([]renderResponse, len(rr.prompts))
 	for i, p := range rr.prompts {
-		if p.isIDs {
-			out[i].TokenIDs = nonNil(p.ids)
+		if p.IsIDs {
+			out[i].TokenIDs = nonNil(p.IDs)
 			continue
 		}
-		if r.cfg.MaxPromptBytes > 0 && len(p.text) > r.cfg.MaxPromptBytes {
+		if r.cfg.MaxPromptBytes > 0 && len(p.Text) > r.cfg.MaxPromptBytes {
 			return nil, &extproc.HTTPError{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "prompt_too_large",
 				Message: "a prompt is over the router's --max-prompt-bytes"}
 		}
-		out[i].TokenIDs = nonNil(chat.Tokenizer().Encode(p.text, true))
+		out[i].TokenIDs = nonNil(chat.Tokenizer().Encode(p.Text, true))
 	}
 	return out, nil
 }

@@ -51,7 +51,7 @@ func TestDecodeRenderRequest(t *testing.T) {
 			if herr != nil {
 				t.Fatalf("unexpected error %v", herr)
 			}
-			if tc.kind == renderCompletions && (len(r.prompts) != tc.prompts || r.prompts[0].isIDs != tc.ids) {
+			if tc.kind == renderCompletions && (len(r.prompts) != tc.prompts || r.prompts[0].IsIDs != tc.ids) {
 				t.Fatalf("prompts %+v, want %d (ids %v)", r.prompts, tc.prompts, tc.ids)
 			}
 		})

@@ -27,6 +27,10 @@ var ErrJSONTooDeep = fmt.Errorf("nesting deeper than %d levels", maxJSONDepth)
 // becomes U+FFFD. Trailing data after the document is an error.
 func DecodeJSON(data []byte) (any, error) {
 	d := jsonDecoder{data: data}
+	return d.document()
+}
+
+func (d *jsonDecoder) document() (any, error) {
 	d.skipSpace()
 	v, err := d.value(0)
 	if err != nil {
@@ -44,6 +48,23 @@ func DecodeJSON(data []byte) (any, error) {
 type jsonDecoder struct {
 	data []byte
 	pos  int
+	// trackImages makes the decoder note where each image content part
+	// ({"type": "image_url", ...}) starts, in imageAt, keyed by the
+	// object's first field, so that ParseRequest can give each ImagePart
+	// its place in the body without a second pass.
+	trackImages bool
+	imageAt     map[*Field]int
+}
+
+// noteImage records obj's start when it is an image content part.
+func (d *jsonDecoder) noteImage(obj Object, start int) {
+	if typ, _ := obj.Get("type"); typ != "image_url" {
+		return
+	}
+	if d.imageAt == nil {
+		d.imageAt = map[*Field]int{}
+	}
+	d.imageAt[&obj[0]] = start
 }
 
 func (d *jsonDecoder) errorf(format string, args ...any) error {
@@ -97,6 +118,7 @@ func (d *jsonDecoder) object(depth int) (any, error) {
 	if depth >= maxJSONDepth {
 		return nil, d.errorf("%w", ErrJSONTooDeep)
 	}
+	start := d.pos
 	d.pos++ // {
 	obj := Object{}
 	var index map[string]int // built once an object is large, so duplicates stay cheap to find
@@ -151,6 +173,9 @@ func (d *jsonDecoder) object(depth int) (any, error) {
 			d.skipSpace()
 		case '}':
 			d.pos++
+			if d.trackImages {
+				d.noteImage(obj, start)
+			}
 			return obj, nil
 		default:
 			return nil, d.errorf("expected ',' or '}' in an object")

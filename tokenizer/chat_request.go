@@ -64,6 +64,12 @@ type ImagePart struct {
 	URL string
 	// UUID is the part's "uuid" (vLLM 0.10.2+), "" when absent.
 	UUID string
+	// HasUUIDKey reports that the part has a "uuid" key, even a null one.
+	HasUUIDKey bool
+	// Offset is where the part's opening '{' lies in the body it was
+	// decoded from, for rewriting the body around it (the router adds a
+	// "uuid"); ParseRequest sets it, and 0 means not known.
+	Offset int
 }
 
 // generationPrompt resolves the default of AddGenerationPrompt.
@@ -131,6 +137,12 @@ func ParseChatRequest(body []byte) (ChatRequest, error) {
 
 // ChatRequestFromObject is ParseChatRequest for an already decoded body.
 func ChatRequestFromObject(top Object) (ChatRequest, error) {
+	return chatRequestFromObject(top, nil)
+}
+
+// chatRequestFromObject reads the chat of top; imageAt (from a decoder that
+// tracked image parts, or nil) gives each image part its Offset.
+func chatRequestFromObject(top Object, imageAt map[*Field]int) (ChatRequest, error) {
 	var req ChatRequest
 	rawMsgs, ok := top.Get("messages")
 	if !ok {
@@ -142,7 +154,7 @@ func ChatRequestFromObject(top Object) (ChatRequest, error) {
 	}
 	req.Messages = make([]Message, 0, len(list))
 	for i, raw := range list {
-		m, err := parseMessage(raw)
+		m, err := parseMessage(raw, imageAt)
 		if err != nil {
 			return ChatRequest{}, fmt.Errorf("chat request: messages[%d]: %w", i, err)
 		}
@@ -186,7 +198,7 @@ func ChatRequestFromObject(top Object) (ChatRequest, error) {
 	return req, nil
 }
 
-func parseMessage(raw any) (Message, error) {
+func parseMessage(raw any, imageAt map[*Field]int) (Message, error) {
 	obj, ok := raw.(Object)
 	if !ok {
 		return Message{}, fmt.Errorf("message is a JSON %s, not an object", jsonKind(raw))
@@ -197,7 +209,7 @@ func parseMessage(raw any) (Message, error) {
 		return Message{}, errors.New("message has no string role")
 	}
 	content, _ := obj.Get("content")
-	parts, images, err := messageParts(content)
+	parts, images, err := messageParts(content, imageAt)
 	if err != nil {
 		return Message{}, err
 	}
@@ -234,7 +246,7 @@ func parseMessage(raw any) (Message, error) {
 
 // messageParts lists the text parts of content (vLLM's "string" content
 // format joins them with "\n") and its image parts.
-func messageParts(content any) ([]string, []ImagePart, error) {
+func messageParts(content any, imageAt map[*Field]int) ([]string, []ImagePart, error) {
 	switch c := content.(type) {
 	case nil:
 		return []string{}, nil, nil
@@ -244,7 +256,7 @@ func messageParts(content any) ([]string, []ImagePart, error) {
 		texts := make([]string, 0, len(c))
 		var images []ImagePart
 		for i, part := range c {
-			if img, ok, err := partImage(part); ok || err != nil {
+			if img, ok, err := partImage(part, imageAt); ok || err != nil {
 				if err != nil {
 					return nil, nil, fmt.Errorf("content[%d]: %w", i, err)
 				}
@@ -267,7 +279,7 @@ func messageParts(content any) ([]string, []ImagePart, error) {
 
 // partImage reads an OpenAI image part: {"type": "image_url", "image_url":
 // {"url": ...} or "...", "uuid": ...}. ok is false for other part types.
-func partImage(part any) (ImagePart, bool, error) {
+func partImage(part any, imageAt map[*Field]int) (ImagePart, bool, error) {
 	obj, isObj := part.(Object)
 	if !isObj {
 		return ImagePart{}, false, nil
@@ -289,7 +301,10 @@ func partImage(part any) (ImagePart, bool, error) {
 	default:
 		return ImagePart{}, true, fmt.Errorf("image_url is a JSON %s, not an object", jsonKind(u))
 	}
-	if id, ok := obj.Get("uuid"); ok && id != nil {
+	img.Offset = imageAt[&obj[0]] // obj has a "type" field
+	id, hasID := obj.Get("uuid")
+	img.HasUUIDKey = hasID
+	if hasID && id != nil {
 		s, ok := id.(string)
 		if !ok {
 			return ImagePart{}, true, fmt.Errorf("image part uuid is a JSON %s, not a string", jsonKind(id))

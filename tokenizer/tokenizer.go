@@ -7,6 +7,13 @@
 // post-processors — and decodes ids back to text. The chat-template half of
 // the package renders OpenAI chat requests into prompts before encoding.
 //
+// It also holds kvroute's one model of an OpenAI request (Request): the
+// body decoded once with the templates' own JSON value type (ParseRequest)
+// into the fields the router reads, the prompt or prompts of a completion,
+// and the chat as vLLM normalizes it for the template (Request.Chat), image
+// parts included, each with its place in the body. The picker, the
+// multimodal encoder and the render service all read that one value.
+//
 // A Tokenizer is immutable after loading and safe for concurrent use.
 package tokenizer
 
