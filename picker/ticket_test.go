@@ -153,7 +153,22 @@ func TestModeSwitchKeepsQueuedRequests(t *testing.T) {
 		d, err := rg.picker.Decide(context.Background(), chatReq(longChat(40)))
 		waiting <- result{d, err}
 	}()
+	// The fourth request must wait in the queue; if it was admitted, say
+	// where the first three went instead of spinning forever.
+	deadline := time.Now().Add(10 * time.Second)
 	for rg.sched.QueueLen() != 1 {
+		select {
+		case res := <-waiting:
+			var went []string
+			for _, d := range first {
+				went = append(went, d.Worker)
+			}
+			t.Fatalf("fourth request admitted to %q (err %v) without queueing; the first three went to %v", res.d.Worker, res.err, went)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("fourth request neither queued nor admitted after 10 s")
+		}
 		time.Sleep(time.Millisecond)
 	}
 	setMode(t, rg.sched, "least_loaded")
