@@ -60,6 +60,7 @@ func TestBacklogCountsCachedContext(t *testing.T) {
 	clock := newFakeClock()
 	o := testOptions(clock, 1)
 	o.PrefillRate, o.PrefillContextCost, o.NoLearnRates = 10000, 1e-8, true
+	o.PrefillOverhead = 40 * time.Millisecond
 	o.DuplicatePrefillWeight, o.CacheChurnWeight = 0, 0
 	r := newTestScheduler(t, o, 2)
 	p := r.Pool()
@@ -78,9 +79,9 @@ func TestBacklogCountsCachedContext(t *testing.T) {
 	if want := attentionWork(2000, 2000); l0.PrefillBacklogAttention != want {
 		t.Fatalf("w0's backlog attention %g, want %g", l0.PrefillBacklogAttention, want)
 	}
-	// w0's backlog is predicted at 0.2 s + 1e-8 × 6e6 = 0.26 s: after
-	// 0.13 s half of it remains.
-	clock.Advance(130 * time.Millisecond)
+	// w0's backlog is predicted at 0.04 s + 0.2 s + 1e-8 × 6e6 = 0.3 s:
+	// after 0.15 s half of it remains.
+	clock.Advance(150 * time.Millisecond)
 	if l := mustLoad(t, p, "w0"); math.Abs(l.PrefillBacklog-1000) > 1e-6 || math.Abs(l.PrefillBacklogAttention-attentionWork(2000, 2000)/2) > 1e-3 {
 		t.Fatalf("after half its predicted time w0's backlog is %g tokens, %g pairs; want half of each", l.PrefillBacklog, l.PrefillBacklogAttention)
 	}

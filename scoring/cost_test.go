@@ -133,10 +133,10 @@ func TestDefaultCostTerms(t *testing.T) {
 			o := DefaultOptions()
 			o.NoTrackPrefillTokens = tt.noTrack
 			o.OverlapWeight = tt.weight
-			m := newKV(o.withDefaults(), OverlapEvents)
+			m := costOf[*dynamoCost](o, CostDefault)
 			l := tt.load
 			l.BlockSize, l.MatchedBlocks = 16, tt.matched
-			got := m.defaultTerms(&Request{PromptTokens: tt.prompt, ExpectedOutputTokens: tt.output}, &l)
+			got := m.termsOf(&Request{PromptTokens: tt.prompt, ExpectedOutputTokens: tt.output}, &l)
 			if got.prefill != tt.wantPrefill || got.decode != tt.wantDecode {
 				t.Errorf("terms = prefill %g decode %g, want %g %g", got.prefill, got.decode, tt.wantPrefill, tt.wantDecode)
 			}
@@ -150,10 +150,10 @@ func TestDefaultCostTerms(t *testing.T) {
 func TestWeightedCostTerms(t *testing.T) {
 	o := DefaultOptions()
 	o.CostModel = CostWeighted
-	m := newKV(o.withDefaults(), OverlapEvents)
+	m := costOf[*weightedCost](o, CostWeighted)
 	l := Load{BlockSize: 16, KVTotalBlocks: 1000, ActiveBlocks: 250, MatchedBlocks: 8,
 		ReportFresh: true, Report: fleet.LoadReport{Waiting: 2}}
-	got := m.weightedTerms(&Request{PromptTokens: 256}, &l, 4)
+	got := m.termsOf(&Request{PromptTokens: 256}, &l, 4)
 	if got.ratio != 0.5 || got.usage != 0.25 || got.waiting != 0.5 {
 		t.Fatalf("terms = %+v, want ratio 0.5 usage 0.25 waiting 0.5", got)
 	}

@@ -80,3 +80,10 @@ func mustLoad(t testing.TB, p *Pool, id string) Load {
 	}
 	return l
 }
+
+// costOf builds the cost model model with o's parameters, whatever cost
+// model o names, for tests of one model's terms.
+func costOf[T costModel](o Options, model string) T {
+	o.CostModel = model
+	return newCostModel(o.withDefaults()).(T)
+}

@@ -33,10 +33,10 @@ func TestDefaultCostKnobs(t *testing.T) {
 			if tt.change != nil {
 				tt.change(&o)
 			}
-			m := newKV(o.withDefaults(), OverlapEvents)
+			m := costOf[*dynamoCost](o, CostDefault)
 			l := tt.load
 			l.BlockSize = 16
-			got := m.defaultTerms(&Request{PromptTokens: 160}, &l)
+			got := m.termsOf(&Request{PromptTokens: 160}, &l)
 			if got.prefill != tt.wantPrefill || got.logit != tt.wantLogit {
 				t.Errorf("prefill %g logit %g, want %g %g", got.prefill, got.logit, tt.wantPrefill, tt.wantLogit)
 			}
@@ -49,9 +49,9 @@ func TestLatencyCostTerms(t *testing.T) {
 	o.CostModel = CostLatency
 	o.DecodeSlowdownWeight = 0.5
 	o.DecodeActiveRequestWeight = 0
-	m := newKV(o.withDefaults(), OverlapEvents)
+	m := costOf[*latencyCost](o, CostLatency)
 	o.DecodeActiveRequestWeight = 8
-	perRequest := newKV(o.withDefaults(), OverlapEvents)
+	perRequest := costOf[*latencyCost](o, CostLatency)
 	base := Load{BlockSize: 16, KVTotalBlocks: 1000, PrefillRate: 1000, PrefillOverhead: 0.02}
 	tests := []struct {
 		name string
@@ -71,7 +71,7 @@ func TestLatencyCostTerms(t *testing.T) {
 	t.Run("active requests cost their block-equivalents", func(t *testing.T) {
 		l := base
 		l.ActiveRequests, l.PrefillRequests = 3, 3 // none decoding yet
-		got := perRequest.latencyTerms(&Request{PromptTokens: 160}, &l, fleetView{})
+		got := perRequest.termsOf(&Request{PromptTokens: 160}, &l, fleetView{})
 		if want := 3 * 8 * 16 / 1000.0; math.Abs(got.slowdown-want) > 1e-9 {
 			t.Fatalf("slowdown %g, want %g (3 requests × 8 blocks × 16 tokens at 1,000 tokens/s)", got.slowdown, want)
 		}
@@ -84,7 +84,7 @@ func TestLatencyCostTerms(t *testing.T) {
 			if strings.Contains(tt.name, "elsewhere") || strings.Contains(tt.name, "itself") {
 				held = 160
 			}
-			got := m.latencyTerms(&Request{PromptTokens: 160}, &l, fleetView{held: held})
+			got := m.termsOf(&Request{PromptTokens: 160}, &l, fleetView{held: held})
 			tt.want.logit = tt.want.ttft + tt.want.slowdown + tt.want.memory + tt.want.duplicate
 			for _, p := range [][2]float64{{got.ttft, tt.want.ttft}, {got.slowdown, tt.want.slowdown}, {got.memory, tt.want.memory},
 				{got.duplicate, tt.want.duplicate}, {got.logit, tt.want.logit}} {
@@ -144,6 +144,7 @@ func TestPrefillBacklogDrainsAtTheLearnedRate(t *testing.T) {
 	clock := newFakeClock()
 	o := testOptions(clock, 1)
 	o.PrefillRate = 1000 // tokens per second
+	o.PrefillOverhead = 500 * time.Millisecond
 	o.PrefillContextCost = 0
 	o.NoLearnRates = true
 	r := newTestScheduler(t, o, 1)
@@ -159,9 +160,11 @@ func TestPrefillBacklogDrainsAtTheLearnedRate(t *testing.T) {
 	if got := mustLoad(t, p, "w0").PrefillBacklog; got != 3000 {
 		t.Fatalf("backlog at dispatch %g, want 3000", got)
 	}
-	clock.Advance(1500 * time.Millisecond)
-	if got := mustLoad(t, p, "w0").PrefillBacklog; got != 1500 {
-		t.Fatalf("backlog after 1.5 s %g, want 1500", got)
+	// The model predicts the backlog's first token after 0.5 s of
+	// overhead and 3 s of tokens: half of it is left after 1.75 s.
+	clock.Advance(1750 * time.Millisecond)
+	if got := mustLoad(t, p, "w0").PrefillBacklog; math.Abs(got-1500) > 1e-6 {
+		t.Fatalf("backlog after 1.75 s %g, want 1500", got)
 	}
 	// b's first token: only a's work is pending, and a was due already.
 	p.PrefillDone("b")

@@ -385,7 +385,7 @@ func (p *Pool) fillLoadLocked(l *Load, w *worker, now time.Time, churn float64) 
 	l.Cooling = w.health.coolUntil.After(now)
 	l.PrefillRate, l.PrefillOverhead, l.PrefillContext, l.FitSamples = p.blendedFitLocked(w)
 	l.Churn = w.churn * churn
-	l.PrefillBacklog, l.PrefillBacklogAttention = w.backlogNow(now, l.PrefillRate, l.PrefillContext, p.opts.NoPrefillDecay)
+	l.PrefillBacklog, l.PrefillBacklogAttention = w.backlogNow(now, l.PrefillRate, l.PrefillOverhead, l.PrefillContext, p.opts.NoPrefillDecay)
 }
 
 // ownSamples is how many samples of its own a worker needs before its fit
@@ -409,7 +409,7 @@ func (p *Pool) blendedFitLocked(w *worker) (rate, overhead, context float64, sam
 // attention work, without changing it. The backlog drains one second per
 // second of the time the model predicts for it; both parts drain by the
 // same fraction.
-func (w *worker) backlogNow(now time.Time, rate, context float64, noDecay bool) (tokens, attn float64) {
+func (w *worker) backlogNow(now time.Time, rate, overhead, context float64, noDecay bool) (tokens, attn float64) {
 	if noDecay {
 		return float64(w.prefillTokens), w.prefillAttn
 	}
@@ -420,7 +420,7 @@ func (w *worker) backlogNow(now time.Time, rate, context float64, noDecay bool) 
 		return 0, 0
 	}
 	if dt := now.Sub(w.backlogAt).Seconds(); dt > 0 {
-		if secs := b/rate + context*ba; secs > dt {
+		if secs := overhead + b/rate + context*ba; secs > dt {
 			f := 1 - dt/secs
 			b, ba = b*f, ba*f
 		} else {
@@ -462,8 +462,8 @@ func (p *Pool) addChurnLocked(w *worker, tokens int, now time.Time) {
 
 // settleBacklogLocked brings w's backlog model to now, before a change.
 func (p *Pool) settleBacklogLocked(w *worker, now time.Time) {
-	rate, _, context, _ := p.blendedFitLocked(w)
-	w.backlog, w.backlogAttn = w.backlogNow(now, rate, context, p.opts.NoPrefillDecay)
+	rate, overhead, context, _ := p.blendedFitLocked(w)
+	w.backlog, w.backlogAttn = w.backlogNow(now, rate, overhead, context, p.opts.NoPrefillDecay)
 	w.backlogAt = now
 }
 
