@@ -30,7 +30,7 @@ type Approx struct {
 	cfg     ApproxConfig
 	workers map[string]*apxWorker
 	slots   []*apxWorker
-	words   []*bitTable
+	tab     *holderTable
 	queue   []apxRecord // oldest first, from head
 	head    int
 	seq     uint64
@@ -40,10 +40,8 @@ type Approx struct {
 }
 
 type apxWorker struct {
-	id   string
-	idx  int
-	word int
-	bit  uint64
+	id  string
+	idx int // slot in Approx.slots and in holder sets
 	// held maps each block hash to the sequence number of the newest
 	// record that holds it; an older record no longer owns the block.
 	held map[uint64]uint64
@@ -70,7 +68,7 @@ func NewApprox(cfg ApproxConfig) *Approx {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Approx{cfg: cfg, workers: map[string]*apxWorker{}}
+	return &Approx{cfg: cfg, workers: map[string]*apxWorker{}, tab: newHolderTable(0)}
 }
 
 // Record notes that the router sent a prompt with these block hashes to
@@ -85,11 +83,10 @@ func (a *Approx) Record(worker string, hashes []uint64) {
 	a.expire(now)
 	w := a.worker(worker)
 	a.seq++
-	t := a.words[w.word]
 	for _, h := range hashes {
 		if _, ok := w.held[h]; !ok {
 			a.size++
-			t.set(h, w.bit)
+			a.tab.add(h, w.idx)
 		}
 		w.held[h] = a.seq
 	}
@@ -110,11 +107,8 @@ func (a *Approx) worker(id string) *apxWorker {
 	if idx == len(a.slots) {
 		a.slots = append(a.slots, nil)
 	}
-	w := &apxWorker{id: id, idx: idx, word: idx / 64, bit: 1 << (idx % 64), held: map[uint64]uint64{}}
+	w := &apxWorker{id: id, idx: idx, held: map[uint64]uint64{}}
 	a.slots[idx] = w
-	for len(a.words) <= w.word {
-		a.words = append(a.words, newBitTable(0))
-	}
 	a.workers[id] = w
 	a.gen++
 	return w
@@ -152,11 +146,10 @@ func (a *Approx) dropFrom(rec *apxRecord, i int) {
 	if w.held == nil {
 		return // the worker was removed
 	}
-	t := a.words[w.word]
 	for _, h := range rec.hashes[i:] {
 		if w.held[h] == rec.seq {
 			delete(w.held, h)
-			t.clear(h, w.bit)
+			a.tab.remove(h, w.idx)
 			a.size--
 		}
 	}
@@ -179,9 +172,8 @@ func (a *Approx) RemoveWorker(worker string) {
 	if w == nil {
 		return
 	}
-	t := a.words[w.word]
 	for h := range w.held {
-		t.clear(h, w.bit)
+		a.tab.remove(h, w.idx)
 	}
 	a.size -= len(w.held)
 	w.held = nil // records still queued see a removed worker
@@ -234,9 +226,9 @@ func (a *Approx) Match(hashes []uint64, candidates []string, out []MatchResult) 
 			name = candidates[i]
 		}
 		out[i].reset(name, true, false, len(w.held))
-		refs[i] = workerRef{idx: w.idx, word: w.word, bit: w.bit}
+		refs[i] = workerRef{idx: w.idx}
 	}
-	matchWords(a.words, len(a.slots), hashes, refs, out, &bufs)
+	matchSlots(a.tab, len(a.slots), hashes, refs, out, &bufs)
 	bufs.release()
 	return out
 }

@@ -21,9 +21,9 @@ func walkMatch(ix *Index, hashes []uint64) []MatchResult {
 			continue
 		}
 		out = append(out, MatchResult{Worker: w.id, Known: true, Stale: w.stale, Cached: w.blocks})
-		refs = append(refs, workerRef{idx: w.idx, word: w.word, bit: w.bit})
+		refs = append(refs, workerRef{idx: w.idx})
 	}
-	matchWords(ix.words, len(ix.slots), hashes, refs, out, &matchBufs{})
+	matchSlots(ix.tab, len(ix.slots), hashes, refs, out, &matchBufs{})
 	i := 0
 	for _, w := range ix.slots {
 		if w == nil {
@@ -45,7 +45,6 @@ func checkLinks(t *testing.T, ix *Index) {
 		if w == nil || w.links.unknown {
 			continue
 		}
-		tab := ix.words[w.word]
 		slots := map[uint64]linkSlot{}
 		for _, s := range w.links.t.slots {
 			if s.key != 0 {
@@ -58,7 +57,7 @@ func checkLinks(t *testing.T, ix *Index) {
 		held, orphans := 0, 0
 		kids := map[uint64]uint32{}
 		for r, s := range slots {
-			if s.held != (tab.get(r)&w.bit != 0) {
+			if s.held != ix.tab.has(r, w.idx) {
 				t.Fatalf("%s: %x held %v in links, %v in the block table", w.id, r, s.held, !s.held)
 			}
 			if !s.held {

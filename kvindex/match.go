@@ -52,42 +52,45 @@ var (
 	_ Matcher = (*Approx)(nil)
 )
 
-// workerRef is where a candidate's bit lives; idx is -1 for an unknown
-// candidate. prefixClosed says that the worker holds every block's parent
+// workerRef is a candidate's worker slot, -1 for an unknown candidate.
+// prefixClosed says that the worker holds every block's parent
 // (links.go), so walkJump may stride through its blocks.
 type workerRef struct {
 	idx          int
-	word         int
-	bit          uint64
 	prefixClosed bool
 }
 
-// matchWords is the walk shared by Index and Approx: given out, one result
+// matchSlots is the walk shared by Index and Approx: given out, one result
 // per candidate with Worker, Known, Stale and Cached already set, and refs
-// aligned with it, it sets every known candidate's Blocks. words[w] holds
-// the sets of dense worker indices 64w..64w+63; nslots bounds the indices.
-// The caller holds the read lock that guards words.
-func matchWords(words []*bitTable, nslots int, hashes []uint64, refs []workerRef, out []MatchResult, bufs *matchBufs) {
-	alive, closed := bufs.masks(len(words))
+// aligned with it, it sets every known candidate's Blocks. t holds the
+// holder sets of worker slots below nslots. The caller holds the read lock
+// that guards t.
+func matchSlots(t *holderTable, nslots int, hashes []uint64, refs []workerRef, out []MatchResult, bufs *matchBufs) {
+	nw := (nslots + 63) / 64
+	walked := bufs.mask(nw)
+	jump := false
 	for _, ref := range refs {
 		if ref.idx < 0 {
 			continue
 		}
 		if ref.prefixClosed {
-			closed[ref.word] |= ref.bit
+			jump = true
 		} else {
-			alive[ref.word] |= ref.bit
+			walked[ref.idx>>6] |= 1 << (ref.idx & 63)
 		}
 	}
 	depth := bufs.depth(nslots)
-	for wd, a := range alive {
-		d := depth[wd*64 : min(nslots, wd*64+64)]
-		if a != 0 {
-			walk(words[wd], hashes, a, d)
+	alive := aliveOf(walked)
+	walk(t, hashes, &alive, 0, depth)
+	if jump {
+		closed, sub, died := bufs.jumpRoom(nw, nslots)
+		for _, ref := range refs {
+			if ref.idx >= 0 && ref.prefixClosed {
+				closed[ref.idx>>6] |= 1 << (ref.idx & 63)
+			}
 		}
-		if c := closed[wd]; c != 0 {
-			walkJump(words[wd], hashes, c, d)
-		}
+		jumped := aliveOf(closed)
+		walkJump(t, hashes, &jumped, depth, sub, died)
 	}
 	for i, ref := range refs {
 		if ref.idx >= 0 {
@@ -100,16 +103,17 @@ func matchWords(words []*bitTable, nslots int, hashes []uint64, refs []workerRef
 // 64 workers (256 in masks), from a pool beyond, so that Match does not
 // allocate however large the fleet. release returns the pooled part.
 type matchBufs struct {
-	refs1           [64]workerRef
-	depth1          [64]int32
-	alive1, closed1 [4]uint64
-	large           *largeBufs
+	refs1  [64]workerRef
+	depth1 [64]int32
+	mask1  [4]uint64
+	large  *largeBufs
 }
 
 type largeBufs struct {
-	refs          []workerRef
-	depth         []int32
-	alive, closed []uint64
+	refs                []workerRef
+	depth               []int32
+	walked, closed, sub []uint64
+	died                []int32
 }
 
 var largePool = sync.Pool{New: func() any { return new(largeBufs) }}
@@ -141,16 +145,26 @@ func (b *matchBufs) depth(n int) []int32 {
 	return l.depth
 }
 
-// masks returns n zeroed alive and closed masks.
-func (b *matchBufs) masks(n int) (alive, closed []uint64) {
-	if n <= len(b.alive1) {
-		return b.alive1[:n], b.closed1[:n]
+// mask returns a zeroed mask of n words.
+func (b *matchBufs) mask(n int) []uint64 {
+	if n <= len(b.mask1) {
+		return b.mask1[:n]
 	}
 	l := b.pooled()
-	l.alive, l.closed = resize(l.alive, n), resize(l.closed, n)
-	clear(l.alive)
+	l.walked = resize(l.walked, n)
+	clear(l.walked)
+	return l.walked
+}
+
+// jumpRoom returns walkJump's room: a zeroed mask of n words for the
+// workers it jumps through, another mask of n words and a list of up to
+// slots slots. It is always pooled: held in an aliveSet, Match's stack
+// buffers would move to the heap.
+func (b *matchBufs) jumpRoom(n, slots int) (closed, sub []uint64, died []int32) {
+	l := b.pooled()
+	l.closed, l.sub, l.died = resize(l.closed, n), resize(l.sub, n), resize(l.died, slots)
 	clear(l.closed)
-	return l.alive, l.closed
+	return l.closed, l.sub, l.died[:0]
 }
 
 func (b *matchBufs) release() {

@@ -2,6 +2,7 @@ package kvindex
 
 import (
 	"fmt"
+	"math/bits"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -250,20 +251,107 @@ func TestConcurrentApplyAndMatch(t *testing.T) {
 	}
 }
 
-// TestBitTableAgreesWithMap checks the open-addressing table, including
-// backward-shift deletion across growth and shrinking, against a Go map.
-func TestBitTableAgreesWithMap(t *testing.T) {
+// members decodes a holder set of t, sorted.
+func members(t *holderTable, v uint64) []int {
+	var out []int
+	if isBig(v) {
+		for i, w := range t.sets.set(uint32(v)) {
+			for ; w != 0; w &= w - 1 {
+				out = append(out, i*64+bits.TrailingZeros64(w))
+			}
+		}
+		return out
+	}
+	for ; v != 0; v >>= laneBits {
+		out = append(out, int(v&laneMask)-1)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func sortedKeys(m map[int]bool) []int {
+	out := make([]int, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestHolderTableAgreesWithMap checks the block table, including
+// backward-shift deletion across growth and shrinking, sets going big and
+// back inline, and slots too large for a lane, against Go maps.
+func TestHolderTableAgreesWithMap(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 7))
-	tb := newBitTable(0)
-	ref := map[uint64]uint64{}
+	tb := newHolderTable(0)
+	ref := map[uint64]map[int]bool{}
+	slot := func(step int) int {
+		switch r := rng.IntN(100); {
+		case r == 0 && step > 190000:
+			return maxLane // one past what a lane holds (late: it widens every big set)
+		case r < 10:
+			return 64 + rng.IntN(100) // a second and third word
+		default:
+			return rng.IntN(8)
+		}
+	}
+	check := func(step int) {
+		if tb.count != len(ref) {
+			t.Fatalf("step %d: count %d, want %d", step, tb.count, len(ref))
+		}
+		live := 0
+		for k := uint64(1); k <= 5000; k++ {
+			v := tb.get(k)
+			if got, want := members(tb, v), sortedKeys(ref[k]); !slices.Equal(got, want) {
+				t.Fatalf("step %d: get(%d) = %v, want %v", step, k, got, want)
+			}
+			if isBig(v) {
+				live++
+				if n := len(ref[k]); int(tb.sets.count[uint32(v)]) != n || n <= shrinkAt && tb.sets.inlinable(uint32(v)) {
+					t.Fatalf("step %d: big set of %d counts %d", step, n, tb.sets.count[uint32(v)])
+				}
+			} else if len(ref[k]) > inlineCap {
+				t.Fatalf("step %d: %d holders inline", step, len(ref[k]))
+			}
+			for s := range ref[k] {
+				if !tb.has(k, s) {
+					t.Fatalf("step %d: has(%d, %d) false", step, k, s)
+				}
+			}
+		}
+		if live+len(tb.sets.free) != len(tb.sets.count) {
+			t.Fatalf("step %d: %d big sets live, %d free, %d made", step, live, len(tb.sets.free), len(tb.sets.count))
+		}
+		// Match's path: prefetch, resolve and finish a chunk at a time.
+		keys := make([]uint64, matchChunk)
+		for k0 := uint64(1); k0 <= 5000; k0 += matchChunk {
+			keys = keys[:0]
+			for k := k0; k < k0+matchChunk && k <= 5000; k++ {
+				keys = append(keys, k)
+			}
+			var at [matchChunk]int
+			var got [matchChunk]uint64
+			var over [matchChunk]uint8
+			tb.prefetch(keys, at[:])
+			nover := tb.resolve(keys, at[:], got[:], &over)
+			tb.finish(keys, at[:], got[:], over[:nover])
+			for i, k := range keys {
+				if got[i] != tb.get(k) {
+					t.Fatalf("step %d: resolve(%d) = %x, want %x", step, k, got[i], tb.get(k))
+				}
+			}
+		}
+	}
 	// Few distinct keys, many collisions: keys from a small range with
 	// low-entropy values stress probe runs.
 	for step := 0; step < 200000; step++ {
 		key := uint64(rng.IntN(5000)) + 1
 		if step == 100000 { // shrink phase: drop every key above 300
-			for k := range ref {
+			for k, set := range ref {
 				if k > 300 {
-					tb.clear(k, 7)
+					for s := range set {
+						tb.remove(k, s)
+					}
 					delete(ref, k)
 				}
 			}
@@ -271,52 +359,30 @@ func TestBitTableAgreesWithMap(t *testing.T) {
 		if step >= 100000 {
 			key = uint64(rng.IntN(300)) + 1
 		}
-		bit := uint64(1) << rng.IntN(3)
+		s := slot(step)
 		if rng.IntN(2) == 0 {
-			had := tb.set(key, bit)
-			if had != (ref[key]&bit != 0) {
-				t.Fatalf("step %d: set(%d) had=%v", step, key, had)
+			had := tb.add(key, s)
+			if had != ref[key][s] {
+				t.Fatalf("step %d: add(%d, %d) had=%v", step, key, s, had)
 			}
-			ref[key] |= bit
+			if ref[key] == nil {
+				ref[key] = map[int]bool{}
+			}
+			ref[key][s] = true
 		} else {
-			had := tb.clear(key, bit)
-			if had != (ref[key]&bit != 0) {
-				t.Fatalf("step %d: clear(%d) had=%v", step, key, had)
+			had := tb.remove(key, s)
+			if had != ref[key][s] {
+				t.Fatalf("step %d: remove(%d, %d) had=%v", step, key, s, had)
 			}
-			if ref[key] &^= bit; ref[key] == 0 {
+			if delete(ref[key], s); len(ref[key]) == 0 {
 				delete(ref, key)
 			}
 		}
 		if step%997 == 0 {
-			if tb.count != len(ref) {
-				t.Fatalf("step %d: count %d, want %d", step, tb.count, len(ref))
-			}
-			for k := uint64(1); k <= 5000; k++ {
-				if tb.get(k) != ref[k] {
-					t.Fatalf("step %d: get(%d) = %b, want %b", step, k, tb.get(k), ref[k])
-				}
-			}
-			// Match's path: prefetch, resolve and finish a chunk at a time.
-			keys := make([]uint64, matchChunk)
-			for k0 := uint64(1); k0 <= 5000; k0 += matchChunk {
-				keys = keys[:0]
-				for k := k0; k < k0+matchChunk && k <= 5000; k++ {
-					keys = append(keys, k)
-				}
-				var at [matchChunk]int
-				var got [matchChunk]uint64
-				var over [matchChunk]uint8
-				tb.prefetch(keys, at[:])
-				nover := tb.resolve(keys, at[:], got[:], &over)
-				tb.finish(keys, at[:], got[:], over[:nover])
-				for i, k := range keys {
-					if got[i] != ref[k] {
-						t.Fatalf("step %d: resolve(%d) = %b, want %b", step, k, got[i], ref[k])
-					}
-				}
-			}
+			check(step)
 		}
 	}
+	check(-1)
 	if len(tb.slots) > 4096 {
 		t.Fatalf("table did not shrink: %d slots for %d keys", len(tb.slots), tb.count)
 	}
@@ -325,15 +391,17 @@ func TestBitTableAgreesWithMap(t *testing.T) {
 // TestWalkAgreesWithGet checks walk, which prefetches chunks ahead and stops
 // early, against looking every hash up in turn, on a crowded table (many
 // keys past their home bucket) with prompts shorter and longer than the
-// chunks it keeps in flight.
+// chunks it keeps in flight, and holder sets inline and big, walked with
+// few and many candidates.
 func TestWalkAgreesWithGet(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 12))
-	tb := newBitTable(0)
-	const nkeys = 3000
+	tb := newHolderTable(0)
+	const nkeys, nslots = 3000, 140
 	for k := uint64(1); k <= nkeys; k++ {
-		for b := 0; b < 8; b++ {
-			if rng.IntN(128) != 0 { // so that walks often go deep
-				tb.set(k, 1<<b)
+		many := rng.IntN(3) == 0
+		for s := 0; s < nslots; s++ {
+			if many && rng.IntN(64) != 0 || !many && s%37 == int(k%37) { // so that walks often go deep
+				tb.add(k, s)
 			}
 		}
 	}
@@ -343,28 +411,40 @@ func TestWalkAgreesWithGet(t *testing.T) {
 		for i := range hashes {
 			hashes[i] = uint64(rng.IntN(nkeys+nkeys/300)) + 1 // a few not in the table
 		}
-		alive := rng.Uint64() & 0x3ff // bits 8, 9 are in no set
-		var want [10]int32
-		live := alive
+		cands := make([]uint64, (nslots+63)/64)
+		density := 1 + rng.IntN(64)
+		for s := 0; s < nslots; s++ {
+			if rng.IntN(density) == 0 {
+				cands[s>>6] |= 1 << (s & 63)
+			}
+		}
+		isCand := func(s int) bool { return cands[s>>6]&(1<<(s&63)) != 0 }
+		var want [nslots]int32
+		live := map[int]bool{}
+		for s := 0; s < nslots; s++ {
+			if isCand(s) {
+				live[s] = true
+			}
+		}
 		for j, h := range hashes {
 			v := tb.get(h)
-			for b := range want {
-				if live&(1<<b) != 0 && v&(1<<b) == 0 {
-					want[b] = int32(j)
+			for s := range live {
+				if !tb.contains(v, s) {
+					want[s] = int32(j)
+					delete(live, s)
 				}
 			}
-			live &= v
 		}
-		for b := range want {
-			if live&(1<<b) != 0 {
-				want[b] = int32(n)
-			}
+		for s := range live {
+			want[s] = int32(n)
 		}
-		var got [10]int32
-		walk(tb, hashes, alive, got[:])
-		for b := range want {
-			if alive&(1<<b) != 0 && got[b] != want[b] {
-				t.Fatalf("trial %d (%d hashes): bit %d walked %d deep, want %d", trial, n, b, got[b], want[b])
+		var got [nslots]int32
+		base := int32(rng.IntN(3))
+		alive := aliveOf(slices.Clone(cands))
+		walk(tb, hashes, &alive, base, got[:])
+		for s := 0; s < nslots; s++ {
+			if isCand(s) && got[s] != want[s]+base {
+				t.Fatalf("trial %d (%d hashes): slot %d walked %d deep, want %d", trial, n, s, got[s]-base, want[s])
 			}
 		}
 	}

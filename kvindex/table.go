@@ -1,44 +1,253 @@
 package kvindex
 
-// bitTable maps a router block hash to a 64-bit set of dense worker
-// indices, with no per-entry pointers (see oaTable). HashBlocks never
-// returns 0, so every router hash is a valid key. It is not safe for
-// concurrent writes; Index and Approx guard it.
-type bitTable struct {
+import "math/bits"
+
+// holderTable maps a router block hash to the set of workers (dense
+// slot numbers) that hold it: one table for the whole fleet, so a lookup
+// probes one slot per block however many workers there are. It is an
+// oaTable whose value encodes the set (holderVal): up to four slots
+// inline, more as a bitset in the table's setArena. HashBlocks never
+// returns 0, so every router hash is a valid key; a key is present
+// exactly while its set is not empty, so a value of 0 means "held by
+// nobody". It is not safe for concurrent writes; Index and Approx guard it.
+type holderTable struct {
 	oaTable
+	sets setArena
 }
 
-// bitMaxLoad is the block table's maximum load in percent: lower than
+// holderMaxLoad is the table's maximum load in percent: lower than
 // u64Table's so that fewer buckets overflow on Match's path.
-const bitMaxLoad = 60
+const holderMaxLoad = 60
 
-func newBitTable(hint int) *bitTable { return &bitTable{oaTable: newOATable(hint, bitMaxLoad)} }
-
-// get returns the worker set of key, or 0.
-func (t *bitTable) get(key uint64) uint64 { return t.probeFrom(key, t.home(key)) }
-
-// set ors bit into key's set and reports whether it was already there.
-func (t *bitTable) set(key, bit uint64) (had bool) {
-	s, _ := t.upsert(key)
-	had = s.val&bit != 0
-	s.val |= bit
-	return had
+func newHolderTable(hint int) *holderTable {
+	return &holderTable{oaTable: newOATable(hint, holderMaxLoad), sets: setArena{stride: 1}}
 }
 
-// clear removes bit from key's set, deleting the key when its set empties,
-// and reports whether the bit was there.
-func (t *bitTable) clear(key, bit uint64) (had bool) {
+// A holderVal is a set of worker slots in 64 bits. Inline, its four
+// 16-bit lanes hold slot+1 each, filled from lane 0, 0 for an empty lane.
+// With 0xffff in the top lane it is a big set: the low 32 bits number a
+// bitset in the setArena. A set goes big when a fifth worker joins (or a
+// slot too large for a lane) and back inline when three or fewer remain,
+// so a worker coming and going at the boundary does not convert it each
+// time.
+const (
+	laneBits   = 16
+	inlineCap  = 4
+	bigTag     = 0xffff
+	maxLane    = bigTag - 1 // largest slot+1 a lane holds
+	shrinkAt   = 3          // a big set of this many goes back inline
+	laneMask   = 1<<laneBits - 1
+	topLaneOff = laneBits * (inlineCap - 1)
+)
+
+func isBig(v uint64) bool { return v>>topLaneOff == bigTag }
+
+func bigVal(id uint32) uint64 { return bigTag<<topLaneOff | uint64(id) }
+
+// has reports whether key's set contains slot.
+func (t *holderTable) has(key uint64, slot int) bool {
+	return t.contains(t.get(key), slot)
+}
+
+// contains reports whether the set v contains slot.
+func (t *holderTable) contains(v uint64, slot int) bool {
+	if isBig(v) {
+		return t.sets.has(uint32(v), slot)
+	}
+	s := uint64(slot + 1)
+	for ; v != 0; v >>= laneBits {
+		if v&laneMask == s {
+			return true
+		}
+	}
+	return false
+}
+
+// get returns the set of key, or 0.
+func (t *holderTable) get(key uint64) uint64 { return t.probeFrom(key, t.home(key)) }
+
+// add puts slot into key's set and reports whether it was already there.
+func (t *holderTable) add(key uint64, slot int) (had bool) {
+	s, _ := t.upsert(key)
+	v := s.val
+	if isBig(v) {
+		return !t.sets.add(uint32(v), slot)
+	}
+	lane := uint64(slot + 1)
+	n := 0
+	for x := v; x != 0; x >>= laneBits {
+		if x&laneMask == lane {
+			return true
+		}
+		n++
+	}
+	if n < inlineCap && lane <= maxLane {
+		s.val = v | lane<<(laneBits*n)
+		return false
+	}
+	// A fifth holder, or a slot past the lanes: the set goes big. The
+	// arena may grow, but s points into the table, which does not move.
+	id := t.sets.alloc()
+	for x := v; x != 0; x >>= laneBits {
+		t.sets.add(id, int(x&laneMask)-1)
+	}
+	t.sets.add(id, slot)
+	s.val = bigVal(id)
+	return false
+}
+
+// remove takes slot out of key's set, deleting the key when its set
+// empties, and reports whether slot was there.
+func (t *holderTable) remove(key uint64, slot int) (had bool) {
 	i := t.find(key)
 	if i < 0 {
 		return false
 	}
 	s := &t.slots[i]
-	had = s.val&bit != 0
-	if s.val &^= bit; s.val == 0 {
+	v := s.val
+	if isBig(v) {
+		id := uint32(v)
+		if !t.sets.remove(id, slot) {
+			return false
+		}
+		if t.sets.count[id] <= shrinkAt && t.sets.inlinable(id) {
+			s.val = t.sets.inline(id)
+			t.sets.release(id)
+		}
+		return true
+	}
+	lane := uint64(slot + 1)
+	var out uint64
+	n := 0
+	for x := v; x != 0; x >>= laneBits {
+		if l := x & laneMask; l != lane {
+			out |= l << (laneBits * n)
+			n++
+		} else {
+			had = true
+		}
+	}
+	if !had {
+		return false
+	}
+	if s.val = out; out == 0 {
 		t.deleteAt(i)
 	}
-	return had
+	return true
 }
+
+// bytes is the memory of the slots and of the big sets.
+func (t *holderTable) bytes() int { return t.oaTable.bytes() + t.sets.bytes() }
+
+// setArena holds the big holder sets: bitsets over worker slots, stride
+// words each, numbered from 0, with their member counts. Freed numbers
+// are reused. The stride grows (every set copied once) when a worker slot
+// past it appears.
+type setArena struct {
+	stride int
+	words  []uint64
+	count  []int32
+	free   []uint32
+}
+
+// words returns set id's bitset.
+func (a *setArena) set(id uint32) []uint64 {
+	o := int(id) * a.stride
+	return a.words[o : o+a.stride : o+a.stride]
+}
+
+func (a *setArena) alloc() uint32 {
+	if n := len(a.free); n > 0 {
+		id := a.free[n-1]
+		a.free = a.free[:n-1]
+		return id
+	}
+	id := uint32(len(a.count))
+	a.count = append(a.count, 0)
+	a.words = append(a.words, make([]uint64, a.stride)...)
+	return id
+}
+
+func (a *setArena) release(id uint32) {
+	clear(a.set(id))
+	a.count[id] = 0
+	a.free = append(a.free, id)
+}
+
+// widen makes room for slot in every set.
+func (a *setArena) widen(slot int) {
+	stride := a.stride
+	for slot >= stride*64 {
+		stride *= 2
+	}
+	if stride == a.stride {
+		return
+	}
+	words := make([]uint64, len(a.count)*stride)
+	for id := range a.count {
+		copy(words[id*stride:], a.set(uint32(id)))
+	}
+	a.words, a.stride = words, stride
+}
+
+func (a *setArena) has(id uint32, slot int) bool {
+	w := slot >> 6
+	return w < a.stride && a.words[int(id)*a.stride+w]&(1<<(slot&63)) != 0
+}
+
+// add puts slot into set id and reports whether it was new.
+func (a *setArena) add(id uint32, slot int) bool {
+	a.widen(slot)
+	p := &a.words[int(id)*a.stride+slot>>6]
+	bit := uint64(1) << (slot & 63)
+	if *p&bit != 0 {
+		return false
+	}
+	*p |= bit
+	a.count[id]++
+	return true
+}
+
+// remove takes slot out of set id and reports whether it was there.
+func (a *setArena) remove(id uint32, slot int) bool {
+	if slot>>6 >= a.stride {
+		return false
+	}
+	p := &a.words[int(id)*a.stride+slot>>6]
+	bit := uint64(1) << (slot & 63)
+	if *p&bit == 0 {
+		return false
+	}
+	*p &^= bit
+	a.count[id]--
+	return true
+}
+
+// inlinable reports whether every member of set id fits in a lane.
+func (a *setArena) inlinable(id uint32) bool {
+	for i, w := range a.set(id) {
+		if w != 0 && (i+1)*64 > maxLane {
+			return false
+		}
+	}
+	return true
+}
+
+// inline returns set id, of at most inlineCap members that fit in lanes,
+// as an inline holderVal.
+func (a *setArena) inline(id uint32) uint64 {
+	var v uint64
+	n := 0
+	for i, w := range a.set(id) {
+		for ; w != 0; w &= w - 1 {
+			v |= uint64(i*64+bits.TrailingZeros64(w)+1) << (laneBits * n)
+			n++
+		}
+	}
+	return v
+}
+
+func (a *setArena) bytes() int { return len(a.words)*8 + len(a.count)*4 + len(a.free)*4 }
 
 // prefetch computes the home slot of each key into at and asks the CPU to
 // start loading those buckets without waiting for them: walk prefetches a
@@ -47,7 +256,7 @@ func (t *bitTable) clear(key, bit uint64) (had bool) {
 // CPU's reorder window reaches (about one chunk of Match's code): each
 // missing load holds up every instruction after it until it arrives, a
 // prefetch holds up nothing.
-func (t *bitTable) prefetch(keys []uint64, at []int) {
+func (t *holderTable) prefetch(keys []uint64, at []int) {
 	at = at[:len(keys)]
 	for i, k := range keys {
 		at[i] = t.home(k)
@@ -64,7 +273,7 @@ func (t *bitTable) prefetch(keys []uint64, at []int) {
 // at to the next bucket and prefetches that bucket, and returns how many
 // it listed; finish completes those lookups. Walk calls finish a chunk
 // later, so the second miss overlaps other work instead of stalling.
-func (t *bitTable) resolve(keys []uint64, at []int, out []uint64, over *[matchChunk]uint8) (nover int) {
+func (t *holderTable) resolve(keys []uint64, at []int, out []uint64, over *[matchChunk]uint8) (nover int) {
 	at = at[:len(keys)]
 	out = out[:len(keys)]
 	for i, k := range keys {
@@ -114,14 +323,14 @@ func (t *bitTable) resolve(keys []uint64, at []int, out []uint64, over *[matchCh
 
 // finish completes the lookups that resolve listed in over, probing on
 // from their at.
-func (t *bitTable) finish(keys []uint64, at []int, out []uint64, over []uint8) {
+func (t *holderTable) finish(keys []uint64, at []int, out []uint64, over []uint8) {
 	for _, i := range over {
 		out[i] = t.probeFrom(keys[i], at[i])
 	}
 }
 
 // probeFrom is get continuing at slot i < len(t.slots).
-func (t *bitTable) probeFrom(key uint64, i int) uint64 {
+func (t *holderTable) probeFrom(key uint64, i int) uint64 {
 	n := len(t.slots)
 	for {
 		s := &t.slots[i]
