@@ -36,7 +36,7 @@ type Approx struct {
 	seq     uint64
 	size    int
 	gen     uint64 // bumped when a worker is added or removed
-	cands   candidateCache[apxWorker]
+	cands   candidateCache
 }
 
 type apxWorker struct {
@@ -112,6 +112,14 @@ func (a *Approx) worker(id string) *apxWorker {
 	a.workers[id] = w
 	a.gen++
 	return w
+}
+
+// slotOf returns the slot of worker id, or -1.
+func (a *Approx) slotOf(id string) int32 {
+	if w := a.workers[id]; w != nil {
+		return int32(w.idx)
+	}
+	return -1
 }
 
 // expire drops records older than the TTL. Caller holds the write lock.
@@ -201,34 +209,39 @@ func (a *Approx) Match(hashes []uint64, candidates []string, out []MatchResult) 
 		a.mu.RLock()
 	}
 	defer a.mu.RUnlock()
-	var wsBuf [64]*apxWorker
-	ws := wsBuf[:0]
+	var bufs matchBufs
+	var slots []int32
 	if candidates == nil {
-		for _, w := range a.slots {
+		slots = bufs.refs(len(a.workers))[:0]
+		for i, w := range a.slots {
 			if w != nil {
-				ws = append(ws, w)
+				slots = append(slots, int32(i))
 			}
 		}
 	} else {
-		ws = a.cands.resolve(a.gen, candidates, func(id string) *apxWorker { return a.workers[id] })
+		slots = a.cands.resolve(a.gen, candidates, a.slotOf)
 	}
-	out = resize(out, len(ws))
-	var bufs matchBufs
-	refs := bufs.refs(len(ws))
-	for i, w := range ws {
-		if w == nil {
+	out = resize(out, len(slots))
+	walked := bufs.mask(len(a.slots))
+	for i, s := range slots {
+		if s < 0 {
 			out[i].reset(candidates[i], false, false, 0)
-			refs[i] = workerRef{idx: -1}
 			continue
 		}
+		w := a.slots[s]
 		name := w.id
 		if candidates != nil {
 			name = candidates[i]
 		}
 		out[i].reset(name, true, false, len(w.held))
-		refs[i] = workerRef{idx: w.idx}
+		walked[s>>6] |= 1 << (s & 63)
 	}
-	matchSlots(a.tab, len(a.slots), hashes, refs, out, &bufs)
+	depth := matchSlots(a.tab, len(a.slots), hashes, walked, nil, &bufs)
+	for i, s := range slots {
+		if s >= 0 {
+			out[i].Blocks = int(depth[s])
+		}
+	}
 	bufs.release()
 	return out
 }

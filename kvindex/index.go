@@ -36,7 +36,7 @@ type Index struct {
 	keys    []uint64       // engine keys of the event being applied
 	sink    uint64         // keeps prefetching loads alive
 	gen     uint64         // bumped when a worker is added or removed
-	cands   candidateCache[workerState]
+	cands   candidateCache
 	obs     Observer // nil: none
 	stored  []uint64 // device blocks stored by the batch being applied, for obs
 }
@@ -242,42 +242,71 @@ func (ix *Index) Reset(worker string) {
 func (ix *Index) Match(hashes []uint64, candidates []string, out []MatchResult) []MatchResult {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
-	var wsBuf [64]*workerState
-	ws := wsBuf[:0]
+	var bufs matchBufs
+	var slots []int32
 	if candidates == nil {
-		for _, w := range ix.slots {
+		slots = bufs.refs(len(ix.workers))[:0]
+		for i, w := range ix.slots {
 			if w != nil {
-				ws = append(ws, w)
+				slots = append(slots, int32(i))
 			}
 		}
 	} else {
-		ws = ix.cands.resolve(ix.gen, candidates, func(id string) *workerState { return ix.workers[id] })
+		slots = ix.cands.resolve(ix.gen, candidates, ix.slotOf)
 	}
-	out = resize(out, len(ws))
-	var bufs matchBufs
-	refs := bufs.refs(len(ws))
-	for i, w := range ws {
-		if w == nil {
+	out = resize(out, len(slots))
+	walked := bufs.mask(len(ix.slots))
+	jump, off := false, false
+	for i, s := range slots {
+		if s < 0 {
 			out[i].reset(candidates[i], false, false, 0)
-			refs[i] = workerRef{idx: -1}
 			continue
 		}
-		name := w.id
+		h := &ix.hot[s]
 		if candidates != nil {
-			name = candidates[i]
+			out[i].reset(candidates[i], true, h.stale, h.blocks)
+		} else {
+			out[i].reset(ix.slots[s].id, true, h.stale, h.blocks)
 		}
-		h := &ix.hot[w.idx]
-		out[i].reset(name, true, h.stale, h.blocks)
-		refs[i] = workerRef{idx: w.idx, prefixClosed: h.closed}
+		if h.closed {
+			jump = true
+		} else {
+			walked[s>>6] |= 1 << (s & 63)
+		}
+		off = off || h.off
 	}
-	matchSlots(ix.tab, len(ix.slots), hashes, refs, out, &bufs)
-	bufs.release()
-	for i, w := range ws {
-		if w != nil && ix.hot[w.idx].off {
-			out[i].HostBlocks, out[i].DiskBlocks = w.offTiers(hashes[out[i].Blocks:])
+	var closed []uint64
+	if jump {
+		closed = bufs.closedMask(len(ix.slots))
+		for _, s := range slots {
+			if s >= 0 && ix.hot[s].closed {
+				closed[s>>6] |= 1 << (s & 63)
+			}
 		}
 	}
+	depth := matchSlots(ix.tab, len(ix.slots), hashes, walked, closed, &bufs)
+	for i, s := range slots {
+		if s >= 0 {
+			out[i].Blocks = int(depth[s])
+		}
+	}
+	if off {
+		for i, s := range slots {
+			if s >= 0 && ix.hot[s].off {
+				out[i].HostBlocks, out[i].DiskBlocks = ix.slots[s].offTiers(hashes[out[i].Blocks:])
+			}
+		}
+	}
+	bufs.release() // after the last use of slots, which may be pooled
 	return out
+}
+
+// slotOf returns the slot of worker id, or -1.
+func (ix *Index) slotOf(id string) int32 {
+	if w := ix.workers[id]; w != nil {
+		return int32(w.idx)
+	}
+	return -1
 }
 
 // offTiers counts the leading hashes held in host memory, then the ones

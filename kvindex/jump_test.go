@@ -15,20 +15,21 @@ func walkMatch(ix *Index, hashes []uint64) []MatchResult {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	var out []MatchResult
-	var refs []workerRef
+	walked := make([]uint64, (len(ix.slots)+63)/64)
 	for _, w := range ix.slots {
 		if w == nil {
 			continue
 		}
 		out = append(out, MatchResult{Worker: w.id, Known: true, Stale: w.stale, Cached: w.blocks})
-		refs = append(refs, workerRef{idx: w.idx})
+		walked[w.idx>>6] |= 1 << (w.idx & 63)
 	}
-	matchSlots(ix.tab, len(ix.slots), hashes, refs, out, &matchBufs{})
+	depth := matchSlots(ix.tab, len(ix.slots), hashes, walked, nil, &matchBufs{})
 	i := 0
 	for _, w := range ix.slots {
 		if w == nil {
 			continue
 		}
+		out[i].Blocks = int(depth[w.idx])
 		if len(w.offRouter) > 0 {
 			out[i].HostBlocks, out[i].DiskBlocks = w.offTiers(hashes[out[i].Blocks:])
 		}

@@ -52,65 +52,38 @@ var (
 	_ Matcher = (*Approx)(nil)
 )
 
-// workerRef is a candidate's worker slot, -1 for an unknown candidate.
-// prefixClosed says that the worker holds every block's parent
-// (links.go), so walkJump may stride through its blocks.
-type workerRef struct {
-	idx          int
-	prefixClosed bool
-}
-
-// matchSlots is the walk shared by Index and Approx: given out, one result
-// per candidate with Worker, Known, Stale and Cached already set, and refs
-// aligned with it, it sets every known candidate's Blocks. t holds the
-// holder sets of worker slots below nslots. The caller holds the read lock
-// that guards t.
-func matchSlots(t *holderTable, nslots int, hashes []uint64, refs []workerRef, out []MatchResult, bufs *matchBufs) {
-	nw := (nslots + 63) / 64
-	walked := bufs.mask(nw)
-	jump := false
-	for _, ref := range refs {
-		if ref.idx < 0 {
-			continue
-		}
-		if ref.prefixClosed {
-			jump = true
-		} else {
-			walked[ref.idx>>6] |= 1 << (ref.idx & 63)
-		}
-	}
+// matchSlots is the walk shared by Index and Approx: it returns, indexed
+// by worker slot (below nslots), the number of leading hashes each worker
+// in walked or closed holds in t. Workers in walked are walked block by
+// block; those in closed hold every block's parent (links.go), so walkJump
+// may stride through their blocks; closed may be nil. Only the depths of
+// those workers are set. The caller holds the read lock that guards t.
+func matchSlots(t *holderTable, nslots int, hashes []uint64, walked, closed []uint64, bufs *matchBufs) []int32 {
 	depth := bufs.depth(nslots)
 	alive := aliveOf(walked)
 	walk(t, hashes, &alive, 0, depth)
-	if jump {
-		closed, sub, died := bufs.jumpRoom(nw, nslots)
-		for _, ref := range refs {
-			if ref.idx >= 0 && ref.prefixClosed {
-				closed[ref.idx>>6] |= 1 << (ref.idx & 63)
-			}
-		}
+	if closed != nil {
 		jumped := aliveOf(closed)
-		walkJump(t, hashes, &jumped, depth, sub, died)
-	}
-	for i, ref := range refs {
-		if ref.idx >= 0 {
-			out[i].Blocks = int(depth[ref.idx])
+		if jumped.n > 0 {
+			sub, died := bufs.jumpRoom(len(closed), nslots)
+			walkJump(t, hashes, &jumped, depth, sub, died)
 		}
 	}
+	return depth
 }
 
 // matchBufs is a Match's working memory: on the stack for a fleet of up to
-// 64 workers (256 in masks), from a pool beyond, so that Match does not
+// 64 workers (256 in the mask), from a pool beyond, so that Match does not
 // allocate however large the fleet. release returns the pooled part.
 type matchBufs struct {
-	refs1  [64]workerRef
+	refs1  [64]int32
 	depth1 [64]int32
 	mask1  [4]uint64
 	large  *largeBufs
 }
 
 type largeBufs struct {
-	refs                []workerRef
+	refs                []int32
 	depth               []int32
 	walked, closed, sub []uint64
 	died                []int32
@@ -125,8 +98,8 @@ func (b *matchBufs) pooled() *largeBufs {
 	return b.large
 }
 
-// refs returns room for n refs.
-func (b *matchBufs) refs(n int) []workerRef {
+// refs returns room for n slot numbers.
+func (b *matchBufs) refs(n int) []int32 {
 	if n <= len(b.refs1) {
 		return b.refs1[:n]
 	}
@@ -145,8 +118,9 @@ func (b *matchBufs) depth(n int) []int32 {
 	return l.depth
 }
 
-// mask returns a zeroed mask of n words.
-func (b *matchBufs) mask(n int) []uint64 {
+// mask returns a zeroed mask over slots slots.
+func (b *matchBufs) mask(slots int) []uint64 {
+	n := (slots + 63) / 64
 	if n <= len(b.mask1) {
 		return b.mask1[:n]
 	}
@@ -156,15 +130,22 @@ func (b *matchBufs) mask(n int) []uint64 {
 	return l.walked
 }
 
-// jumpRoom returns walkJump's room: a zeroed mask of n words for the
-// workers it jumps through, another mask of n words and a list of up to
-// slots slots. It is always pooled: held in an aliveSet, Match's stack
-// buffers would move to the heap.
-func (b *matchBufs) jumpRoom(n, slots int) (closed, sub []uint64, died []int32) {
+// closedMask returns a second zeroed mask over slots slots, for the
+// workers walkJump strides through. Like jumpRoom it is always pooled:
+// held in an aliveSet, Match's stack buffers would move to the heap.
+func (b *matchBufs) closedMask(slots int) []uint64 {
 	l := b.pooled()
-	l.closed, l.sub, l.died = resize(l.closed, n), resize(l.sub, n), resize(l.died, slots)
+	l.closed = resize(l.closed, (slots+63)/64)
 	clear(l.closed)
-	return l.closed, l.sub, l.died[:0]
+	return l.closed
+}
+
+// jumpRoom returns the rest of walkJump's room: a mask of n words and a
+// list of up to slots slots.
+func (b *matchBufs) jumpRoom(n, slots int) (sub []uint64, died []int32) {
+	l := b.pooled()
+	l.sub, l.died = resize(l.sub, n), resize(l.died, slots)
+	return l.sub, l.died[:0]
 }
 
 func (b *matchBufs) release() {

@@ -321,6 +321,32 @@ func (t *holderTable) resolve(keys []uint64, at []int, out []uint64, over *[matc
 	return nover
 }
 
+// prefetchSets asks the CPU to start loading the bitsets of the big sets
+// among vals, as prefetch does for the table's buckets: walk uses a
+// chunk's sets one stage after resolving it.
+func (t *holderTable) prefetchSets(vals []uint64) {
+	a := &t.sets
+	var at [2 * matchChunk]int
+	n := 0
+	for _, v := range vals {
+		if !isBig(v) {
+			continue
+		}
+		// In 16-byte units, as prefetchLines counts; a set of more than
+		// one cache line (over 512 slots) gets its first two.
+		o := int(uint32(v)) * a.stride / 2
+		at[n] = o
+		n++
+		if a.stride > 8 {
+			at[n] = o + 4
+			n++
+		}
+	}
+	if n > 0 {
+		prefetchWords(a.words, at[:n])
+	}
+}
+
 // finish completes the lookups that resolve listed in over, probing on
 // from their at.
 func (t *holderTable) finish(keys []uint64, at []int, out []uint64, over []uint8) {

@@ -183,6 +183,7 @@ func walk(t *holderTable, hashes []uint64, alive *aliveSet, base int32, depth []
 		keys := chunk(c)
 		if len(keys) > 0 {
 			nover[c%2] = t.resolve(keys, at[c%walkRing][:], got[c%2][:], &over[c%2])
+			t.prefetchSets(got[c%2][:len(keys)])
 		}
 		if p := c - 1; p >= 0 {
 			pkeys := chunk(p)
