@@ -60,10 +60,13 @@ var (
 // those workers are set. The caller holds the read lock that guards t.
 func matchSlots(t *holderTable, nslots int, hashes []uint64, walked, closed []uint64, bufs *matchBufs) []int32 {
 	depth := bufs.depth(nslots)
+	clear(depth)
 	alive := aliveOf(walked)
+	alive.zeroed = true
 	walk(t, hashes, &alive, 0, depth)
 	if closed != nil {
 		jumped := aliveOf(closed)
+		jumped.zeroed = true
 		if jumped.n > 0 {
 			sub, died := bufs.jumpRoom(len(closed), nslots)
 			walkJump(t, hashes, &jumped, depth, sub, died)
@@ -108,7 +111,7 @@ func (b *matchBufs) refs(n int) []int32 {
 	return l.refs
 }
 
-// depth returns room for n depths; walk sets every one Match reads.
+// depth returns room for n depths.
 func (b *matchBufs) depth(n int) []int32 {
 	if n <= len(b.depth1) {
 		return b.depth1[:n]

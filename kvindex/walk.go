@@ -24,6 +24,9 @@ type aliveSet struct {
 	bits  []uint64 // nil once the set is a list
 	track bool
 	died  []int32
+	// zeroed: every member's depth is 0 already, so the many that leave
+	// at the prompt's first block, on a large fleet, need no writing.
+	zeroed bool
 }
 
 // aliveOf returns the set of the slots in b, which it keeps. (A value,
@@ -104,6 +107,9 @@ func (a *aliveSet) step(t *holderTable, v uint64, at int32, depth []int32) bool 
 			}
 			a.bits[i] = w & s
 			a.n -= bits.OnesCount64(d)
+			if at == 0 && a.zeroed && !a.track {
+				continue
+			}
 			for ; d != 0; d &= d - 1 {
 				a.die(int32(i*64+bits.TrailingZeros64(d)), at, depth)
 			}
@@ -125,9 +131,11 @@ func (a *aliveSet) step(t *holderTable, v uint64, at int32, depth []int32) bool 
 			a.bits[w] &^= 1 << (s & 63)
 		}
 	}
-	for i, w := range a.bits {
-		for ; w != 0; w &= w - 1 {
-			a.die(int32(i*64+bits.TrailingZeros64(w)), at, depth)
+	if at != 0 || !a.zeroed || a.track {
+		for i, w := range a.bits {
+			for ; w != 0; w &= w - 1 {
+				a.die(int32(i*64+bits.TrailingZeros64(w)), at, depth)
+			}
 		}
 	}
 	a.fromList(keep[:k])
