@@ -219,13 +219,19 @@ func (a *Approx) Match(hashes []uint64, candidates []string, out []MatchResult) 
 			}
 		}
 	} else {
-		slots = a.cands.resolve(a.gen, candidates, a.slotOf)
+		slots = a.cands.resolve(a.gen, len(a.slots), candidates, a.slotOf).slots
 	}
-	out = resize(out, len(slots))
 	walked := bufs.mask(len(a.slots))
+	for _, s := range slots {
+		if s >= 0 {
+			walked[s>>6] |= 1 << (s & 63)
+		}
+	}
+	depth := matchSlots(a.tab, len(a.slots), hashes, walked, nil, &bufs)
+	out = resize(out, len(slots))
 	for i, s := range slots {
 		if s < 0 {
-			out[i].reset(candidates[i], false, false, 0)
+			out[i].reset(candidates[i], false, false, 0, 0)
 			continue
 		}
 		w := a.slots[s]
@@ -233,14 +239,7 @@ func (a *Approx) Match(hashes []uint64, candidates []string, out []MatchResult) 
 		if candidates != nil {
 			name = candidates[i]
 		}
-		out[i].reset(name, true, false, len(w.held))
-		walked[s>>6] |= 1 << (s & 63)
-	}
-	depth := matchSlots(a.tab, len(a.slots), hashes, walked, nil, &bufs)
-	for i, s := range slots {
-		if s >= 0 {
-			out[i].Blocks = int(depth[s])
-		}
+		out[i].reset(name, true, false, len(w.held), int(depth[s]))
 	}
 	bufs.release()
 	return out

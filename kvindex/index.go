@@ -37,8 +37,10 @@ type Index struct {
 	sink    uint64         // keeps prefetching loads alive
 	gen     uint64         // bumped when a worker is added or removed
 	cands   candidateCache
-	obs     Observer // nil: none
-	stored  []uint64 // device blocks stored by the batch being applied, for obs
+	// nClosed and nOff count the workers whose hot entry says closed, off.
+	nClosed, nOff int
+	obs           Observer // nil: none
+	stored        []uint64 // device blocks stored by the batch being applied, for obs
 }
 
 // Observer learns from the index what state kept beside it must follow:
@@ -108,7 +110,23 @@ type workerHot struct {
 
 // sync refreshes w's hot entry. Caller holds mu for writing.
 func (ix *Index) sync(w *workerState) {
-	ix.hot[w.idx] = workerHot{blocks: w.blocks, stale: w.stale, closed: w.links.prefixClosed(), off: len(w.offRouter) > 0}
+	ix.setHot(w.idx, workerHot{blocks: w.blocks, stale: w.stale, closed: w.links.prefixClosed(), off: len(w.offRouter) > 0})
+}
+
+// setHot sets slot's hot entry and keeps the counts of closed and
+// offloading workers. Caller holds mu for writing.
+func (ix *Index) setHot(slot int, h workerHot) {
+	old := &ix.hot[slot]
+	ix.nClosed += b2i(h.closed) - b2i(old.closed)
+	ix.nOff += b2i(h.off) - b2i(old.off)
+	*old = h
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 type offEntry struct {
@@ -178,7 +196,7 @@ func (ix *Index) RemoveWorker(id string) {
 	delete(ix.workers, id)
 	ix.gen++
 	ix.slots[w.idx] = nil
-	ix.hot[w.idx] = workerHot{}
+	ix.setHot(w.idx, workerHot{})
 }
 
 // HasWorker reports whether id is registered.
@@ -244,6 +262,8 @@ func (ix *Index) Match(hashes []uint64, candidates []string, out []MatchResult) 
 	defer ix.mu.RUnlock()
 	var bufs matchBufs
 	var slots []int32
+	walked := bufs.mask(len(ix.slots))
+	var closed []uint64
 	if candidates == nil {
 		slots = bufs.refs(len(ix.workers))[:0]
 		for i, w := range ix.slots {
@@ -251,46 +271,33 @@ func (ix *Index) Match(hashes []uint64, candidates []string, out []MatchResult) 
 				slots = append(slots, int32(i))
 			}
 		}
+		ix.split(slots, walked, &closed, &bufs)
 	} else {
-		slots = ix.cands.resolve(ix.gen, candidates, ix.slotOf)
-	}
-	out = resize(out, len(slots))
-	walked := bufs.mask(len(ix.slots))
-	jump, off := false, false
-	for i, s := range slots {
-		if s < 0 {
-			out[i].reset(candidates[i], false, false, 0)
-			continue
-		}
-		h := &ix.hot[s]
-		if candidates != nil {
-			out[i].reset(candidates[i], true, h.stale, h.blocks)
+		rc := ix.cands.resolve(ix.gen, len(ix.slots), candidates, ix.slotOf)
+		slots = rc.slots
+		if ix.nClosed == 0 {
+			copy(walked, rc.mask) // the walk changes it
 		} else {
-			out[i].reset(ix.slots[s].id, true, h.stale, h.blocks)
-		}
-		if h.closed {
-			jump = true
-		} else {
-			walked[s>>6] |= 1 << (s & 63)
-		}
-		off = off || h.off
-	}
-	var closed []uint64
-	if jump {
-		closed = bufs.closedMask(len(ix.slots))
-		for _, s := range slots {
-			if s >= 0 && ix.hot[s].closed {
-				closed[s>>6] |= 1 << (s & 63)
-			}
+			ix.split(slots, walked, &closed, &bufs)
 		}
 	}
 	depth := matchSlots(ix.tab, len(ix.slots), hashes, walked, closed, &bufs)
+	out = resize(out, len(slots))
 	for i, s := range slots {
-		if s >= 0 {
-			out[i].Blocks = int(depth[s])
+		if s < 0 {
+			out[i].reset(candidates[i], false, false, 0, 0)
+			continue
 		}
+		h := &ix.hot[s]
+		name := ""
+		if candidates != nil {
+			name = candidates[i]
+		} else {
+			name = ix.slots[s].id
+		}
+		out[i].reset(name, true, h.stale, h.blocks, int(depth[s]))
 	}
-	if off {
+	if ix.nOff > 0 {
 		for i, s := range slots {
 			if s >= 0 && ix.hot[s].off {
 				out[i].HostBlocks, out[i].DiskBlocks = ix.slots[s].offTiers(hashes[out[i].Blocks:])
@@ -299,6 +306,25 @@ func (ix *Index) Match(hashes []uint64, candidates []string, out []MatchResult) 
 	}
 	bufs.release() // after the last use of slots, which may be pooled
 	return out
+}
+
+// split sets in walked the slots of the known workers to walk block by
+// block and, if there are any, in *closed (from bufs) those walkJump may
+// stride through.
+func (ix *Index) split(slots []int32, walked []uint64, closed *[]uint64, bufs *matchBufs) {
+	for _, s := range slots {
+		if s < 0 {
+			continue
+		}
+		if ix.hot[s].closed {
+			if *closed == nil {
+				*closed = bufs.closedMask(len(ix.slots))
+			}
+			(*closed)[s>>6] |= 1 << (s & 63)
+		} else {
+			walked[s>>6] |= 1 << (s & 63)
+		}
+	}
 }
 
 // slotOf returns the slot of worker id, or -1.

@@ -28,9 +28,9 @@ type MatchResult struct {
 // composite literal through the slice instead builds it on the stack with
 // narrow stores and copies it with wide loads, which stall on store
 // forwarding: for 64 candidates that was most of Match's fixed cost.
-func (r *MatchResult) reset(worker string, known, stale bool, cached int) {
+func (r *MatchResult) reset(worker string, known, stale bool, cached, blocks int) {
 	r.Worker = worker
-	r.Blocks = 0
+	r.Blocks = blocks
 	r.Cached = cached
 	r.HostBlocks = 0
 	r.DiskBlocks = 0
