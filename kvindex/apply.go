@@ -182,6 +182,10 @@ func (ix *Index) applyStored(w *workerState, e *vllmwire.BlockStored, st *ApplyS
 	if medium == 0 {
 		ix.sink ^= t.touch(ix.scratch) ^ w.device.touch(ix.keys) ^ w.links.touch(ix.scratch)
 	}
+	if medium == 0 {
+		t.begin(false)
+		defer t.end()
+	}
 	for i, key := range ix.keys {
 		r := ix.scratch[i]
 		if medium != 0 {
@@ -301,9 +305,11 @@ func (ix *Index) applyRemoved(w *workerState, e *vllmwire.BlockRemoved, st *Appl
 	}
 	t := ix.tab
 	ix.sink ^= t.touch(routers) ^ w.links.touch(routers)
+	t.begin(false)
 	for _, r := range routers {
 		ix.dropDevice(w, t, r)
 	}
+	t.end()
 	st.RemovedBlocks += len(routers)
 	ix.scratch = routers
 }

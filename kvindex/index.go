@@ -208,7 +208,9 @@ func (ix *Index) HasWorker(id string) bool {
 
 // purge drops every block of w. Caller holds mu.
 func (ix *Index) purge(w *workerState) {
+	ix.tab.begin(true)
 	w.device.each(func(_, r uint64) { ix.tab.remove(r, w.idx) })
+	ix.tab.end()
 	w.device = newU64Table()
 	w.offDevice = map[uint64]offEntry{}
 	w.offRouter = map[uint64][2]uint32{}

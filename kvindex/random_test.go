@@ -295,18 +295,19 @@ func TestHolderTableAgreesWithMap(t *testing.T) {
 			return rng.IntN(8)
 		}
 	}
+	shared := false // whether any check saw blocks sharing a set
 	check := func(step int) {
 		if tb.count != len(ref) {
 			t.Fatalf("step %d: count %d, want %d", step, tb.count, len(ref))
 		}
-		live := 0
+		sharers := map[uint32]int32{}
 		for k := uint64(1); k <= 5000; k++ {
 			v := tb.get(k)
 			if got, want := members(tb, v), sortedKeys(ref[k]); !slices.Equal(got, want) {
 				t.Fatalf("step %d: get(%d) = %v, want %v", step, k, got, want)
 			}
 			if isBig(v) {
-				live++
+				sharers[uint32(v)]++
 				if n := len(ref[k]); int(tb.sets.count[uint32(v)]) != n || n <= shrinkAt && tb.sets.inlinable(uint32(v)) {
 					t.Fatalf("step %d: big set of %d counts %d", step, n, tb.sets.count[uint32(v)])
 				}
@@ -319,8 +320,14 @@ func TestHolderTableAgreesWithMap(t *testing.T) {
 				}
 			}
 		}
-		if live+len(tb.sets.free) != len(tb.sets.count) {
-			t.Fatalf("step %d: %d big sets live, %d free, %d made", step, live, len(tb.sets.free), len(tb.sets.count))
+		if len(sharers)+len(tb.sets.free) != len(tb.sets.count) || len(tb.sets.pending) != 0 {
+			t.Fatalf("step %d: %d big sets live, %d free, %d pending, %d made", step, len(sharers), len(tb.sets.free), len(tb.sets.pending), len(tb.sets.count))
+		}
+		for id, n := range sharers {
+			shared = shared || n > 1
+			if tb.sets.refs[id] != n {
+				t.Fatalf("step %d: set %d shared by %d blocks, counts %d", step, id, n, tb.sets.refs[id])
+			}
 		}
 		// Match's path: prefetch, resolve and finish a chunk at a time.
 		keys := make([]uint64, matchChunk)
@@ -342,6 +349,22 @@ func TestHolderTableAgreesWithMap(t *testing.T) {
 			}
 		}
 	}
+	// A prompt of 200 blocks that ten workers store in turn, one event
+	// each: from the fifth on, its blocks share one set.
+	for s := 0; s < 10; s++ {
+		tb.begin(false)
+		for k := uint64(1); k <= 200; k++ {
+			tb.add(k, s)
+			if ref[k] == nil {
+				ref[k] = map[int]bool{}
+			}
+			ref[k][s] = true
+		}
+		tb.end()
+	}
+	if v := tb.get(1); !isBig(v) || tb.sets.refs[uint32(v)] != 200 {
+		t.Fatalf("a run stored by ten workers holds set %x, shared %d times", v, tb.sets.refs[uint32(v)])
+	}
 	// Few distinct keys, many collisions: keys from a small range with
 	// low-entropy values stress probe runs.
 	for step := 0; step < 200000; step++ {
@@ -360,6 +383,42 @@ func TestHolderTableAgreesWithMap(t *testing.T) {
 			key = uint64(rng.IntN(300)) + 1
 		}
 		s := slot(step)
+		if step%50 == 0 {
+			// A batch: one slot added to (or taken from) a run of keys,
+			// as an event does, or to keys in any order, as a purge does;
+			// runs whose sets were equal come out sharing one set.
+			add, bulk := rng.IntN(2) == 0, rng.IntN(2) == 0
+			n := rng.IntN(40)
+			tb.begin(bulk)
+			keys := 5000
+			if step >= 100000 {
+				keys = 300
+			}
+			for j := 0; j < n; j++ {
+				k := (key+uint64(j)-1)%uint64(keys) + 1
+				if bulk {
+					k = uint64(rng.IntN(keys)) + 1
+				}
+				if add {
+					if had := tb.add(k, s); had != ref[k][s] {
+						t.Fatalf("step %d: batch add(%d, %d) had=%v", step, k, s, had)
+					}
+					if ref[k] == nil {
+						ref[k] = map[int]bool{}
+					}
+					ref[k][s] = true
+				} else {
+					if had := tb.remove(k, s); had != ref[k][s] {
+						t.Fatalf("step %d: batch remove(%d, %d) had=%v", step, k, s, had)
+					}
+					if delete(ref[k], s); len(ref[k]) == 0 {
+						delete(ref, k)
+					}
+				}
+			}
+			tb.end()
+			continue
+		}
 		if rng.IntN(2) == 0 {
 			had := tb.add(key, s)
 			if had != ref[key][s] {
@@ -383,6 +442,9 @@ func TestHolderTableAgreesWithMap(t *testing.T) {
 		}
 	}
 	check(-1)
+	if !shared {
+		t.Error("no two blocks ever shared a set")
+	}
 	if len(tb.slots) > 4096 {
 		t.Fatalf("table did not shrink: %d slots for %d keys", len(tb.slots), tb.count)
 	}

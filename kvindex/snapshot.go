@@ -380,6 +380,7 @@ func (ix *Index) LoadSnapshot(s *Snapshot) LoadStats {
 		w.links.unknown = w.links.unknown || len(sw.Device) > 0
 		t := ix.tab
 		w.device.reserve(len(sw.Device))
+		t.begin(true)
 		for _, e := range sw.Device {
 			if old, had := w.device.put(e[0], e[1]); had {
 				ix.dropDevice(w, t, old) // a repeated key: the last one wins
@@ -390,6 +391,7 @@ func (ix *Index) LoadSnapshot(s *Snapshot) LoadStats {
 				w.blocks++
 			}
 		}
+		t.end()
 		for _, e := range sw.OffDevice {
 			if oe, had := w.offDevice[e.Key]; had {
 				w.countOff(oe.router, oe.media, -1)

@@ -13,6 +13,9 @@ import "math/bits"
 type holderTable struct {
 	oaTable
 	sets setArena
+	// Within a batch (begin, end), the changes made so far.
+	batch      bool
+	adds, dels setMemo
 }
 
 // holderMaxLoad is the table's maximum load in percent: lower than
@@ -70,30 +73,49 @@ func (t *holderTable) get(key uint64) uint64 { return t.probeFrom(key, t.home(ke
 func (t *holderTable) add(key uint64, slot int) (had bool) {
 	s, _ := t.upsert(key)
 	v := s.val
+	if t.contains(v, slot) {
+		return true
+	}
+	if !t.batch {
+		s.val = t.with(v, slot) // s stays put: only the arena may grow
+		t.sets.settle()
+		return false
+	}
+	if nv, ok := t.adds.get(v, slot); ok {
+		t.sets.retain(nv)
+		t.drop(v)
+		s.val = nv
+		return false
+	}
+	nv := t.with(v, slot)
+	t.adds.put(v, slot, nv)
+	s.val = nv
+	return false
+}
+
+// with returns the set v plus slot (not in v), in place when v is a big
+// set no other block shares.
+func (t *holderTable) with(v uint64, slot int) uint64 {
 	if isBig(v) {
-		return !t.sets.add(uint32(v), slot)
+		id := t.sets.own(uint32(v))
+		t.sets.add(id, slot)
+		return bigVal(id)
 	}
 	lane := uint64(slot + 1)
 	n := 0
 	for x := v; x != 0; x >>= laneBits {
-		if x&laneMask == lane {
-			return true
-		}
 		n++
 	}
 	if n < inlineCap && lane <= maxLane {
-		s.val = v | lane<<(laneBits*n)
-		return false
+		return v | lane<<(laneBits*n)
 	}
-	// A fifth holder, or a slot past the lanes: the set goes big. The
-	// arena may grow, but s points into the table, which does not move.
+	// A fifth holder, or a slot past the lanes: the set goes big.
 	id := t.sets.alloc()
 	for x := v; x != 0; x >>= laneBits {
 		t.sets.add(id, int(x&laneMask)-1)
 	}
 	t.sets.add(id, slot)
-	s.val = bigVal(id)
-	return false
+	return bigVal(id)
 }
 
 // remove takes slot out of key's set, deleting the key when its set
@@ -105,16 +127,40 @@ func (t *holderTable) remove(key uint64, slot int) (had bool) {
 	}
 	s := &t.slots[i]
 	v := s.val
+	if !t.contains(v, slot) {
+		return false
+	}
+	var nv uint64
+	switch got, ok := t.dels.get(v, slot); {
+	case !t.batch:
+		nv = t.without(v, slot)
+		t.sets.settle()
+	case ok:
+		nv = got
+		t.sets.retain(nv)
+		t.drop(v)
+	default:
+		nv = t.without(v, slot)
+		t.dels.put(v, slot, nv)
+	}
+	if s.val = nv; nv == 0 {
+		t.deleteAt(i)
+	}
+	return true
+}
+
+// without returns the set v less slot (in v), in place when v is a big
+// set no other block shares.
+func (t *holderTable) without(v uint64, slot int) uint64 {
 	if isBig(v) {
-		id := uint32(v)
-		if !t.sets.remove(id, slot) {
-			return false
-		}
+		id := t.sets.own(uint32(v))
+		t.sets.remove(id, slot)
 		if t.sets.count[id] <= shrinkAt && t.sets.inlinable(id) {
-			s.val = t.sets.inline(id)
+			nv := t.sets.inline(id)
 			t.sets.release(id)
+			return nv
 		}
-		return true
+		return bigVal(id)
 	}
 	lane := uint64(slot + 1)
 	var out uint64
@@ -123,31 +169,105 @@ func (t *holderTable) remove(key uint64, slot int) (had bool) {
 		if l := x & laneMask; l != lane {
 			out |= l << (laneBits * n)
 			n++
-		} else {
-			had = true
 		}
 	}
-	if !had {
-		return false
+	return out
+}
+
+// drop lets go of one block's share of the set v.
+func (t *holderTable) drop(v uint64) {
+	if isBig(v) {
+		t.sets.release(uint32(v))
 	}
-	if s.val = out; out == 0 {
-		t.deleteAt(i)
+}
+
+// begin starts a batch of changes for one worker slot, such as the
+// blocks of one event: blocks whose sets were equal before a change
+// share one set after it, so that a prompt's run of blocks held by the
+// same many workers keeps one bitset, which walk reads once. bulk is for
+// batches in no particular order (a purge, a snapshot load): it
+// remembers every change, not only the last. end finishes the batch.
+// Outside a batch nothing is shared anew.
+func (t *holderTable) begin(bulk bool) {
+	t.batch = true
+	t.adds.reset(bulk)
+	t.dels.reset(bulk)
+}
+
+// end finishes a batch; set numbers freed during it become reusable only
+// now, so that a remembered number always means the set it meant.
+func (t *holderTable) end() {
+	t.batch = false
+	t.adds.reset(false)
+	t.dels.reset(false)
+	t.sets.settle()
+}
+
+// setMemo remembers, within a batch, what the sets changed by adding or
+// removing one slot became: a block whose set was equal to one already
+// changed takes the same result. Inline sets are values, big ones set
+// numbers, so equal values mean equal sets.
+type setMemo struct {
+	slot     int
+	from, to uint64
+	valid    bool
+	m        map[uint64]uint64 // bulk batches: every change
+}
+
+func (m *setMemo) reset(bulk bool) {
+	m.valid = false
+	if bulk {
+		if m.m == nil {
+			m.m = map[uint64]uint64{}
+		}
+		clear(m.m)
+		m.slot = -1
+	} else {
+		m.m = nil
 	}
-	return true
+}
+
+func (m *setMemo) get(v uint64, slot int) (uint64, bool) {
+	if m.m != nil {
+		if slot != m.slot {
+			return 0, false
+		}
+		nv, ok := m.m[v]
+		return nv, ok
+	}
+	if m.valid && m.from == v && m.slot == slot {
+		return m.to, true
+	}
+	return 0, false
+}
+
+func (m *setMemo) put(v uint64, slot int, nv uint64) {
+	if m.m != nil {
+		if slot != m.slot {
+			clear(m.m)
+			m.slot = slot
+		}
+		m.m[v] = nv
+		return
+	}
+	m.from, m.to, m.slot, m.valid = v, nv, slot, true
 }
 
 // bytes is the memory of the slots and of the big sets.
 func (t *holderTable) bytes() int { return t.oaTable.bytes() + t.sets.bytes() }
 
 // setArena holds the big holder sets: bitsets over worker slots, stride
-// words each, numbered from 0, with their member counts. Freed numbers
-// are reused. The stride grows (every set copied once) when a worker slot
-// past it appears.
+// words each, numbered from 0, with their member counts and how many
+// blocks share each. A shared set is copied before it changes. Freed
+// numbers are reused after settle. The stride grows (every set copied
+// once) when a worker slot past it appears.
 type setArena struct {
-	stride int
-	words  []uint64
-	count  []int32
-	free   []uint32
+	stride  int
+	words   []uint64
+	count   []int32
+	refs    []int32
+	free    []uint32
+	pending []uint32 // freed, reusable after settle
 }
 
 // words returns set id's bitset.
@@ -156,22 +276,55 @@ func (a *setArena) set(id uint32) []uint64 {
 	return a.words[o : o+a.stride : o+a.stride]
 }
 
+// alloc returns an empty set with one sharer.
 func (a *setArena) alloc() uint32 {
 	if n := len(a.free); n > 0 {
 		id := a.free[n-1]
 		a.free = a.free[:n-1]
+		a.refs[id] = 1
 		return id
 	}
 	id := uint32(len(a.count))
 	a.count = append(a.count, 0)
+	a.refs = append(a.refs, 1)
 	a.words = append(a.words, make([]uint64, a.stride)...)
 	return id
 }
 
+// own returns a set equal to id that only the caller's block holds: id
+// itself, or a copy of it, leaving id to its other sharers.
+func (a *setArena) own(id uint32) uint32 {
+	if a.refs[id] == 1 {
+		return id
+	}
+	c := a.alloc()
+	copy(a.set(c), a.set(id))
+	a.count[c] = a.count[id]
+	a.refs[id]--
+	return c
+}
+
+// retain adds a sharer to the set v, if big.
+func (a *setArena) retain(v uint64) {
+	if isBig(v) {
+		a.refs[uint32(v)]++
+	}
+}
+
+// release lets go of one sharer of set id, freeing it after the last.
 func (a *setArena) release(id uint32) {
+	if a.refs[id]--; a.refs[id] > 0 {
+		return
+	}
 	clear(a.set(id))
 	a.count[id] = 0
-	a.free = append(a.free, id)
+	a.pending = append(a.pending, id)
+}
+
+// settle makes the sets freed since the last settle reusable.
+func (a *setArena) settle() {
+	a.free = append(a.free, a.pending...)
+	a.pending = a.pending[:0]
 }
 
 // widen makes room for slot in every set.
@@ -247,7 +400,9 @@ func (a *setArena) inline(id uint32) uint64 {
 	return v
 }
 
-func (a *setArena) bytes() int { return len(a.words)*8 + len(a.count)*4 + len(a.free)*4 }
+func (a *setArena) bytes() int {
+	return len(a.words)*8 + len(a.count)*8 + (len(a.free)+len(a.pending))*4
+}
 
 // prefetch computes the home slot of each key into at and asks the CPU to
 // start loading those buckets without waiting for them: walk prefetches a

@@ -180,6 +180,7 @@ func walk(t *holderTable, hashes []uint64, alive *aliveSet, base int32, depth []
 		got   [2][matchChunk]uint64
 		over  [2][matchChunk]uint8
 		nover [2]int
+		last  = ^uint64(0) // no set is all ones
 	)
 	chunk := func(c int) []uint64 {
 		return hashes[min(c*matchChunk, n):min((c+1)*matchChunk, n)]
@@ -201,8 +202,13 @@ func walk(t *holderTable, hashes []uint64, alive *aliveSet, base int32, depth []
 			g := &got[p%2]
 			t.finish(pkeys, at[p%walkRing][:], g[:], over[p%2][:nover[p%2]])
 			for j := range pkeys {
-				if !alive.step(t, g[j], base+int32(p*matchChunk+j), depth) {
-					return
+				// A run of blocks held by the same workers usually shares
+				// one set (holderTable.begin): only a change is a step.
+				if v := g[j]; v != last {
+					last = v
+					if !alive.step(t, v, base+int32(p*matchChunk+j), depth) {
+						return
+					}
 				}
 			}
 		}
