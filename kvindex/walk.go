@@ -188,13 +188,28 @@ func walk(t *holderTable, hashes []uint64, alive *aliveSet, base int32, depth []
 	for c := 0; c < walkAhead; c++ {
 		t.prefetch(chunk(c), at[c%walkRing][:])
 	}
-	for c := 0; ; c++ {
+	// The first chunk is used as soon as it is resolved: many prompts
+	// part from every candidate within it, and waiting for the next
+	// chunk's loads first would cost them a whole memory latency.
+	keys := chunk(0)
+	nover[0] = t.resolve(keys, at[0][:], got[0][:], &over[0])
+	t.finish(keys, at[0][:], got[0][:], over[0][:nover[0]])
+	for j, v := range got[0][:len(keys)] {
+		if v != last {
+			last = v
+			if !alive.step(t, v, base+int32(j), depth) {
+				return
+			}
+		}
+	}
+	t.prefetch(chunk(walkAhead), at[walkAhead%walkRing][:])
+	for c := 1; ; c++ {
 		keys := chunk(c)
 		if len(keys) > 0 {
 			nover[c%2] = t.resolve(keys, at[c%walkRing][:], got[c%2][:], &over[c%2])
 			t.prefetchSets(got[c%2][:len(keys)])
 		}
-		if p := c - 1; p >= 0 {
+		if p := c - 1; p >= 1 {
 			pkeys := chunk(p)
 			if len(pkeys) == 0 {
 				break
