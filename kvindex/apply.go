@@ -181,8 +181,7 @@ func (ix *Index) applyStored(w *workerState, e *vllmwire.BlockStored, st *ApplyS
 	t := ix.tab
 	if medium == 0 {
 		ix.sink ^= t.touch(ix.scratch) ^ w.device.touch(ix.keys) ^ w.links.touch(ix.scratch)
-	}
-	if medium == 0 {
+		// One event's blocks that had equal holder sets share the result.
 		t.begin(false)
 		defer t.end()
 	}

@@ -70,105 +70,114 @@ func (m *refModel) match(prompt []uint64, w string) (blocks, cached int) {
 // sharing prefixes, removes (some of hashes never stored), offloads to
 // CPU, clears; and compares every worker's Match on random prompts.
 func TestIndexAgreesWithReferenceModelOnRandomStreams(t *testing.T) {
-	for seed := uint64(1); seed <= 6; seed++ {
-		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(seed, 99))
-			const docs, docBlocks = 12, 24
-			// Documents share prefixes: doc d copies the first d%5*3 blocks of doc 0.
-			tokens := make([][]uint32, docs)
-			for d := range tokens {
-				tokens[d] = doc(d, docBlocks)
-				copy(tokens[d], tokens[0][:(d%5)*3*testBS])
-			}
-			seed0 := Seed(testModel, "", "")
-			routers := make([][]uint64, docs)
-			ref := newRefModel()
-			engine := func(d, j int) vllmwire.EngineHash {
-				// Engine hashes are a function of content, like vLLM's.
-				return vllmwire.HashUint(routers[d][j] ^ 0xabcdef)
-			}
-			for d := range routers {
-				routers[d] = HashBlocks(seed0, tokens[d], testBS, nil)
-				for j, r := range routers[d] {
-					ref.router[engine(d, j).Key()] = r
-				}
-			}
-			ix := New(Config{})
-			workers := []string{"w0", "w1", "w2", "w3", "w4"}
-			for _, w := range workers {
-				ix.AddWorker(w, testModel, testBS)
-			}
-			var out []MatchResult
-			nonzero := 0
-			for step := 0; step < 4000; step++ {
-				w := workers[rng.IntN(len(workers))]
-				var ev vllmwire.Event
-				switch p := rng.IntN(100); {
-				case p < 55:
-					d, from := rng.IntN(docs), rng.IntN(docBlocks)
-					to := min(docBlocks, from+1+rng.IntN(6))
-					e := vllmwire.BlockStored{BlockSize: testBS, TokenIDs: tokens[d][from*testBS : to*testBS]}
-					for j := from; j < to; j++ {
-						e.BlockHashes = append(e.BlockHashes, engine(d, j))
-					}
-					if from > 0 {
-						e.ParentBlockHash = ptr(engine(d, from-1))
-					}
-					if rng.IntN(5) == 0 {
-						e.Medium = ptr(vllmwire.MediumCPU)
-					}
-					ev = e
-				case p < 97:
-					e := vllmwire.BlockRemoved{}
-					for k := rng.IntN(5); k >= 0; k-- {
-						d, j := rng.IntN(docs), rng.IntN(docBlocks)
-						e.BlockHashes = append(e.BlockHashes, engine(d, j))
-					}
-					if rng.IntN(5) == 0 {
-						e.Medium = ptr(vllmwire.MediumCPU)
-					}
-					ev = e
-				default:
-					ev = vllmwire.AllBlocksCleared{}
-				}
-				ref.apply(w, ev)
-				ix.Apply(w, vllmwire.EventBatch{Events: []vllmwire.Event{ev}})
+	// Five workers: sets mostly inline; seventy: big sets over two words,
+	// shared by the blocks of an event and copied when one changes.
+	for _, fleet := range []struct{ workers, steps int }{{5, 4000}, {70, 12000}} {
+		for seed := uint64(1); seed <= 6; seed++ {
+			t.Run(fmt.Sprint(fleet.workers, "workers/seed", seed), func(t *testing.T) {
+				testAgainstReference(t, seed, fleet.workers, fleet.steps)
+			})
+		}
+	}
+}
 
-				if step%7 == 0 {
-					d := rng.IntN(docs)
-					prompt := routers[d][:1+rng.IntN(docBlocks)]
-					cands := slices.Clone(workers)
-					rng.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
-					cands = append(cands[:1+rng.IntN(len(cands))], "nobody")
-					out = ix.Match(prompt, cands, out)
-					for i, r := range out {
-						if r.Worker != cands[i] {
-							t.Fatalf("step %d: result %d for %s, want %s", step, i, r.Worker, cands[i])
-						}
-						wb, wc := ref.match(prompt, r.Worker)
-						if wb > 0 {
-							nonzero++
-						}
-						if r.Blocks != wb || r.Cached != wc {
-							t.Fatalf("step %d: %s matched %d cached %d, reference %d cached %d",
-								step, r.Worker, r.Blocks, r.Cached, wb, wc)
-						}
-					}
+func testAgainstReference(t *testing.T, seed uint64, nworkers, steps int) {
+	rng := rand.New(rand.NewPCG(seed, 99))
+	const docs, docBlocks = 12, 24
+	// Documents share prefixes: doc d copies the first d%5*3 blocks of doc 0.
+	tokens := make([][]uint32, docs)
+	for d := range tokens {
+		tokens[d] = doc(d, docBlocks)
+		copy(tokens[d], tokens[0][:(d%5)*3*testBS])
+	}
+	seed0 := Seed(testModel, "", "")
+	routers := make([][]uint64, docs)
+	ref := newRefModel()
+	engine := func(d, j int) vllmwire.EngineHash {
+		// Engine hashes are a function of content, like vLLM's.
+		return vllmwire.HashUint(routers[d][j] ^ 0xabcdef)
+	}
+	for d := range routers {
+		routers[d] = HashBlocks(seed0, tokens[d], testBS, nil)
+		for j, r := range routers[d] {
+			ref.router[engine(d, j).Key()] = r
+		}
+	}
+	ix := New(Config{})
+	var workers []string
+	for i := range nworkers {
+		workers = append(workers, fmt.Sprint("w", i))
+		ix.AddWorker(workers[i], testModel, testBS)
+	}
+	var out []MatchResult
+	nonzero := 0
+	for step := 0; step < steps; step++ {
+		w := workers[rng.IntN(len(workers))]
+		var ev vllmwire.Event
+		switch p := rng.IntN(100); {
+		case p < 55:
+			d, from := rng.IntN(docs), rng.IntN(docBlocks)
+			to := min(docBlocks, from+1+rng.IntN(6))
+			e := vllmwire.BlockStored{BlockSize: testBS, TokenIDs: tokens[d][from*testBS : to*testBS]}
+			for j := from; j < to; j++ {
+				e.BlockHashes = append(e.BlockHashes, engine(d, j))
+			}
+			if from > 0 {
+				e.ParentBlockHash = ptr(engine(d, from-1))
+			}
+			if rng.IntN(5) == 0 {
+				e.Medium = ptr(vllmwire.MediumCPU)
+			}
+			ev = e
+		case p < 97:
+			e := vllmwire.BlockRemoved{}
+			for k := rng.IntN(5); k >= 0; k-- {
+				d, j := rng.IntN(docs), rng.IntN(docBlocks)
+				e.BlockHashes = append(e.BlockHashes, engine(d, j))
+			}
+			if rng.IntN(5) == 0 {
+				e.Medium = ptr(vllmwire.MediumCPU)
+			}
+			ev = e
+		default:
+			ev = vllmwire.AllBlocksCleared{}
+		}
+		ref.apply(w, ev)
+		ix.Apply(w, vllmwire.EventBatch{Events: []vllmwire.Event{ev}})
+
+		if step%7 == 0 {
+			d := rng.IntN(docs)
+			prompt := routers[d][:1+rng.IntN(docBlocks)]
+			cands := slices.Clone(workers)
+			rng.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
+			cands = append(cands[:1+rng.IntN(len(cands))], "nobody")
+			out = ix.Match(prompt, cands, out)
+			for i, r := range out {
+				if r.Worker != cands[i] {
+					t.Fatalf("step %d: result %d for %s, want %s", step, i, r.Worker, cands[i])
+				}
+				wb, wc := ref.match(prompt, r.Worker)
+				if wb > 0 {
+					nonzero++
+				}
+				if r.Blocks != wb || r.Cached != wc {
+					t.Fatalf("step %d: %s matched %d cached %d, reference %d cached %d",
+						step, r.Worker, r.Blocks, r.Cached, wb, wc)
 				}
 			}
-			if nonzero < 100 {
-				t.Fatalf("only %d non-empty matches: the stream does not exercise the index", nonzero)
-			}
-			s := ix.Stats()
-			entries := 0
-			for _, w := range workers {
-				_, c := ref.match(nil, w)
-				entries += c
-			}
-			if s.Entries != entries {
-				t.Fatalf("index holds %d entries, reference %d", s.Entries, entries)
-			}
-		})
+		}
+	}
+	if nonzero < 100 {
+		t.Fatalf("only %d non-empty matches: the stream does not exercise the index", nonzero)
+	}
+	s := ix.Stats()
+	entries := 0
+	for _, w := range workers {
+		_, c := ref.match(nil, w)
+		entries += c
+	}
+	if s.Entries != entries {
+		t.Fatalf("index holds %d entries, reference %d", s.Entries, entries)
 	}
 }
 
