@@ -83,6 +83,7 @@ func (a *Approx) Record(worker string, hashes []uint64) {
 	a.expire(now)
 	w := a.worker(worker)
 	a.seq++
+	a.tab.begin(false) // the prompt's blocks that had equal sets share the result
 	for _, h := range hashes {
 		if _, ok := w.held[h]; !ok {
 			a.size++
@@ -90,6 +91,7 @@ func (a *Approx) Record(worker string, hashes []uint64) {
 		}
 		w.held[h] = a.seq
 	}
+	a.tab.end()
 	a.queue = append(a.queue, apxRecord{seq: a.seq, at: now, worker: w, hashes: append([]uint64(nil), hashes...)})
 	if a.size > a.cfg.MaxBlocks {
 		a.prune(int(float64(a.cfg.MaxBlocks) * a.cfg.PruneTo))
@@ -154,6 +156,7 @@ func (a *Approx) dropFrom(rec *apxRecord, i int) {
 	if w.held == nil {
 		return // the worker was removed
 	}
+	a.tab.begin(false)
 	for _, h := range rec.hashes[i:] {
 		if w.held[h] == rec.seq {
 			delete(w.held, h)
@@ -161,6 +164,7 @@ func (a *Approx) dropFrom(rec *apxRecord, i int) {
 			a.size--
 		}
 	}
+	a.tab.end()
 }
 
 func (a *Approx) pop() {
@@ -180,9 +184,11 @@ func (a *Approx) RemoveWorker(worker string) {
 	if w == nil {
 		return
 	}
+	a.tab.begin(true)
 	for h := range w.held {
 		a.tab.remove(h, w.idx)
 	}
+	a.tab.end()
 	a.size -= len(w.held)
 	w.held = nil // records still queued see a removed worker
 	delete(a.workers, worker)
