@@ -37,8 +37,10 @@ type Index struct {
 	sink    uint64         // keeps prefetching loads alive
 	gen     uint64         // bumped when a worker is added or removed
 	cands   candidateCache
-	// nClosed and nOff count the workers whose hot entry says closed, off.
+	// nClosed and nOff count the workers whose hot entry says closed, off;
+	// closed has the bits of the closed ones' slots.
 	nClosed, nOff int
+	closed        []uint64
 	obs           Observer // nil: none
 	stored        []uint64 // device blocks stored by the batch being applied, for obs
 }
@@ -114,11 +116,20 @@ func (ix *Index) sync(w *workerState) {
 }
 
 // setHot sets slot's hot entry and keeps the counts of closed and
-// offloading workers. Caller holds mu for writing.
+// offloading workers and the bitset of closed ones. Caller holds mu for
+// writing.
 func (ix *Index) setHot(slot int, h workerHot) {
 	old := &ix.hot[slot]
 	ix.nClosed += b2i(h.closed) - b2i(old.closed)
 	ix.nOff += b2i(h.off) - b2i(old.off)
+	for len(ix.closed) <= slot>>6 {
+		ix.closed = append(ix.closed, 0)
+	}
+	if h.closed {
+		ix.closed[slot>>6] |= 1 << (slot & 63)
+	} else {
+		ix.closed[slot>>6] &^= 1 << (slot & 63)
+	}
 	*old = h
 }
 
@@ -277,10 +288,14 @@ func (ix *Index) Match(hashes []uint64, candidates []string, out []MatchResult) 
 	} else {
 		rc := ix.cands.resolve(ix.gen, len(ix.slots), candidates, ix.slotOf)
 		slots = rc.slots
-		if ix.nClosed == 0 {
-			copy(walked, rc.mask) // the walk changes it
-		} else {
-			ix.split(slots, walked, &closed, &bufs)
+		copy(walked, rc.mask) // the walk changes it
+		if ix.nClosed > 0 {
+			// Those that may be jumped through go to a second set.
+			closed = bufs.closedMask(len(ix.slots))
+			for i, m := range walked {
+				closed[i] = m & ix.closed[i]
+				walked[i] = m &^ ix.closed[i]
+			}
 		}
 	}
 	depth := matchSlots(ix.tab, len(ix.slots), hashes, walked, closed, &bufs)
