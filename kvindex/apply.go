@@ -178,9 +178,12 @@ func (ix *Index) applyStored(w *workerState, e *vllmwire.BlockStored, st *ApplyS
 	ix.scratch = HashBlocksMM(prev, e.TokenIDs, e.BlockSize, mmKeys, ix.scratch[:0])
 	ix.keys = engineKeys(e.BlockHashes, ix.keys[:0])
 	medium := mediaBit(e.Medium)
-	t := ix.words[w.word]
+	t := ix.tab
 	if medium == 0 {
 		ix.sink ^= t.touch(ix.scratch) ^ w.device.touch(ix.keys) ^ w.links.touch(ix.scratch)
+		// One event's blocks that had equal holder sets share the result.
+		t.begin(false)
+		defer t.end()
 	}
 	for i, key := range ix.keys {
 		r := ix.scratch[i]
@@ -208,7 +211,7 @@ func (ix *Index) applyStored(w *workerState, e *vllmwire.BlockStored, st *ApplyS
 			// The engine reused a hash for other content: the new block wins.
 			ix.dropDevice(w, t, old)
 		}
-		if t.set(r, w.bit) {
+		if t.add(r, w.idx) {
 			w.dups[r]++
 		} else {
 			w.blocks++
@@ -240,9 +243,9 @@ func (w *workerState) router(key uint64) (uint64, bool) {
 }
 
 // dropDevice removes one device holding of router hash r by w.
-func (ix *Index) dropDevice(w *workerState, t *bitTable, r uint64) {
+func (ix *Index) dropDevice(w *workerState, t *holderTable, r uint64) {
 	if len(w.dups) == 0 {
-		if t.clear(r, w.bit) {
+		if t.remove(r, w.idx) {
 			w.blocks--
 			w.links.dropped(r)
 		}
@@ -256,7 +259,7 @@ func (ix *Index) dropDevice(w *workerState, t *bitTable, r uint64) {
 		}
 		return
 	}
-	if t.clear(r, w.bit) {
+	if t.remove(r, w.idx) {
 		w.blocks--
 		w.links.dropped(r)
 	}
@@ -299,11 +302,13 @@ func (ix *Index) applyRemoved(w *workerState, e *vllmwire.BlockRemoved, st *Appl
 		}
 		routers = append(routers, r)
 	}
-	t := ix.words[w.word]
+	t := ix.tab
 	ix.sink ^= t.touch(routers) ^ w.links.touch(routers)
+	t.begin(false)
 	for _, r := range routers {
 		ix.dropDevice(w, t, r)
 	}
+	t.end()
 	st.RemovedBlocks += len(routers)
 	ix.scratch = routers
 }

@@ -30,20 +30,18 @@ type Approx struct {
 	cfg     ApproxConfig
 	workers map[string]*apxWorker
 	slots   []*apxWorker
-	words   []*bitTable
+	tab     *holderTable
 	queue   []apxRecord // oldest first, from head
 	head    int
 	seq     uint64
 	size    int
 	gen     uint64 // bumped when a worker is added or removed
-	cands   candidateCache[apxWorker]
+	cands   candidateCache
 }
 
 type apxWorker struct {
-	id   string
-	idx  int
-	word int
-	bit  uint64
+	id  string
+	idx int // slot in Approx.slots and in holder sets
 	// held maps each block hash to the sequence number of the newest
 	// record that holds it; an older record no longer owns the block.
 	held map[uint64]uint64
@@ -70,7 +68,7 @@ func NewApprox(cfg ApproxConfig) *Approx {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Approx{cfg: cfg, workers: map[string]*apxWorker{}}
+	return &Approx{cfg: cfg, workers: map[string]*apxWorker{}, tab: newHolderTable(0)}
 }
 
 // Record notes that the router sent a prompt with these block hashes to
@@ -85,14 +83,15 @@ func (a *Approx) Record(worker string, hashes []uint64) {
 	a.expire(now)
 	w := a.worker(worker)
 	a.seq++
-	t := a.words[w.word]
+	a.tab.begin(false) // the prompt's blocks that had equal sets share the result
 	for _, h := range hashes {
 		if _, ok := w.held[h]; !ok {
 			a.size++
-			t.set(h, w.bit)
+			a.tab.add(h, w.idx)
 		}
 		w.held[h] = a.seq
 	}
+	a.tab.end()
 	a.queue = append(a.queue, apxRecord{seq: a.seq, at: now, worker: w, hashes: append([]uint64(nil), hashes...)})
 	if a.size > a.cfg.MaxBlocks {
 		a.prune(int(float64(a.cfg.MaxBlocks) * a.cfg.PruneTo))
@@ -110,14 +109,19 @@ func (a *Approx) worker(id string) *apxWorker {
 	if idx == len(a.slots) {
 		a.slots = append(a.slots, nil)
 	}
-	w := &apxWorker{id: id, idx: idx, word: idx / 64, bit: 1 << (idx % 64), held: map[uint64]uint64{}}
+	w := &apxWorker{id: id, idx: idx, held: map[uint64]uint64{}}
 	a.slots[idx] = w
-	for len(a.words) <= w.word {
-		a.words = append(a.words, newBitTable(0))
-	}
 	a.workers[id] = w
 	a.gen++
 	return w
+}
+
+// slotOf returns the slot of worker id, or -1.
+func (a *Approx) slotOf(id string) int32 {
+	if w := a.workers[id]; w != nil {
+		return int32(w.idx)
+	}
+	return -1
 }
 
 // expire drops records older than the TTL. Caller holds the write lock.
@@ -152,14 +156,15 @@ func (a *Approx) dropFrom(rec *apxRecord, i int) {
 	if w.held == nil {
 		return // the worker was removed
 	}
-	t := a.words[w.word]
+	a.tab.begin(false)
 	for _, h := range rec.hashes[i:] {
 		if w.held[h] == rec.seq {
 			delete(w.held, h)
-			t.clear(h, w.bit)
+			a.tab.remove(h, w.idx)
 			a.size--
 		}
 	}
+	a.tab.end()
 }
 
 func (a *Approx) pop() {
@@ -179,10 +184,11 @@ func (a *Approx) RemoveWorker(worker string) {
 	if w == nil {
 		return
 	}
-	t := a.words[w.word]
+	a.tab.begin(true)
 	for h := range w.held {
-		t.clear(h, w.bit)
+		a.tab.remove(h, w.idx)
 	}
+	a.tab.end()
 	a.size -= len(w.held)
 	w.held = nil // records still queued see a removed worker
 	delete(a.workers, worker)
@@ -209,34 +215,38 @@ func (a *Approx) Match(hashes []uint64, candidates []string, out []MatchResult) 
 		a.mu.RLock()
 	}
 	defer a.mu.RUnlock()
-	var wsBuf [64]*apxWorker
-	ws := wsBuf[:0]
+	var bufs matchBufs
+	var slots []int32
 	if candidates == nil {
-		for _, w := range a.slots {
+		slots = bufs.refs(len(a.workers))[:0]
+		for i, w := range a.slots {
 			if w != nil {
-				ws = append(ws, w)
+				slots = append(slots, int32(i))
 			}
 		}
 	} else {
-		ws = a.cands.resolve(a.gen, candidates, func(id string) *apxWorker { return a.workers[id] })
+		slots = a.cands.resolve(a.gen, len(a.slots), candidates, a.slotOf).slots
 	}
-	out = resize(out, len(ws))
-	var bufs matchBufs
-	refs := bufs.refs(len(ws))
-	for i, w := range ws {
-		if w == nil {
-			out[i].reset(candidates[i], false, false, 0)
-			refs[i] = workerRef{idx: -1}
+	walked := bufs.mask(len(a.slots))
+	for _, s := range slots {
+		if s >= 0 {
+			walked[s>>6] |= 1 << (s & 63)
+		}
+	}
+	depth := matchSlots(a.tab, len(a.slots), hashes, walked, nil, &bufs)
+	out = resize(out, len(slots))
+	for i, s := range slots {
+		if s < 0 {
+			out[i].reset(candidates[i], false, false, 0, 0)
 			continue
 		}
+		w := a.slots[s]
 		name := w.id
 		if candidates != nil {
 			name = candidates[i]
 		}
-		out[i].reset(name, true, false, len(w.held))
-		refs[i] = workerRef{idx: w.idx, word: w.word, bit: w.bit}
+		out[i].reset(name, true, false, len(w.held), int(depth[s]))
 	}
-	matchWords(a.words, len(a.slots), hashes, refs, out, &bufs)
 	bufs.release()
 	return out
 }

@@ -316,12 +316,18 @@ type matchFloor struct {
 }
 
 func newMatchFloor(f *matchFixture) *matchFloor {
-	t := f.ix.words[0]
+	t := f.ix.tab
 	fl := &matchFloor{pos: make(map[uint64]int32, t.count)}
 	for _, s := range t.slots {
 		if s.key != 0 {
+			// The floor reads a 64-bit set per block, as a fleet of 64
+			// workers could at best.
+			var set uint64
+			for _, m := range members(t, s.val) {
+				set |= 1 << m
+			}
 			fl.pos[s.key] = int32(len(fl.flat))
-			fl.flat = append(fl.flat, s)
+			fl.flat = append(fl.flat, oaSlot{key: s.key, val: set})
 		}
 	}
 	return fl

@@ -1,9 +1,6 @@
 package kvindex
 
-import (
-	"math/bits"
-	"sync"
-)
+import "sync"
 
 // Config tunes an Index. The zero value works.
 type Config struct {
@@ -23,23 +20,29 @@ type Config struct {
 // block hash, which workers hold it on the device tier. Any number of
 // goroutines may call Match while others Apply batches.
 //
-// Workers get dense indices; word w of the index is a bitTable holding the
-// sets of workers 64w..64w+63, so a fleet of up to 64 workers costs one
-// 16-byte slot per distinct block and no per-entry pointers.
+// Workers get dense slot numbers. One holderTable maps every distinct
+// router hash to the set of slots holding it (up to four inline in its
+// 16-byte slot, more as a bitset beside the table), so a lookup probes
+// one slot per prompt block whatever the size of the fleet, and costs
+// memory per distinct block rather than per worker.
 type Index struct {
 	mu      sync.RWMutex
 	cfg     Config
 	workers map[string]*workerState
 	slots   []*workerState // by dense index; nil when free
 	hot     []workerHot    // by dense index: what Match reads of each worker
-	words   []*bitTable    // words[w] holds bits of workers 64w..64w+63
+	tab     *holderTable   // router hash -> slots of the workers holding it
 	scratch []uint64       // router hashes of the event being applied
 	keys    []uint64       // engine keys of the event being applied
 	sink    uint64         // keeps prefetching loads alive
 	gen     uint64         // bumped when a worker is added or removed
-	cands   candidateCache[workerState]
-	obs     Observer // nil: none
-	stored  []uint64 // device blocks stored by the batch being applied, for obs
+	cands   candidateCache
+	// nClosed and nOff count the workers whose hot entry says closed, off;
+	// closed has the bits of the closed ones' slots.
+	nClosed, nOff int
+	closed        []uint64
+	obs           Observer // nil: none
+	stored        []uint64 // device blocks stored by the batch being applied, for obs
 }
 
 // Observer learns from the index what state kept beside it must follow:
@@ -75,9 +78,7 @@ func (ix *Index) reset(w *workerState) {
 type workerState struct {
 	id, model string
 	blockSize int
-	idx       int
-	word      int
-	bit       uint64
+	idx       int // slot in Index.slots and in holder sets
 	// device maps each device-tier engine hash key to its router hash.
 	device *u64Table
 	// offDevice holds blocks stored in other media (CPU, disk): engine key
@@ -111,7 +112,32 @@ type workerHot struct {
 
 // sync refreshes w's hot entry. Caller holds mu for writing.
 func (ix *Index) sync(w *workerState) {
-	ix.hot[w.idx] = workerHot{blocks: w.blocks, stale: w.stale, closed: w.links.prefixClosed(), off: len(w.offRouter) > 0}
+	ix.setHot(w.idx, workerHot{blocks: w.blocks, stale: w.stale, closed: w.links.prefixClosed(), off: len(w.offRouter) > 0})
+}
+
+// setHot sets slot's hot entry and keeps the counts of closed and
+// offloading workers and the bitset of closed ones. Caller holds mu for
+// writing.
+func (ix *Index) setHot(slot int, h workerHot) {
+	old := &ix.hot[slot]
+	ix.nClosed += b2i(h.closed) - b2i(old.closed)
+	ix.nOff += b2i(h.off) - b2i(old.off)
+	for len(ix.closed) <= slot>>6 {
+		ix.closed = append(ix.closed, 0)
+	}
+	if h.closed {
+		ix.closed[slot>>6] |= 1 << (slot & 63)
+	} else {
+		ix.closed[slot>>6] &^= 1 << (slot & 63)
+	}
+	*old = h
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 type offEntry struct {
@@ -126,7 +152,7 @@ const (
 
 // New returns an empty index.
 func New(cfg Config) *Index {
-	return &Index{cfg: cfg, workers: map[string]*workerState{}}
+	return &Index{cfg: cfg, workers: map[string]*workerState{}, tab: newHolderTable(cfg.InitialBlocks)}
 }
 
 // AddWorker registers a worker, its model (the seed of its hash chains) and
@@ -155,7 +181,7 @@ func (ix *Index) AddWorker(id, model string, blockSize int) {
 	}
 	w := &workerState{
 		id: id, model: model, blockSize: blockSize, seed: Seed(model, "", ""),
-		idx: idx, word: idx / 64, bit: 1 << (idx % 64),
+		idx:       idx,
 		device:    newU64Table(),
 		offDevice: map[uint64]offEntry{},
 		offRouter: map[uint64][2]uint32{},
@@ -163,9 +189,6 @@ func (ix *Index) AddWorker(id, model string, blockSize int) {
 		links:     ix.newLinks(),
 	}
 	ix.slots[idx] = w
-	for len(ix.words) <= w.word {
-		ix.words = append(ix.words, newBitTable(ix.cfg.InitialBlocks))
-	}
 	ix.workers[id] = w
 	ix.sync(w)
 	ix.gen++
@@ -184,7 +207,7 @@ func (ix *Index) RemoveWorker(id string) {
 	delete(ix.workers, id)
 	ix.gen++
 	ix.slots[w.idx] = nil
-	ix.hot[w.idx] = workerHot{}
+	ix.setHot(w.idx, workerHot{})
 }
 
 // HasWorker reports whether id is registered.
@@ -196,8 +219,9 @@ func (ix *Index) HasWorker(id string) bool {
 
 // purge drops every block of w. Caller holds mu.
 func (ix *Index) purge(w *workerState) {
-	t := ix.words[w.word]
-	w.device.each(func(_, r uint64) { t.clear(r, w.bit) })
+	ix.tab.begin(true)
+	w.device.each(func(_, r uint64) { ix.tab.remove(r, w.idx) })
+	ix.tab.end()
 	w.device = newU64Table()
 	w.offDevice = map[uint64]offEntry{}
 	w.offRouter = map[uint64][2]uint32{}
@@ -249,42 +273,83 @@ func (ix *Index) Reset(worker string) {
 func (ix *Index) Match(hashes []uint64, candidates []string, out []MatchResult) []MatchResult {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
-	var wsBuf [64]*workerState
-	ws := wsBuf[:0]
+	var bufs matchBufs
+	var slots []int32
+	walked := bufs.mask(len(ix.slots))
+	var closed []uint64
 	if candidates == nil {
-		for _, w := range ix.slots {
+		slots = bufs.refs(len(ix.workers))[:0]
+		for i, w := range ix.slots {
 			if w != nil {
-				ws = append(ws, w)
+				slots = append(slots, int32(i))
 			}
 		}
+		ix.split(slots, walked, &closed, &bufs)
 	} else {
-		ws = ix.cands.resolve(ix.gen, candidates, func(id string) *workerState { return ix.workers[id] })
+		rc := ix.cands.resolve(ix.gen, len(ix.slots), candidates, ix.slotOf)
+		slots = rc.slots
+		copy(walked, rc.mask) // the walk changes it
+		if ix.nClosed > 0 {
+			// Those that may be jumped through go to a second set.
+			closed = bufs.closedMask(len(ix.slots))
+			for i, m := range walked {
+				closed[i] = m & ix.closed[i]
+				walked[i] = m &^ ix.closed[i]
+			}
+		}
 	}
-	out = resize(out, len(ws))
-	var bufs matchBufs
-	refs := bufs.refs(len(ws))
-	for i, w := range ws {
-		if w == nil {
-			out[i].reset(candidates[i], false, false, 0)
-			refs[i] = workerRef{idx: -1}
+	depth := matchSlots(ix.tab, len(ix.slots), hashes, walked, closed, &bufs)
+	out = resize(out, len(slots))
+	for i, s := range slots {
+		if s < 0 {
+			out[i].reset(candidates[i], false, false, 0, 0)
 			continue
 		}
-		name := w.id
+		h := &ix.hot[s]
+		name := ""
 		if candidates != nil {
 			name = candidates[i]
+		} else {
+			name = ix.slots[s].id
 		}
-		h := &ix.hot[w.idx]
-		out[i].reset(name, true, h.stale, h.blocks)
-		refs[i] = workerRef{idx: w.idx, word: w.word, bit: w.bit, prefixClosed: h.closed}
+		out[i].reset(name, true, h.stale, h.blocks, int(depth[s]))
 	}
-	matchWords(ix.words, len(ix.slots), hashes, refs, out, &bufs)
-	bufs.release()
-	for i, w := range ws {
-		if w != nil && ix.hot[w.idx].off {
-			out[i].HostBlocks, out[i].DiskBlocks = w.offTiers(hashes[out[i].Blocks:])
+	if ix.nOff > 0 {
+		for i, s := range slots {
+			if s >= 0 && ix.hot[s].off {
+				out[i].HostBlocks, out[i].DiskBlocks = ix.slots[s].offTiers(hashes[out[i].Blocks:])
+			}
 		}
 	}
+	bufs.release() // after the last use of slots, which may be pooled
 	return out
+}
+
+// split sets in walked the slots of the known workers to walk block by
+// block and, if there are any, in *closed (from bufs) those walkJump may
+// stride through.
+func (ix *Index) split(slots []int32, walked []uint64, closed *[]uint64, bufs *matchBufs) {
+	for _, s := range slots {
+		if s < 0 {
+			continue
+		}
+		if ix.hot[s].closed {
+			if *closed == nil {
+				*closed = bufs.closedMask(len(ix.slots))
+			}
+			(*closed)[s>>6] |= 1 << (s & 63)
+		} else {
+			walked[s>>6] |= 1 << (s & 63)
+		}
+	}
+}
+
+// slotOf returns the slot of worker id, or -1.
+func (ix *Index) slotOf(id string) int32 {
+	if w := ix.workers[id]; w != nil {
+		return int32(w.idx)
+	}
+	return -1
 }
 
 // offTiers counts the leading hashes held in host memory, then the ones
@@ -320,79 +385,6 @@ func (w *workerState) countOff(r uint64, mask uint8, d int) {
 	}
 }
 
-// matchChunk is how many lookups walk resolves before using their results,
-// and walkAhead how many chunks ahead of those it prefetches. On the
-// 512-block benchmark one chunk ahead was about 8 % slower than two; three
-// or four were no faster.
-const (
-	matchChunk = 16
-	walkAhead  = 2
-)
-
-// walk sets depth[b] for every bit b of alive to the number of leading
-// hashes whose set in t contains b. It works on chunks of matchChunk
-// hashes in three stages: it resolves chunk c (whose buckets are in cache
-// by then), finishes and uses chunk c-1, whose few keys that lay past their
-// home bucket had that next bucket prefetched a chunk ago, and prefetches
-// the buckets of chunk c+walkAhead. So the cache misses of several chunks
-// overlap. It stops as soon as no bit is alive, having prefetched at most
-// walkAhead chunks, and resolved at most one, that it did not need.
-func walk(t *bitTable, hashes []uint64, alive uint64, depth []int32) {
-	n := len(hashes)
-	// Chunk c's home slots are in at[c%walkRing], its sets in
-	// got[c%2] and the keys resolve left to finish in over[c%2].
-	const walkRing = walkAhead + 2 // chunks c-1 .. c+walkAhead
-	var (
-		at    [walkRing][matchChunk]int
-		got   [2][matchChunk]uint64
-		over  [2][matchChunk]uint8
-		nover [2]int
-	)
-	chunk := func(c int) []uint64 {
-		return hashes[min(c*matchChunk, n):min((c+1)*matchChunk, n)]
-	}
-	for c := 0; c < walkAhead; c++ {
-		t.prefetch(chunk(c), at[c%walkRing][:])
-	}
-	for c := 0; ; c++ {
-		keys := chunk(c)
-		if len(keys) > 0 {
-			nover[c%2] = t.resolve(keys, at[c%walkRing][:], got[c%2][:], &over[c%2])
-		}
-		if p := c - 1; p >= 0 {
-			pkeys := chunk(p)
-			if len(pkeys) == 0 {
-				break
-			}
-			g := &got[p%2]
-			t.finish(pkeys, at[p%walkRing][:], g[:], over[p%2][:nover[p%2]])
-			for j := range pkeys {
-				dying := alive &^ g[j]
-				for dying != 0 {
-					b := bits.TrailingZeros64(dying)
-					dying &= dying - 1
-					if b < len(depth) {
-						depth[b] = int32(p*matchChunk + j)
-					}
-				}
-				alive &= g[j]
-				if alive == 0 {
-					return
-				}
-			}
-		}
-		// Only now, so that a walk that just ended prefetched no more.
-		t.prefetch(chunk(c+walkAhead), at[(c+walkAhead)%walkRing][:])
-	}
-	for alive != 0 {
-		b := bits.TrailingZeros64(alive)
-		alive &= alive - 1
-		if b < len(depth) {
-			depth[b] = int32(n)
-		}
-	}
-}
-
 func resize[T any](s []T, n int) []T {
 	if cap(s) < n {
 		return make([]T, n)
@@ -403,7 +395,7 @@ func resize[T any](s []T, n int) []T {
 // Stats is a snapshot of the index's size.
 type Stats struct {
 	Workers   int
-	Blocks    int // rows of the block table: distinct router hashes per group of 64 workers
+	Blocks    int // rows of the block table: distinct router hashes held on the device tier
 	Entries   int // (block, worker) pairs on the device tier
 	Bytes     int // approximate memory of the block table and engine-hash maps
 	PerWorker []WorkerStats
@@ -424,10 +416,8 @@ func (ix *Index) Stats() Stats {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	s := Stats{Workers: len(ix.workers)}
-	for _, t := range ix.words {
-		s.Blocks += t.count
-		s.Bytes += t.bytes()
-	}
+	s.Blocks = ix.tab.count
+	s.Bytes = ix.tab.bytes()
 	for _, w := range ix.slots {
 		if w == nil {
 			continue

@@ -1,7 +1,5 @@
 package kvindex
 
-import "math/bits"
-
 // jumpStride is how far apart walkJump's first probes are: one probe per
 // window of jumpStride blocks, then a block-by-block walk of the one window
 // where a worker's prefix ends.
@@ -15,39 +13,23 @@ const jumpStride = matchChunk
 // the last block of up to matchChunk windows at once (their cache misses
 // overlap) and, for the workers that lack one, walks that window alone to
 // find where they stop. A 512-block prompt held to the end costs 47 probes
-// instead of 512.
-func walkJump(t *bitTable, hashes []uint64, alive uint64, depth []int32) {
+// instead of 512. sub is room for a bitset over every slot; died for a
+// list of every slot.
+func walkJump(t *holderTable, hashes []uint64, alive *aliveSet, depth []int32, sub []uint64, died []int32) {
 	n := len(hashes)
+	first := min(jumpStride, n)
+	walk(t, hashes[:first], alive, 0, depth)
+	if alive.n == 0 {
+		return
+	}
 	var (
 		keys [matchChunk]uint64
 		at   [matchChunk]int
 		got  [matchChunk]uint64
 		over [matchChunk]uint8
-		in   [64]int32 // depths within one window
+		part aliveSet
 	)
-	// stop records the depth of the workers in dying, whose prefix ends in
-	// the window starting at from, and reports whether any remain.
-	stop := func(from int, dying uint64) bool {
-		walk(t, hashes[from:min(from+jumpStride, n)], dying, in[:])
-		for d := dying; d != 0; d &= d - 1 {
-			if b := bits.TrailingZeros64(d); b < len(depth) {
-				depth[b] = int32(from) + in[b]
-			}
-		}
-		alive &^= dying
-		return alive != 0
-	}
-	first := min(jumpStride, n)
-	walk(t, hashes[:first], alive, in[:])
-	dying := uint64(0)
-	for a := alive; a != 0; a &= a - 1 {
-		if b := bits.TrailingZeros64(a); in[b] < int32(first) {
-			dying |= 1 << b
-		}
-	}
-	if dying != 0 && !stop(0, dying) {
-		return
-	}
+	alive.track, alive.died = true, died[:0]
 	windows := (n + jumpStride - 1) / jumpStride
 	for g := 1; g < windows; g += matchChunk {
 		k := keys[:min(matchChunk, windows-g)]
@@ -58,14 +40,27 @@ func walkJump(t *bitTable, hashes []uint64, alive uint64, depth []int32) {
 		nover := t.resolve(k, at[:], got[:], &over)
 		t.finish(k, at[:], got[:], over[:nover])
 		for i := range k {
-			if dying := alive &^ got[i]; dying != 0 && !stop((g+i)*jumpStride, dying) {
+			from := (g + i) * jumpStride
+			left := alive.step(t, got[i], int32(from), depth)
+			if len(alive.died) > 0 {
+				// The workers that lack the window's last block stop
+				// within it: walk the window for them alone.
+				if len(alive.died) <= fewCap {
+					part.fromList(alive.died)
+				} else {
+					clear(sub)
+					for _, s := range alive.died {
+						sub[s>>6] |= 1 << (s & 63)
+					}
+					part = aliveOf(sub)
+				}
+				walk(t, hashes[from:min(from+jumpStride, n)], &part, int32(from), depth)
+				alive.died = alive.died[:0]
+			}
+			if !left {
 				return
 			}
 		}
 	}
-	for ; alive != 0; alive &= alive - 1 {
-		if b := bits.TrailingZeros64(alive); b < len(depth) {
-			depth[b] = int32(n)
-		}
-	}
+	alive.finish(int32(n), depth)
 }

@@ -15,20 +15,21 @@ func walkMatch(ix *Index, hashes []uint64) []MatchResult {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	var out []MatchResult
-	var refs []workerRef
+	walked := make([]uint64, (len(ix.slots)+63)/64)
 	for _, w := range ix.slots {
 		if w == nil {
 			continue
 		}
 		out = append(out, MatchResult{Worker: w.id, Known: true, Stale: w.stale, Cached: w.blocks})
-		refs = append(refs, workerRef{idx: w.idx, word: w.word, bit: w.bit})
+		walked[w.idx>>6] |= 1 << (w.idx & 63)
 	}
-	matchWords(ix.words, len(ix.slots), hashes, refs, out, &matchBufs{})
+	depth := matchSlots(ix.tab, len(ix.slots), hashes, walked, nil, &matchBufs{})
 	i := 0
 	for _, w := range ix.slots {
 		if w == nil {
 			continue
 		}
+		out[i].Blocks = int(depth[w.idx])
 		if len(w.offRouter) > 0 {
 			out[i].HostBlocks, out[i].DiskBlocks = w.offTiers(hashes[out[i].Blocks:])
 		}
@@ -45,7 +46,6 @@ func checkLinks(t *testing.T, ix *Index) {
 		if w == nil || w.links.unknown {
 			continue
 		}
-		tab := ix.words[w.word]
 		slots := map[uint64]linkSlot{}
 		for _, s := range w.links.t.slots {
 			if s.key != 0 {
@@ -58,7 +58,7 @@ func checkLinks(t *testing.T, ix *Index) {
 		held, orphans := 0, 0
 		kids := map[uint64]uint32{}
 		for r, s := range slots {
-			if s.held != (tab.get(r)&w.bit != 0) {
+			if s.held != ix.tab.has(r, w.idx) {
 				t.Fatalf("%s: %x held %v in links, %v in the block table", w.id, r, s.held, !s.held)
 			}
 			if !s.held {

@@ -28,9 +28,9 @@ type MatchResult struct {
 // composite literal through the slice instead builds it on the stack with
 // narrow stores and copies it with wide loads, which stall on store
 // forwarding: for 64 candidates that was most of Match's fixed cost.
-func (r *MatchResult) reset(worker string, known, stale bool, cached int) {
+func (r *MatchResult) reset(worker string, known, stale bool, cached, blocks int) {
 	r.Worker = worker
-	r.Blocks = 0
+	r.Blocks = blocks
 	r.Cached = cached
 	r.HostBlocks = 0
 	r.DiskBlocks = 0
@@ -52,64 +52,44 @@ var (
 	_ Matcher = (*Approx)(nil)
 )
 
-// workerRef is where a candidate's bit lives; idx is -1 for an unknown
-// candidate. prefixClosed says that the worker holds every block's parent
-// (links.go), so walkJump may stride through its blocks.
-type workerRef struct {
-	idx          int
-	word         int
-	bit          uint64
-	prefixClosed bool
-}
-
-// matchWords is the walk shared by Index and Approx: given out, one result
-// per candidate with Worker, Known, Stale and Cached already set, and refs
-// aligned with it, it sets every known candidate's Blocks. words[w] holds
-// the sets of dense worker indices 64w..64w+63; nslots bounds the indices.
-// The caller holds the read lock that guards words.
-func matchWords(words []*bitTable, nslots int, hashes []uint64, refs []workerRef, out []MatchResult, bufs *matchBufs) {
-	alive, closed := bufs.masks(len(words))
-	for _, ref := range refs {
-		if ref.idx < 0 {
-			continue
-		}
-		if ref.prefixClosed {
-			closed[ref.word] |= ref.bit
-		} else {
-			alive[ref.word] |= ref.bit
-		}
-	}
+// matchSlots is the walk shared by Index and Approx: it returns, indexed
+// by worker slot (below nslots), the number of leading hashes each worker
+// in walked or closed holds in t. Workers in walked are walked block by
+// block; those in closed hold every block's parent (links.go), so walkJump
+// may stride through their blocks; closed may be nil. Only the depths of
+// those workers are set. The caller holds the read lock that guards t.
+func matchSlots(t *holderTable, nslots int, hashes []uint64, walked, closed []uint64, bufs *matchBufs) []int32 {
 	depth := bufs.depth(nslots)
-	for wd, a := range alive {
-		d := depth[wd*64 : min(nslots, wd*64+64)]
-		if a != 0 {
-			walk(words[wd], hashes, a, d)
-		}
-		if c := closed[wd]; c != 0 {
-			walkJump(words[wd], hashes, c, d)
-		}
-	}
-	for i, ref := range refs {
-		if ref.idx >= 0 {
-			out[i].Blocks = int(depth[ref.idx])
+	clear(depth)
+	alive := aliveOf(walked)
+	alive.zeroed = true
+	walk(t, hashes, &alive, 0, depth)
+	if closed != nil {
+		jumped := aliveOf(closed)
+		jumped.zeroed = true
+		if jumped.n > 0 {
+			sub, died := bufs.jumpRoom(len(closed), nslots)
+			walkJump(t, hashes, &jumped, depth, sub, died)
 		}
 	}
+	return depth
 }
 
 // matchBufs is a Match's working memory: on the stack for a fleet of up to
-// 64 workers (256 in masks), from a pool beyond, so that Match does not
+// 64 workers (256 in the mask), from a pool beyond, so that Match does not
 // allocate however large the fleet. release returns the pooled part.
 type matchBufs struct {
-	refs1           [64]workerRef
-	depth1          [64]int32
-	alive1, closed1 [4]uint64
-	large           *largeBufs
+	refs1  [64]int32
+	depth1 [64]int32
+	mask1  [4]uint64
+	large  *largeBufs
 }
 
 type largeBufs struct {
-	refs          []workerRef
-	depth         []int32
-	alive, closed []uint64
+	refs                []int32
+	depth               []int32
+	walked, closed, sub []uint64
+	died                []int32
 }
 
 var largePool = sync.Pool{New: func() any { return new(largeBufs) }}
@@ -121,8 +101,8 @@ func (b *matchBufs) pooled() *largeBufs {
 	return b.large
 }
 
-// refs returns room for n refs.
-func (b *matchBufs) refs(n int) []workerRef {
+// refs returns room for n slot numbers.
+func (b *matchBufs) refs(n int) []int32 {
 	if n <= len(b.refs1) {
 		return b.refs1[:n]
 	}
@@ -131,7 +111,7 @@ func (b *matchBufs) refs(n int) []workerRef {
 	return l.refs
 }
 
-// depth returns room for n depths; walk sets every one Match reads.
+// depth returns room for n depths.
 func (b *matchBufs) depth(n int) []int32 {
 	if n <= len(b.depth1) {
 		return b.depth1[:n]
@@ -141,16 +121,34 @@ func (b *matchBufs) depth(n int) []int32 {
 	return l.depth
 }
 
-// masks returns n zeroed alive and closed masks.
-func (b *matchBufs) masks(n int) (alive, closed []uint64) {
-	if n <= len(b.alive1) {
-		return b.alive1[:n], b.closed1[:n]
+// mask returns a zeroed mask over slots slots.
+func (b *matchBufs) mask(slots int) []uint64 {
+	n := (slots + 63) / 64
+	if n <= len(b.mask1) {
+		return b.mask1[:n]
 	}
 	l := b.pooled()
-	l.alive, l.closed = resize(l.alive, n), resize(l.closed, n)
-	clear(l.alive)
+	l.walked = resize(l.walked, n)
+	clear(l.walked)
+	return l.walked
+}
+
+// closedMask returns a second zeroed mask over slots slots, for the
+// workers walkJump strides through. Like jumpRoom it is always pooled:
+// held in an aliveSet, Match's stack buffers would move to the heap.
+func (b *matchBufs) closedMask(slots int) []uint64 {
+	l := b.pooled()
+	l.closed = resize(l.closed, (slots+63)/64)
 	clear(l.closed)
-	return l.alive, l.closed
+	return l.closed
+}
+
+// jumpRoom returns the rest of walkJump's room: a mask of n words and a
+// list of up to slots slots.
+func (b *matchBufs) jumpRoom(n, slots int) (sub []uint64, died []int32) {
+	l := b.pooled()
+	l.sub, l.died = resize(l.sub, n), resize(l.died, slots)
+	return l.sub, l.died[:0]
 }
 
 func (b *matchBufs) release() {

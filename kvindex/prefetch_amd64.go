@@ -13,3 +13,9 @@ func prefetchSlots(slots []oaSlot, at []int) {
 //
 //go:noescape
 func prefetchLines(base unsafe.Pointer, at *int, n int)
+
+// prefetchWords is prefetchSlots over a slice of words; at counts 16-byte
+// units from its start.
+func prefetchWords(words []uint64, at []int) {
+	prefetchLines(unsafe.Pointer(unsafe.SliceData(words)), unsafe.SliceData(at), len(at))
+}

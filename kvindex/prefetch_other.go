@@ -13,3 +13,13 @@ func prefetchSlots(slots []oaSlot, at []int) (sink uint64) {
 	}
 	return sink
 }
+
+// prefetchWords loads words[2*at[i]] for every i, as prefetchSlots.
+//
+//go:noinline
+func prefetchWords(words []uint64, at []int) (sink uint64) {
+	for _, i := range at {
+		sink ^= words[2*i]
+	}
+	return sink
+}

@@ -2,6 +2,7 @@ package kvindex
 
 import (
 	"fmt"
+	"math/bits"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -69,105 +70,114 @@ func (m *refModel) match(prompt []uint64, w string) (blocks, cached int) {
 // sharing prefixes, removes (some of hashes never stored), offloads to
 // CPU, clears; and compares every worker's Match on random prompts.
 func TestIndexAgreesWithReferenceModelOnRandomStreams(t *testing.T) {
-	for seed := uint64(1); seed <= 6; seed++ {
-		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(seed, 99))
-			const docs, docBlocks = 12, 24
-			// Documents share prefixes: doc d copies the first d%5*3 blocks of doc 0.
-			tokens := make([][]uint32, docs)
-			for d := range tokens {
-				tokens[d] = doc(d, docBlocks)
-				copy(tokens[d], tokens[0][:(d%5)*3*testBS])
-			}
-			seed0 := Seed(testModel, "", "")
-			routers := make([][]uint64, docs)
-			ref := newRefModel()
-			engine := func(d, j int) vllmwire.EngineHash {
-				// Engine hashes are a function of content, like vLLM's.
-				return vllmwire.HashUint(routers[d][j] ^ 0xabcdef)
-			}
-			for d := range routers {
-				routers[d] = HashBlocks(seed0, tokens[d], testBS, nil)
-				for j, r := range routers[d] {
-					ref.router[engine(d, j).Key()] = r
-				}
-			}
-			ix := New(Config{})
-			workers := []string{"w0", "w1", "w2", "w3", "w4"}
-			for _, w := range workers {
-				ix.AddWorker(w, testModel, testBS)
-			}
-			var out []MatchResult
-			nonzero := 0
-			for step := 0; step < 4000; step++ {
-				w := workers[rng.IntN(len(workers))]
-				var ev vllmwire.Event
-				switch p := rng.IntN(100); {
-				case p < 55:
-					d, from := rng.IntN(docs), rng.IntN(docBlocks)
-					to := min(docBlocks, from+1+rng.IntN(6))
-					e := vllmwire.BlockStored{BlockSize: testBS, TokenIDs: tokens[d][from*testBS : to*testBS]}
-					for j := from; j < to; j++ {
-						e.BlockHashes = append(e.BlockHashes, engine(d, j))
-					}
-					if from > 0 {
-						e.ParentBlockHash = ptr(engine(d, from-1))
-					}
-					if rng.IntN(5) == 0 {
-						e.Medium = ptr(vllmwire.MediumCPU)
-					}
-					ev = e
-				case p < 97:
-					e := vllmwire.BlockRemoved{}
-					for k := rng.IntN(5); k >= 0; k-- {
-						d, j := rng.IntN(docs), rng.IntN(docBlocks)
-						e.BlockHashes = append(e.BlockHashes, engine(d, j))
-					}
-					if rng.IntN(5) == 0 {
-						e.Medium = ptr(vllmwire.MediumCPU)
-					}
-					ev = e
-				default:
-					ev = vllmwire.AllBlocksCleared{}
-				}
-				ref.apply(w, ev)
-				ix.Apply(w, vllmwire.EventBatch{Events: []vllmwire.Event{ev}})
+	// Five workers: sets mostly inline; seventy: big sets over two words,
+	// shared by the blocks of an event and copied when one changes.
+	for _, fleet := range []struct{ workers, steps int }{{5, 4000}, {70, 12000}} {
+		for seed := uint64(1); seed <= 6; seed++ {
+			t.Run(fmt.Sprint(fleet.workers, "workers/seed", seed), func(t *testing.T) {
+				testAgainstReference(t, seed, fleet.workers, fleet.steps)
+			})
+		}
+	}
+}
 
-				if step%7 == 0 {
-					d := rng.IntN(docs)
-					prompt := routers[d][:1+rng.IntN(docBlocks)]
-					cands := slices.Clone(workers)
-					rng.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
-					cands = append(cands[:1+rng.IntN(len(cands))], "nobody")
-					out = ix.Match(prompt, cands, out)
-					for i, r := range out {
-						if r.Worker != cands[i] {
-							t.Fatalf("step %d: result %d for %s, want %s", step, i, r.Worker, cands[i])
-						}
-						wb, wc := ref.match(prompt, r.Worker)
-						if wb > 0 {
-							nonzero++
-						}
-						if r.Blocks != wb || r.Cached != wc {
-							t.Fatalf("step %d: %s matched %d cached %d, reference %d cached %d",
-								step, r.Worker, r.Blocks, r.Cached, wb, wc)
-						}
-					}
+func testAgainstReference(t *testing.T, seed uint64, nworkers, steps int) {
+	rng := rand.New(rand.NewPCG(seed, 99))
+	const docs, docBlocks = 12, 24
+	// Documents share prefixes: doc d copies the first d%5*3 blocks of doc 0.
+	tokens := make([][]uint32, docs)
+	for d := range tokens {
+		tokens[d] = doc(d, docBlocks)
+		copy(tokens[d], tokens[0][:(d%5)*3*testBS])
+	}
+	seed0 := Seed(testModel, "", "")
+	routers := make([][]uint64, docs)
+	ref := newRefModel()
+	engine := func(d, j int) vllmwire.EngineHash {
+		// Engine hashes are a function of content, like vLLM's.
+		return vllmwire.HashUint(routers[d][j] ^ 0xabcdef)
+	}
+	for d := range routers {
+		routers[d] = HashBlocks(seed0, tokens[d], testBS, nil)
+		for j, r := range routers[d] {
+			ref.router[engine(d, j).Key()] = r
+		}
+	}
+	ix := New(Config{})
+	var workers []string
+	for i := range nworkers {
+		workers = append(workers, fmt.Sprint("w", i))
+		ix.AddWorker(workers[i], testModel, testBS)
+	}
+	var out []MatchResult
+	nonzero := 0
+	for step := 0; step < steps; step++ {
+		w := workers[rng.IntN(len(workers))]
+		var ev vllmwire.Event
+		switch p := rng.IntN(100); {
+		case p < 55:
+			d, from := rng.IntN(docs), rng.IntN(docBlocks)
+			to := min(docBlocks, from+1+rng.IntN(6))
+			e := vllmwire.BlockStored{BlockSize: testBS, TokenIDs: tokens[d][from*testBS : to*testBS]}
+			for j := from; j < to; j++ {
+				e.BlockHashes = append(e.BlockHashes, engine(d, j))
+			}
+			if from > 0 {
+				e.ParentBlockHash = ptr(engine(d, from-1))
+			}
+			if rng.IntN(5) == 0 {
+				e.Medium = ptr(vllmwire.MediumCPU)
+			}
+			ev = e
+		case p < 97:
+			e := vllmwire.BlockRemoved{}
+			for k := rng.IntN(5); k >= 0; k-- {
+				d, j := rng.IntN(docs), rng.IntN(docBlocks)
+				e.BlockHashes = append(e.BlockHashes, engine(d, j))
+			}
+			if rng.IntN(5) == 0 {
+				e.Medium = ptr(vllmwire.MediumCPU)
+			}
+			ev = e
+		default:
+			ev = vllmwire.AllBlocksCleared{}
+		}
+		ref.apply(w, ev)
+		ix.Apply(w, vllmwire.EventBatch{Events: []vllmwire.Event{ev}})
+
+		if step%7 == 0 {
+			d := rng.IntN(docs)
+			prompt := routers[d][:1+rng.IntN(docBlocks)]
+			cands := slices.Clone(workers)
+			rng.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
+			cands = append(cands[:1+rng.IntN(len(cands))], "nobody")
+			out = ix.Match(prompt, cands, out)
+			for i, r := range out {
+				if r.Worker != cands[i] {
+					t.Fatalf("step %d: result %d for %s, want %s", step, i, r.Worker, cands[i])
+				}
+				wb, wc := ref.match(prompt, r.Worker)
+				if wb > 0 {
+					nonzero++
+				}
+				if r.Blocks != wb || r.Cached != wc {
+					t.Fatalf("step %d: %s matched %d cached %d, reference %d cached %d",
+						step, r.Worker, r.Blocks, r.Cached, wb, wc)
 				}
 			}
-			if nonzero < 100 {
-				t.Fatalf("only %d non-empty matches: the stream does not exercise the index", nonzero)
-			}
-			s := ix.Stats()
-			entries := 0
-			for _, w := range workers {
-				_, c := ref.match(nil, w)
-				entries += c
-			}
-			if s.Entries != entries {
-				t.Fatalf("index holds %d entries, reference %d", s.Entries, entries)
-			}
-		})
+		}
+	}
+	if nonzero < 100 {
+		t.Fatalf("only %d non-empty matches: the stream does not exercise the index", nonzero)
+	}
+	s := ix.Stats()
+	entries := 0
+	for _, w := range workers {
+		_, c := ref.match(nil, w)
+		entries += c
+	}
+	if s.Entries != entries {
+		t.Fatalf("index holds %d entries, reference %d", s.Entries, entries)
 	}
 }
 
@@ -250,20 +260,130 @@ func TestConcurrentApplyAndMatch(t *testing.T) {
 	}
 }
 
-// TestBitTableAgreesWithMap checks the open-addressing table, including
-// backward-shift deletion across growth and shrinking, against a Go map.
-func TestBitTableAgreesWithMap(t *testing.T) {
+// members decodes a holder set of t, sorted.
+func members(t *holderTable, v uint64) []int {
+	var out []int
+	if isBig(v) {
+		for i, w := range t.sets.set(uint32(v)) {
+			for ; w != 0; w &= w - 1 {
+				out = append(out, i*64+bits.TrailingZeros64(w))
+			}
+		}
+		return out
+	}
+	for ; v != 0; v >>= laneBits {
+		out = append(out, int(v&laneMask)-1)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func sortedKeys(m map[int]bool) []int {
+	out := make([]int, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestHolderTableAgreesWithMap checks the block table, including
+// backward-shift deletion across growth and shrinking, sets going big and
+// back inline, and slots too large for a lane, against Go maps.
+func TestHolderTableAgreesWithMap(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 7))
-	tb := newBitTable(0)
-	ref := map[uint64]uint64{}
+	tb := newHolderTable(0)
+	ref := map[uint64]map[int]bool{}
+	slot := func(step int) int {
+		switch r := rng.IntN(100); {
+		case r == 0 && step > 190000:
+			return maxLane // one past what a lane holds (late: it widens every big set)
+		case r < 10:
+			return 64 + rng.IntN(100) // a second and third word
+		default:
+			return rng.IntN(8)
+		}
+	}
+	shared := false // whether any check saw blocks sharing a set
+	check := func(step int) {
+		if tb.count != len(ref) {
+			t.Fatalf("step %d: count %d, want %d", step, tb.count, len(ref))
+		}
+		sharers := map[uint32]int32{}
+		for k := uint64(1); k <= 5000; k++ {
+			v := tb.get(k)
+			if got, want := members(tb, v), sortedKeys(ref[k]); !slices.Equal(got, want) {
+				t.Fatalf("step %d: get(%d) = %v, want %v", step, k, got, want)
+			}
+			if isBig(v) {
+				sharers[uint32(v)]++
+				if n := len(ref[k]); int(tb.sets.count[uint32(v)]) != n || n <= shrinkAt && tb.sets.inlinable(uint32(v)) {
+					t.Fatalf("step %d: big set of %d counts %d", step, n, tb.sets.count[uint32(v)])
+				}
+			} else if len(ref[k]) > inlineCap {
+				t.Fatalf("step %d: %d holders inline", step, len(ref[k]))
+			}
+			for s := range ref[k] {
+				if !tb.has(k, s) {
+					t.Fatalf("step %d: has(%d, %d) false", step, k, s)
+				}
+			}
+		}
+		if len(sharers)+len(tb.sets.free) != len(tb.sets.count) || len(tb.sets.pending) != 0 {
+			t.Fatalf("step %d: %d big sets live, %d free, %d pending, %d made", step, len(sharers), len(tb.sets.free), len(tb.sets.pending), len(tb.sets.count))
+		}
+		for id, n := range sharers {
+			shared = shared || n > 1
+			if tb.sets.refs[id] != n {
+				t.Fatalf("step %d: set %d shared by %d blocks, counts %d", step, id, n, tb.sets.refs[id])
+			}
+		}
+		// Match's path: prefetch, resolve and finish a chunk at a time.
+		keys := make([]uint64, matchChunk)
+		for k0 := uint64(1); k0 <= 5000; k0 += matchChunk {
+			keys = keys[:0]
+			for k := k0; k < k0+matchChunk && k <= 5000; k++ {
+				keys = append(keys, k)
+			}
+			var at [matchChunk]int
+			var got [matchChunk]uint64
+			var over [matchChunk]uint8
+			tb.prefetch(keys, at[:])
+			nover := tb.resolve(keys, at[:], got[:], &over)
+			tb.finish(keys, at[:], got[:], over[:nover])
+			for i, k := range keys {
+				if got[i] != tb.get(k) {
+					t.Fatalf("step %d: resolve(%d) = %x, want %x", step, k, got[i], tb.get(k))
+				}
+			}
+		}
+	}
+	// A prompt of 200 blocks that ten workers store in turn, one event
+	// each: from the fifth on, its blocks share one set.
+	for s := 0; s < 10; s++ {
+		tb.begin(false)
+		for k := uint64(1); k <= 200; k++ {
+			tb.add(k, s)
+			if ref[k] == nil {
+				ref[k] = map[int]bool{}
+			}
+			ref[k][s] = true
+		}
+		tb.end()
+	}
+	if v := tb.get(1); !isBig(v) || tb.sets.refs[uint32(v)] != 200 {
+		t.Fatalf("a run stored by ten workers holds set %x, shared %d times", v, tb.sets.refs[uint32(v)])
+	}
 	// Few distinct keys, many collisions: keys from a small range with
 	// low-entropy values stress probe runs.
 	for step := 0; step < 200000; step++ {
 		key := uint64(rng.IntN(5000)) + 1
 		if step == 100000 { // shrink phase: drop every key above 300
-			for k := range ref {
+			for k, set := range ref {
 				if k > 300 {
-					tb.clear(k, 7)
+					for s := range set {
+						tb.remove(k, s)
+					}
 					delete(ref, k)
 				}
 			}
@@ -271,51 +391,68 @@ func TestBitTableAgreesWithMap(t *testing.T) {
 		if step >= 100000 {
 			key = uint64(rng.IntN(300)) + 1
 		}
-		bit := uint64(1) << rng.IntN(3)
+		s := slot(step)
+		if step%50 == 0 {
+			// A batch: one slot added to (or taken from) a run of keys,
+			// as an event does, or to keys in any order, as a purge does;
+			// runs whose sets were equal come out sharing one set.
+			add, bulk := rng.IntN(2) == 0, rng.IntN(2) == 0
+			n := rng.IntN(40)
+			tb.begin(bulk)
+			keys := 5000
+			if step >= 100000 {
+				keys = 300
+			}
+			for j := 0; j < n; j++ {
+				k := (key+uint64(j)-1)%uint64(keys) + 1
+				if bulk {
+					k = uint64(rng.IntN(keys)) + 1
+				}
+				if add {
+					if had := tb.add(k, s); had != ref[k][s] {
+						t.Fatalf("step %d: batch add(%d, %d) had=%v", step, k, s, had)
+					}
+					if ref[k] == nil {
+						ref[k] = map[int]bool{}
+					}
+					ref[k][s] = true
+				} else {
+					if had := tb.remove(k, s); had != ref[k][s] {
+						t.Fatalf("step %d: batch remove(%d, %d) had=%v", step, k, s, had)
+					}
+					if delete(ref[k], s); len(ref[k]) == 0 {
+						delete(ref, k)
+					}
+				}
+			}
+			tb.end()
+			continue
+		}
 		if rng.IntN(2) == 0 {
-			had := tb.set(key, bit)
-			if had != (ref[key]&bit != 0) {
-				t.Fatalf("step %d: set(%d) had=%v", step, key, had)
+			had := tb.add(key, s)
+			if had != ref[key][s] {
+				t.Fatalf("step %d: add(%d, %d) had=%v", step, key, s, had)
 			}
-			ref[key] |= bit
+			if ref[key] == nil {
+				ref[key] = map[int]bool{}
+			}
+			ref[key][s] = true
 		} else {
-			had := tb.clear(key, bit)
-			if had != (ref[key]&bit != 0) {
-				t.Fatalf("step %d: clear(%d) had=%v", step, key, had)
+			had := tb.remove(key, s)
+			if had != ref[key][s] {
+				t.Fatalf("step %d: remove(%d, %d) had=%v", step, key, s, had)
 			}
-			if ref[key] &^= bit; ref[key] == 0 {
+			if delete(ref[key], s); len(ref[key]) == 0 {
 				delete(ref, key)
 			}
 		}
 		if step%997 == 0 {
-			if tb.count != len(ref) {
-				t.Fatalf("step %d: count %d, want %d", step, tb.count, len(ref))
-			}
-			for k := uint64(1); k <= 5000; k++ {
-				if tb.get(k) != ref[k] {
-					t.Fatalf("step %d: get(%d) = %b, want %b", step, k, tb.get(k), ref[k])
-				}
-			}
-			// Match's path: prefetch, resolve and finish a chunk at a time.
-			keys := make([]uint64, matchChunk)
-			for k0 := uint64(1); k0 <= 5000; k0 += matchChunk {
-				keys = keys[:0]
-				for k := k0; k < k0+matchChunk && k <= 5000; k++ {
-					keys = append(keys, k)
-				}
-				var at [matchChunk]int
-				var got [matchChunk]uint64
-				var over [matchChunk]uint8
-				tb.prefetch(keys, at[:])
-				nover := tb.resolve(keys, at[:], got[:], &over)
-				tb.finish(keys, at[:], got[:], over[:nover])
-				for i, k := range keys {
-					if got[i] != ref[k] {
-						t.Fatalf("step %d: resolve(%d) = %b, want %b", step, k, got[i], ref[k])
-					}
-				}
-			}
+			check(step)
 		}
+	}
+	check(-1)
+	if !shared {
+		t.Error("no two blocks ever shared a set")
 	}
 	if len(tb.slots) > 4096 {
 		t.Fatalf("table did not shrink: %d slots for %d keys", len(tb.slots), tb.count)
@@ -325,15 +462,17 @@ func TestBitTableAgreesWithMap(t *testing.T) {
 // TestWalkAgreesWithGet checks walk, which prefetches chunks ahead and stops
 // early, against looking every hash up in turn, on a crowded table (many
 // keys past their home bucket) with prompts shorter and longer than the
-// chunks it keeps in flight.
+// chunks it keeps in flight, and holder sets inline and big, walked with
+// few and many candidates.
 func TestWalkAgreesWithGet(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 12))
-	tb := newBitTable(0)
-	const nkeys = 3000
+	tb := newHolderTable(0)
+	const nkeys, nslots = 3000, 140
 	for k := uint64(1); k <= nkeys; k++ {
-		for b := 0; b < 8; b++ {
-			if rng.IntN(128) != 0 { // so that walks often go deep
-				tb.set(k, 1<<b)
+		many := rng.IntN(3) == 0
+		for s := 0; s < nslots; s++ {
+			if many && rng.IntN(64) != 0 || !many && s%37 == int(k%37) { // so that walks often go deep
+				tb.add(k, s)
 			}
 		}
 	}
@@ -343,28 +482,40 @@ func TestWalkAgreesWithGet(t *testing.T) {
 		for i := range hashes {
 			hashes[i] = uint64(rng.IntN(nkeys+nkeys/300)) + 1 // a few not in the table
 		}
-		alive := rng.Uint64() & 0x3ff // bits 8, 9 are in no set
-		var want [10]int32
-		live := alive
+		cands := make([]uint64, (nslots+63)/64)
+		density := 1 + rng.IntN(64)
+		for s := 0; s < nslots; s++ {
+			if rng.IntN(density) == 0 {
+				cands[s>>6] |= 1 << (s & 63)
+			}
+		}
+		isCand := func(s int) bool { return cands[s>>6]&(1<<(s&63)) != 0 }
+		var want [nslots]int32
+		live := map[int]bool{}
+		for s := 0; s < nslots; s++ {
+			if isCand(s) {
+				live[s] = true
+			}
+		}
 		for j, h := range hashes {
 			v := tb.get(h)
-			for b := range want {
-				if live&(1<<b) != 0 && v&(1<<b) == 0 {
-					want[b] = int32(j)
+			for s := range live {
+				if !tb.contains(v, s) {
+					want[s] = int32(j)
+					delete(live, s)
 				}
 			}
-			live &= v
 		}
-		for b := range want {
-			if live&(1<<b) != 0 {
-				want[b] = int32(n)
-			}
+		for s := range live {
+			want[s] = int32(n)
 		}
-		var got [10]int32
-		walk(tb, hashes, alive, got[:])
-		for b := range want {
-			if alive&(1<<b) != 0 && got[b] != want[b] {
-				t.Fatalf("trial %d (%d hashes): bit %d walked %d deep, want %d", trial, n, b, got[b], want[b])
+		var got [nslots]int32
+		base := int32(rng.IntN(3))
+		alive := aliveOf(slices.Clone(cands))
+		walk(tb, hashes, &alive, base, got[:])
+		for s := 0; s < nslots; s++ {
+			if isCand(s) && got[s] != want[s]+base {
+				t.Fatalf("trial %d (%d hashes): slot %d walked %d deep, want %d", trial, n, s, got[s]-base, want[s])
 			}
 		}
 	}

@@ -356,18 +356,16 @@ func (ix *Index) LoadSnapshot(s *Snapshot) LoadStats {
 	defer ix.mu.Unlock()
 	var st LoadStats
 	load := make([]*workerState, len(s.Workers))
-	grow := make([]int, len(ix.words))
+	grow := 0
 	for i := range s.Workers {
 		sw := &s.Workers[i]
 		if w := ix.workers[sw.ID]; w != nil && w.model == sw.Model && w.blockSize == sw.BlockSize {
 			load[i] = w
-			grow[w.word] += len(sw.Device)
+			grow += len(sw.Device)
 		}
 	}
-	// Grow each block table once for everything it may receive.
-	for word, n := range grow {
-		ix.words[word].reserve(n)
-	}
+	// Grow the block table once for everything it may receive.
+	ix.tab.reserve(grow)
 	for i := range s.Workers {
 		sw := &s.Workers[i]
 		w := load[i]
@@ -380,18 +378,20 @@ func (ix *Index) LoadSnapshot(s *Snapshot) LoadStats {
 		// A snapshot holds no parents: walk this worker block by block
 		// until its next purge.
 		w.links.unknown = w.links.unknown || len(sw.Device) > 0
-		t := ix.words[w.word]
+		t := ix.tab
 		w.device.reserve(len(sw.Device))
+		t.begin(true)
 		for _, e := range sw.Device {
 			if old, had := w.device.put(e[0], e[1]); had {
 				ix.dropDevice(w, t, old) // a repeated key: the last one wins
 			}
-			if t.set(e[1], w.bit) {
+			if t.add(e[1], w.idx) {
 				w.dups[e[1]]++
 			} else {
 				w.blocks++
 			}
 		}
+		t.end()
 		for _, e := range sw.OffDevice {
 			if oe, had := w.offDevice[e.Key]; had {
 				w.countOff(oe.router, oe.media, -1)
