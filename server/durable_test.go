@@ -343,7 +343,11 @@ func TestDurableEventsSurviveNATSRestart(t *testing.T) {
 	n.Restart(t)
 	eventually(t, "A and the publisher reconnect", func() bool { return a.nc.IsConnected() && p.nc.IsConnected() })
 	p.publish("w1", 1, 1)
-	eventually(t, "A applies the batch published after the restart", func() bool { return a.Index().Stats().Entries == 2*p.per })
+	// The consumer counts a batch after the index applied it: wait for
+	// both, then check how it got there.
+	eventually(t, "A applies the batch published after the restart", func() bool {
+		return a.Index().Stats().Entries == 2*p.per && a.events.Stats().Applied >= 2
+	})
 	if st := a.events.Stats(); st.Gaps != 0 || st.Duplicates != 0 || st.Applied != 2 {
 		t.Fatalf("consumer after the restart %+v, want 2 applied, no gap or repeat", st)
 	}
