@@ -152,7 +152,9 @@ func RunHop(ctx context.Context, cfg HopConfig) (*HopReport, error) {
 		return nil, err
 	}
 	rcfg := server.DefaultConfig()
-	rcfg.GRPCAddr, rcfg.HTTPAddr, rcfg.AdminAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	// Free ports throughout, the embedded NATS server's too: a fixed 4222
+	// collides with any other kvroute or NATS on the machine.
+	rcfg.GRPCAddr, rcfg.HTTPAddr, rcfg.AdminAddr, rcfg.EmbeddedNATSAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	rcfg.WorkersFile = wf
 	rcfg.Logger = cfg.Logger.With("component", "kvroute")
 	if cfg.TokenizerDir != "" {
