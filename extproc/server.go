@@ -222,9 +222,14 @@ func (s *Server) Process(srv grpc.BidiStreamingServer[pb.ProcessingRequest, pb.P
 	ctx := srv.Context()
 	st := NewStream(&s.cfg.Stream, s.cfg.Decider)
 	s.metrics.StreamStarted()
+	xm, _ := s.metrics.(ExchangeMetrics)
+	waited := 0
 	var ended error
 	defer func() {
 		st.Close(ended)
+		if xm != nil {
+			xm.StreamExchanges(waited)
+		}
 		code := status.Code(err)
 		if code == codes.Canceled {
 			// Envoy resets the ext_proc stream once the HTTP exchange is
@@ -265,6 +270,13 @@ func (s *Server) Process(srv grpc.BidiStreamingServer[pb.ProcessingRequest, pb.P
 				return status.FromContextError(ctx.Err()).Err()
 			}
 			return rerr
+		}
+		if xm != nil {
+			blocking := !m.GetObservabilityMode()
+			if blocking {
+				waited++
+			}
+			xm.Exchange(exchangePhase(m), blocking)
 		}
 		out, serr := st.Step(ctx, m)
 		if serr != nil {

@@ -21,7 +21,7 @@ func runHop(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	rounds := fs.Int("rounds", 3, "rounds per rate; each round offers the rate to both paths, one after the other")
 	workers := fs.Int("workers", 4, "upstreams that answer at once")
 	tok := fs.String("tokenizer", "tokenizer/testdata/qwen3", "`DIR` of the router's tokenizer")
-	prompts := fs.String("prompts", "short,8k", "prompt kinds: short (a one-line chat) and 8k (about 8,000 tokens, unique per request)")
+	prompts := fs.String("prompts", "short,8k,stream", "prompt kinds: short (a one-line chat), 8k (about 8,000 tokens, unique per request) and stream (the short chat answered as 64 chunks 20 ms apart: time to first byte and the gap between chunks)")
 	reqOnly := fs.Bool("request-path-only", false, "take kvroute off the response path (Envoy sends it no response headers or body): what load bookkeeping costs")
 	jsonOut := fs.String("json", "", "also write the report as JSON to this `file`")
 	logf := cli.RegisterLog(fs, "off")
@@ -34,7 +34,15 @@ filter, one without it (round robin). Each rate is offered open-loop to both
 Envoys in turn, --rounds times, and the table shows both paths' latency
 percentiles over all rounds and their difference: the time kvroute adds
 (the ext_proc round trips, parsing, tokenizing, matching and picking).
-Everything shares this machine's cores, the load generator included.`)
+For streamed answers (--prompts stream: 64 chunks, 20 ms apart upstream) it
+shows the time to first byte and the gap between chunks instead.
+
+A second table gives the cost per routed request, which shows a regression
+without a timing run: the ext_proc messages Envoy held the request for, by
+phase (kvroute_extproc_exchanges_total), kvroute's CPU time (kvbench's own
+process, which runs kvroute, on the routed path minus on the baseline) and
+each Envoy's CPU time (/proc/<pid>/stat). Everything shares this machine's
+cores, the load generator included: compare the two paths within one run.`)
 	if err := parse(fs, args, stdout); err != nil {
 		return err
 	}
