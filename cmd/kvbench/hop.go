@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"time"
 
@@ -23,6 +24,7 @@ func runHop(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	tok := fs.String("tokenizer", "tokenizer/testdata/qwen3", "`DIR` of the router's tokenizer")
 	prompts := fs.String("prompts", "short,8k,stream", "prompt kinds: short (a one-line chat), 8k (about 8,000 tokens, unique per request) and stream (the short chat answered as 64 chunks 20 ms apart: time to first byte and the gap between chunks)")
 	reqOnly := fs.Bool("request-path-only", false, "take kvroute off the response path (Envoy sends it no response headers or body): what load bookkeeping costs")
+	respPath := fs.String("response-path", bench.ResponsePathHeaders, "what of each response the routed Envoy sends kvroute: headers (the default bootstraps) or streamed (every body chunk too; kvroute envoy-config --response-path)")
 	jsonOut := fs.String("json", "", "also write the report as JSON to this `file`")
 	logf := cli.RegisterLog(fs, "off")
 	setUsage(fs, `kvbench hop measures what kvroute adds to a request's path through Envoy.
@@ -46,6 +48,9 @@ cores, the load generator included: compare the two paths within one run.`)
 	if err := parse(fs, args, stdout); err != nil {
 		return err
 	}
+	if !slices.Contains(bench.ResponsePaths, *respPath) {
+		return cli.Usagef("--response-path %q: want %s", *respPath, cli.List(bench.ResponsePaths, "or"))
+	}
 	var rs []float64
 	for _, f := range splitList(*rates) {
 		v, err := strconv.ParseFloat(f, 64)
@@ -59,11 +64,11 @@ cores, the load generator included: compare the two paths within one run.`)
 		return err
 	}
 	rep, err := bench.RunHop(ctx, bench.HopConfig{Workers: *workers, TokenizerDir: *tok, Rates: rs, Duration: *duration,
-		Rounds: *rounds, Prompts: splitList(*prompts), RequestPathOnly: *reqOnly, Logger: log, Progress: stderr})
+		Rounds: *rounds, Prompts: splitList(*prompts), RequestPathOnly: *reqOnly, ResponsePath: *respPath, Logger: log, Progress: stderr})
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "Envoy %s; %d rounds of %s per rate and path\n\n%s", rep.Envoy, *rounds, *duration, rep.Markdown())
+	fmt.Fprintf(stdout, "Envoy %s; response path %s; %d rounds of %s per rate and path\n\n%s", rep.Envoy, *respPath, *rounds, *duration, rep.Markdown())
 	if *jsonOut != "" {
 		b, _ := json.MarshalIndent(rep, "", "  ")
 		if err := os.WriteFile(*jsonOut, append(b, '\n'), 0o644); err != nil {

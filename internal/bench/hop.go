@@ -53,11 +53,21 @@ type HopConfig struct {
 	// Envoy (no response headers or body sent to it), to see what the
 	// response-path bookkeeping costs.
 	RequestPathOnly bool
+	// ResponsePath is what of each response the routed Envoy shows kvroute
+	// (envoy.Options.ResponsePath; default the response headers only).
+	ResponsePath string
 	// Logger receives the components' logs; nil discards them.
 	Logger *slog.Logger
 	// Progress, when set, gets one line per measured round.
 	Progress io.Writer
 }
+
+// What of each response the routed Envoy shows kvroute (HopConfig.ResponsePath):
+// envoy.ResponsePathHeaders, the default, or envoy.ResponsePathStreamed.
+const ResponsePathHeaders = envoy.ResponsePathHeaders
+
+// ResponsePaths lists the values HopConfig.ResponsePath takes.
+var ResponsePaths = envoy.ResponsePaths
 
 // HopRow is one prompt kind at one offered rate: both paths' latency
 // percentiles over all rounds, and what the router added.
@@ -230,7 +240,8 @@ func RunHop(ctx context.Context, cfg HopConfig) (*HopReport, error) {
 	if cfg.RequestPathOnly {
 		edit = requestPathOnly
 	}
-	routed, err := StartEnvoy(ctx, EnvoyConfig{Style: envoy.StyleClusterHeader, Workers: workers, ExtProcAddr: router.GRPCAddr(), Edit: edit})
+	routed, err := StartEnvoy(ctx, EnvoyConfig{Style: envoy.StyleClusterHeader, Workers: workers, ExtProcAddr: router.GRPCAddr(), Edit: edit,
+		ResponsePath: cfg.ResponsePath})
 	if err != nil {
 		return nil, err
 	}
