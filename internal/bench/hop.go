@@ -56,10 +56,21 @@ type HopConfig struct {
 	// ResponsePath is what of each response the routed Envoy shows kvroute
 	// (envoy.Options.ResponsePath; default the response headers only).
 	ResponsePath string
+	// Style is the bootstrap both Envoys run: envoy.StyleClusterHeader (the
+	// default; request body BUFFERED) or envoy.StyleOriginalDst (request
+	// body FULL_DUPLEX_STREAMED; kvroute names one endpoint, and without
+	// ext_proc the client names the worker in
+	// x-gateway-destination-endpoint, round robin, which the baseline
+	// bootstrap lets through).
+	Style string
 	// Logger receives the components' logs; nil discards them.
 	Logger *slog.Logger
 	// Progress, when set, gets one line per measured round.
 	Progress io.Writer
+
+	// destinations are the worker addresses the baseline's client names
+	// itself (style original-dst), round robin.
+	destinations []string
 }
 
 // What of each response the routed Envoy shows kvroute (HopConfig.ResponsePath):
@@ -195,6 +206,12 @@ func RunHop(ctx context.Context, cfg HopConfig) (*HopReport, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Style == "" {
+		cfg.Style = envoy.StyleClusterHeader
+	}
+	if cfg.Style != envoy.StyleClusterHeader && cfg.Style != envoy.StyleOriginalDst {
+		return nil, fmt.Errorf("hop: style %q: want %s or %s", cfg.Style, envoy.StyleClusterHeader, envoy.StyleOriginalDst)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
@@ -225,6 +242,9 @@ func RunHop(ctx context.Context, cfg HopConfig) (*HopReport, error) {
 	rcfg.GRPCAddr, rcfg.HTTPAddr, rcfg.AdminAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	rcfg.WorkersFile = wf
 	rcfg.Logger = cfg.Logger.With("component", "kvroute")
+	if cfg.Style == envoy.StyleOriginalDst {
+		rcfg.Fallbacks = 0 // ORIGINAL_DST reads one ip:port
+	}
 	if cfg.TokenizerDir != "" {
 		rcfg.Tokenizers = map[string]tokenizer.ModelSource{cfg.Model: {Dir: cfg.TokenizerDir}}
 	}
@@ -240,14 +260,18 @@ func RunHop(ctx context.Context, cfg HopConfig) (*HopReport, error) {
 	if cfg.RequestPathOnly {
 		edit = requestPathOnly
 	}
-	routed, err := StartEnvoy(ctx, EnvoyConfig{Style: envoy.StyleClusterHeader, Workers: workers, ExtProcAddr: router.GRPCAddr(), Edit: edit,
+	routed, err := StartEnvoy(ctx, EnvoyConfig{Style: cfg.Style, Workers: workers, ExtProcAddr: router.GRPCAddr(), Edit: edit,
 		ResponsePath: cfg.ResponsePath})
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = routed.Close() }()
-	plain, err := StartEnvoy(ctx, EnvoyConfig{Style: envoy.StyleClusterHeader, Workers: workers, ExtProcAddr: router.GRPCAddr(),
-		Edit: withoutExtProc})
+	plainEdit := withoutExtProc
+	if cfg.Style == envoy.StyleOriginalDst {
+		plainEdit = withoutExtProcClientPicks
+	}
+	plain, err := StartEnvoy(ctx, EnvoyConfig{Style: cfg.Style, Workers: workers, ExtProcAddr: router.GRPCAddr(),
+		Edit: plainEdit})
 	if err != nil {
 		return nil, err
 	}
@@ -258,6 +282,11 @@ func RunHop(ctx context.Context, cfg HopConfig) (*HopReport, error) {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4096, MaxConnsPerHost: 0, IdleConnTimeout: time.Minute}}
 	defer client.CloseIdleConnections()
 	metricsURL := "http://" + router.HTTPAddr()
+	if cfg.Style == envoy.StyleOriginalDst {
+		for _, w := range workers {
+			cfg.destinations = append(cfg.destinations, w.Address)
+		}
+	}
 	for _, kind := range cfg.Prompts {
 		body, err := hopBody(kind, cfg.Model)
 		if err != nil {
@@ -307,7 +336,7 @@ func hopRow(ctx context.Context, client *http.Client, kind string, rate float64,
 			var took time.Duration
 			if kind == "stream" {
 				var ts []streamTiming
-				ts, sent, errs, took = offerStreamed(ctx, client, p.URL()+PathChat, body, rate, cfg.Duration)
+				ts, sent, errs, took = offerStreamed(ctx, client, p.URL()+PathChat, body, pathDest(cfg, i), rate, cfg.Duration)
 				for _, t := range ts {
 					first[i] = append(first[i], t.firstByte)
 					gaps[i] = append(gaps[i], t.gaps...)
@@ -315,7 +344,7 @@ func hopRow(ctx context.Context, client *http.Client, kind string, rate float64,
 				n = len(ts)
 			} else {
 				var l []time.Duration
-				l, sent, errs, took = offer(ctx, client, p.URL()+PathChat, body, rate, cfg.Duration)
+				l, sent, errs, took = offer(ctx, client, p.URL()+PathChat, body, pathDest(cfg, i), rate, cfg.Duration)
 				lat[i] = append(lat[i], l...)
 				n = len(l)
 			}
@@ -376,6 +405,15 @@ func hopRow(ctx context.Context, client *http.Client, kind string, rate float64,
 	return row, nil
 }
 
+// pathDest is the destination the client names itself on path i (0: the
+// baseline) for request n: the original-dst baseline's round robin, else none.
+func pathDest(cfg HopConfig, i int) func(n int) string {
+	if i != 0 || len(cfg.destinations) == 0 {
+		return nil
+	}
+	return func(n int) string { return cfg.destinations[n%len(cfg.destinations)] }
+}
+
 // phaseList writes exchanges per request by phase, in request order.
 func phaseList(m map[string]float64) string {
 	var parts []string
@@ -417,15 +455,43 @@ func routerDecisions(ctx context.Context, url string) (int, error) {
 	return int(n), nil
 }
 
+// hopRequest is request n of a run: a chat POST, naming its worker in
+// x-gateway-destination-endpoint when dest is set.
+func hopRequest(ctx context.Context, url string, b []byte, dest func(int) string, n int) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(b))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if dest != nil {
+		req.Header.Set(envoy.DestinationHeader, dest(n))
+	}
+	return req, nil
+}
+
+// withoutExtProcClientPicks is withoutExtProc for the original-dst style,
+// whose ORIGINAL_DST cluster needs a destination: the client's own
+// x-gateway-destination-endpoint is let through (the early header mutation
+// that strips it goes too).
+var withoutExtProcClientPicks = EditHCM(func(hcm *hcmv3.HttpConnectionManager) error {
+	if err := withoutExtProcHCM(hcm); err != nil {
+		return err
+	}
+	hcm.EarlyHeaderMutationExtensions = nil
+	return nil
+})
+
 // withoutExtProc drops the ext_proc filter from a bootstrap: the same Envoy
 // path, round robin over the workers (the cluster-header style's fallback
 // route), kvroute out of it.
-var withoutExtProc = EditHCM(func(hcm *hcmv3.HttpConnectionManager) error {
+var withoutExtProc = EditHCM(withoutExtProcHCM)
+
+func withoutExtProcHCM(hcm *hcmv3.HttpConnectionManager) error {
 	hcm.HttpFilters = slices.DeleteFunc(hcm.HttpFilters, func(h *hcmv3.HttpFilter) bool {
 		return h.GetName() == extProcFilter
 	})
 	return nil
-})
+}
 
 // requestPathOnly keeps kvroute on the request path and takes it off the
 // response path (no response headers or body sent to it): what the
@@ -530,7 +596,7 @@ func promptTokens(ctx context.Context, adminURL string, body []byte) (int, error
 
 // offer sends requests at a fixed rate (open loop) for d and returns the
 // latency of each answered one.
-func offer(ctx context.Context, c *http.Client, url string, body func(int) []byte, rate float64, d time.Duration) (lat []time.Duration, sent, errs int, took time.Duration) {
+func offer(ctx context.Context, c *http.Client, url string, body func(int) []byte, dest func(int) string, rate float64, d time.Duration) (lat []time.Duration, sent, errs int, took time.Duration) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	interval := time.Duration(float64(time.Second) / rate)
@@ -541,13 +607,16 @@ func offer(ctx context.Context, c *http.Client, url string, body func(int) []byt
 			break
 		}
 		time.Sleep(time.Until(at))
-		b := body(i)
+		req, err := hopRequest(ctx, url, body(i), dest, i)
+		if err != nil {
+			return nil, sent, errs, time.Since(start)
+		}
 		sent++
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			t0 := time.Now()
-			resp, err := c.Post(url, "application/json", bytes.NewReader(b))
+			resp, err := c.Do(req)
 			if err == nil {
 				_, err = io.Copy(io.Discard, resp.Body)
 				_ = resp.Body.Close()

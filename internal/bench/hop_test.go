@@ -80,3 +80,23 @@ func FuzzParseProcStatCPU(f *testing.F) {
 		}
 	})
 }
+
+// The original-dst bootstrap (request body FULL_DUPLEX_STREAMED) is measured
+// the same way: the baseline's client names its worker, and kvroute's
+// request path is one wait of two messages.
+func TestHopMeasuresOriginalDst(t *testing.T) {
+	rep, err := RunHop(context.Background(), HopConfig{Workers: 2, TokenizerDir: "../../tokenizer/testdata/qwen3", Style: "original-dst",
+		Rates: []float64{40}, Duration: 400 * time.Millisecond, Rounds: 1, Prompts: []string{"short"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rep.Rows[0]
+	for name, st := range map[string]HopStats{"baseline": r.Baseline, "routed": r.Routed} {
+		if st.Sent < 10 || st.Errors != 0 {
+			t.Errorf("%s: %+v, want ≥ 10 sent, no errors", name, st)
+		}
+	}
+	if r.ExchangesByPhase["request_headers"] != 1 || r.ExchangesByPhase["response_body"] != 0 {
+		t.Errorf("exchanges by phase %v, want one request_headers and no response_body per request", r.ExchangesByPhase)
+	}
+}

@@ -31,7 +31,7 @@ type streamTiming struct {
 
 // offerStreamed is offer for streamed answers: it records each answer's
 // time to first byte and the gaps between its chunks.
-func offerStreamed(ctx context.Context, c *http.Client, url string, body func(int) []byte, rate float64, d time.Duration) (out []streamTiming, sent, errs int, took time.Duration) {
+func offerStreamed(ctx context.Context, c *http.Client, url string, body func(int) []byte, dest func(int) string, rate float64, d time.Duration) (out []streamTiming, sent, errs int, took time.Duration) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	interval := time.Duration(float64(time.Second) / rate)
@@ -42,12 +42,15 @@ func offerStreamed(ctx context.Context, c *http.Client, url string, body func(in
 			break
 		}
 		time.Sleep(time.Until(at))
-		b := body(i)
+		req, err := hopRequest(ctx, url, body(i), dest, i)
+		if err != nil {
+			return nil, sent, errs, time.Since(start)
+		}
 		sent++
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			st, err := readStreamed(c, url, b)
+			st, err := readStreamed(c, req)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -61,10 +64,10 @@ func offerStreamed(ctx context.Context, c *http.Client, url string, body func(in
 	return out, sent, errs, time.Since(start)
 }
 
-func readStreamed(c *http.Client, url string, b []byte) (streamTiming, error) {
+func readStreamed(c *http.Client, req *http.Request) (streamTiming, error) {
 	var st streamTiming
 	t0 := time.Now()
-	resp, err := c.Post(url, "application/json", bytes.NewReader(b))
+	resp, err := c.Do(req)
 	if err != nil {
 		return st, err
 	}
