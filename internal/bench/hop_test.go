@@ -100,3 +100,25 @@ func TestHopMeasuresOriginalDst(t *testing.T) {
 		t.Errorf("exchanges by phase %v, want one request_headers and no response_body per request", r.ExchangesByPhase)
 	}
 }
+
+func TestParseExchangeLine(t *testing.T) {
+	phase, blocking, v, ok := parseExchangeLine(`kvroute_extproc_exchanges_total{blocking="true",phase="request_body"} 42`)
+	if !ok || phase != "request_body" || !blocking || v != 42 {
+		t.Errorf("got %q %v %v %v", phase, blocking, v, ok)
+	}
+	for _, bad := range []string{"", "# HELP kvroute_extproc_exchanges_total x", `kvroute_extproc_exchanges_total{phase="x"} NaNx`, `kvroute_requests_total{} 1`} {
+		if _, _, _, ok := parseExchangeLine(bad); ok {
+			t.Errorf("%q read as a sample", bad)
+		}
+	}
+}
+
+func FuzzParseExchangeLine(f *testing.F) {
+	f.Add(`kvroute_extproc_exchanges_total{blocking="false",phase="response_body"} 3`)
+	f.Add(`kvroute_extproc_exchanges_total{phase="` + "\"" + `} 1`)
+	f.Fuzz(func(t *testing.T, line string) {
+		if _, _, v, ok := parseExchangeLine(line); ok && v < 0 {
+			t.Errorf("negative count %v", v)
+		}
+	})
+}

@@ -183,26 +183,35 @@ func exchangeCounts(ctx context.Context, url string) (blocking, observed map[str
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "kvroute_extproc_exchanges_total{") {
-			continue
-		}
-		labels, val, ok := strings.Cut(line[len("kvroute_extproc_exchanges_total{"):], "} ")
+		phase, isBlocking, v, ok := parseExchangeLine(sc.Text())
 		if !ok {
 			continue
 		}
-		v, err := strconv.ParseFloat(val, 64)
-		if err != nil {
-			continue
-		}
-		phase := labelValue(labels, "phase")
-		if labelValue(labels, "blocking") == "true" {
+		if isBlocking {
 			blocking[phase] += v
 		} else {
 			observed[phase] += v
 		}
 	}
 	return blocking, observed, sc.Err()
+}
+
+// parseExchangeLine reads one kvroute_extproc_exchanges_total sample of the
+// Prometheus text format; ok is false for any other line.
+func parseExchangeLine(line string) (phase string, blocking bool, v float64, ok bool) {
+	const name = "kvroute_extproc_exchanges_total{"
+	if !strings.HasPrefix(line, name) {
+		return "", false, 0, false
+	}
+	labels, val, found := strings.Cut(line[len(name):], "} ")
+	if !found {
+		return "", false, 0, false
+	}
+	v, err := strconv.ParseFloat(val, 64)
+	if err != nil || !(v >= 0) { // NaN too
+		return "", false, 0, false
+	}
+	return labelValue(labels, "phase"), labelValue(labels, "blocking") == "true", v, true
 }
 
 // labelValue finds name="value" in a Prometheus label list.
