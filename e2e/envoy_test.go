@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -242,5 +243,62 @@ func TestOriginalDstAnswersAnEndpointList503(t *testing.T) {
 	s := start(t, options{workers: 3, style: envoy.StyleOriginalDst, router: func(c *server.Config) { c.Fallbacks = 2 }})
 	if r := s.sendWithHeaders(t, chat(longText("list", 4), "q"), nil); r.status != http.StatusServiceUnavailable {
 		t.Errorf("status %d with an endpoint list, want 503 (Envoy's ORIGINAL_DST takes one ip:port)", r.status)
+	}
+}
+
+// A streamed answer through Envoy keeps its load on the worker until its
+// last event, whatever Envoy shows kvroute of the response: with the
+// default (response headers only) no body chunk reaches kvroute, and the
+// ext_proc stream's end, when the request ends, frees the load as a normal
+// end; with --response-path streamed every chunk does and the last one frees it.
+func TestEnvoyHoldsLoadUntilTheStreamedAnswerEnds(t *testing.T) {
+	for _, tc := range []struct{ style, path string }{
+		{envoy.StyleClusterHeader, envoy.ResponsePathHeaders},
+		{envoy.StyleOriginalDst, envoy.ResponsePathHeaders},
+		{envoy.StyleXDS, envoy.ResponsePathHeaders},
+		{envoy.StyleClusterHeader, envoy.ResponsePathStreamed},
+		{envoy.StyleOriginalDst, envoy.ResponsePathStreamed},
+	} {
+		t.Run(tc.style+"/"+tc.path, func(t *testing.T) {
+			s := start(t, options{workers: 2, style: tc.style, speedup: 2, responsePath: tc.path})
+			body := bytes.Replace(chat(longText("held "+tc.style, 8), "q"), []byte(`"max_tokens":8`), []byte(`"max_tokens":200`), 1)
+			resp, err := http.Post(s.URL()+bench.PathChat, "application/json", bytes.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			sc := bufio.NewScanner(resp.Body)
+			events := 0
+			for sc.Scan() {
+				if len(sc.Bytes()) == 0 {
+					continue
+				}
+				if events++; events == 100 {
+					var active float64
+					for _, w := range s.ids() {
+						active += s.metric(t, "kvroute_worker_active_requests", `worker="`+w+`"`)
+					}
+					if active != 1 || s.metric(t, "kvroute_requests_finished_total") != 0 {
+						t.Errorf("mid-answer (event %d): %v active requests, %v finished; want the request active", events, active, s.metric(t, "kvroute_requests_finished_total"))
+					}
+				}
+			}
+			if events < 150 {
+				t.Fatalf("answer had %d events, want about 200", events)
+			}
+			eventually(t, "the answer's load to be freed", func() bool {
+				return s.metric(t, "kvroute_requests_finished_total") == 1
+			})
+			if ok := s.metric(t, "kvroute_requests_finished_total", `outcome="ok"`); ok != 1 {
+				t.Errorf("the answer did not end as ok")
+			}
+			chunks := s.metric(t, "kvroute_extproc_exchanges_total", `phase="response_body"`)
+			if tc.path == envoy.ResponsePathHeaders && chunks != 0 {
+				t.Errorf("%v response body messages reached kvroute, want none", chunks)
+			}
+			if tc.path == envoy.ResponsePathStreamed && chunks == 0 {
+				t.Errorf("no response body message reached kvroute with --response-path streamed")
+			}
+		})
 	}
 }

@@ -56,6 +56,8 @@ type options struct {
 	envoyTLS *envoy.TLSFiles
 	// speedup divides the workers' simulated step times (default 50).
 	speedup float64
+	// responsePath is envoy.Options.ResponsePath.
+	responsePath string
 }
 
 // start brings up NATS, etcd, workers, kvroute and the gateway, all torn
@@ -82,7 +84,7 @@ func start(t *testing.T, o options) *system {
 		NATSURL: n.URL, EtcdEndpoints: etcd.Endpoints, Workers: o.workers, Model: model,
 		Engine:  sim.EngineConfig{NumGPUBlocks: 4096, BlockSize: 16},
 		Speedup: o.speedup, LeaseTTL: o.leaseTTL, TokenizerDir: qwenDir, Mode: o.mode, Style: o.style,
-		MMFamily: o.mmFamily, ChatTemplate: o.chatTemplate, Router: o.router, EnvoyTLS: o.envoyTLS,
+		MMFamily: o.mmFamily, ChatTemplate: o.chatTemplate, Router: o.router, EnvoyTLS: o.envoyTLS, ResponsePath: o.responsePath,
 		// ORIGINAL_DST parses x-gateway-destination-endpoint as a single
 		// ip:port, so the original-dst bootstrap cannot take kvroute's
 		// default fallback list ("ip:port,ip:port"): see the kvbench report.

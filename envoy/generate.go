@@ -52,6 +52,24 @@ const (
 	OverrideHostPolicyName = "envoy.load_balancing_policies.override_host"
 )
 
+// What of each response Envoy shows kvroute (Options.ResponsePath).
+const (
+	// ResponsePathHeaders, the default: kvroute sees the response headers
+	// (status, who answered, the endpoint that served), one exchange per
+	// request, and the end of the ext_proc stream, which Envoy closes when
+	// the request ends. The body goes to the client without waiting on
+	// kvroute: no exchange per chunk. The first token counts at the
+	// response headers.
+	ResponsePathHeaders = "headers"
+	// ResponsePathStreamed: kvroute also sees every response body chunk
+	// (the first token at the first chunk, decode progress counted from the
+	// SSE events); Envoy waits for kvroute's answer to each chunk.
+	ResponsePathStreamed = "streamed"
+)
+
+// ResponsePaths lists the values Options.ResponsePath takes.
+var ResponsePaths = []string{ResponsePathHeaders, ResponsePathStreamed}
+
 // Worker is one backend as the bootstraps see it.
 type Worker struct {
 	// Cluster is the Envoy cluster name, the value kvroute writes into
@@ -82,6 +100,9 @@ type Options struct {
 	NodeID string
 	// ExtProcTLS, when set, makes Envoy dial kvroute's ext_proc over TLS.
 	ExtProcTLS *TLSFiles
+	// ResponsePath is what of each response Envoy sends kvroute:
+	// ResponsePathHeaders (the default) or ResponsePathStreamed.
+	ResponsePath string
 }
 
 // TLSFiles are the files of Envoy's side of a TLS connection to kvroute,
@@ -109,6 +130,7 @@ func (o Options) withDefaults() Options {
 	def(&o.ExtProcAddress, "127.0.0.1:9002")
 	def(&o.XDSAddress, "127.0.0.1:18000")
 	def(&o.NodeID, "kvroute-envoy")
+	def(&o.ResponsePath, ResponsePathHeaders)
 	if o.MessageTimeout == 0 {
 		o.MessageTimeout = 60 * time.Second
 	}
@@ -195,6 +217,8 @@ type templateData struct {
 	Workers           []workerData
 	WorkersCluster    string
 	FallbackType      string
+	// ResponseStreamed sends kvroute the response body (ResponsePathStreamed).
+	ResponseStreamed bool
 }
 
 // Generate renders an Envoy bootstrap of the given style (StyleClusterHeader,
@@ -216,6 +240,13 @@ func Generate(style string, workers []Worker, opts Options) ([]byte, error) {
 		return nil, fmt.Errorf("envoy: message timeout %v outside Envoy's range [1ms, 1h)", opts.MessageTimeout)
 	}
 	d.MessageTimeout = formatDuration(opts.MessageTimeout)
+	switch opts.ResponsePath {
+	case ResponsePathHeaders:
+	case ResponsePathStreamed:
+		d.ResponseStreamed = true
+	default:
+		return nil, fmt.Errorf("envoy: unknown response path %q (want %s)", opts.ResponsePath, strings.Join(ResponsePaths, " or "))
+	}
 	if !validNodeID(opts.NodeID) {
 		return nil, fmt.Errorf("envoy: node id %q must be letters, digits, '-', '_' or '.'", opts.NodeID)
 	}

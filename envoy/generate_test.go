@@ -163,3 +163,35 @@ func BenchmarkGenerateClusterHeader(b *testing.B) {
 		})
 	}
 }
+
+// The response path: by default Envoy sends kvroute the response headers
+// (and trailers, which keep the stream open to the response's end) only,
+// so no body chunk waits on it; ResponsePathStreamed sends every body
+// chunk too (STREAMED, or FULL_DUPLEX_STREAMED with trailers for
+// original-dst); anything else is refused by name.
+func TestGenerateResponsePath(t *testing.T) {
+	for _, tc := range []struct {
+		style, path string
+		want        []string
+	}{
+		{StyleClusterHeader, "", []string{"response_header_mode: SEND", "response_body_mode: NONE", "response_trailer_mode: SEND"}},
+		{StyleXDS, ResponsePathHeaders, []string{"response_header_mode: SEND", "response_body_mode: NONE"}},
+		{StyleOriginalDst, "", []string{"response_header_mode: SEND", "response_body_mode: NONE", "response_trailer_mode: SEND", "request_body_mode: FULL_DUPLEX_STREAMED"}},
+		{StyleClusterHeader, ResponsePathStreamed, []string{"response_body_mode: STREAMED", "response_trailer_mode: SKIP"}},
+		{StyleXDS, ResponsePathStreamed, []string{"response_body_mode: STREAMED"}},
+		{StyleOriginalDst, ResponsePathStreamed, []string{"response_body_mode: FULL_DUPLEX_STREAMED", "response_trailer_mode: SEND"}},
+	} {
+		out, err := Generate(tc.style, ExampleWorkers, Options{ResponsePath: tc.path})
+		if err != nil {
+			t.Fatalf("%s %q: %v", tc.style, tc.path, err)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(string(out), w) {
+				t.Errorf("%s %q: no %q", tc.style, tc.path, w)
+			}
+		}
+	}
+	if _, err := Generate(StyleXDS, nil, Options{ResponsePath: "body"}); err == nil || !strings.Contains(err.Error(), `unknown response path "body"`) {
+		t.Errorf("response path body: %v", err)
+	}
+}

@@ -72,7 +72,8 @@ type ServerConfig struct {
 	// StreamIdleTimeout closes a stream on which Envoy sent nothing for
 	// this long (default 5 min: above a slow prefill's wait for the first
 	// response byte). A new stream must send its first message within
-	// min(StreamIdleTimeout, 10 s). Negative disables both.
+	// min(StreamIdleTimeout, 10 s). Negative disables both. It does not
+	// apply once a stream awaits only its end (Stream.AwaitsEnd).
 	StreamIdleTimeout time.Duration
 	// ConnIdleTimeout closes a connection with no open stream for this
 	// long (keepalive pings do not count; the client reconnects when it
@@ -222,9 +223,14 @@ func (s *Server) Process(srv grpc.BidiStreamingServer[pb.ProcessingRequest, pb.P
 	ctx := srv.Context()
 	st := NewStream(&s.cfg.Stream, s.cfg.Decider)
 	s.metrics.StreamStarted()
+	xm, _ := s.metrics.(ExchangeMetrics)
+	waited := 0
 	var ended error
 	defer func() {
 		st.Close(ended)
+		if xm != nil {
+			xm.StreamExchanges(waited)
+		}
 		code := status.Code(err)
 		if code == codes.Canceled {
 			// Envoy resets the ext_proc stream once the HTTP exchange is
@@ -243,14 +249,17 @@ func (s *Server) Process(srv grpc.BidiStreamingServer[pb.ProcessingRequest, pb.P
 			}
 		}
 	}()
-	recv := srv.Recv
+	// After the response headers with response body NONE, nothing comes
+	// until Envoy closes the stream at the request's end: silence then is
+	// no sign of a dead peer, and the idle timeout does not apply.
+	recv := func(bool) (*pb.ProcessingRequest, error) { return srv.Recv() }
 	if s.cfg.StreamIdleTimeout > 0 {
 		var stop func()
 		recv, stop = idleRecv(ctx, srv.Recv, s.cfg.StreamIdleTimeout)
 		defer stop()
 	}
 	for {
-		m, rerr := recv()
+		m, rerr := recv(st.AwaitsEnd())
 		if errors.Is(rerr, io.EOF) {
 			return nil
 		}
@@ -265,6 +274,13 @@ func (s *Server) Process(srv grpc.BidiStreamingServer[pb.ProcessingRequest, pb.P
 				return status.FromContextError(ctx.Err()).Err()
 			}
 			return rerr
+		}
+		if xm != nil {
+			blocking := !m.GetObservabilityMode()
+			if blocking {
+				waited++
+			}
+			xm.Exchange(exchangePhase(m), blocking)
 		}
 		out, serr := st.Step(ctx, m)
 		if serr != nil {
@@ -296,7 +312,7 @@ type recvResult struct {
 // errStreamIdle. One goroutine per stream receives; it ends when the
 // stream does (its Recv fails once the handler has returned) or when stop
 // is called and the handler is gone.
-func idleRecv(ctx context.Context, recv func() (*pb.ProcessingRequest, error), idle time.Duration) (func() (*pb.ProcessingRequest, error), func()) {
+func idleRecv(ctx context.Context, recv func() (*pb.ProcessingRequest, error), idle time.Duration) (func(untimed bool) (*pb.ProcessingRequest, error), func()) {
 	ch := make(chan recvResult)
 	done := make(chan struct{})
 	go func() {
@@ -314,8 +330,14 @@ func idleRecv(ctx context.Context, recv func() (*pb.ProcessingRequest, error), i
 	}()
 	timer := time.NewTimer(min(idle, firstMessageTimeout))
 	first := true
-	next := func() (*pb.ProcessingRequest, error) {
-		if !first {
+	never := make(<-chan time.Time)
+	next := func(untimed bool) (*pb.ProcessingRequest, error) {
+		expired := timer.C
+		switch {
+		case untimed:
+			timer.Stop()
+			expired = never
+		case !first:
 			timer.Reset(idle)
 		}
 		first = false
@@ -323,7 +345,7 @@ func idleRecv(ctx context.Context, recv func() (*pb.ProcessingRequest, error), i
 		case r := <-ch:
 			timer.Stop()
 			return r.m, r.err
-		case <-timer.C:
+		case <-expired:
 			return nil, errStreamIdle
 		case <-ctx.Done():
 			timer.Stop()

@@ -3,6 +3,7 @@ package extproc
 import (
 	"context"
 	"errors"
+	"io"
 	"slices"
 	"strconv"
 	"strings"
@@ -117,12 +118,28 @@ func (s *Stream) Close(err error) {
 		return
 	}
 	// With response body mode NONE Envoy never shows the response's end; the
-	// stream's clean end is that signal.
-	if err == nil && s.phase == phRespBody && s.respMode == ModeNone && s.respStatus < 400 {
+	// stream's end is that signal. Envoy closes it, cleanly or by cancelling
+	// it, when the HTTP request ends; a client that leaves mid-response
+	// looks the same from here.
+	if s.AwaitsEnd() && s.respStatus < 400 && endedByEnvoy(err) {
 		s.release(OutcomeOK)
 		return
 	}
 	s.release(OutcomeReset)
+}
+
+// AwaitsEnd reports whether the stream waits for nothing but its end: the
+// response headers came and, with response body mode NONE, Envoy sends
+// nothing more (trailers at most) until it closes the stream when the
+// request ends, however long the response takes.
+func (s *Stream) AwaitsEnd() bool {
+	return s.phase == phRespBody && s.respMode == ModeNone
+}
+
+// endedByEnvoy tells a stream Envoy closed (half-close, or a cancel when
+// its HTTP request ends) from one that failed.
+func endedByEnvoy(err error) bool {
+	return err == nil || errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) || status.Code(err) == codes.Canceled
 }
 
 func (s *Stream) step(ctx context.Context, m *pb.ProcessingRequest) ([]*pb.ProcessingResponse, error) {

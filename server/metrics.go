@@ -40,7 +40,12 @@ type Metrics struct {
 	streamsActive prometheus.Gauge
 	streamErrors  *prometheus.CounterVec
 	immediate     *prometheus.CounterVec
-	badRecords    *prometheus.CounterVec
+	// exchanges by phase, then blocking (0: false, 1: true), resolved once:
+	// every message from Envoy counts.
+	exchanges       *prometheus.CounterVec
+	exchangeByPhase map[string][2]prometheus.Counter
+	streamExchanges prometheus.Histogram
+	badRecords      *prometheus.CounterVec
 	// unknownPublishers counts KV event batches on --engine-events-listen
 	// whose topic names no single worker (no label: topics come from the
 	// network and would be unbounded).
@@ -103,6 +108,11 @@ func newMetrics(reg *prometheus.Registry, r *Server) *Metrics {
 		streamsActive: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kvroute_extproc_streams_active", Help: "ext_proc streams open now."}),
 		streamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_extproc_stream_errors_total",
 			Help: "ext_proc streams that ended with a gRPC error, by code (Envoy cancelling a stream when its exchange ends or its client leaves is a normal end)."}, []string{"code"}),
+		exchanges: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_extproc_exchanges_total",
+			Help: "Messages Envoy sent over ext_proc, by phase (request_headers, request_body, request_trailers, response_headers, response_body, response_trailers) and whether Envoy held the request for the answer (blocking=\"false\": observability mode)."},
+			[]string{"phase", "blocking"}),
+		streamExchanges: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvroute_extproc_stream_blocking_exchanges",
+			Help: "Messages per ext_proc stream (one HTTP request) that Envoy held the request for.", Buckets: []float64{0, 1, 2, 3, 4, 6, 8, 16, 32, 64, 128}}),
 		immediate: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_extproc_immediate_responses_total",
 			Help: "Immediate (error) responses sent to clients, by HTTP status."}, []string{"status"}),
 		badRecords: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_discovery_bad_records_total",
@@ -114,8 +124,13 @@ func newMetrics(reg *prometheus.Registry, r *Server) *Metrics {
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.phase, m.overlap, m.cachedTokens, m.byLoad, m.finished, m.routed, m.queued,
 		m.queueWait, m.shed, m.expired, m.loadRejected, m.syncRejected, m.syncDropped, m.batches, m.events, m.blocks, m.sequence,
-		m.streams, m.streamsActive, m.streamErrors, m.immediate, m.badRecords, m.unknownPublishers, m.engineBlockSize, &stateCollector{r: r}} {
+		m.streams, m.streamsActive, m.streamErrors, m.exchanges, m.streamExchanges, m.immediate, m.badRecords, m.unknownPublishers, m.engineBlockSize, &stateCollector{r: r}} {
 		f(c)
+	}
+	m.exchangeByPhase = map[string][2]prometheus.Counter{}
+	for _, ph := range []string{extproc.ExchangeRequestHeaders, extproc.ExchangeRequestBody, extproc.ExchangeRequestTrailers,
+		extproc.ExchangeResponseHeaders, extproc.ExchangeResponseBody, extproc.ExchangeResponseTrailers} {
+		m.exchangeByPhase[ph] = [2]prometheus.Counter{m.exchanges.WithLabelValues(ph, "false"), m.exchanges.WithLabelValues(ph, "true")}
 	}
 	m.health.register(f)
 	m.guard = newGuardMetrics(r)
@@ -145,6 +160,21 @@ func (m *Metrics) StreamEnded(code codes.Code) {
 	}
 }
 func (m *Metrics) Rejected(status int) { m.immediate.WithLabelValues(strconv.Itoa(status)).Inc() }
+
+// extproc.ExchangeMetrics
+
+func (m *Metrics) Exchange(phase string, blocking bool) {
+	b := 0
+	if blocking {
+		b = 1
+	}
+	if c, ok := m.exchangeByPhase[phase]; ok {
+		c[b].Inc()
+		return
+	}
+	m.exchanges.WithLabelValues(phase, strconv.FormatBool(blocking)).Inc()
+}
+func (m *Metrics) StreamExchanges(blocking int) { m.streamExchanges.Observe(float64(blocking)) }
 
 // picker.Metrics
 

@@ -65,7 +65,7 @@ func newServeFlags() (*cli.Command, *serveFlags) {
 	fs.IntVar(&c.MaxPromptBytes, "max-prompt-bytes", c.MaxPromptBytes, "prompts whose rendered text is longer are routed by load, not tokenized (0: no cap)")
 	fs.IntVar(&c.MaxConcurrentDecisions, "max-concurrent-decisions", c.MaxConcurrentDecisions, "routing decisions parsing and tokenizing at once; one that waits 10 s for a slot is shed with 429 (0: no cap; default 2×GOMAXPROCS, at least 4)")
 	fs.UintVar(&s.maxStreams, "max-streams", uint(c.MaxStreams), "concurrent ext_proc streams per HTTP/2 connection (Envoy uses one stream per request)")
-	fs.DurationVar(&c.StreamIdleTimeout, "stream-idle-timeout", c.StreamIdleTimeout, "close an ext_proc stream on which Envoy sent nothing for this long (a new stream must send within min(this, 10s)); keep it above the slowest time to first token; 0: never")
+	fs.DurationVar(&c.StreamIdleTimeout, "stream-idle-timeout", c.StreamIdleTimeout, "close an ext_proc stream on which Envoy sent nothing for this long (a new stream must send within min(this, 10s)); keep it above the slowest time to first token; not applied after the response headers when Envoy sends no response body; 0: never")
 	fs.DurationVar(&c.ConnIdleTimeout, "conn-idle-timeout", c.ConnIdleTimeout, "close an ext_proc connection with no open stream for this long (Envoy reconnects on its next request); one that has not finished its HTTP/2 or TLS handshake goes after min(this, 10s); 0: never")
 	fs.StringVar(&c.NATSURL, "nats-url", "", "NATS `url` for KV events, load reports and replica sync; empty starts an embedded NATS server")
 	fs.StringVar(&c.EmbeddedNATSAddr, "embedded-nats-addr", c.EmbeddedNATSAddr, "listen `address` of the embedded NATS server (workers publish here)")

@@ -319,6 +319,14 @@ func (p *Proxy) Stat(ctx context.Context, name string) (uint64, error) {
 	return st[name], nil
 }
 
+// PID is the Envoy process's id (for reading its CPU time from /proc).
+func (p *Proxy) PID() int {
+	if p.cmd == nil || p.cmd.Process == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
 // Log returns the last part of Envoy's log.
 func (p *Proxy) Log() string { return p.tail.String() }
 

@@ -65,6 +65,9 @@ type EnvConfig struct {
 	// EnvoyTLS makes Envoy dial the router's ext_proc over TLS; the router
 	// needs the matching server.Config.TLS (set it through Router).
 	EnvoyTLS *envoy.TLSFiles
+	// ResponsePath is what of each response Envoy shows the router
+	// (envoy.Options.ResponsePath; default the response headers only).
+	ResponsePath string
 	// Logger receives the components' logs; nil discards them.
 	Logger *slog.Logger
 	// Router, when set, edits the router's configuration before it starts
@@ -201,7 +204,7 @@ func StartEnv(ctx context.Context, cfg EnvConfig) (_ *Env, err error) {
 	}
 	if e.Envoy, err = StartEnvoy(ctx, EnvoyConfig{
 		Style: cfg.Style, Workers: e.EnvoyWorkers(), ExtProcAddr: e.Router.GRPCAddr(),
-		XDSAddr: e.xdsAddr(), TLS: cfg.EnvoyTLS, Log: cfg.EnvoyLog,
+		XDSAddr: e.xdsAddr(), TLS: cfg.EnvoyTLS, Log: cfg.EnvoyLog, ResponsePath: cfg.ResponsePath,
 	}); err != nil {
 		return nil, err
 	}
@@ -240,6 +243,9 @@ type EnvoyConfig struct {
 	ExtProcAddr, XDSAddr string
 	// TLS, when set, is Envoy's side of TLS to the router's ext_proc.
 	TLS *envoy.TLSFiles
+	// ResponsePath is envoy.Options.ResponsePath (default: response
+	// headers only).
+	ResponsePath string
 	// Edit, when set, changes the generated bootstrap before Envoy loads it.
 	Edit func([]byte) ([]byte, error)
 	// Log receives Envoy's own log.
@@ -252,7 +258,7 @@ type EnvoyConfig struct {
 func StartEnvoy(ctx context.Context, c EnvoyConfig) (*proxy.Proxy, error) {
 	data, err := envoy.Generate(c.Style, c.Workers, envoy.Options{
 		ListenAddress: "127.0.0.1:0", AdminAddress: "127.0.0.1:0",
-		ExtProcAddress: c.ExtProcAddr, XDSAddress: c.XDSAddr, ExtProcTLS: c.TLS,
+		ExtProcAddress: c.ExtProcAddr, XDSAddress: c.XDSAddr, ExtProcTLS: c.TLS, ResponsePath: c.ResponsePath,
 	})
 	if err != nil {
 		return nil, err
