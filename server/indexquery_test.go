@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/kvroute/kvroute/bus"
+	"github.com/kvroute/kvroute/fleet"
 	"github.com/kvroute/kvroute/internal/testenv"
 	"github.com/kvroute/kvroute/kvevents/vllmwire"
 	"github.com/kvroute/kvroute/kvindex"
@@ -282,4 +283,41 @@ func TestIndexQueryAnswersFromTheLiveIndex(t *testing.T) {
 			t.Fatalf("index entries %d after the queries, want 6", st.Entries)
 		}
 	})
+}
+
+// A worker whose view is stale gets no credit and is named apart; a
+// worker the index does not know is left out; workers of two block sizes
+// are each matched in their own.
+func TestAnswerIndexQueryStaleAndBlockSizes(t *testing.T) {
+	ix := kvindex.New(kvindex.Config{})
+	tokens := make([]uint32, 64)
+	for i := range tokens {
+		tokens[i] = uint32(i + 7)
+	}
+	feed := func(id string, bs int) indexTarget {
+		ix.AddWorker(id, "m", bs)
+		n := len(tokens) / bs
+		hs := make([]vllmwire.EngineHash, n)
+		for i := range hs {
+			hs[i] = vllmwire.HashInt(int64(100*bs + i + 1))
+		}
+		ix.Apply(id, vllmwire.EventBatch{TS: 1, Events: []vllmwire.Event{vllmwire.BlockStored{BlockHashes: hs, TokenIDs: tokens[:n*bs], BlockSize: bs}}})
+		return indexTarget{spec: fleet.Worker{ID: id, Model: "m", BlockSize: bs}, blockSize: bs, seed: kvindex.Seed("m", "", "")}
+	}
+	targets := []indexTarget{feed("a", 16), feed("b", 32), feed("s", 16),
+		{spec: fleet.Worker{ID: "ghost", Model: "m", BlockSize: 16}, blockSize: 16, seed: kvindex.Seed("m", "", "")}}
+	ix.MarkStale("s")
+	got := answerIndexQuery(ix, targets, indexQuery{Model: "m", Tokens: tokens[:60]})
+	want := indexScores{
+		Scores:      map[string]map[string]int{"a": {"0": 48}, "b": {"0": 32}},
+		Frequencies: []int{2, 1, 1},
+		Instances: map[string]instanceTiers{
+			"a": {LongestMatched: 48, GPU: 48, DP: map[string]int{"0": 48}, CPU: 48, Disk: 48},
+			"b": {LongestMatched: 32, GPU: 32, DP: map[string]int{"0": 32}, CPU: 32, Disk: 32},
+		},
+		StaleWorkers: []string{"s"},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %+v\nwant %+v", got, want)
+	}
 }
