@@ -37,6 +37,9 @@ var endpoints = []endpoint{
 	{"POST", "/debug/explain", "an OpenAI body in, the decision with every candidate's terms out, without side effects (?path=/v1/completions)", true},
 	{"GET", "/debug/requests", "the last decisions (--request-log-size), newest first: worker, explanation (as /debug/explain), outcome (status, TTFT, duration); ?id=X-REQUEST-ID gives one, ?limit=N the newest N", true},
 	{"GET", SnapshotPath, "the KV index as a versioned binary snapshot, for a restarting replica's --warm-from", true},
+	{"POST", IndexQueryPath, `the index as a service (Dynamo standalone indexer's /query): {"model_name", "token_ids"} in, per worker the leading tokens held on device, host and disk out; read-only`, true},
+	{"POST", IndexQueryByHashPath, `as /index/query for kvroute router block hashes: {"model_name", "block_hashes"}`, true},
+	{"GET", IndexWorkersPath, "the workers the index knows (Dynamo standalone indexer's /workers); ?model_name= filters", true},
 	{"GET", "/admin/mode", "the router mode and the valid ones", true},
 	{"POST", "/admin/mode", `switch the router mode at runtime: {"mode": NAME} or ?mode=NAME`, true},
 }
@@ -79,6 +82,9 @@ func (r *Server) adminHandler() http.Handler {
 	mux.HandleFunc("POST /debug/explain", r.handleExplain)
 	mux.HandleFunc("GET /debug/requests", r.handleRequests)
 	mux.HandleFunc("GET "+SnapshotPath, r.handleSnapshot)
+	mux.HandleFunc("POST "+IndexQueryPath, r.handleIndexQuery(false))
+	mux.HandleFunc("POST "+IndexQueryByHashPath, r.handleIndexQuery(true))
+	mux.HandleFunc("GET "+IndexWorkersPath, r.handleIndexWorkers)
 	mux.HandleFunc("GET /admin/mode", r.handleMode)
 	mux.HandleFunc("POST /admin/mode", r.handleMode)
 	mux.HandleFunc("/", unknownOn(true))

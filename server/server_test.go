@@ -286,8 +286,8 @@ func TestRouterEventsOverNATSChangeTheNextDecision(t *testing.T) {
 		if err := json.Unmarshal([]byte(get(t, base+"/", 200)), &index); err != nil || len(index.Endpoints) != 4 {
 			t.Fatalf("GET / = %+v, %v; want the 4 metrics and health endpoints", index, err)
 		}
-		if err := json.Unmarshal([]byte(get(t, admin+"/", 200)), &index); err != nil || len(index.Endpoints) != 7 {
-			t.Fatalf("admin GET / = %+v, %v; want the 7 debug, snapshot and admin endpoints", index, err)
+		if err := json.Unmarshal([]byte(get(t, admin+"/", 200)), &index); err != nil || len(index.Endpoints) != 10 {
+			t.Fatalf("admin GET / = %+v, %v; want the 10 debug, snapshot, index and admin endpoints", index, err)
 		}
 		resp, err := http.Post(admin+"/debug/explain", "application/json", strings.NewReader(body))
 		if err != nil {
@@ -296,7 +296,7 @@ func TestRouterEventsOverNATSChangeTheNextDecision(t *testing.T) {
 		explain, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		for path, doc := range map[string]string{"/debug/workers": get(t, admin+"/debug/workers", 200), "/debug/explain": string(explain),
-			"/admin/mode": get(t, admin+"/admin/mode", 200), "/readyz": get(t, base+"/readyz", 200)} {
+			"/admin/mode": get(t, admin+"/admin/mode", 200), "/readyz": get(t, base+"/readyz", 200), IndexWorkersPath: get(t, admin+IndexWorkersPath, 200)} {
 			var v any
 			if err := json.Unmarshal([]byte(doc), &v); err != nil {
 				t.Fatalf("%s: %v", path, err)
