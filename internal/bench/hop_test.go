@@ -88,7 +88,7 @@ func FuzzParseProcStatCPU(f *testing.F) {
 func TestHopMeasuresOriginalDst(t *testing.T) {
 	rep, err := RunHop(context.Background(), HopConfig{Workers: 2, TokenizerDir: "../../tokenizer/testdata/qwen3", Style: "original-dst",
 		ResponsePath: ResponsePathHeaders,
-		Rates: []float64{40}, Duration: 400 * time.Millisecond, Rounds: 1, Prompts: []string{"short"}})
+		Rates:        []float64{40}, Duration: 400 * time.Millisecond, Rounds: 1, Prompts: []string{"short"}})
 	if err != nil {
 		t.Fatal(err)
 	}
