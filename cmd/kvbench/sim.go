@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -41,6 +43,7 @@ type simFlags struct {
 	cost        *costflag.Flags
 	size        workloadSize
 	routerCost  bool
+	requestsOut string
 	timing      string
 }
 
@@ -83,6 +86,9 @@ func newSimFlags(s *simFlags, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&s.size.sessions, "sessions", 0, "sessions of agent and burst, requests of shared_prefix and no_reuse (0: the workload's own)")
 	fs.Float64Var(&s.size.rate, "rate", 0, "sessions (agent) or requests (shared_prefix, no_reuse) per second at load 1 (0: the workload's own); "+
 		"with --sessions, sizes a workload for a larger fleet")
+	fs.StringVar(&s.requestsOut, "requests-out", "", "write every request of every run to this `file` as JSON lines: mode, load, worker, arrival, "+
+		"prompt, cached and predicted cached tokens, TTFT, and its floor (ttft_floor_ms: the same prompt alone on an idle worker with the hits it got, "+
+		"so TTFT minus floor is what queueing cost it and only more hits lower the floor)")
 	fs.BoolVar(&s.routerCost, "router-cost", false, "also measure the router's CPU (index match, decisions, lifecycle, load reports, KV events), "+
 		"the event rate and the index's size, apart from the engines; with --parallel 1 also the index's heap. Timings vary from run to run")
 	s.cost = costflag.Register(fs, &s.router)
@@ -134,7 +140,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return s.export(w, stderr)
 	}
 	opt := vsim.SweepOptions{Fleet: s.fleet, Router: s.router, Modes: modes, Loads: loads, SLO: s.slo, Seed: s.seed, Parallel: s.parallel,
-		RouterCost: s.routerCost}
+		RouterCost: s.routerCost, Requests: s.requestsOut != ""}
 	prog := bench.NewProgress(stderr, "sim "+w.Name, len(modes)*len(loads)).Counting("runs (one mode at one load each)")
 	opt.Progress = func(done, _ int, _ vsim.Result) { prog.Update(done, 0) }
 	rep, err := vsim.Sweep(w, opt)
@@ -148,6 +154,12 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return err
 		}
 		fmt.Fprintf(stderr, "wrote %s and its .md and .svg\n", s.jsonOut)
+	}
+	if s.requestsOut != "" {
+		if err := writeRequestRecords(s.requestsOut, rep.Records); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "wrote %s: %d requests\n", s.requestsOut, len(rep.Records))
 	}
 	return ctx.Err()
 }
@@ -270,4 +282,28 @@ func parseLoads(s string) ([]float64, error) {
 	}
 	slices.Sort(out)
 	return slices.Compact(out), nil
+}
+
+// writeRequestRecords writes recs to path as JSON lines.
+func writeRequestRecords(path string, recs []vsim.RequestRecord) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("requests out: %w", err)
+	}
+	bw := bufio.NewWriter(f)
+	enc := json.NewEncoder(bw)
+	for i := range recs {
+		if err := enc.Encode(&recs[i]); err != nil {
+			_ = f.Close()
+			return fmt.Errorf("requests out: %w", err)
+		}
+	}
+	if err := bw.Flush(); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("requests out: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("requests out: %w", err)
+	}
+	return nil
 }

@@ -93,6 +93,9 @@ type Result struct {
 	Fits []scoring.RateFit `json:"fits,omitempty"`
 	// RouterCost is the router's CPU, when the sweep measured it.
 	RouterCost *RouterCost `json:"router_cost,omitempty"`
+	// Records holds one record per request that got its first token, in
+	// the order first tokens came, when the run was asked to keep them.
+	Records []RequestRecord `json:"-"`
 }
 
 // reqState is one turn in flight.
@@ -146,7 +149,10 @@ type runner struct {
 	tok32 []uint32
 	ehash []int64
 
-	ttft, itl, e2e       []float64
+	ttft, itl, e2e []float64
+	// keepRequests asks for a RequestRecord per first token in requests.
+	keepRequests         bool
+	requests             []RequestRecord
 	promptTok, cachedTok int
 	// first-turn share of promptTok and cachedTok
 	firstPromptTok, firstCachedTok int
@@ -179,13 +185,19 @@ const (
 )
 
 func runMeasured(w *Workload, fleet Fleet, opts scoring.Options, load float64, seed uint64, what measure) (Result, error) {
+	return runRecorded(w, fleet, opts, load, seed, what, false)
+}
+
+// runRecorded is runMeasured that, with keep, also records every request
+// (Result.Requests).
+func runRecorded(w *Workload, fleet Fleet, opts scoring.Options, load float64, seed uint64, what measure, keep bool) (Result, error) {
 	if !(load > 0) {
 		return Result{}, fmt.Errorf("load %g must be positive", load)
 	}
 	if fleet.Workers < 1 {
 		return Result{}, errors.New("fleet needs at least one worker")
 	}
-	r := &runner{w: w, fleet: fleet, timing: fleet.timing(), mode: opts.Mode, load: load, byID: map[string]int32{}}
+	r := &runner{w: w, fleet: fleet, timing: fleet.timing(), mode: opts.Mode, load: load, byID: map[string]int32{}, keepRequests: keep}
 	if what != measureNone {
 		r.meter = newMeter(what == measureHeap)
 	}
@@ -573,6 +585,12 @@ func (r *runner) stepDone(wi int32) {
 		if o.Index == 0 {
 			q.first = now
 			r.ttft = append(r.ttft, ms(now-q.arrive))
+			if r.keepRequests {
+				r.requests = append(r.requests, RequestRecord{Mode: r.mode, Load: r.load, Request: int(i), Worker: w.id,
+					ArrivalMs: ms(q.arrive), PromptTokens: o.PromptTokens, CachedTokens: o.CachedTokens,
+					PredictedCachedTokens: q.predicted, TTFTMs: ms(now - q.arrive),
+					FloorMs: floorMillis(r.timing, w.eng.Config(), o.PromptTokens, o.CachedTokens)})
+			}
 			r.promptTok += o.PromptTokens
 			r.cachedTok += o.CachedTokens
 			if q.turn == 0 {
@@ -652,6 +670,7 @@ func (r *runner) result() Result {
 	res.Stickiness = ratio(r.sticky, r.stickyEligible)
 	res.OverlapExact = ratio(r.exact, r.predictedN)
 	res.TTFT, res.ITL, res.E2E = bench.Summarize(r.ttft), bench.Summarize(r.itl), bench.Summarize(r.e2e)
+	res.Records = r.requests
 	for _, w := range r.workers {
 		res.Preemptions += w.eng.Stats().Preemptions
 	}

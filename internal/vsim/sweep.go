@@ -30,6 +30,8 @@ type SweepOptions struct {
 	// RouterCost times the router's calls in every run (Report.
 	// RouterCost); with Parallel 1 it also measures the index's heap.
 	RouterCost bool
+	// Requests keeps every run's per-request records (Report.Records).
+	Requests bool
 }
 
 // Report is a sweep's outcome, in the JSON shape of kvbench's reports with
@@ -55,6 +57,9 @@ type Report struct {
 	// RouterCost is, per mode and aligned with Loads, the router's CPU in
 	// each run, when SweepOptions.RouterCost asked for it.
 	RouterCost map[string][]*RouterCost `json:"router_cost,omitempty"`
+	// Records holds every run's per-request records, mode by mode in
+	// Order and load by load, when SweepOptions.Requests asked for them.
+	Records []RequestRecord `json:"-"`
 }
 
 // Sweep runs every mode at every load on w and reports them with the
@@ -101,7 +106,7 @@ func Sweep(w *Workload, o SweepOptions) (*Report, error) {
 			for j := range jobs {
 				opts := o.Router
 				opts.Mode = o.Modes[j.m]
-				r, err := runMeasured(w, o.Fleet, opts, o.Loads[j.l], o.Seed, what)
+				r, err := runRecorded(w, o.Fleet, opts, o.Loads[j.l], o.Seed, what, o.Requests)
 				results[j.m][j.l], errs[j.m*len(o.Loads)+j.l] = r, err
 				if o.Progress != nil {
 					mu.Lock()
@@ -144,6 +149,8 @@ func Sweep(w *Workload, o SweepOptions) (*Report, error) {
 		for l := range o.Loads {
 			r := results[m][l]
 			rep.Sweep[name] = append(rep.Sweep[name], r.Point)
+			rep.Records = append(rep.Records, r.Records...)
+			r.Records = nil
 			if r.RouterCost != nil {
 				if rep.RouterCost == nil {
 					rep.RouterCost = map[string][]*RouterCost{}
