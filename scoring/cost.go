@@ -50,7 +50,7 @@ func newCostModel(o Options) costModel {
 	case CostLatency:
 		return &latencyCost{hostW: o.HostCacheHitWeight, diskW: o.DiskCacheHitWeight,
 			reqW: o.DecodeActiveRequestWeight, slowdown: o.DecodeSlowdownWeight, duplicate: o.DuplicatePrefillWeight,
-			churn: o.CacheChurnWeight, trackPrefill: !o.NoTrackPrefillTokens}
+			churn: o.CacheChurnWeight, decodeKV: o.DecodeKVCost, trackPrefill: !o.NoTrackPrefillTokens}
 	default:
 		return &dynamoCost{credit: o.OverlapCredit, scale: o.PrefillLoadScale, hostW: o.HostCacheHitWeight,
 			diskW: o.DiskCacheHitWeight, reqW: o.DecodeActiveRequestWeight, trackPrefill: !o.NoTrackPrefillTokens}

@@ -1,10 +1,13 @@
 package scoring
 
+import "math"
+
 // latencyCost is CostLatency, in seconds of predicted time to first token
 // plus what routing there costs the fleet:
 //
 //	logit    = overhead + (backlog + uncached) ÷ rate
 //	         + context × (backlog attention + uncached × (cached + uncached ÷ 2))
+//	         + decode KV cost × passes × KV tokens in use
 //	         + slowdown_weight × active requests × duplicated ÷ rate
 //	         + request_weight × active requests × block size ÷ rate
 //	         + the time to recompute what the request would preempt
@@ -15,15 +18,18 @@ package scoring
 // with the worker's learned prefill rate, overhead and context cost
 // (Load.PrefillRate, Load.PrefillOverhead, Load.PrefillContext: seconds
 // per token pair, what each new token spends attending to the cached
-// prefix and the tokens before it), uncached = prompt tokens not held on
+// prefix and the tokens before it), passes = ⌈(backlog + uncached) ÷
+// max_num_batched_tokens⌉ (each pass until the first token also decodes
+// every request running on the worker, reading its KV cache: see
+// Options.DecodeKVCost), uncached = prompt tokens not held on
 // the device (host and disk blocks count at 1 − their weight), and
 // preemption charged when the request's blocks exceed the worker's free
 // KV, and churn the uncached tokens the worker took lately (Load.Churn):
 // sending what evicts where the cache turned over least keeps every
 // worker's cache as long-lived as the fleet allows.
 type latencyCost struct {
-	hostW, diskW, reqW, slowdown, duplicate, churn float64
-	trackPrefill                                   bool
+	hostW, diskW, reqW, slowdown, duplicate, churn, decodeKV float64
+	trackPrefill                                             bool
 }
 
 func (*latencyCost) name() string { return CostLatency }
@@ -40,13 +46,29 @@ func (c *latencyCost) explain(req *Request, loads []Load, _ *Explanation, terms 
 	for i := range loads {
 		lt := c.termsOf(req, &loads[i], fleet)
 		t := &terms[i]
+		t.DecodeKVSeconds = lt.decodeKV
 		t.PredictedTTFT, t.ContextSeconds, t.DecodeSlowdown, t.MemoryPenalty, t.DuplicatePrefill, t.CacheChurn = lt.ttft, lt.context, lt.slowdown, lt.memory, lt.duplicate, lt.churn
 	}
 }
 
 // latencyTerms are the latency cost's parts in seconds; ttft includes
-// context, the part spent attending to context.
-type latencyTerms struct{ ttft, context, slowdown, memory, duplicate, churn, logit float64 }
+// context, the part spent attending to context, and decodeKV, the part
+// spent decoding the worker's running requests beside the prefill.
+type latencyTerms struct{ ttft, context, decodeKV, slowdown, memory, duplicate, churn, logit float64 }
+
+// decodeKVWork is the KV tokens that the decode steps beside a prefill
+// read before its first token: one pass per max_num_batched_tokens of the
+// prefill work ahead of that token (the backlog and the request's own
+// uncached tokens), each reading the kvTokens in use on the worker.
+func decodeKVWork(prefillTokens float64, kvTokens, maxBatched int) float64 {
+	if !(prefillTokens > 0) || kvTokens <= 0 {
+		return 0
+	}
+	if maxBatched <= 0 {
+		maxBatched = DefaultMaxNumBatchedTokens
+	}
+	return math.Ceil(prefillTokens/float64(maxBatched)) * float64(kvTokens)
+}
 
 // maxHeldTokens is the longest prompt prefix, in tokens, that any candidate
 // holds on its device or is computing (the pending overlay).
@@ -102,7 +124,8 @@ func (c *latencyCost) termsOf(req *Request, l *Load, fleet fleetView) latencyTer
 	}
 	cached := float64(req.PromptTokens) - uncached
 	t.context = l.PrefillContext * (backlogAttn + uncached*(cached+uncached/2))
-	t.ttft = l.PrefillOverhead + (backlog+uncached)/rate + t.context
+	t.decodeKV = c.decodeKV * decodeKVWork(backlog+uncached, l.KVUsedBlocks()*l.BlockSize, l.MaxNumBatchedTokens)
+	t.ttft = l.PrefillOverhead + (backlog+uncached)/rate + t.context + t.decodeKV
 	// Recomputing blocks another candidate holds stalls every stream on
 	// this worker for as long as it takes: under load that grows with the
 	// streams, and it keeps sessions on their holders where a queue's

@@ -44,7 +44,7 @@ func Example() {
 	router.Pool().Free(req.ID)         // end of stream, reset or cancel
 	// Output:
 	// x-target-worker: w1
-	// worker=w0 logit=0.100s = ttft 0.076 (context 0.001) + slowdown 0.000 + memory 0.000 + duplicate 0.024 + churn 0.000 (rate=20000 tok/s overhead=0.025s backlog=0) (cached_blocks=0)
-	// worker=w1 logit=0.044s = ttft 0.044 (context 0.001) + slowdown 0.000 + memory 0.000 + duplicate 0.000 + churn 0.000 (rate=20000 tok/s overhead=0.025s backlog=0) (cached_blocks=900)
+	// worker=w0 logit=0.100s = ttft 0.076 (context 0.001, decode kv 0.000) + slowdown 0.000 + memory 0.000 + duplicate 0.024 + churn 0.000 (rate=20000 tok/s overhead=0.025s backlog=0) (cached_blocks=0)
+	// worker=w1 logit=0.044s = ttft 0.044 (context 0.001, decode kv 0.000) + slowdown 0.000 + memory 0.000 + duplicate 0.000 + churn 0.000 (rate=20000 tok/s overhead=0.025s backlog=0) (cached_blocks=900)
 	// chosen=w1 mode=kv cost_model=latency temperature=0
 }

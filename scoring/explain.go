@@ -55,9 +55,12 @@ type Terms struct {
 	// CacheChurn are the latency cost's terms in seconds: Logit is their
 	// sum.
 	// ContextSeconds is the part of PredictedTTFT spent attending to
-	// context: the cached prefix, and the backlog's own.
+	// context: the cached prefix, and the backlog's own. DecodeKVSeconds
+	// is the part spent in the decode steps of the worker's running
+	// requests that share the prefill's passes (Options.DecodeKVCost).
 	PredictedTTFT    float64 `json:"predicted_ttft_seconds,omitempty"`
 	ContextSeconds   float64 `json:"context_seconds,omitempty"`
+	DecodeKVSeconds  float64 `json:"decode_kv_seconds,omitempty"`
 	DecodeSlowdown   float64 `json:"decode_slowdown_seconds,omitempty"`
 	MemoryPenalty    float64 `json:"memory_penalty_seconds,omitempty"`
 	DuplicatePrefill float64 `json:"duplicate_prefill_seconds,omitempty"`
@@ -130,7 +133,7 @@ func (e *Explanation) Line(i int) string {
 	case e.CostModel == CostDefault:
 		b.WriteString(" logit=" + f1(t.Logit) + " = " + f1(t.PrefillLoadScale) + "*" + f1(t.PrefillBlocks) + " + " + f1(t.DecodeBlocks))
 	case e.CostModel == CostLatency:
-		b.WriteString(" logit=" + f3(t.Logit) + "s = ttft " + f3(t.PredictedTTFT) + " (context " + f3(t.ContextSeconds) + ") + slowdown " + f3(t.DecodeSlowdown) +
+		b.WriteString(" logit=" + f3(t.Logit) + "s = ttft " + f3(t.PredictedTTFT) + " (context " + f3(t.ContextSeconds) + ", decode kv " + f3(t.DecodeKVSeconds) + ") + slowdown " + f3(t.DecodeSlowdown) +
 			" + memory " + f3(t.MemoryPenalty) + " + duplicate " + f3(t.DuplicatePrefill) + " + churn " + f3(t.CacheChurn) + " (rate=" + strconv.FormatFloat(t.PrefillRate, 'f', 0, 64) +
 			" tok/s overhead=" + f3(t.PrefillOverhead) + "s backlog=" + strconv.FormatFloat(t.PrefillBacklog, 'f', 0, 64) + ")")
 	case e.CostModel == CostWeighted && e.Coefficients != nil:

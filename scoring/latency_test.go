@@ -64,7 +64,7 @@ func TestLatencyCostTerms(t *testing.T) {
 		{"a prompt no one holds costs a busy worker no slowdown", func(l *Load) { l.ActiveRequests, l.PrefillRequests = 3, 1 }, latencyTerms{ttft: 0.18}},
 		{"a busy worker recomputing blocks held elsewhere stalls each stream", func(l *Load) { l.ActiveRequests, l.PrefillRequests = 3, 1 },
 			latencyTerms{ttft: 0.18, slowdown: 0.5 * 3 * 0.16, duplicate: 0.75 * 0.16}},
-		{"a full cache preempts", func(l *Load) { l.ActiveBlocks = 995 }, latencyTerms{ttft: 0.18, memory: 5 * 16 / 1000.0}},
+		{"a full cache preempts", func(l *Load) { l.ActiveBlocks = 995 }, latencyTerms{ttft: 0.18 + DefaultDecodeKVCost*995*16, memory: 5 * 16 / 1000.0}},
 		{"blocks held elsewhere cost again", func(*Load) {}, latencyTerms{ttft: 0.18, duplicate: 0.75 * 0.16}},
 		{"what it holds itself is no duplicate", func(l *Load) { l.MatchedBlocks = 10 }, latencyTerms{ttft: 0.02}},
 	}
@@ -74,6 +74,32 @@ func TestLatencyCostTerms(t *testing.T) {
 		got := perRequest.termsOf(&Request{PromptTokens: 160}, &l, fleetView{})
 		if want := 3 * 8 * 16 / 1000.0; math.Abs(got.slowdown-want) > 1e-9 {
 			t.Fatalf("slowdown %g, want %g (3 requests × 8 blocks × 16 tokens at 1,000 tokens/s)", got.slowdown, want)
+		}
+	})
+	t.Run("every pass decodes the running requests' context", func(t *testing.T) {
+		l := base
+		l.MaxNumBatchedTokens, l.ActiveBlocks, l.PrefillBacklog = 1024, 500, 600
+		got := m.termsOf(&Request{PromptTokens: 2000}, &l, fleetView{})
+		// 600 + 2,000 tokens ahead of the first token: 3 passes of 1,024,
+		// each reading 500 blocks × 16 tokens.
+		if want := DefaultDecodeKVCost * 3 * 500 * 16; math.Abs(got.decodeKV-want) > 1e-12 || math.Abs(got.ttft-(0.02+2.6+want)) > 1e-9 {
+			t.Fatalf("terms %+v, want decode kv %g inside ttft", got, want)
+		}
+	})
+	t.Run("a long prompt goes where less context is running, a short one does not care", func(t *testing.T) {
+		o := DefaultOptions()
+		o.DecodeKVCost = 1e-6
+		c := costOf[*latencyCost](o, CostLatency)
+		busy, queued := base, base
+		busy.MaxNumBatchedTokens, queued.MaxNumBatchedTokens = 1024, 1024
+		busy.ActiveBlocks = 900     // 14,400 running KV tokens, nothing queued
+		queued.PrefillBacklog = 100 // 0.1 s of prefill queued, nothing running
+		long, short := &Request{PromptTokens: 16000}, &Request{PromptTokens: 500}
+		if b, q := c.termsOf(long, &busy, fleetView{}).logit, c.termsOf(long, &queued, fleetView{}).logit; !(q < b) {
+			t.Fatalf("16k-token prompt: running context costs %g, a queue %g: want the queue", b, q)
+		}
+		if b, q := c.termsOf(short, &busy, fleetView{}).logit, c.termsOf(short, &queued, fleetView{}).logit; !(b < q) {
+			t.Fatalf("500-token prompt: running context costs %g, a queue %g: want the running context", b, q)
 		}
 	})
 	for _, tt := range tests {
@@ -215,6 +241,42 @@ func TestRatesAreLearnedFromFirstTokens(t *testing.T) {
 	l := mustLoad(t, p, "w0")
 	if l.PrefillRate != f.PrefillRate || l.FitSamples != 400 {
 		t.Fatalf("load shows rate %g from %d samples, want the fit's", l.PrefillRate, l.FitSamples)
+	}
+}
+
+// TestDecodeKVIsNotLearnedAsPrefill: first tokens come at overhead +
+// tokens ÷ rate + the decode steps beside the prefill, which read the KV
+// of a request that keeps running on the worker. The fit takes the decode
+// steps' share off as Options.DecodeKVCost prices it and learns the
+// prefill's own rate.
+func TestDecodeKVIsNotLearnedAsPrefill(t *testing.T) {
+	const trueRate, trueOverhead, kvCost = 45000.0, 0.030, 2e-6
+	clock := newFakeClock()
+	o := testOptions(clock, 1)
+	o.DecodeKVCost = kvCost
+	r := newTestScheduler(t, o, 1)
+	p := r.Pool()
+	for i := range 400 {
+		resident := 16 * (i * 104729 % 500) // up to 8,000 tokens running beside
+		rid := fmt.Sprint("resident", i)
+		if err := p.Add(&Request{ID: rid, PromptTokens: resident}, "w0", 0); err != nil {
+			t.Fatal(err)
+		}
+		p.PrefillDone(rid)
+		tokens := 500 + (i*7919)%3500
+		id := fmt.Sprint("r", i)
+		if err := p.Add(&Request{ID: id, PromptTokens: tokens}, "w0", 0); err != nil {
+			t.Fatal(err)
+		}
+		passes := math.Ceil(float64(tokens) / 1024)
+		clock.Advance(time.Duration((trueOverhead + float64(tokens)/trueRate + kvCost*passes*float64(resident)) * float64(time.Second)))
+		p.PrefillDone(id)
+		p.Free(id)
+		p.Free(rid)
+	}
+	f := p.Fits()[0]
+	if math.Abs(f.PrefillRate/trueRate-1) > 0.02 || math.Abs(f.OverheadSeconds/trueOverhead-1) > 0.05 {
+		t.Fatalf("fit %+v, want rate %g overhead %g", f, trueRate, trueOverhead)
 	}
 }
 

@@ -27,9 +27,12 @@ type active struct {
 	// addAt, fitX and fitZ feed the worker's rate fit when the first
 	// token arrives: dispatch time, and the backlog plus own uncached
 	// tokens then, and the same in attention work. fitX < 0 means "do not
-	// learn" (peer or moved requests).
-	addAt      time.Time
-	fitX, fitZ float64
+	// learn" (peer or moved requests). fitW is the KV tokens the decode
+	// steps beside that work read (decodeKVWork): its cost at
+	// Options.DecodeKVCost is taken off the time before the fit learns
+	// it, so the learned rate is the prefill's own.
+	addAt            time.Time
+	fitX, fitZ, fitW float64
 	// pendingUntil is the deadline (Unix ns) of the pending records this
 	// request made on its worker, 0 when it made none or its first token
 	// arrived (the worker computed the prompt: nothing to take back).
@@ -93,6 +96,7 @@ func (p *Pool) add(key, worker string, promptTokens, matchedBlocks, prefill int,
 	p.settleBacklogLocked(w, now)
 	if local {
 		a.fitX, a.fitZ = w.backlog+float64(prefill), w.backlogAttn+a.prefillAttn
+		a.fitW = decodeKVWork(a.fitX, p.kvUsedBlocksLocked(w, now)*w.spec.BlockSize, w.spec.MaxNumBatchedTokens)
 	}
 	p.chargeLocked(a)
 	p.addChurnLocked(w, prefill, now)
@@ -137,6 +141,10 @@ func (p *Pool) clearPrefillLocked(a *active, now time.Time) bool {
 	p.settleBacklogLocked(w, now)
 	if a.fitX >= 0 && !p.opts.NoLearnRates {
 		y := now.Sub(a.addAt).Seconds()
+		// The decode steps' share, as the prior prices it, is not the
+		// prefill's; at most half the time is taken off, so a prior that
+		// overprices it cannot leave the fit without samples.
+		y -= min(p.opts.DecodeKVCost*a.fitW, y/2)
 		w.fit.add(a.fitX, a.fitZ, y)
 		p.fleetFit.add(a.fitX, a.fitZ, y)
 	}

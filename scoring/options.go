@@ -71,6 +71,15 @@ type Options struct {
 	// spends on it. 0 turns the term off. Default
 	// DefaultPrefillContextCost.
 	PrefillContextCost float64
+	// DecodeKVCost is what one engine pass spends reading one KV token of
+	// the requests active on the worker, in seconds: every pass a prefill
+	// takes until its first token also runs the decode step of every
+	// running request, which reads that request's whole KV cache. A
+	// prompt that needs many passes (its uncached tokens and the backlog
+	// ahead of it over max_num_batched_tokens) therefore waits longer on
+	// a worker whose cache holds much running context, whatever its
+	// queue. 0 turns the term off. Default DefaultDecodeKVCost.
+	DecodeKVCost float64
 	// NoLearnRates keeps the prior instead of learning each worker's
 	// prefill model from its times to first token.
 	NoLearnRates bool
@@ -178,7 +187,16 @@ const (
 	// DefaultPrefillContextCost is FlashAttention's cost per token pair on
 	// one H100 for a Llama-3-8B-shaped model in bf16 (the h100-llama3-8b
 	// timing profile): 1.7e-6 ms.
-	DefaultPrefillContextCost   = 1.7e-9
+	DefaultPrefillContextCost = 1.7e-9
+	// DefaultDecodeKVCost is a decode step's cost per KV token read on one
+	// H100 for a Llama-3-8B-shaped model in bf16 (the h100-llama3-8b
+	// timing profile: a step costs about 5.6 ms + 0.051 ms per thousand KV
+	// tokens read).
+	DefaultDecodeKVCost = 5.1e-8
+	// DefaultMaxNumBatchedTokens is the pass size the latency cost assumes
+	// for a worker that does not state its max_num_batched_tokens (vLLM's
+	// default for its OpenAI server).
+	DefaultMaxNumBatchedTokens  = 8192
 	DefaultDecodeSlowdownWeight = 0.25
 	DefaultDuplicatePrefill     = 0.75
 	DefaultCacheChurnWeight     = 0.1
@@ -205,6 +223,7 @@ func DefaultOptions() Options {
 		PrefillRate:               DefaultPrefillRate,
 		PrefillOverhead:           DefaultPrefillOverhead,
 		PrefillContextCost:        DefaultPrefillContextCost,
+		DecodeKVCost:              DefaultDecodeKVCost,
 		DecodeSlowdownWeight:      DefaultDecodeSlowdownWeight,
 		DuplicatePrefillWeight:    DefaultDuplicatePrefill,
 		CacheChurnWeight:          DefaultCacheChurnWeight,
@@ -307,6 +326,7 @@ func (o Options) Validate() error {
 		"host cache hit weight": o.HostCacheHitWeight, "disk cache hit weight": o.DiskCacheHitWeight,
 		"decode active request weight": o.DecodeActiveRequestWeight, "decode slowdown weight": o.DecodeSlowdownWeight,
 		"duplicate prefill weight": o.DuplicatePrefillWeight, "prefill context cost": o.PrefillContextCost,
+		"decode kv cost":     o.DecodeKVCost,
 		"cache churn weight": o.CacheChurnWeight,
 		"weighted a":         o.WeightedA, "weighted b": o.WeightedB, "weighted c": o.WeightedC,
 	} {

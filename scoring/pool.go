@@ -97,6 +97,14 @@ type worker struct {
 
 func (w *worker) activeBlocks() int { return len(w.blockRefs) + w.private }
 
+// kvUsedBlocksLocked is Load.KVUsedBlocks for w at now.
+func (p *Pool) kvUsedBlocksLocked(w *worker, now time.Time) int {
+	if w.hasReport && now.Sub(w.reportAt) <= p.opts.StaleReportAge && w.report.KVUsedBlocks > w.activeBlocks() {
+		return w.report.KVUsedBlocks
+	}
+	return w.activeBlocks()
+}
+
 // NewPool returns an empty pool. It uses opts' clock, ages and metrics.
 func NewPool(opts Options) *Pool {
 	return &Pool{

@@ -13,7 +13,7 @@ var serveGroups = []cli.Group{
 		"index-jump-search", "embedded-nats-addr", "durable-events", "events-max-age", "events-max-bytes", "jetstream-dir", "jetstream-replicas", "snapshot-interval",
 		"warm-from", "warm-timeout", "resync-interval", "stale-report-age", "replica-sync", "router-id", "sync-heartbeat"}},
 	{Title: "Routing cost", Flags: []string{"cost-model", "prefill-rate", "prefill-overhead", "learn-prefill-rate", "prefill-backlog-decay", "prefill-load-scale",
-		"decode-active-request-weight", "decode-slowdown-weight", "duplicate-prefill-weight", "cache-churn-weight", "prefill-context-cost", "host-cache-hit-weight", "disk-cache-hit-weight",
+		"decode-active-request-weight", "decode-slowdown-weight", "duplicate-prefill-weight", "cache-churn-weight", "prefill-context-cost", "decode-kv-cost", "host-cache-hit-weight", "disk-cache-hit-weight",
 		"kv-overlap-score-weight", "kv-overlap-score-credit", "pending-overlay-ttl", "no-track-prefill-tokens", "router-temperature",
 		"weighted-a", "weighted-b", "weighted-c", "fallbacks", "eject-after", "eject-backoff", "eject-backoff-max"}},
 	{Title: "Requests", Flags: []string{"model-header", "target-header", "target-value", "default-body-mode", "on-bad-body", "mm-model", "mm-inject-uuid", "render-addr"}},
