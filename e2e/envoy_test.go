@@ -84,8 +84,9 @@ func TestEveryStyleRoutesThroughEnvoy(t *testing.T) {
 }
 
 // The response path reaches kvroute through Envoy's real messages: every
-// request's end of stream frees its load (no request left active) and
-// its first byte feeds the learned prefill rate of the worker that served.
+// request's end of stream frees its load (no request left active), and the
+// worker that served learns a prefill rate (from its KV events' first
+// tokens, with the default response path).
 func TestEnvoyResponsePathFeedsLoadAndRates(t *testing.T) {
 	for _, style := range []string{envoy.StyleClusterHeader, envoy.StyleOriginalDst} {
 		t.Run(style, func(t *testing.T) {

@@ -54,25 +54,23 @@ const (
 
 // What of each response Envoy shows kvroute (Options.ResponsePath).
 const (
-	// ResponsePathStreamed, the default: kvroute sees the response headers
-	// and every response body chunk: the first token at the first chunk
-	// (what the learned prefill rates time), decode progress counted from
-	// the SSE events. Envoy waits for kvroute's answer to each chunk.
-	ResponsePathStreamed = "streamed"
-	// ResponsePathHeaders: kvroute sees the response headers (status, who
-	// answered, the endpoint that served), one exchange per request, and
-	// the end of the ext_proc stream, which Envoy closes when the request
-	// ends. The body goes to the client without waiting on kvroute: no
-	// exchange per chunk. The first token counts at the response headers,
-	// so it suits engines that send their headers with the first token;
-	// vLLM's and SGLang's OpenAI servers start a streamed answer's headers
-	// before the first token, which would make the learned prefill rates
-	// far too fast.
+	// ResponsePathHeaders, the default: kvroute sees the response headers
+	// (status, who answered, the endpoint that served), one exchange per
+	// request, and the end of the ext_proc stream, which Envoy closes when
+	// the request ends. The body goes to the client without waiting on
+	// kvroute: no exchange per chunk. The first token counts at the
+	// worker's KV event for the prompt's last block (engines send a
+	// streamed answer's headers before its first token).
 	ResponsePathHeaders = "headers"
+	// ResponsePathStreamed: kvroute also sees every response body chunk
+	// (the first token at the first chunk or the KV event, whichever comes
+	// first; decode progress counted from the SSE events); Envoy waits for
+	// kvroute's answer to each chunk.
+	ResponsePathStreamed = "streamed"
 )
 
 // ResponsePaths lists the values Options.ResponsePath takes.
-var ResponsePaths = []string{ResponsePathStreamed, ResponsePathHeaders}
+var ResponsePaths = []string{ResponsePathHeaders, ResponsePathStreamed}
 
 // Worker is one backend as the bootstraps see it.
 type Worker struct {
@@ -105,7 +103,7 @@ type Options struct {
 	// ExtProcTLS, when set, makes Envoy dial kvroute's ext_proc over TLS.
 	ExtProcTLS *TLSFiles
 	// ResponsePath is what of each response Envoy sends kvroute:
-	// ResponsePathStreamed (the default) or ResponsePathHeaders.
+	// ResponsePathHeaders (the default) or ResponsePathStreamed.
 	ResponsePath string
 }
 
@@ -134,7 +132,7 @@ func (o Options) withDefaults() Options {
 	def(&o.ExtProcAddress, "127.0.0.1:9002")
 	def(&o.XDSAddress, "127.0.0.1:18000")
 	def(&o.NodeID, "kvroute-envoy")
-	def(&o.ResponsePath, ResponsePathStreamed)
+	def(&o.ResponsePath, ResponsePathHeaders)
 	if o.MessageTimeout == 0 {
 		o.MessageTimeout = 60 * time.Second
 	}

@@ -164,21 +164,19 @@ func BenchmarkGenerateClusterHeader(b *testing.B) {
 	}
 }
 
-// The response path: by default Envoy sends kvroute every body chunk
-// (STREAMED, or FULL_DUPLEX_STREAMED with trailers for original-dst);
-// ResponsePathHeaders sends the response headers (and trailers, which keep
-// the stream open to the response's end) only, so no body chunk waits on
-// it; anything else is refused by name.
+// The response path: by default Envoy sends kvroute the response headers
+// (and trailers, which keep the stream open to the response's end) only,
+// so no body chunk waits on it; ResponsePathStreamed sends every body
+// chunk too (STREAMED, or FULL_DUPLEX_STREAMED with trailers for
+// original-dst); anything else is refused by name.
 func TestGenerateResponsePath(t *testing.T) {
 	for _, tc := range []struct {
 		style, path string
 		want        []string
 	}{
-		{StyleClusterHeader, ResponsePathHeaders, []string{"response_header_mode: SEND", "response_body_mode: NONE", "response_trailer_mode: SEND"}},
+		{StyleClusterHeader, "", []string{"response_header_mode: SEND", "response_body_mode: NONE", "response_trailer_mode: SEND"}},
 		{StyleXDS, ResponsePathHeaders, []string{"response_header_mode: SEND", "response_body_mode: NONE"}},
-		{StyleOriginalDst, ResponsePathHeaders, []string{"response_header_mode: SEND", "response_body_mode: NONE", "response_trailer_mode: SEND", "request_body_mode: FULL_DUPLEX_STREAMED"}},
-		{StyleClusterHeader, "", []string{"response_body_mode: STREAMED", "response_trailer_mode: SKIP"}},
-		{StyleOriginalDst, "", []string{"response_body_mode: FULL_DUPLEX_STREAMED", "response_trailer_mode: SEND"}},
+		{StyleOriginalDst, "", []string{"response_header_mode: SEND", "response_body_mode: NONE", "response_trailer_mode: SEND", "request_body_mode: FULL_DUPLEX_STREAMED"}},
 		{StyleClusterHeader, ResponsePathStreamed, []string{"response_body_mode: STREAMED", "response_trailer_mode: SKIP"}},
 		{StyleXDS, ResponsePathStreamed, []string{"response_body_mode: STREAMED"}},
 		{StyleOriginalDst, ResponsePathStreamed, []string{"response_body_mode: FULL_DUPLEX_STREAMED", "response_trailer_mode: SEND"}},

@@ -38,7 +38,7 @@ func TestValidateRejectsBrokenVariants(t *testing.T) {
 		{"rule inside Any", StyleClusterHeader, "message_timeout: 60s", "message_timeout: 7200s", "MessageTimeout"},
 		{"rule inside nested Any", StyleClusterHeader, "http2_protocol_options: {}", "http2_protocol_options: {max_concurrent_streams: 0}", "MaxConcurrentStreams"},
 		{"full duplex request needs trailers", StyleOriginalDst, "request_trailer_mode: SEND", "request_trailer_mode: SKIP", "request_trailer_mode SEND"},
-		{"full duplex response needs trailers", StyleOriginalDst, "response_body_mode: FULL_DUPLEX_STREAMED\n                response_trailer_mode: SEND", "response_body_mode: FULL_DUPLEX_STREAMED\n                response_trailer_mode: DEFAULT", "response_trailer_mode SEND"},
+		{"full duplex response needs trailers", StyleOriginalDst, "response_body_mode: NONE\n                response_trailer_mode: SEND", "response_body_mode: FULL_DUPLEX_STREAMED\n                response_trailer_mode: DEFAULT", "response_trailer_mode SEND"},
 		{"full duplex cannot fail open", StyleOriginalDst, "failure_mode_allow: false", "failure_mode_allow: true", "failure_mode_allow must stay false"},
 		{"ext_proc with two services", StyleClusterHeader, "envoy_grpc: {cluster_name: kvroute}", "envoy_grpc: {cluster_name: kvroute}\n              http_service: {http_service: {http_uri: {uri: \"http://x\", cluster: kvroute, timeout: 1s}}}", "exactly one of grpc_service"},
 		{"route cache settings conflict", StyleClusterHeader, "failure_mode_allow: true", "failure_mode_allow: true\n              disable_clear_route_cache: true\n              route_cache_action: RETAIN", "cannot both be set"},

@@ -97,8 +97,14 @@ const (
 // Ticket is the response-path handle on a routed request. The stream calls
 // its methods from one goroutine, and Free exactly once.
 type Ticket interface {
-	// PrefillDone marks the first response byte: the prompt's prefill ended.
+	// PrefillDone marks the first response body byte: the prompt's prefill
+	// ended.
 	PrefillDone()
+	// ResponseStarted marks response headers after which the stream sees
+	// no body (response body mode NONE). Engines send a streamed answer's
+	// headers before its first token, so this is no sign the prefill
+	// ended.
+	ResponseStarted()
 	// Progress reports n more streamed (SSE) events, roughly output tokens.
 	Progress(n int)
 	// Served reports the endpoint Envoy really used (the Gateway API

@@ -7,8 +7,9 @@
 // (BUFFERED, FULL_DUPLEX_STREAMED, or none), asks a Decider for a worker,
 // and answers with the target header, the Gateway API destination header
 // and envoy.lb metadata, or an OpenAI-style immediate error. On the response
-// path it tells the decision's Ticket when prefill is done, how far decoding
-// got, and when the request's load can be freed. Server puts Streams behind
+// path it tells the decision's Ticket when the response started, when its
+// first body byte came (prefill done), how far decoding got, and when the
+// request's load can be freed. Server puts Streams behind
 // gRPC with health checking, keepalive enforcement and TLS.
 //
 // The decision itself (parse, tokenize, match, pick) is not here: package

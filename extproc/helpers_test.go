@@ -80,12 +80,16 @@ func (f *fleetDecider) lastTicket() *recTicket {
 type recTicket struct {
 	mu       sync.Mutex
 	prefill  int
+	started  int // ResponseStarted calls
 	progress int
 	served   []string
 	frees    []Outcome
 }
 
-func (t *recTicket) PrefillDone() { t.mu.Lock(); t.prefill++; t.mu.Unlock() }
+func (t *recTicket) PrefillDone()     { t.mu.Lock(); t.prefill++; t.mu.Unlock() }
+func (t *recTicket) ResponseStarted() { t.mu.Lock(); t.started++; t.mu.Unlock() }
+
+func (t *recTicket) responseStarts() int { t.mu.Lock(); defer t.mu.Unlock(); return t.started }
 func (t *recTicket) Progress(n int) {
 	t.mu.Lock()
 	t.progress += n

@@ -371,8 +371,10 @@ func (s *Stream) onResponseHeaders(m *pb.ProcessingRequest, h *pb.HttpHeaders) (
 		s.prefillDone()
 		s.release(OutcomeOK)
 	case s.respMode == ModeNone:
-		// No body will be shown to us; the headers are the first sign of life.
-		s.prefillDone()
+		// No body will be shown to us. The headers are the first sign of
+		// life, but not of the first token: the worker's KV events tell
+		// that, and the Ticket decides.
+		s.responseStarted()
 	}
 	if h.GetEndOfStream() {
 		s.phase = phDone
@@ -434,6 +436,19 @@ func (s *Stream) prefillDone() {
 	}
 	s.sawRespBody = true
 	s.decision.Ticket.PrefillDone()
+}
+
+// responseStarted is prefillDone for response headers that no body will
+// follow to the stream: the request log takes them as the first byte, the
+// Ticket as no more than the response's start.
+func (s *Stream) responseStarted() {
+	if s.logged && s.firstAt.IsZero() {
+		s.firstAt = s.cfg.now()
+	}
+	if s.sawRespBody || s.decision.Ticket == nil || s.freed {
+		return
+	}
+	s.decision.Ticket.ResponseStarted()
 }
 
 func (s *Stream) noteServed(m *pb.ProcessingRequest) {

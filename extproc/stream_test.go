@@ -28,6 +28,7 @@ func TestStreamLifecycles(t *testing.T) {
 		steps     []step
 		close     error
 		prefill   int
+		started   int // response headers with no body to follow
 		progress  int
 		frees     []Outcome
 		hasBody   bool
@@ -42,7 +43,7 @@ func TestStreamLifecycles(t *testing.T) {
 				{in: respBody(sse, false), want: []string{"resp_body"}},
 				{in: respBody("data: [DONE]\n\n", true), want: []string{"resp_body"}},
 			},
-			prefill: 1, progress: 2, frees: []Outcome{OutcomeOK}, hasBody: true, bodyAfter: chatBody,
+			prefill: 1, started: 1, progress: 2, frees: []Outcome{OutcomeOK}, hasBody: true, bodyAfter: chatBody,
 		},
 		{
 			name: "full duplex holds the headers response until the body ends",
@@ -53,7 +54,7 @@ func TestStreamLifecycles(t *testing.T) {
 				{in: respHeaders("200", false), want: []string{"resp_headers"}},
 				{in: respBody(sse, true), want: []string{"resp_body"}},
 			},
-			prefill: 1, progress: 2, frees: []Outcome{OutcomeOK}, hasBody: true, bodyAfter: chatBody,
+			prefill: 1, started: 1, progress: 2, frees: []Outcome{OutcomeOK}, hasBody: true, bodyAfter: chatBody,
 		},
 		{
 			name: "full duplex with request trailers answers headers, body, then trailers",
@@ -64,7 +65,7 @@ func TestStreamLifecycles(t *testing.T) {
 				{in: respHeaders("200", false), want: []string{"resp_headers"}},
 				{in: respTrailers(), want: []string{"resp_trailers"}},
 			},
-			prefill: 1, frees: []Outcome{OutcomeOK}, hasBody: true, bodyAfter: chatBody,
+			started: 1, frees: []Outcome{OutcomeOK}, hasBody: true, bodyAfter: chatBody,
 		},
 		{
 			name: "full duplex request with an empty body still returns one end-of-stream chunk",
@@ -91,7 +92,7 @@ func TestStreamLifecycles(t *testing.T) {
 				{in: chatHeaders(ModeNone), want: []string{"req_headers+route"}},
 				{in: respHeaders("200", false), want: []string{"resp_headers"}},
 			},
-			prefill: 1, frees: []Outcome{OutcomeOK}, hasBody: false,
+			started: 1, frees: []Outcome{OutcomeOK}, hasBody: false,
 		},
 		{
 			name: "buffered request without a body routes on its headers",
@@ -111,7 +112,7 @@ func TestStreamLifecycles(t *testing.T) {
 			},
 			// Response body NONE: Envoy cancelling the stream after the
 			// response headers is how the response's end shows.
-			close: context.Canceled, prefill: 1, frees: []Outcome{OutcomeOK}, hasBody: false,
+			close: context.Canceled, started: 1, frees: []Outcome{OutcomeOK}, hasBody: false,
 		},
 		{
 			name: "an upstream error status frees the load at the response headers",
@@ -150,7 +151,7 @@ func TestStreamLifecycles(t *testing.T) {
 				{in: reqBody(chatBody, true), want: []string{"req_headers+route", "req_chunk_eos"}},
 				{in: respHeaders("200", false), want: []string{"resp_headers"}},
 			},
-			prefill: 1, frees: []Outcome{OutcomeOK}, hasBody: true, bodyAfter: chatBody,
+			started: 1, frees: []Outcome{OutcomeOK}, hasBody: true, bodyAfter: chatBody,
 		},
 	}
 	for _, tt := range tests {
@@ -181,6 +182,9 @@ func TestStreamLifecycles(t *testing.T) {
 			prefill, progress, _, frees := f.lastTicket().snapshot()
 			if prefill != tt.prefill || progress != tt.progress || !slices.Equal(frees, tt.frees) {
 				t.Errorf("ticket: prefill=%d progress=%d frees=%v, want %d %d %v", prefill, progress, frees, tt.prefill, tt.progress, tt.frees)
+			}
+			if started := f.lastTicket().responseStarts(); started != tt.started {
+				t.Errorf("ticket: %d ResponseStarted, want %d", started, tt.started)
 			}
 		})
 	}

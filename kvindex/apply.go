@@ -66,15 +66,24 @@ func (s *ApplyStats) Add(o ApplyStats) {
 //
 // The observer, if any, hears once per batch: CacheReset if the batch
 // cleared the worker or made it stale, then BlocksStored with the device
-// blocks stored after the last clear.
+// blocks stored after the last clear; and, with the lock released,
+// AfterApply if it is an AfterApplier.
 func (ix *Index) Apply(worker string, b vllmwire.EventBatch) ApplyStats {
+	st, obs := ix.apply(worker, b)
+	if a, ok := obs.(AfterApplier); ok {
+		a.AfterApply()
+	}
+	return st
+}
+
+func (ix *Index) apply(worker string, b vllmwire.EventBatch) (ApplyStats, Observer) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	var st ApplyStats
 	w := ix.workers[worker]
 	if w == nil {
 		st.UnknownWorker = true
-		return st
+		return st, nil
 	}
 	wasStale := w.stale
 	ix.stored = ix.stored[:0]
@@ -104,7 +113,7 @@ func (ix *Index) Apply(worker string, b vllmwire.EventBatch) ApplyStats {
 			ix.obs.BlocksStored(worker, ix.stored)
 		}
 	}
-	return st
+	return st, ix.obs
 }
 
 func otherGroup(g *int64) bool { return g != nil && *g != 0 }

@@ -59,6 +59,13 @@ type Observer interface {
 	CacheReset(worker string)
 }
 
+// AfterApplier is an Observer that also hears, once Apply has released the
+// index's lock, that a batch was applied: what it must not do under the
+// lock (wake waiters whose picks call the Index) it does then.
+type AfterApplier interface {
+	AfterApply()
+}
+
 // SetObserver sets the index's observer; nil removes it.
 func (ix *Index) SetObserver(o Observer) {
 	ix.mu.Lock()

@@ -77,3 +77,27 @@ func TestNoObserverNoRecording(t *testing.T) {
 		t.Fatalf("a removed observer heard %v; %d hashes gathered for nobody", obs.got, len(ix.stored))
 	}
 }
+
+// afterObserver calls the index back from AfterApply, which would
+// deadlock were the index's lock still held.
+type afterObserver struct {
+	recordingObserver
+	ix *Index
+}
+
+func (o *afterObserver) AfterApply() {
+	o.got = append(o.got, fmt.Sprintf("after, %d blocks", o.ix.Stats().Blocks))
+}
+
+func TestAfterApplyRunsWithTheLockReleased(t *testing.T) {
+	ix := New(Config{})
+	ix.AddWorker("w0", testModel, testBS)
+	obs := &afterObserver{ix: ix}
+	ix.SetObserver(obs)
+	ix.Apply("w0", vllmwire.EventBatch{Events: []vllmwire.Event{storeEv(1, 0, 2)}})
+	ix.Apply("nobody", vllmwire.EventBatch{Events: []vllmwire.Event{storeEv(1, 0, 2)}})
+	want := []string{fmt.Sprintf("stored w0 %v", promptHashes(1, 2)), "after, 2 blocks"}
+	if !slices.Equal(obs.got, want) {
+		t.Fatalf("observer heard %q, want %q", obs.got, want)
+	}
+}

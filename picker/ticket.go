@@ -35,6 +35,14 @@ func (t *ticket) PrefillDone() {
 	}
 }
 
+func (t *ticket) ResponseStarted() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.freed {
+		t.pool.ResponseStarted(t.id)
+	}
+}
+
 func (t *ticket) Progress(n int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()

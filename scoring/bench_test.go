@@ -82,6 +82,43 @@ func BenchmarkLifecycle(b *testing.B) {
 	b.ReportMetric(4*float64(b.N)/b.Elapsed().Seconds()/1e6, "Mops/s")
 }
 
+// BenchmarkLifecycleFromEvents is BenchmarkLifecycle with the first token
+// from the worker's KV events: Add (the request waits for its last prompt
+// block), BlocksStored of the prompt's 8 new blocks (which ends the
+// prefill), AfterApply, Free.
+func BenchmarkLifecycleFromEvents(b *testing.B) {
+	r, _ := benchRouter(b, 64, func(*Options) {})
+	p := r.Pool()
+	const live = 1 << 14
+	reqs := make([]*Request, live)
+	for i := range reqs {
+		reqs[i] = &Request{ID: fmt.Sprint("req", i), Model: "m", PromptTokens: 32*16 + 5,
+			Hashes: append(hashes(99, 24, 0, 0), hashes(0, 0, 8, i)...)}
+	}
+	workers := p.AppendCandidates(nil, "m")
+	for _, c := range workers {
+		p.BlocksStored(c.Worker, []uint64{1})
+	}
+	inPrefill := mustLoad(b, p, workers[0].Worker).PrefillRequests // the background's
+	b.ReportAllocs()
+	b.ResetTimer()
+	i := 0
+	for b.Loop() {
+		req := reqs[i%live]
+		w := workers[i%len(workers)].Worker
+		if err := p.Add(req, w, 4); err != nil {
+			b.Fatal(err)
+		}
+		p.BlocksStored(w, req.Hashes[24:])
+		p.AfterApply()
+		p.Free(req.ID)
+		i++
+	}
+	if mustLoad(b, p, workers[0].Worker).PrefillRequests != inPrefill {
+		b.Fatal("a request's prefill outlived its KV event")
+	}
+}
+
 // benchLifecycle runs Add, PrefillDone, Progress (when progress is set)
 // and Free of one request per iteration, round-robin over p's workers.
 func benchLifecycle(b *testing.B, p *Pool, progress bool) {

@@ -7,9 +7,10 @@
 //     included), each with its static facts (fleet.Worker) and its live load:
 //     active requests, active KV blocks counted once per unique block,
 //     prefill tokens in flight and the latest fleet.LoadReport;
-//   - the request lifecycle on the Pool: Add, PrefillDone, Progress, Free and
-//     Move, idempotent and safe in any order, with requests older than
-//     Options.MaxRequestAge force-freed by Sweep;
+//   - the request lifecycle on the Pool: Add, PrefillDone, ResponseStarted,
+//     Progress, Free and Move, idempotent and safe in any order, with requests
+//     older than Options.MaxRequestAge force-freed by Sweep; a request's first
+//     token also comes from its worker's KV events (first_token.go);
 //   - router modes (Mode), each a type: kv with the seeds' cost
 //     (logit = overlap_weight × prefill_blocks + decode_blocks) or the
 //     weighted cost model, kv_without_events, round_robin, random,

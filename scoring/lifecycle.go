@@ -37,6 +37,12 @@ type active struct {
 	// request made on its worker, 0 when it made none or its first token
 	// arrived (the worker computed the prompt: nothing to take back).
 	pendingUntil int64
+	// awaiting: the request waits on its worker for its last prompt
+	// block's BlockStored (first_token.go); awaitNext chains the requests
+	// that wait for the same block. responded: its response started while
+	// it waited.
+	awaiting, responded bool
+	awaitNext           *active
 }
 
 func blocksFor(tokens, blockSize int) int {
@@ -105,6 +111,7 @@ func (p *Pool) add(key, worker string, promptTokens, matchedBlocks, prefill int,
 	if !local {
 		return fleet.SyncEvent{}, nil
 	}
+	p.awaitLocked(a, indexed)
 	return fleet.SyncEvent{Op: fleet.OpAdd, ID: key, Worker: worker, PromptTokens: a.promptTokens,
 		PrefillTokens: a.prefillTokens, Hashes: a.hashes}, nil
 }
@@ -113,6 +120,7 @@ func (p *Pool) add(key, worker string, promptTokens, matchedBlocks, prefill int,
 // prefill in flight. Unknown or finished IDs are ignored.
 func (p *Pool) PrefillDone(id string) {
 	if p.prefillDone(id) {
+		p.opts.Metrics.FirstToken(FirstTokenResponse)
 		p.emit(fleet.SyncEvent{Op: fleet.OpPrefillDone, ID: id})
 		p.capacityChanged()
 	}
@@ -133,6 +141,7 @@ func (p *Pool) prefillDone(key string) bool {
 // clearPrefillLocked records a's first token: its prefill is done, and the
 // time it took since dispatch teaches the worker's rate fit.
 func (p *Pool) clearPrefillLocked(a *active, now time.Time) bool {
+	p.unawaitLocked(a)
 	a.pendingUntil = 0
 	if a.prefillTokens == 0 {
 		return false
@@ -166,6 +175,7 @@ func (p *Pool) Progress(id string, outputTokens int) {
 		p.emit(fleet.SyncEvent{Op: fleet.OpProgress, ID: id, OutputTokens: outputTokens})
 	}
 	if prefill {
+		p.opts.Metrics.FirstToken(FirstTokenResponse)
 		p.capacityChanged()
 	}
 }
@@ -219,6 +229,7 @@ func (p *Pool) free(key string) bool {
 // releaseLocked takes a's load off its worker, and the pending blocks it
 // claimed if its first token never came.
 func (p *Pool) releaseLocked(a *active) {
+	p.unawaitLocked(a)
 	w := a.w
 	for _, h := range a.hashes {
 		if n := w.blockRefs[h]; n <= 1 {
@@ -296,6 +307,9 @@ func (p *Pool) move(key, worker string) (bool, error) {
 	p.chargeLocked(a)
 	if a.prefillTokens > 0 {
 		p.claimPendingLocked(a, 0, now)
+		if !strings.Contains(a.key, "\x00") {
+			p.awaitLocked(a, 0)
+		}
 	}
 	return true, nil
 }
@@ -336,6 +350,8 @@ func (p *Pool) Sweep() int {
 	}
 	if n > 0 {
 		p.opts.Metrics.Expired(n)
+	}
+	if owed := p.kickOwed.Swap(false); n > 0 || owed {
 		p.capacityChanged()
 	}
 	return n

@@ -31,6 +31,9 @@ type Metrics interface {
 	// PeerExpired counts a peer replica whose load was dropped because its
 	// heartbeats stopped.
 	PeerExpired()
+	// FirstToken counts a local request's prefill ended, by the signal
+	// that ended it (FirstTokenKVEvent, FirstTokenResponse, ...).
+	FirstToken(signal string)
 }
 
 // NopMetrics discards every counter. Embed it to implement part of Metrics.
@@ -67,3 +70,6 @@ func (NopMetrics) Ejected(string) {}
 
 // PeerExpired implements Metrics.
 func (NopMetrics) PeerExpired() {}
+
+// FirstToken implements Metrics.
+func (NopMetrics) FirstToken(string) {}

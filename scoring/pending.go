@@ -211,23 +211,40 @@ func (p *Pool) claimPendingLocked(a *active, from int, now time.Time) {
 // the worker stored these blocks, so the index holds them from now on and
 // their pending entries are dropped. kvindex.Index calls it (see
 // kvindex.Observer). Unknown workers are ignored.
+//
+// It also ends the prefill of the requests that wait for one of these
+// blocks as their first token (first_token.go).
 func (p *Pool) BlocksStored(worker string, hashes []uint64) {
+	var buf [4]string
+	done := buf[:0]
 	p.mu.Lock()
 	if w := p.workers[worker]; w != nil {
 		w.pending.forget(hashes)
+		w.storesBlocks = true
+		if len(w.awaiting) > 0 {
+			done = p.storedLocked(w, hashes, done)
+		}
 	}
 	p.mu.Unlock()
+	p.firstTokens(done, FirstTokenKVEvent)
 }
 
 // CacheReset drops a worker's pending blocks: its cache was cleared, or
 // the index's view of it was purged or went stale, so nothing believed
 // about it still holds. Unknown workers are ignored.
+//
+// The requests on the worker that wait for a block as their first token
+// stop waiting (first_token.go).
 func (p *Pool) CacheReset(worker string) {
+	var buf [4]string
+	done := buf[:0]
 	p.mu.Lock()
 	if w := p.workers[worker]; w != nil {
 		w.pending.reset()
+		done = p.resetAwaitingLocked(w, done)
 	}
 	p.mu.Unlock()
+	p.firstTokens(done, FirstTokenEventGap)
 }
 
 // PendingBlocks returns the number of blocks pending on a worker (expired

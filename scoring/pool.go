@@ -38,6 +38,9 @@ type Pool struct {
 	// onCapacity is called, outside the lock, after anything that may free
 	// capacity (Free, PrefillDone, Move, a load report, a registration).
 	onCapacity atomic.Pointer[func()]
+	// kickOwed: a worker's KV events ended a prefill under the index's
+	// lock, where onCapacity may not run; AfterApply or Sweep runs it.
+	kickOwed atomic.Bool
 	// sink receives local lifecycle events for replica sync, outside the lock.
 	sink atomic.Pointer[func(fleet.SyncEvent)]
 }
@@ -91,6 +94,11 @@ type worker struct {
 	// pending holds the prompt blocks recently routed to the worker that
 	// its KV events have not confirmed (the pending overlay).
 	pending pendingBlocks
+	// awaiting maps a prompt block to the local requests in prefill that
+	// wait for its BlockStored as their first token (first_token.go);
+	// storesBlocks is set once the worker's events reported a stored block.
+	awaiting     map[uint64]*active
+	storesBlocks bool
 	// static is the part of Load fixed by the spec, built on Upsert.
 	static Load
 }

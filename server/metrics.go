@@ -29,6 +29,7 @@ type Metrics struct {
 	queueWait     prometheus.Histogram
 	shed          *prometheus.CounterVec
 	expired       prometheus.Counter
+	firstToken    *prometheus.CounterVec
 	loadRejected  prometheus.Counter
 	syncRejected  prometheus.Counter
 	syncDropped   prometheus.Counter
@@ -92,6 +93,8 @@ func newMetrics(reg *prometheus.Registry, r *Server) *Metrics {
 			Help: "Requests the admission queue refused (429), by reason."}, []string{"reason"}),
 		expired: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_requests_expired_total",
 			Help: "Requests force-freed for exceeding the maximum request age."}),
+		firstToken: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_first_tokens_total",
+			Help: "Routed requests whose prefill ended, by the signal that ended it: kv_event (the worker's BlockStored for the prompt's last block), response_body (the first response chunk), response_headers (the headers, with no body shown and no block awaited; untimed), event_gap (a gap in the worker's events after the response started; untimed)."}, []string{"signal"}),
 		loadRejected: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_load_reports_rejected_total",
 			Help: "Load reports that were malformed or named an unknown worker."}),
 		syncRejected: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_sync_rejected_total", Help: "Replica sync messages that could not be applied."}),
@@ -123,7 +126,7 @@ func newMetrics(reg *prometheus.Registry, r *Server) *Metrics {
 			Help: "KV block size a worker's engine states in its events where it differs from the worker's record; the router routes with it."}, []string{"worker"}),
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.phase, m.overlap, m.cachedTokens, m.byLoad, m.finished, m.routed, m.queued,
-		m.queueWait, m.shed, m.expired, m.loadRejected, m.syncRejected, m.syncDropped, m.batches, m.events, m.blocks, m.sequence,
+		m.queueWait, m.shed, m.expired, m.firstToken, m.loadRejected, m.syncRejected, m.syncDropped, m.batches, m.events, m.blocks, m.sequence,
 		m.streams, m.streamsActive, m.streamErrors, m.exchanges, m.streamExchanges, m.immediate, m.badRecords, m.unknownPublishers, m.engineBlockSize, &stateCollector{r: r}} {
 		f(c)
 	}
@@ -198,9 +201,12 @@ func (m *Metrics) Queued()                     { m.queued.Inc() }
 func (m *Metrics) Dequeued(wait time.Duration) { m.queueWait.Observe(wait.Seconds()) }
 func (m *Metrics) Shed(reason string)          { m.shed.WithLabelValues(reason).Inc() }
 func (m *Metrics) Expired(n int)               { m.expired.Add(float64(n)) }
-func (m *Metrics) LoadReportRejected()         { m.loadRejected.Inc() }
-func (m *Metrics) SyncRejected()               { m.syncRejected.Inc() }
-func (m *Metrics) SyncDropped()                { m.syncDropped.Inc() }
+
+// FirstToken implements scoring.Metrics.
+func (m *Metrics) FirstToken(signal string) { m.firstToken.WithLabelValues(signal).Inc() }
+func (m *Metrics) LoadReportRejected()      { m.loadRejected.Inc() }
+func (m *Metrics) SyncRejected()            { m.syncRejected.Inc() }
+func (m *Metrics) SyncDropped()             { m.syncDropped.Inc() }
 
 // kvevents.Metrics
 

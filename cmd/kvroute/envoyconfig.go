@@ -30,14 +30,14 @@ cluster-header and xds retry a refused connection (or a reset before the
 response headers) once, on the next endpoint of kvroute's list (its runner-up,
 see --fallbacks); original-dst cannot retry on another worker.
 
-Of each response Envoy sends kvroute the headers and every body chunk
-(--response-path streamed, the default): the first token counts at the first
-chunk, which is what the learned prefill rates time. --response-path headers
-sends the headers only: the body goes to the client without waiting on
-kvroute (no round trip per chunk), the request's load is freed when its
-ext_proc stream ends, and the first token counts at the response headers, so
-use it only with engines that send their headers with the first token (vLLM's
-and SGLang's OpenAI servers start a streamed answer's headers before it).
+Of each response Envoy sends kvroute the headers only (--response-path
+headers, the default): the body goes to the client without waiting on
+kvroute, and the request's load is freed when its ext_proc stream ends. The
+first token counts at the worker's KV event for the prompt's last block, not
+at the headers, which vLLM's and SGLang's OpenAI servers send before it.
+--response-path streamed sends every body chunk too (one round trip each):
+the first token then also counts at the first chunk, and decode progress at
+the SSE events.
 
 Unlike serve, envoy-config reads no environment variables: it is run once to
 write a file, and KVROUTE_ADMIN_ADDR or KVROUTE_XDS_ADDR meant for another
@@ -61,9 +61,9 @@ func runEnvoyConfig(ctx context.Context, args []string, stdout, stderr io.Writer
 	fs.StringVar(&opts.AdminAddress, "admin-addr", "127.0.0.1:9901", "Envoy's admin `ip:port`")
 	fs.StringVar(&opts.XDSAddress, "xds-addr", "127.0.0.1:18000", "kvroute's ADS `host:port` (style xds)")
 	fs.StringVar(&opts.NodeID, "node-id", envoy.DefaultNodeID, "Envoy's node id (style xds: must match kvroute's)")
-	fs.StringVar(&opts.ResponsePath, "response-path", envoy.ResponsePathStreamed, "what of each response Envoy sends kvroute: "+
-		"streamed (the headers and every body chunk: the first token at the first chunk and decode progress, at one round trip per chunk) or "+
-		"headers (status, who answered, the endpoint that served; the body goes to the client without waiting on kvroute, and the first token counts at the headers)")
+	fs.StringVar(&opts.ResponsePath, "response-path", envoy.ResponsePathHeaders, "what of each response Envoy sends kvroute: "+
+		"headers (status, who answered, the endpoint that served; the body goes to the client without waiting on kvroute, and the first token counts at the worker's KV event for the prompt's last block) or "+
+		"streamed (every body chunk too: the first token also at the first chunk, and decode progress, at one round trip per chunk)")
 	fs.DurationVar(&opts.MessageTimeout, "message-timeout", 60*time.Second, "ext_proc message_timeout; must exceed kvroute's admission-queue wait")
 	fs.StringVar(&tls.CAFile, "ext-proc-tls-ca", "", "CA `file` (on Envoy's machine) that signs kvroute's --tls-cert: Envoy dials ext_proc over TLS")
 	fs.StringVar(&tls.CertFile, "ext-proc-tls-cert", "", "Envoy's client certificate `file` for kvroute's --tls-client-ca (mutual TLS)")

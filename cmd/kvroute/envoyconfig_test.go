@@ -61,9 +61,9 @@ func TestEnvoyConfigPrintsValidBootstraps(t *testing.T) {
 		{"original-dst needs no workers", []string{"--style", "original-dst"},
 			[]string{"kvroute", "original_destination_cluster"}, []string{"FULL_DUPLEX_STREAMED", "x-gateway-destination-endpoint"}},
 		{"xds points at kvroute's ADS", []string{"--style", "xds", "--xds-addr", "10.1.2.3:18000", "--node-id", "edge-1"},
-			[]string{"kvroute", "kvroute_xds"}, []string{"id: edge-1", `"10.1.2.3", port_value: 18000`, "response_body_mode: STREAMED"}},
-		{"the response headers only on request", []string{"--style", "original-dst", "--response-path", "headers"},
-			[]string{"kvroute", "original_destination_cluster"}, []string{"response_body_mode: NONE", "response_trailer_mode: SEND"}},
+			[]string{"kvroute", "kvroute_xds"}, []string{"id: edge-1", `"10.1.2.3", port_value: 18000`, "response_body_mode: NONE"}},
+		{"the response body through kvroute on request", []string{"--style", "original-dst", "--response-path", "streamed"},
+			[]string{"kvroute", "original_destination_cluster"}, []string{"response_body_mode: FULL_DUPLEX_STREAMED"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -109,7 +109,7 @@ func TestEnvoyConfigRefusesBadInput(t *testing.T) {
 		{"listener not an IP", []string{"--style", "original-dst", "--listen", "envoy:8080"}, false, "IP literals"},
 		{"stray argument", []string{"--style", "xds", "extra"}, true, "unexpected argument"},
 		{"unknown flag", []string{"--stile", "xds"}, true, "stile"},
-		{"unknown response path", []string{"--style", "xds", "--response-path", "body"}, true, `--response-path "body": want streamed or headers`},
+		{"unknown response path", []string{"--style", "xds", "--response-path", "body"}, true, `--response-path "body": want headers or streamed`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

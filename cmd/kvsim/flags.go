@@ -103,7 +103,7 @@ func newCommand(o *options) *cli.Command {
 	fs.IntVar(&o.defaultMaxToks, "default-max-tokens", 256, "output length of chat requests without max_tokens (completions default to 16)")
 	fs.Float64Var(&o.eosProbability, "eos-probability", 0, "chance that a generated token is EOS for requests without ignore_eos (0: never, outputs always reach max_tokens)")
 	fs.IntVar(&o.eventBatchMax, "event-batch-max", 256, "KV events per published batch at most")
-	fs.DurationVar(&o.eventFlush, "event-flush-interval", 10*time.Millisecond, "a KV event batch is published at most this long after its first event")
+	fs.DurationVar(&o.eventFlush, "event-flush-interval", 0, "gather KV events for up to this long after the first before publishing them as one batch (0: one batch per engine step, as vLLM publishes)")
 	fs.DurationVar(&o.loadInterval, "load-interval", 200*time.Millisecond, "load report period")
 	fs.IntVar(&o.zmqBasePort, "zmq-base-port", 0, "also publish KV events as vLLM does over ZMQ: worker i binds PUB on port zmq-base-port+2i and replay ROUTER on the next (0: off)")
 	fs.StringVar(&o.zmqTopic, "zmq-topic", "", "topic frame of the ZMQ KV event messages (vLLM's default is empty)")

@@ -54,7 +54,7 @@ type HopConfig struct {
 	// response-path bookkeeping costs.
 	RequestPathOnly bool
 	// ResponsePath is what of each response the routed Envoy shows kvroute
-	// (envoy.Options.ResponsePath; default every body chunk too).
+	// (envoy.Options.ResponsePath; default the response headers only).
 	ResponsePath string
 	// Style is the bootstrap both Envoys run: envoy.StyleClusterHeader (the
 	// default; request body BUFFERED) or envoy.StyleOriginalDst (request
@@ -74,10 +74,10 @@ type HopConfig struct {
 }
 
 // What of each response the routed Envoy shows kvroute (HopConfig.ResponsePath):
-// envoy.ResponsePathStreamed, the default, or envoy.ResponsePathHeaders.
+// envoy.ResponsePathHeaders, the default, or envoy.ResponsePathStreamed.
 const (
-	ResponsePathStreamed = envoy.ResponsePathStreamed
 	ResponsePathHeaders  = envoy.ResponsePathHeaders
+	ResponsePathStreamed = envoy.ResponsePathStreamed
 )
 
 // ResponsePaths lists the values HopConfig.ResponsePath takes.

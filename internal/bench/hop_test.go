@@ -83,8 +83,7 @@ func FuzzParseProcStatCPU(f *testing.F) {
 
 // The original-dst bootstrap (request body FULL_DUPLEX_STREAMED) is measured
 // the same way: the baseline's client names its worker, and kvroute's
-// request path is one wait of two messages; with the response headers only,
-// no response body message reaches kvroute.
+// request path is one wait of two messages.
 func TestHopMeasuresOriginalDst(t *testing.T) {
 	rep, err := RunHop(context.Background(), HopConfig{Workers: 2, TokenizerDir: "../../tokenizer/testdata/qwen3", Style: "original-dst",
 		ResponsePath: ResponsePathHeaders,

@@ -200,13 +200,11 @@ func (g *generation) follow(r *http.Request, st *stream) error {
 		h := g.rw.Header()
 		h.Set("Content-Type", "text/event-stream")
 		h.Set("Cache-Control", "no-cache")
+		// Like vLLM's server: the headers at once, the first event (the
+		// chat's role) with the first token.
 		g.rw.WriteHeader(http.StatusOK)
 		g.bw = bufio.NewWriterSize(g.rw, 4096)
 		g.flusher, _ = g.rw.(http.Flusher)
-		if g.chat {
-			g.event(chatResponse{ID: g.id, Object: "chat.completion.chunk", Created: created, Model: g.w.cfg.Model,
-				Choices: []chatChoice{{Delta: &chatMessage{Role: "assistant", Content: ""}}}})
-		}
 		if err := g.flush(); err != nil {
 			return err
 		}
@@ -231,6 +229,10 @@ func (g *generation) follow(r *http.Request, st *stream) error {
 			return snap.err
 		}
 		g.observe(snap.times)
+		if g.stream && g.chat && g.n == 0 && len(snap.tokens) > 0 {
+			g.event(chatResponse{ID: g.id, Object: "chat.completion.chunk", Created: created, Model: g.w.cfg.Model,
+				Choices: []chatChoice{{Delta: &chatMessage{Role: "assistant", Content: ""}}}})
+		}
 		for i, tok := range snap.tokens {
 			last := snap.finished && i == len(snap.tokens)-1
 			g.token(tok, last, created, snap.times[i])

@@ -334,3 +334,25 @@ func TestIgnoreEOSDecidesWhetherOutputsStopEarly(t *testing.T) {
 		t.Fatalf("completion lengths %v, want <200 then 200", lengths)
 	}
 }
+
+// A streamed chat starts like vLLM's: the headers at once, and the first
+// event (the role) only with the first token, so a proxy that times the
+// first token at the first body byte sees the prefill.
+func TestStreamedChatSendsItsFirstEventWithTheFirstToken(t *testing.T) {
+	w := startTestWorker(t, WorkerConfig{Speedup: 1, Engine: EngineConfig{NumGPUBlocks: 512, BlockSize: 16}})
+	resp, err := http.Post(w.URL()+"/v1/chat/completions", "application/json", strings.NewReader(
+		`{"messages":[{"role":"user","content":"`+strings.Repeat("tell me more about the cache ", 60)+`"}],"max_tokens":2,"stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	buf := make([]byte, 64<<10)
+	n, err := resp.Body.Read(buf)
+	if n == 0 {
+		t.Fatalf("first read: %v", err)
+	}
+	first := string(buf[:n])
+	if !strings.Contains(first, `"role":"assistant"`) || !strings.Contains(first, `"kvsim_t"`) {
+		t.Fatalf("first body read %q: want the role event and the first token together", first)
+	}
+}

@@ -16,11 +16,14 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 )
 
-// Event batching defaults: a batch closes at this many events or this long
-// after its first event, whichever comes first.
+// Event batching defaults: a batch closes at this many events or, with a
+// flush interval, this long after its first event, whichever comes first.
+// Without one (the default) the events of each engine step go out as soon
+// as the step ends, as vLLM publishes them: a prompt's last BlockStored
+// then arrives with its first token.
 const (
 	DefaultEventBatchMax      = 256
-	DefaultEventFlushInterval = 10 * time.Millisecond
+	DefaultEventFlushInterval = 0
 )
 
 // The fields vLLM 0.32 sets on every event of a model with one
@@ -133,7 +136,7 @@ func newEventPublisher(nc *nats.Conn, subject string, zmq *vllmzmq.Publisher, ra
 	if max <= 0 {
 		max = DefaultEventBatchMax
 	}
-	if every <= 0 {
+	if every < 0 {
 		every = DefaultEventFlushInterval
 	}
 	return &eventPublisher{
@@ -178,15 +181,17 @@ func (p *eventPublisher) run(ctx context.Context) {
 			return
 		case <-p.kick:
 		}
-		timer.Reset(p.every)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			p.flush()
-			return
-		case <-timer.C:
-		case <-p.full:
-			timer.Stop()
+		if p.every > 0 {
+			timer.Reset(p.every)
+			select {
+			case <-ctx.Done():
+				timer.Stop()
+				p.flush()
+				return
+			case <-timer.C:
+			case <-p.full:
+				timer.Stop()
+			}
 		}
 		p.flush()
 	}

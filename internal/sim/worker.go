@@ -65,7 +65,8 @@ type WorkerConfig struct {
 	Etcd *clientv3.Client
 	// LeaseTTL is the etcd lease TTL (default 10 s).
 	LeaseTTL time.Duration
-	// EventBatchMax and EventFlushInterval bound a KV event batch.
+	// EventBatchMax and EventFlushInterval bound a KV event batch; with no
+	// interval each engine step's events are published when it ends.
 	EventBatchMax      int
 	EventFlushInterval time.Duration
 	// LoadInterval is the load report period (default 200 ms).
