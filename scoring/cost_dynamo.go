@@ -22,10 +22,15 @@ type dynamoCost struct {
 
 func (*dynamoCost) name() string { return CostDefault }
 
-func (c *dynamoCost) price(req *Request, loads []Load) {
-	for i := range loads {
-		loads[i].logit = c.termsOf(req, &loads[i]).logit
-	}
+func (*dynamoCost) view(*fleetStats) fleetView { return fleetView{} }
+
+func (c *dynamoCost) logit(req *Request, l *Load, _ fleetView) float64 {
+	return c.termsOf(req, l).logit
+}
+
+// bound is the logit itself: it compares a candidate with no other.
+func (c *dynamoCost) bound(req *Request, l *Load, b *loadBound) {
+	b.base = c.termsOf(req, l).logit
 }
 
 func (c *dynamoCost) explain(req *Request, loads []Load, exp *Explanation, terms []Terms) {

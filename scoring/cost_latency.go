@@ -1,5 +1,7 @@
 package scoring
 
+import "math"
+
 // latencyCost is CostLatency, in seconds of predicted time to first token
 // plus what routing there costs the fleet:
 //
@@ -28,15 +30,16 @@ type latencyCost struct {
 
 func (*latencyCost) name() string { return CostLatency }
 
-func (c *latencyCost) price(req *Request, loads []Load) {
-	fleet := c.view(req, loads)
-	for i := range loads {
-		loads[i].logit = c.termsOf(req, &loads[i], fleet).logit
-	}
+func (c *latencyCost) logit(req *Request, l *Load, v fleetView) float64 {
+	return c.termsOf(req, l, v).logit
 }
 
 func (c *latencyCost) explain(req *Request, loads []Load, _ *Explanation, terms []Terms) {
-	fleet := c.view(req, loads)
+	var s fleetStats
+	for i := range loads {
+		s.add(req, &loads[i])
+	}
+	fleet := c.view(&s)
 	for i := range loads {
 		lt := c.termsOf(req, &loads[i], fleet)
 		t := &terms[i]
@@ -48,40 +51,22 @@ func (c *latencyCost) explain(req *Request, loads []Load, _ *Explanation, terms 
 // context, the part spent attending to context.
 type latencyTerms struct{ ttft, context, slowdown, memory, duplicate, churn, logit float64 }
 
-// maxHeldTokens is the longest prompt prefix, in tokens, that any candidate
-// holds on its device or is computing (the pending overlay).
-func maxHeldTokens(req *Request, loads []Load) int {
-	n := 0
-	for i := range loads {
-		n = max(n, heldTokens(req, &loads[i]))
-	}
-	return n
-}
-
 // heldTokens is how much of the prompt, in tokens, l's worker holds on its
 // device or is computing.
 func heldTokens(req *Request, l *Load) int {
 	return min(l.MatchedBlocks*l.BlockSize, req.PromptTokens)
 }
 
-// fleetView is what the latency cost compares each candidate against: the
-// longest prefix (tokens) any candidate holds, for the duplicate-prefill
-// term, and the candidates' mean churn, for the churn term.
-type fleetView struct {
-	held      int
-	meanChurn float64
-}
-
-func (c *latencyCost) view(req *Request, loads []Load) fleetView {
+// view takes the longest prefix any candidate holds when the duplicate or
+// slowdown term needs it, and the candidates' mean churn when the churn
+// term does.
+func (c *latencyCost) view(s *fleetStats) fleetView {
 	var v fleetView
 	if c.duplicate > 0 || c.slowdown > 0 {
-		v.held = maxHeldTokens(req, loads)
+		v.held = s.held
 	}
-	if c.churn > 0 {
-		for i := range loads {
-			v.meanChurn += loads[i].Churn
-		}
-		v.meanChurn /= float64(len(loads))
+	if c.churn > 0 && s.n > 0 {
+		v.meanChurn = s.churnSum / float64(s.n)
 	}
 	return v
 }
@@ -138,4 +123,46 @@ func (c *latencyCost) termsOf(req *Request, l *Load, fleet fleetView) latencyTer
 	}
 	t.logit = t.ttft + t.slowdown + t.memory + t.duplicate + t.churn
 	return t
+}
+
+// bound is termsOf's logit in parts: the terms of the candidate alone, the
+// duplicate and slowdown terms per token of the longest held prefix past
+// this candidate's, and the churn term times the mean churn.
+func (c *latencyCost) bound(req *Request, l *Load, b *loadBound) {
+	bs := float64(l.BlockSize)
+	rate := l.PrefillRate
+	if !(rate > 0) {
+		rate = DefaultPrefillRate
+	}
+	// Multiplying by the inverse rounds differently from dividing by the
+	// rate; the bound's margin covers it.
+	inv := 1 / rate
+	held := float64(l.MatchedBlocks) + c.hostW*float64(l.HostBlocks) + c.diskW*float64(l.DiskBlocks)
+	uncached := max(float64(req.PromptTokens)-held*bs, 0)
+	backlog, backlogAttn := 0.0, 0.0
+	if c.trackPrefill {
+		backlog, backlogAttn = l.PrefillBacklog, l.PrefillBacklogAttention
+	}
+	cached := float64(req.PromptTokens) - uncached
+	context := l.PrefillContext * (backlogAttn + uncached*(cached+uncached/2))
+	base := l.PrefillOverhead + (backlog+uncached)*inv + context + c.reqW*float64(l.ActiveRequests)*bs*inv
+	capacity := l.KVTotalBlocks
+	if l.ReportFresh && l.Report.KVTotalBlocks > 0 {
+		capacity = l.Report.KVTotalBlocks
+	}
+	if capacity > 0 {
+		need := blocksFor(req.PromptTokens+req.ExpectedOutputTokens, l.BlockSize) - l.MatchedBlocks
+		if over := need - (capacity - l.KVUsedBlocks()); over > 0 {
+			base += float64(over) * bs * inv
+		}
+	}
+	b.base, b.held = base, int32(heldTokens(req, l))
+	b.perHeld = (c.slowdown*float64(l.ActiveRequests) + c.duplicate) * inv
+	b.churn = c.churn * uncached * inv * l.Churn
+	// Every term is ≥ 0: the weights are, and so are the learned overhead
+	// and context cost. Should either not be, the candidate is never
+	// skipped.
+	if !(l.PrefillContext >= 0) || !(l.PrefillOverhead >= 0) {
+		b.base = math.Inf(-1)
+	}
 }

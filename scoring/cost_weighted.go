@@ -13,16 +13,19 @@ type weightedCost struct {
 
 func (*weightedCost) name() string { return CostWeighted }
 
-func (c *weightedCost) price(req *Request, loads []Load) {
-	mw := maxWaiting(loads)
-	for i := range loads {
-		loads[i].logit = -c.termsOf(req, &loads[i], mw).score
-	}
+func (*weightedCost) view(s *fleetStats) fleetView { return fleetView{maxWaiting: s.maxWaiting} }
+
+func (c *weightedCost) logit(req *Request, l *Load, v fleetView) float64 {
+	return -c.termsOf(req, l, v.maxWaiting).score
 }
 
 func (c *weightedCost) explain(req *Request, loads []Load, exp *Explanation, terms []Terms) {
 	exp.Coefficients = &WeightedCoefficients{A: c.a, B: c.b, C: c.c}
-	mw := maxWaiting(loads)
+	var s fleetStats
+	for i := range loads {
+		s.add(req, &loads[i])
+	}
+	mw := s.maxWaiting
 	for i := range loads {
 		w := c.termsOf(req, &loads[i], mw)
 		t := &terms[i]
@@ -30,13 +33,11 @@ func (c *weightedCost) explain(req *Request, loads []Load, exp *Explanation, ter
 	}
 }
 
-// maxWaiting is the largest waiting count among the candidates.
-func maxWaiting(loads []Load) int {
-	n := 0
-	for i := range loads {
-		n = max(n, loads[i].Waiting())
-	}
-	return n
+// bound is the logit in parts: the overlap and usage terms, and the
+// waiting term times the candidates' longest queue.
+func (c *weightedCost) bound(req *Request, l *Load, b *loadBound) {
+	t := c.termsOf(req, l, 0)
+	b.base, b.waiting, b.magnitude = -t.score, c.c*float64(l.Waiting()), c.a*t.ratio+c.b*t.usage+c.c
 }
 
 type weightedTerms struct{ ratio, usage, waiting, score float64 }

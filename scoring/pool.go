@@ -491,23 +491,36 @@ func (p *Pool) appendLoads(dst []Load, req *Request, cands []Candidate, pending 
 	churn := p.churnFactorLocked(now)
 	for i := range cands {
 		c := &cands[i]
-		w := c.w
-		if w == nil || w.removed || w.spec.ID != c.Worker {
-			if w = p.workers[c.Worker]; w == nil {
-				continue
-			}
+		w := p.resolveLocked(c)
+		if w == nil {
+			continue
 		}
 		dst = append(dst, w.static)
-		l := &dst[len(dst)-1]
-		p.fillLoadLocked(l, w, now, churn)
-		l.MatchedBlocks, l.CachedBlocks, l.index = c.MatchedBlocks, c.CachedBlocks, i
-		l.HostBlocks, l.DiskBlocks = c.HostBlocks, c.DiskBlocks
-		if pending && !c.Stale {
-			l.addPending(w.pending.run(req.Hashes, c.MatchedBlocks, nowNs))
-		}
+		p.fillCandidateLocked(&dst[len(dst)-1], w, c, i, req, pending, now, nowNs, churn)
 	}
 	p.mu.RUnlock()
 	return dst
+}
+
+// resolveLocked returns c's worker, or nil when the pool does not hold it.
+func (p *Pool) resolveLocked(c *Candidate) *worker {
+	w := c.w
+	if w == nil || w.removed || w.spec.ID != c.Worker {
+		w = p.workers[c.Worker]
+	}
+	return w
+}
+
+// fillCandidateLocked sets l, which holds w.static, to candidate i's Load
+// at now (churn is churnFactorLocked(now)): w's live load and c's overlap,
+// extended by the pending overlay when pending is set.
+func (p *Pool) fillCandidateLocked(l *Load, w *worker, c *Candidate, i int, req *Request, pending bool, now time.Time, nowNs int64, churn float64) {
+	p.fillLoadLocked(l, w, now, churn)
+	l.MatchedBlocks, l.CachedBlocks, l.index = c.MatchedBlocks, c.CachedBlocks, i
+	l.HostBlocks, l.DiskBlocks, l.PendingBlocks = c.HostBlocks, c.DiskBlocks, 0
+	if pending && !c.Stale {
+		l.addPending(w.pending.run(req.Hashes, c.MatchedBlocks, nowNs))
+	}
 }
 
 // Snapshot returns every worker's load, sorted by ID, for debug endpoints

@@ -1,0 +1,232 @@
+package scoring
+
+import (
+	"fmt"
+	"math"
+	"sync"
+	"time"
+)
+
+// A kv decision at temperature 0 without a Load for every candidate.
+//
+// The full decision builds every candidate's Load (a few hundred bytes of
+// live load, report freshness, learned prefill model, backlog and pending
+// overlay), prices them all and scans for the lowest logit. At a thousand
+// workers almost all of them lose by far: only the holders of the prompt
+// and the few least loaded others can win. pickPruned reads each
+// candidate's live load once into a scratch Load on the stack, keeps
+// what the cost model needs to bound its logit (a loadBound, a few
+// words), then runs selectLogit's scan over the bounds in candidate order:
+// a candidate whose bound is beyond the best so far by more than the tie
+// tolerance would be passed over by the scan with its real logit too, so
+// it is skipped; any other is priced from a Load built exactly as the full
+// decision builds it. The scan's state, its random draws (ties) included,
+// is therefore the full decision's, step by step, and so is the pick.
+//
+// Temperature sampling weighs every candidate, so it, and an explanation,
+// take the full decision.
+
+// fleetStats aggregates one decision's candidates, in order, for the cost
+// models' terms that compare a candidate with the others.
+type fleetStats struct {
+	n        int
+	held     int     // the longest prefix any candidate holds, tokens
+	churnSum float64 // the candidates' Load.Churn
+	// maxWaiting is the longest queue (Load.Waiting).
+	maxWaiting int
+}
+
+func (s *fleetStats) add(req *Request, l *Load) {
+	s.n++
+	s.held = max(s.held, heldTokens(req, l))
+	s.churnSum += l.Churn
+	s.maxWaiting = max(s.maxWaiting, l.Waiting())
+}
+
+// fleetView is what a cost model compares each candidate against: the
+// longest prefix (tokens) any candidate holds, for the latency cost's
+// duplicate-prefill and slowdown terms, the candidates' mean churn, for
+// its churn term, and the longest queue, for the weighted cost.
+type fleetView struct {
+	held       int
+	meanChurn  float64
+	maxWaiting int
+}
+
+// loadBound is a lower bound on one candidate's logit in parts, so that it
+// can be taken before the view is known:
+//
+//	base + perHeld × max(view.held − held, 0) + churn ÷ view.meanChurn
+//	     + waiting ÷ view.maxWaiting
+//
+// (a part whose divisor is 0 counts 0). Its value in exact arithmetic is
+// at most the logit's; at evaluates it less a margin that covers the
+// rounding of both.
+type loadBound struct {
+	base    float64
+	held    int32
+	perHeld float64
+	churn   float64
+	waiting float64
+	// magnitude bounds the absolute value of the logit's terms, when they
+	// can have either sign (0: they are all ≥ 0).
+	magnitude float64
+}
+
+// boundMargin is the relative rounding margin of a bound: a logit is a sum
+// of a dozen rounded terms, each within 2⁻⁵³ of its value.
+const boundMargin = 1e-12
+
+func (b *loadBound) at(v fleetView) float64 {
+	x := b.base
+	if d := v.held - int(b.held); d > 0 {
+		x += b.perHeld * float64(d)
+	}
+	if v.meanChurn > 0 {
+		x += b.churn / v.meanChurn
+	}
+	if v.maxWaiting > 0 {
+		x += b.waiting / float64(v.maxWaiting)
+	}
+	return x - boundMargin*(1+math.Abs(x)+b.magnitude)
+}
+
+// pruneRecord is what the first pass keeps of a candidate.
+type pruneRecord struct {
+	bound loadBound
+	// index is the candidate's in the caller's slice.
+	index int32
+	tier  tier
+}
+
+// pruneAt is the fewest candidates for which decide prunes: below it the
+// full decision is as cheap.
+const pruneAt = 32
+
+// prunable reports whether the mode's pick can skip candidates by bound:
+// at temperature 0 without an explanation.
+func (m *KV) prunable(exp *Explanation) bool { return exp == nil && m.temperature == 0 }
+
+// pruneScratch is one decision's memory: the records, and the Loads the
+// cost model reads through its interface (on the stack they would escape).
+type pruneScratch struct {
+	recs   []pruneRecord
+	tmp, l Load
+}
+
+var pruneScratches = sync.Pool{New: func() any { return &pruneScratch{recs: make([]pruneRecord, 0, 64)} }}
+
+// decidePruned is Scheduler.decide for the kv mode m at temperature 0 (see
+// the top of this file): the same decision, the same random draws.
+func (p *Pool) decidePruned(req *Request, cands []Candidate, pending bool, m *KV, threshold float64) (d Decision, saturated bool, err error) {
+	sc := pruneScratches.Get().(*pruneScratch)
+	recs, tmp, l := sc.recs[:0], &sc.tmp, &sc.l
+	defer func() {
+		sc.recs = recs[:0]
+		pruneScratches.Put(sc)
+	}()
+	now := p.opts.Now()
+	nowNs := now.UnixNano()
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	churn := p.churnFactorLocked(now)
+
+	// First pass: every candidate's tier, the aggregates of each tier (the
+	// full decision keeps only the best tier present, in order) and a bound.
+	var (
+		stats [tierEjected + 1]fleetStats
+		busy  = [tierEjected + 1]bool{true, true, true, true} // every candidate saturated
+		best  = tierEjected
+	)
+	for i := range cands {
+		c := &cands[i]
+		w := p.resolveLocked(c)
+		if w == nil {
+			continue
+		}
+		p.fillBoundLocked(tmp, w, now, churn)
+		tmp.MatchedBlocks, tmp.CachedBlocks, tmp.HostBlocks, tmp.DiskBlocks, tmp.PendingBlocks = c.MatchedBlocks, c.CachedBlocks, c.HostBlocks, c.DiskBlocks, 0
+		if pending && !c.Stale {
+			tmp.addPending(w.pending.run(req.Hashes, c.MatchedBlocks, nowNs))
+		}
+		t := tmp.tier()
+		best = min(best, t)
+		stats[t].add(req, tmp)
+		if threshold > 0 {
+			busy[t] = busy[t] && tmp.saturated(threshold)
+		}
+		recs = append(recs, pruneRecord{index: int32(i), tier: t})
+		m.cost.bound(req, tmp, &recs[len(recs)-1].bound)
+	}
+	if len(recs) == 0 {
+		return Decision{}, false, fmt.Errorf("pick for model %q among %d candidates: %w", req.Model, len(cands), ErrNoWorkers)
+	}
+	if threshold > 0 && busy[best] {
+		return Decision{}, true, nil
+	}
+
+	// Second pass: selectLogit's scan over the best tier, pricing only the
+	// candidates whose bound does not rule them out.
+	v := m.cost.view(&stats[best])
+	var (
+		s      lowest
+		chosen Load
+		k      int // position among the best tier's candidates
+	)
+	for j := range recs {
+		rec := &recs[j]
+		if rec.tier != best {
+			continue
+		}
+		if k > 0 && rec.bound.at(v)-s.logit > s.tol {
+			// The scan would pass over it: its logit is at least its bound.
+			k++
+			continue
+		}
+		c := &cands[rec.index]
+		w := p.resolveLocked(c)
+		*l = w.static
+		p.fillCandidateLocked(l, w, c, int(rec.index), req, pending, now, nowNs, churn)
+		switch {
+		case stats[best].n == 1:
+			// selectLogit returns the only candidate without pricing it.
+			chosen = *l
+		case k == 0:
+			s.first(k, m.cost.logit(req, l, v), l.CachedBlocks)
+			chosen = *l
+		default:
+			prev := s.best
+			s.consider(k, m.cost.logit(req, l, v), l.CachedBlocks, m.rand)
+			if s.best != prev {
+				chosen = *l
+			}
+		}
+		k++
+	}
+	return Decision{Worker: chosen.ID, Cluster: chosen.Cluster, Address: chosen.Address, Index: chosen.index,
+		MatchedBlocks: chosen.MatchedBlocks, PendingBlocks: chosen.PendingBlocks}, false, nil
+}
+
+// fillBoundLocked sets what the first pass reads of l (the tier, the
+// aggregates, the saturation test and the cost models' bounds) from w at
+// now, as fillLoadLocked would, except the backlog: it is left at 0, a
+// lower bound, since modelling its drain is a good part of building a
+// Load. churn is churnFactorLocked(now).
+func (p *Pool) fillBoundLocked(l *Load, w *worker, now time.Time, churn float64) {
+	fresh := w.hasReport && now.Sub(w.reportAt) <= p.opts.StaleReportAge
+	l.BlockSize, l.KVTotalBlocks, l.MaxNumBatchedTokens = w.static.BlockSize, w.static.KVTotalBlocks, w.static.MaxNumBatchedTokens
+	l.ActiveBlocks = w.activeBlocks()
+	l.ActiveRequests = w.requests
+	l.PrefillTokens = w.prefillTokens
+	l.PrefillRequests = w.prefillRequests
+	l.Report = w.report
+	l.ReportFresh = fresh
+	l.ReportIdle = fresh && w.report.Running == 0 && w.report.Waiting == 0 && w.reportAdds == w.adds
+	l.ReportSilent = w.hasReport && !fresh
+	// A zero time is never after now: most workers were never ejected.
+	l.Ejected = !w.health.ejectedUntil.IsZero() && w.health.ejectedUntil.After(now)
+	l.Cooling = !w.health.coolUntil.IsZero() && w.health.coolUntil.After(now)
+	l.PrefillRate, l.PrefillOverhead, l.PrefillContext, _ = p.blendedFitLocked(w)
+	l.Churn = w.churn * churn
+	l.PrefillBacklog, l.PrefillBacklogAttention = 0, 0
+}
