@@ -29,14 +29,16 @@ type costModel interface {
 	// view is what the model compares every candidate against, from the
 	// candidates' aggregates.
 	view(s *fleetStats) fleetView
-	// logit prices one candidate against the view (lower is better). It
-	// keeps no state: picks run concurrently.
+	// parts prices what of a candidate does not depend on the others,
+	// and finish completes the logit (lower is better) against the view:
+	// every pick prices in these two steps, so that decidePruned, which
+	// takes them apart, prices exactly as the full decision does. The
+	// logit never falls when the candidate's backlog grows. They keep no
+	// state: picks run concurrently.
+	parts(req *Request, l *Load, p *loadParts)
+	finish(p *loadParts, v fleetView) float64
+	// logit is finish(parts(req, l), v) in one call.
 	logit(req *Request, l *Load, v fleetView) float64
-	// bound sets b, zero on entry, to a lower bound on logit(req, l, v)
-	// for every view, in parts (see loadBound). It must hold whatever the
-	// backlog of l's worker, since l's is left at 0; decidePruned relies
-	// on it to skip candidates.
-	bound(req *Request, l *Load, b *loadBound)
 	// explain records the model's parameters in exp and its terms for
 	// loads[i] in terms[i].
 	explain(req *Request, loads []Load, exp *Explanation, terms []Terms)

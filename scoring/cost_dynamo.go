@@ -24,13 +24,13 @@ func (*dynamoCost) name() string { return CostDefault }
 
 func (*dynamoCost) view(*fleetStats) fleetView { return fleetView{} }
 
+// parts is the logit itself: the cost compares a candidate with no other.
+func (c *dynamoCost) parts(req *Request, l *Load, p *loadParts) { p.base = c.termsOf(req, l).logit }
+
+func (*dynamoCost) finish(p *loadParts, _ fleetView) float64 { return p.base }
+
 func (c *dynamoCost) logit(req *Request, l *Load, _ fleetView) float64 {
 	return c.termsOf(req, l).logit
-}
-
-// bound is the logit itself: it compares a candidate with no other.
-func (c *dynamoCost) bound(req *Request, l *Load, b *loadBound) {
-	b.base = c.termsOf(req, l).logit
 }
 
 func (c *dynamoCost) explain(req *Request, loads []Load, exp *Explanation, terms []Terms) {

@@ -1,7 +1,5 @@
 package scoring
 
-import "math"
-
 // latencyCost is CostLatency, in seconds of predicted time to first token
 // plus what routing there costs the fleet:
 //
@@ -29,10 +27,6 @@ type latencyCost struct {
 }
 
 func (*latencyCost) name() string { return CostLatency }
-
-func (c *latencyCost) logit(req *Request, l *Load, v fleetView) float64 {
-	return c.termsOf(req, l, v).logit
-}
 
 func (c *latencyCost) explain(req *Request, loads []Load, _ *Explanation, terms []Terms) {
 	var s fleetStats
@@ -73,6 +67,22 @@ func (c *latencyCost) view(s *fleetStats) fleetView {
 
 // termsOf predicts a candidate's cost against the fleet's view.
 func (c *latencyCost) termsOf(req *Request, l *Load, fleet fleetView) latencyTerms {
+	var p loadParts
+	c.parts(req, l, &p)
+	return c.finishTerms(&p, fleet)
+}
+
+func (c *latencyCost) finish(p *loadParts, v fleetView) float64 { return c.finishTerms(p, v).logit }
+
+func (c *latencyCost) logit(req *Request, l *Load, v fleetView) float64 {
+	return c.termsOf(req, l, v).logit
+}
+
+// parts computes what termsOf needs of the candidate alone: p.base is the
+// predicted TTFT; rate, context, slowdown (the slowdown weight × active
+// requests), fixed (the active requests' own slowdown), memory, held and
+// churn (the churn term × the mean churn) are the rest.
+func (c *latencyCost) parts(req *Request, l *Load, p *loadParts) {
 	bs := float64(l.BlockSize)
 	rate := l.PrefillRate
 	if !(rate > 0) {
@@ -80,89 +90,57 @@ func (c *latencyCost) termsOf(req *Request, l *Load, fleet fleetView) latencyTer
 	}
 	held := float64(l.MatchedBlocks) + c.hostW*float64(l.HostBlocks) + c.diskW*float64(l.DiskBlocks)
 	uncached := max(float64(req.PromptTokens)-held*bs, 0)
-	var t latencyTerms
 	backlog, backlogAttn := 0.0, 0.0
 	if c.trackPrefill {
 		backlog, backlogAttn = l.PrefillBacklog, l.PrefillBacklogAttention
 	}
 	cached := float64(req.PromptTokens) - uncached
-	t.context = l.PrefillContext * (backlogAttn + uncached*(cached+uncached/2))
-	t.ttft = l.PrefillOverhead + (backlog+uncached)/rate + t.context
+	p.rate = rate
+	p.context = l.PrefillContext * (backlogAttn + uncached*(cached+uncached/2))
+	p.base = l.PrefillOverhead + (backlog+uncached)/rate + p.context
 	// Recomputing blocks another candidate holds stalls every stream on
-	// this worker for as long as it takes: under load that grows with the
-	// streams, and it keeps sessions on their holders where a queue's
-	// noise would otherwise scatter them. A prompt no one holds pays
-	// nothing here, whatever the worker's streams.
-	dup := float64(max(fleet.held-heldTokens(req, l), 0))
-	t.slowdown = c.slowdown * float64(l.ActiveRequests) * dup / rate
+	// this worker for as long as it takes (finishTerms): under load that
+	// grows with the streams, and it keeps sessions on their holders where
+	// a queue's noise would otherwise scatter them. A prompt no one holds
+	// pays nothing there, whatever the worker's streams.
+	p.slowdown = c.slowdown * float64(l.ActiveRequests)
 	// Each active request costs its block-equivalents of prefill time: a
 	// busy worker's decode steps are slower for every stream on it.
-	t.slowdown += c.reqW * float64(l.ActiveRequests) * bs / rate
+	p.fixed = c.reqW * float64(l.ActiveRequests) * bs / rate
 	capacity := l.KVTotalBlocks
 	if l.ReportFresh && l.Report.KVTotalBlocks > 0 {
 		capacity = l.Report.KVTotalBlocks
 	}
+	p.memory = 0
 	if capacity > 0 {
 		need := blocksFor(req.PromptTokens+req.ExpectedOutputTokens, l.BlockSize) - l.MatchedBlocks
 		if over := need - (capacity - l.KVUsedBlocks()); over > 0 {
-			t.memory = float64(over) * bs / rate
+			p.memory = float64(over) * bs / rate
 		}
 	}
-	// Computing blocks another worker already has spends the fleet's
-	// capacity twice; the holder wins until its queue costs more than that.
-	if dup := fleet.held - heldTokens(req, l); dup > 0 {
-		t.duplicate = c.duplicate * float64(dup) / rate
-	}
+	p.held = heldTokens(req, l)
 	// Every uncached token a worker takes evicts one from its cache's
 	// least recently used end; the more it took lately, relative to the
 	// others, the younger that end, and the likelier a later prompt
 	// wanted it. Only this request's own uncached tokens are charged, so
 	// a prompt that hits its cache is not pushed off its holder.
+	p.churn = c.churn * uncached / rate * l.Churn
+}
+
+// finishTerms completes parts against the fleet's view.
+func (c *latencyCost) finishTerms(p *loadParts, fleet fleetView) latencyTerms {
+	t := latencyTerms{ttft: p.base, context: p.context, memory: p.memory}
+	dup := float64(max(fleet.held-p.held, 0))
+	t.slowdown = p.slowdown * dup / p.rate
+	t.slowdown += p.fixed
+	// Computing blocks another worker already has spends the fleet's
+	// capacity twice; the holder wins until its queue costs more than that.
+	if dup := fleet.held - p.held; dup > 0 {
+		t.duplicate = c.duplicate * float64(dup) / p.rate
+	}
 	if fleet.meanChurn > 0 {
-		t.churn = c.churn * uncached / rate * l.Churn / fleet.meanChurn
+		t.churn = p.churn / fleet.meanChurn
 	}
 	t.logit = t.ttft + t.slowdown + t.memory + t.duplicate + t.churn
 	return t
-}
-
-// bound is termsOf's logit in parts: the terms of the candidate alone, the
-// duplicate and slowdown terms per token of the longest held prefix past
-// this candidate's, and the churn term times the mean churn.
-func (c *latencyCost) bound(req *Request, l *Load, b *loadBound) {
-	bs := float64(l.BlockSize)
-	rate := l.PrefillRate
-	if !(rate > 0) {
-		rate = DefaultPrefillRate
-	}
-	// Multiplying by the inverse rounds differently from dividing by the
-	// rate; the bound's margin covers it.
-	inv := 1 / rate
-	held := float64(l.MatchedBlocks) + c.hostW*float64(l.HostBlocks) + c.diskW*float64(l.DiskBlocks)
-	uncached := max(float64(req.PromptTokens)-held*bs, 0)
-	backlog, backlogAttn := 0.0, 0.0
-	if c.trackPrefill {
-		backlog, backlogAttn = l.PrefillBacklog, l.PrefillBacklogAttention
-	}
-	cached := float64(req.PromptTokens) - uncached
-	context := l.PrefillContext * (backlogAttn + uncached*(cached+uncached/2))
-	base := l.PrefillOverhead + (backlog+uncached)*inv + context + c.reqW*float64(l.ActiveRequests)*bs*inv
-	capacity := l.KVTotalBlocks
-	if l.ReportFresh && l.Report.KVTotalBlocks > 0 {
-		capacity = l.Report.KVTotalBlocks
-	}
-	if capacity > 0 {
-		need := blocksFor(req.PromptTokens+req.ExpectedOutputTokens, l.BlockSize) - l.MatchedBlocks
-		if over := need - (capacity - l.KVUsedBlocks()); over > 0 {
-			base += float64(over) * bs * inv
-		}
-	}
-	b.base, b.held = base, int32(heldTokens(req, l))
-	b.perHeld = (c.slowdown*float64(l.ActiveRequests) + c.duplicate) * inv
-	b.churn = c.churn * uncached * inv * l.Churn
-	// Every term is ≥ 0: the weights are, and so are the learned overhead
-	// and context cost. Should either not be, the candidate is never
-	// skipped.
-	if !(l.PrefillContext >= 0) || !(l.PrefillOverhead >= 0) {
-		b.base = math.Inf(-1)
-	}
 }

@@ -2,7 +2,6 @@ package scoring
 
 import (
 	"fmt"
-	"math"
 	"sync"
 	"time"
 )
@@ -53,50 +52,29 @@ type fleetView struct {
 	maxWaiting int
 }
 
-// loadBound is a lower bound on one candidate's logit in parts, so that it
-// can be taken before the view is known:
-//
-//	base + perHeld × max(view.held − held, 0) + churn ÷ view.meanChurn
-//	     + waiting ÷ view.maxWaiting
-//
-// (a part whose divisor is 0 counts 0). Its value in exact arithmetic is
-// at most the logit's; at evaluates it less a margin that covers the
-// rounding of both.
-type loadBound struct {
-	base    float64
-	held    int32
-	perHeld float64
-	churn   float64
-	waiting float64
-	// magnitude bounds the absolute value of the logit's terms, when they
-	// can have either sign (0: they are all ≥ 0).
-	magnitude float64
-}
-
-// boundMargin is the relative rounding margin of a bound: a logit is a sum
-// of a dozen rounded terms, each within 2⁻⁵³ of its value.
-const boundMargin = 1e-12
-
-func (b *loadBound) at(v fleetView) float64 {
-	x := b.base
-	if d := v.held - int(b.held); d > 0 {
-		x += b.perHeld * float64(d)
-	}
-	if v.meanChurn > 0 {
-		x += b.churn / v.meanChurn
-	}
-	if v.maxWaiting > 0 {
-		x += b.waiting / float64(v.maxWaiting)
-	}
-	return x - boundMargin*(1+math.Abs(x)+b.magnitude)
+// loadParts is a candidate's price before the view: what a cost model's
+// parts computes and its finish completes. Each model uses its own fields.
+type loadParts struct {
+	// base is the latency cost's predicted TTFT, the default cost's
+	// logit, the weighted cost's a·ratio − b·usage.
+	base float64
+	// The latency cost's other parts (see latencyCost.parts).
+	rate, context, slowdown, fixed, memory, churn float64
+	held                                          int
+	// waiting is the weighted cost's queue (Load.Waiting).
+	waiting int
 }
 
 // pruneRecord is what the first pass keeps of a candidate.
 type pruneRecord struct {
-	bound loadBound
+	parts loadParts
 	// index is the candidate's in the caller's slice.
-	index int32
-	tier  tier
+	index          int32
+	matched, pends int32
+	tier           tier
+	// exact is set when parts were priced with the worker's backlog;
+	// otherwise with none, so finish gives a lower bound on the logit.
+	exact bool
 }
 
 // pruneAt is the fewest candidates for which decide prunes: below it the
@@ -120,6 +98,9 @@ var pruneScratches = sync.Pool{New: func() any { return &pruneScratch{recs: make
 // the top of this file): the same decision, the same random draws.
 func (p *Pool) decidePruned(req *Request, cands []Candidate, pending bool, m *KV, threshold float64) (d Decision, saturated bool, err error) {
 	sc := pruneScratches.Get().(*pruneScratch)
+	if cap(sc.recs) < len(cands) {
+		sc.recs = make([]pruneRecord, 0, len(cands))
+	}
 	recs, tmp, l := sc.recs[:0], &sc.tmp, &sc.l
 	defer func() {
 		sc.recs = recs[:0]
@@ -144,7 +125,7 @@ func (p *Pool) decidePruned(req *Request, cands []Candidate, pending bool, m *KV
 		if w == nil {
 			continue
 		}
-		p.fillBoundLocked(tmp, w, now, churn)
+		exact := p.fillBoundLocked(tmp, w, now, churn)
 		tmp.MatchedBlocks, tmp.CachedBlocks, tmp.HostBlocks, tmp.DiskBlocks, tmp.PendingBlocks = c.MatchedBlocks, c.CachedBlocks, c.HostBlocks, c.DiskBlocks, 0
 		if pending && !c.Stale {
 			tmp.addPending(w.pending.run(req.Hashes, c.MatchedBlocks, nowNs))
@@ -155,8 +136,11 @@ func (p *Pool) decidePruned(req *Request, cands []Candidate, pending bool, m *KV
 		if threshold > 0 {
 			busy[t] = busy[t] && tmp.saturated(threshold)
 		}
-		recs = append(recs, pruneRecord{index: int32(i), tier: t})
-		m.cost.bound(req, tmp, &recs[len(recs)-1].bound)
+		// Set field by field: zeroing a record first costs as much again.
+		recs = recs[:len(recs)+1]
+		rec := &recs[len(recs)-1]
+		rec.index, rec.matched, rec.pends, rec.tier, rec.exact = int32(i), int32(tmp.MatchedBlocks), int32(tmp.PendingBlocks), t, exact
+		m.cost.parts(req, tmp, &rec.parts)
 	}
 	if len(recs) == 0 {
 		return Decision{}, false, fmt.Errorf("pick for model %q among %d candidates: %w", req.Model, len(cands), ErrNoWorkers)
@@ -165,12 +149,15 @@ func (p *Pool) decidePruned(req *Request, cands []Candidate, pending bool, m *KV
 		return Decision{}, true, nil
 	}
 
-	// Second pass: selectLogit's scan over the best tier, pricing only the
-	// candidates whose bound does not rule them out.
+	// Second pass: selectLogit's scan over the best tier. A candidate
+	// priced with its backlog takes the scan's step as is; one priced
+	// without is passed over when even that is beyond the best so far by
+	// more than the tie tolerance, and is priced again with its backlog
+	// otherwise.
 	v := m.cost.view(&stats[best])
 	var (
 		s      lowest
-		chosen Load
+		chosen = -1
 		k      int // position among the best tier's candidates
 	)
 	for j := range recs {
@@ -178,41 +165,48 @@ func (p *Pool) decidePruned(req *Request, cands []Candidate, pending bool, m *KV
 		if rec.tier != best {
 			continue
 		}
-		if k > 0 && rec.bound.at(v)-s.logit > s.tol {
-			// The scan would pass over it: its logit is at least its bound.
-			k++
-			continue
-		}
-		c := &cands[rec.index]
-		w := p.resolveLocked(c)
-		*l = w.static
-		p.fillCandidateLocked(l, w, c, int(rec.index), req, pending, now, nowNs, churn)
-		switch {
-		case stats[best].n == 1:
+		if stats[best].n == 1 {
 			// selectLogit returns the only candidate without pricing it.
-			chosen = *l
-		case k == 0:
-			s.first(k, m.cost.logit(req, l, v), l.CachedBlocks)
-			chosen = *l
-		default:
+			chosen = j
+			break
+		}
+		logit := m.cost.finish(&rec.parts, v)
+		if !rec.exact {
+			if k > 0 && logit-s.logit > s.tol {
+				k++
+				continue
+			}
+			c := &cands[rec.index]
+			w := p.resolveLocked(c)
+			*l = w.static
+			p.fillCandidateLocked(l, w, c, int(rec.index), req, pending, now, nowNs, churn)
+			logit = m.cost.logit(req, l, v)
+		}
+		if k == 0 {
+			s.first(k, logit, cands[rec.index].CachedBlocks)
+			chosen = j
+		} else {
 			prev := s.best
-			s.consider(k, m.cost.logit(req, l, v), l.CachedBlocks, m.rand)
+			s.consider(k, logit, cands[rec.index].CachedBlocks, m.rand)
 			if s.best != prev {
-				chosen = *l
+				chosen = j
 			}
 		}
 		k++
 	}
-	return Decision{Worker: chosen.ID, Cluster: chosen.Cluster, Address: chosen.Address, Index: chosen.index,
-		MatchedBlocks: chosen.MatchedBlocks, PendingBlocks: chosen.PendingBlocks}, false, nil
+	rec := &recs[chosen]
+	w := p.resolveLocked(&cands[rec.index])
+	return Decision{Worker: w.static.ID, Cluster: w.static.Cluster, Address: w.static.Address, Index: int(rec.index),
+		MatchedBlocks: int(rec.matched), PendingBlocks: int(rec.pends)}, false, nil
 }
 
-// fillBoundLocked sets what the first pass reads of l (the tier, the
-// aggregates, the saturation test and the cost models' bounds) from w at
-// now, as fillLoadLocked would, except the backlog: it is left at 0, a
-// lower bound, since modelling its drain is a good part of building a
-// Load. churn is churnFactorLocked(now).
-func (p *Pool) fillBoundLocked(l *Load, w *worker, now time.Time, churn float64) {
+// fillBoundLocked sets what a cost model, the tier, the aggregates and the
+// saturation test read of l from w at now, as fillLoadLocked does, and
+// reports whether that includes the backlog. A worker with prefill work
+// in flight gets none: modelling its drain is a good part of building a
+// Load, and without it the logit is a lower bound. churn is
+// churnFactorLocked(now).
+func (p *Pool) fillBoundLocked(l *Load, w *worker, now time.Time, churn float64) (exact bool) {
 	fresh := w.hasReport && now.Sub(w.reportAt) <= p.opts.StaleReportAge
 	l.BlockSize, l.KVTotalBlocks, l.MaxNumBatchedTokens = w.static.BlockSize, w.static.KVTotalBlocks, w.static.MaxNumBatchedTokens
 	l.ActiveBlocks = w.activeBlocks()
@@ -229,4 +223,10 @@ func (p *Pool) fillBoundLocked(l *Load, w *worker, now time.Time, churn float64)
 	l.PrefillRate, l.PrefillOverhead, l.PrefillContext, _ = p.blendedFitLocked(w)
 	l.Churn = w.churn * churn
 	l.PrefillBacklog, l.PrefillBacklogAttention = 0, 0
+	if w.backlog > 0 && w.prefillTokens > 0 && !p.opts.NoPrefillDecay {
+		return false
+	}
+	// backlogNow answers without the clock here.
+	l.PrefillBacklog, l.PrefillBacklogAttention = w.backlogNow(now, l.PrefillRate, l.PrefillOverhead, l.PrefillContext, p.opts.NoPrefillDecay)
+	return true
 }

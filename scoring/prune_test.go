@@ -88,13 +88,19 @@ func buildPruneFleet(t testing.TB, pc pruneCase) (*Scheduler, *fakeClock, *rand.
 	}
 	probe := hashes(42, 48, 0, 0)
 	busy := g.Float64() // share of workers with requests
+	// A dense fleet has a request in prefill on every worker, so that an
+	// admission threshold can find them all saturated.
+	dense := g.IntN(4) == 0
+	if dense {
+		busy = 1
+	}
 	n := 0
 	for i := range pc.workers {
 		id := fmt.Sprintf("w%04d", i)
 		if g.Float64() >= busy {
 			continue
 		}
-		for range 1 + g.IntN(4) {
+		for j := range 1 + g.IntN(4) {
 			n++
 			req := &Request{ID: fmt.Sprint("bg", n), Model: "m", PromptTokens: 64 + g.IntN(1500),
 				ExpectedOutputTokens: g.IntN(300), Hashes: hashes(uint64(g.IntN(6)), g.IntN(48), g.IntN(8), n)}
@@ -105,6 +111,9 @@ func buildPruneFleet(t testing.TB, pc pruneCase) (*Scheduler, *fakeClock, *rand.
 				t.Fatal(err)
 			}
 			clock.Advance(time.Duration(g.IntN(30)) * time.Millisecond)
+			if dense && j == 0 {
+				continue
+			}
 			switch g.IntN(4) {
 			case 0:
 				p.PrefillDone(req.ID)
@@ -296,10 +305,11 @@ func TestPrunedPickTies(t *testing.T) {
 	}
 }
 
-// TestLoadBoundIsBelowTheLogit checks each cost model's bound against its
-// logit on the random fleets' candidates, for every view the candidates
-// give: the property that lets decidePruned skip a candidate.
-func TestLoadBoundIsBelowTheLogit(t *testing.T) {
+// TestPricingWithoutBacklogIsALowerBound checks the property that lets
+// decidePruned pass over a candidate priced without its backlog: each cost
+// model's logit never falls when the backlog grows, to the bit, on the
+// random fleets' candidates and for the view they give.
+func TestPricingWithoutBacklogIsALowerBound(t *testing.T) {
 	for it := range 150 {
 		g := rand.New(rand.NewPCG(uint64(it), 3))
 		r, _, g2, probe := buildPruneFleet(t, pruneCase{seed: uint64(it) + 1000, workers: 1 + g.IntN(200)})
@@ -316,12 +326,12 @@ func TestLoadBoundIsBelowTheLogit(t *testing.T) {
 		v := kv.cost.view(&s)
 		for i := range loads {
 			l := loads[i]
-			logit := kv.cost.logit(req, &l, v)
+			var full, bare loadParts
+			kv.cost.parts(req, &l, &full)
 			l.PrefillBacklog, l.PrefillBacklogAttention = 0, 0 // what the first pass sees
-			var b loadBound
-			kv.cost.bound(req, &l, &b)
-			if lb := b.at(v); lb > logit {
-				t.Fatalf("fleet %d, %s, %s: bound %v above logit %v (%+v)", it, opts.CostModel, l.ID, lb, logit, b)
+			kv.cost.parts(req, &l, &bare)
+			if lb, logit := kv.cost.finish(&bare, v), kv.cost.finish(&full, v); lb > logit {
+				t.Fatalf("fleet %d, %s, %s: %v without the backlog, above %v with it", it, opts.CostModel, l.ID, lb, logit)
 			}
 		}
 	}
