@@ -25,7 +25,10 @@ func (*dynamoCost) name() string { return CostDefault }
 func (*dynamoCost) view(*fleetStats) fleetView { return fleetView{} }
 
 // parts is the logit itself: the cost compares a candidate with no other.
-func (c *dynamoCost) parts(req *Request, l *Load, p *loadParts) { p.base = c.termsOf(req, l).logit }
+func (c *dynamoCost) parts(req *Request, l *Load, p *loadParts) {
+	p.base = c.termsOf(req, l).logit
+	p.floor = p.base
+}
 
 func (*dynamoCost) finish(p *loadParts, _ fleetView) float64 { return p.base }
 

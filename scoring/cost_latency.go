@@ -125,6 +125,9 @@ func (c *latencyCost) parts(req *Request, l *Load, p *loadParts) {
 	// wanted it. Only this request's own uncached tokens are charged, so
 	// a prompt that hits its cache is not pushed off its holder.
 	p.churn = c.churn * uncached / rate * l.Churn
+	// finishTerms adds the slowdown's duplicate part to fixed, and the
+	// duplicate and churn terms, all ≥ 0, in this order.
+	p.floor = p.base + p.fixed + p.memory
 }
 
 // finishTerms completes parts against the fleet's view.

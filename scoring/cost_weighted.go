@@ -20,6 +20,7 @@ func (*weightedCost) view(s *fleetStats) fleetView { return fleetView{maxWaiting
 func (c *weightedCost) parts(req *Request, l *Load, p *loadParts) {
 	r, u := c.ratioUsage(req, l)
 	p.base, p.waiting = c.a*r-c.b*u, l.Waiting()
+	p.floor = -p.base // the waiting term only lowers the score
 }
 
 func (c *weightedCost) logit(req *Request, l *Load, v fleetView) float64 {

@@ -26,6 +26,10 @@ type Pool struct {
 	// models maps a model or LoRA adapter name to the workers serving it,
 	// sorted by ID; rebuilt when registrations change.
 	models map[string][]*worker
+	// candidates holds, per name in models, the Candidates of its workers
+	// in the same order: AppendCandidates copies them rather than reading
+	// every worker.
+	candidates map[string][]Candidate
 	// byAddress maps "ip:port" to worker ID, for endpoints the proxy reports.
 	byAddress map[string]string
 	reqs      map[string]*active
@@ -43,37 +47,57 @@ type Pool struct {
 }
 
 // worker is one worker's static facts and live load. Guarded by Pool.mu.
+//
+// Every kv decision reads the fields up to fit of every candidate
+// (decidePruned's first pass): they come first and together, so that it
+// touches a few cache lines of each worker rather than most of them.
 type worker struct {
-	spec fleet.Worker
-	// blockRefs counts, per prompt block hash, the active requests holding
-	// it, so a shared prefix counts once.
-	blockRefs map[uint64]int32
+	// removed is set when the worker leaves the pool, so a Candidate that
+	// still points at it falls back to the ID lookup.
+	removed   bool
+	hasReport bool
+	// blockSize, kvTotalBlocks and maxBatched are the spec's, set with it.
+	blockSize, kvTotalBlocks, maxBatched int32
 	// private is the sum of the active requests' blocks that are not shared
 	// prompt blocks (the partial last block and decode blocks).
 	private         int
 	requests        int
 	prefillTokens   int
 	prefillRequests int
-	report          fleet.LoadReport
-	reportAt        time.Time
-	hasReport       bool
+	// refs is len(blockRefs), kept with it: the map's header is a cache
+	// line of its own.
+	refs int
 	// adds counts Adds and Moves onto the worker; reportAdds is its value
 	// when the report arrived, so an idle report is trusted only if no
 	// request was sent since.
 	adds, reportAdds uint64
-	// finished counts requests freed on the worker; reportFinished is its
-	// value when the report arrived, so the requests that ended since are
-	// known until the next report shows them gone.
-	finished, reportFinished uint64
-	// removed is set when the worker leaves the pool, so a Candidate that
-	// still points at it falls back to the ID lookup.
-	removed bool
 	// backlog models the prefill work ahead of a new request, in tokens:
 	// it grows by each request's uncached tokens, drains at the learned
 	// prefill rate since backlogAt, and never exceeds prefillTokens (the
 	// work whose first token has not been seen).
-	backlog   float64
-	backlogAt time.Time
+	backlog float64
+	// churn is the uncached prompt tokens routed to the worker, each
+	// weighted by 2^((its time − Pool.churnEpoch) ÷ churnHalfLife): how
+	// fast its cache turns over, in a form every worker shares, so that
+	// reading it at a time t takes one factor for the whole pool.
+	churn    float64
+	report   fleet.LoadReport
+	reportAt time.Time
+	health   health
+	fit      rateFit
+	// pending holds the prompt blocks recently routed to the worker that
+	// its KV events have not confirmed (the pending overlay).
+	pending pendingBlocks
+
+	spec fleet.Worker
+	// blockRefs counts, per prompt block hash, the active requests holding
+	// it, so a shared prefix counts once.
+	blockRefs map[uint64]int32
+	// finished counts requests freed on the worker; reportFinished is its
+	// value when the report arrived, so the requests that ended since are
+	// known until the next report shows them gone.
+	finished, reportFinished uint64
+	backlogAt                time.Time
 	// backlogAttn is the attention work (token pairs) of the same backlog;
 	// it drains with backlog, by the same fraction of the predicted time,
 	// and never exceeds prefillAttn.
@@ -81,32 +105,23 @@ type worker struct {
 	// prefillAttn is the attention work of the requests counted in
 	// prefillTokens.
 	prefillAttn float64
-	// churn is the uncached prompt tokens routed to the worker, each
-	// weighted by 2^((its time − Pool.churnEpoch) ÷ churnHalfLife): how
-	// fast its cache turns over, in a form every worker shares, so that
-	// reading it at a time t takes one factor for the whole pool.
-	churn  float64
-	fit    rateFit
-	health health
-	// pending holds the prompt blocks recently routed to the worker that
-	// its KV events have not confirmed (the pending overlay).
-	pending pendingBlocks
 	// static is the part of Load fixed by the spec, built on Upsert.
 	static Load
 }
 
-func (w *worker) activeBlocks() int { return len(w.blockRefs) + w.private }
+func (w *worker) activeBlocks() int { return w.refs + w.private }
 
 // NewPool returns an empty pool. It uses opts' clock, ages and metrics.
 func NewPool(opts Options) *Pool {
 	return &Pool{
-		opts:      opts.withDefaults(),
-		workers:   make(map[string]*worker),
-		models:    make(map[string][]*worker),
-		byAddress: make(map[string]string),
-		reqs:      make(map[string]*active),
-		tomb:      newTombstones(4096),
-		fleetFit:  newRateFit(opts.withDefaults().PrefillRate, opts.withDefaults().PrefillOverhead, opts.withDefaults().PrefillContextCost),
+		opts:       opts.withDefaults(),
+		workers:    make(map[string]*worker),
+		models:     make(map[string][]*worker),
+		candidates: make(map[string][]Candidate),
+		byAddress:  make(map[string]string),
+		reqs:       make(map[string]*active),
+		tomb:       newTombstones(4096),
+		fleetFit:   newRateFit(opts.withDefaults().PrefillRate, opts.withDefaults().PrefillOverhead, opts.withDefaults().PrefillContextCost),
 	}
 }
 
@@ -123,6 +138,7 @@ func (p *Pool) Upsert(spec fleet.Worker) error {
 		p.workers[spec.ID] = w
 	}
 	w.spec = spec
+	w.blockSize, w.kvTotalBlocks, w.maxBatched = int32(spec.BlockSize), int32(spec.KVTotalBlocks), int32(spec.MaxNumBatchedTokens)
 	w.static = Load{ID: spec.ID, Cluster: spec.ClusterName(), Address: spec.Address, BlockSize: spec.BlockSize,
 		KVTotalBlocks: spec.KVTotalBlocks, MaxNumBatchedTokens: spec.MaxNumBatchedTokens, Weight: spec.EffectiveWeight()}
 	p.rebuildModelsLocked()
@@ -166,7 +182,8 @@ func (p *Pool) rebuildModelsLocked() {
 			}
 		}
 	}
-	for _, ws := range p.models {
+	clear(p.candidates)
+	for name, ws := range p.models {
 		slices.SortFunc(ws, func(a, b *worker) int {
 			switch {
 			case a.spec.ID < b.spec.ID:
@@ -176,6 +193,11 @@ func (p *Pool) rebuildModelsLocked() {
 			}
 			return 0
 		})
+		cs := make([]Candidate, len(ws))
+		for i, w := range ws {
+			cs[i] = Candidate{Worker: w.spec.ID, w: w}
+		}
+		p.candidates[name] = cs
 	}
 }
 
@@ -184,9 +206,7 @@ func (p *Pool) rebuildModelsLocked() {
 // extended slice. Callers restrict it to a subset and fill in the overlap.
 func (p *Pool) AppendCandidates(dst []Candidate, model string) []Candidate {
 	p.mu.RLock()
-	for _, w := range p.models[model] {
-		dst = append(dst, Candidate{Worker: w.spec.ID, w: w})
-	}
+	dst = append(dst, p.candidates[model]...)
 	p.mu.RUnlock()
 	return dst
 }

@@ -58,6 +58,9 @@ type loadParts struct {
 	// base is the latency cost's predicted TTFT, the default cost's
 	// logit, the weighted cost's a·ratio − b·usage.
 	base float64
+	// floor is at most finish's result for every view, to the bit: what
+	// the view adds is never negative.
+	floor float64
 	// The latency cost's other parts (see latencyCost.parts).
 	rate, context, slowdown, fixed, memory, churn float64
 	held                                          int
@@ -170,6 +173,12 @@ func (p *Pool) decidePruned(req *Request, cands []Candidate, pending bool, m *KV
 			chosen = j
 			break
 		}
+		if k > 0 && rec.parts.floor-s.logit > s.tol {
+			// Passed over whatever the view adds (and the backlog, if
+			// the parts were priced without it).
+			k++
+			continue
+		}
 		logit := m.cost.finish(&rec.parts, v)
 		if !rec.exact {
 			if k > 0 && logit-s.logit > s.tol {
@@ -208,7 +217,7 @@ func (p *Pool) decidePruned(req *Request, cands []Candidate, pending bool, m *KV
 // churnFactorLocked(now).
 func (p *Pool) fillBoundLocked(l *Load, w *worker, now time.Time, churn float64) (exact bool) {
 	fresh := w.hasReport && now.Sub(w.reportAt) <= p.opts.StaleReportAge
-	l.BlockSize, l.KVTotalBlocks, l.MaxNumBatchedTokens = w.static.BlockSize, w.static.KVTotalBlocks, w.static.MaxNumBatchedTokens
+	l.BlockSize, l.KVTotalBlocks, l.MaxNumBatchedTokens = int(w.blockSize), int(w.kvTotalBlocks), int(w.maxBatched)
 	l.ActiveBlocks = w.activeBlocks()
 	l.ActiveRequests = w.requests
 	l.PrefillTokens = w.prefillTokens

@@ -333,6 +333,11 @@ func TestPricingWithoutBacklogIsALowerBound(t *testing.T) {
 			if lb, logit := kv.cost.finish(&bare, v), kv.cost.finish(&full, v); lb > logit {
 				t.Fatalf("fleet %d, %s, %s: %v without the backlog, above %v with it", it, opts.CostModel, l.ID, lb, logit)
 			}
+			for _, view := range []fleetView{v, {}, {held: 1 << 20, meanChurn: 1e-3, maxWaiting: 1}} {
+				if logit := kv.cost.finish(&bare, view); bare.floor > logit {
+					t.Fatalf("fleet %d, %s, %s: floor %v above the logit %v (view %+v)", it, opts.CostModel, l.ID, bare.floor, logit, view)
+				}
+			}
 		}
 	}
 }
