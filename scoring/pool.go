@@ -48,9 +48,9 @@ type Pool struct {
 
 // worker is one worker's static facts and live load. Guarded by Pool.mu.
 //
-// Every kv decision reads the fields up to fit of every candidate
-// (decidePruned's first pass): they come first and together, so that it
-// touches a few cache lines of each worker rather than most of them.
+// Every kv decision reads the fields up to fit's estimates of every
+// candidate (decidePruned's first pass): they come first and together, in
+// the first five cache lines, so that it touches few lines of each worker.
 type worker struct {
 	// removed is set when the worker leaves the pool, so a Candidate that
 	// still points at it falls back to the ID lookup.
@@ -84,10 +84,10 @@ type worker struct {
 	report   fleet.LoadReport
 	reportAt time.Time
 	health   health
-	fit      rateFit
 	// pending holds the prompt blocks recently routed to the worker that
 	// its KV events have not confirmed (the pending overlay).
 	pending pendingBlocks
+	fit     rateFit
 
 	spec fleet.Worker
 	// blockRefs counts, per prompt block hash, the active requests holding
