@@ -8,22 +8,35 @@ import (
 
 // A kv decision at temperature 0 without a Load for every candidate.
 //
-// The full decision builds every candidate's Load (a few hundred bytes of
-// live load, report freshness, learned prefill model, backlog and pending
-// overlay), prices them all and scans for the lowest logit. At a thousand
-// workers almost all of them lose by far: only the holders of the prompt
-// and the few least loaded others can win. pickPruned reads each
-// candidate's live load once into a scratch Load on the stack, keeps
-// what the cost model needs to bound its logit (a loadBound, a few
-// words), then runs selectLogit's scan over the bounds in candidate order:
-// a candidate whose bound is beyond the best so far by more than the tie
-// tolerance would be passed over by the scan with its real logit too, so
-// it is skipped; any other is priced from a Load built exactly as the full
-// decision builds it. The scan's state, its random draws (ties) included,
-// is therefore the full decision's, step by step, and so is the pick.
+// The full decision (Scheduler.decideFull) builds every candidate's Load
+// (a few hundred bytes: live load, report freshness, learned prefill
+// model, backlog, pending overlay), prices them all and scans for the
+// lowest logit. decidePruned makes the same decision in two passes. The
+// first reads each candidate's live load into one scratch Load and keeps,
+// in a small record, its health tier and what the cost model prices of it
+// alone (loadParts); it sums each tier's aggregates on the way (the
+// longest held prefix, the churn, the longest queue: fleetStats), in
+// candidate order, as the full decision sums its best tier. The second
+// runs selectLogit's scan over the best tier's records in candidate order,
+// completing each price against the aggregates (finish). Three things
+// keep that cheap and exact:
 //
-// Temperature sampling weighs every candidate, so it, and an explanation,
-// take the full decision.
+//   - A record's floor never exceeds its price; a candidate whose floor is
+//     beyond the best so far by more than the tie tolerance is one the scan
+//     passes over whatever its price, so it is not finished.
+//   - The first pass leaves out the backlog of a worker with prefill in
+//     flight (modelling its drain is a good part of building a Load): a
+//     price never falls as the backlog grows, so such a record's price is a
+//     lower bound, and the candidate is priced from a full Load only when
+//     that bound does not rule it out.
+//   - Every other record's price is the full decision's to the bit: the
+//     cost models price in the same two steps (parts, finish) on both
+//     paths, from the same fields.
+//
+// The scan's state, its random draws for ties included, is therefore the
+// full decision's step by step, and so is the pick. Temperature sampling
+// weighs every candidate, so it, and an explanation, take the full
+// decision.
 
 // fleetStats aggregates one decision's candidates, in order, for the cost
 // models' terms that compare a candidate with the others.
@@ -84,8 +97,8 @@ type pruneRecord struct {
 // full decision is as cheap.
 const pruneAt = 32
 
-// prunable reports whether the mode's pick can skip candidates by bound:
-// at temperature 0 without an explanation.
+// prunable reports whether decide may take decidePruned for the mode: at
+// temperature 0 without an explanation.
 func (m *KV) prunable(exp *Explanation) bool { return exp == nil && m.temperature == 0 }
 
 // pruneScratch is one decision's memory: the records, and the Loads the
@@ -116,7 +129,7 @@ func (p *Pool) decidePruned(req *Request, cands []Candidate, pending bool, m *KV
 	churn := p.churnFactorLocked(now)
 
 	// First pass: every candidate's tier, the aggregates of each tier (the
-	// full decision keeps only the best tier present, in order) and a bound.
+	// full decision keeps only the best tier present, in order) and parts.
 	var (
 		stats [tierEjected + 1]fleetStats
 		busy  = [tierEjected + 1]bool{true, true, true, true} // every candidate saturated
@@ -128,7 +141,7 @@ func (p *Pool) decidePruned(req *Request, cands []Candidate, pending bool, m *KV
 		if w == nil {
 			continue
 		}
-		exact := p.fillBoundLocked(tmp, w, now, churn)
+		exact := p.fillLiveLocked(tmp, w, now, churn)
 		tmp.MatchedBlocks, tmp.CachedBlocks, tmp.HostBlocks, tmp.DiskBlocks, tmp.PendingBlocks = c.MatchedBlocks, c.CachedBlocks, c.HostBlocks, c.DiskBlocks, 0
 		if pending && !c.Stale {
 			tmp.addPending(w.pending.run(req.Hashes, c.MatchedBlocks, nowNs))
@@ -209,13 +222,13 @@ func (p *Pool) decidePruned(req *Request, cands []Candidate, pending bool, m *KV
 		MatchedBlocks: int(rec.matched), PendingBlocks: int(rec.pends)}, false, nil
 }
 
-// fillBoundLocked sets what a cost model, the tier, the aggregates and the
+// fillLiveLocked sets what a cost model, the tier, the aggregates and the
 // saturation test read of l from w at now, as fillLoadLocked does, and
 // reports whether that includes the backlog. A worker with prefill work
 // in flight gets none: modelling its drain is a good part of building a
 // Load, and without it the logit is a lower bound. churn is
 // churnFactorLocked(now).
-func (p *Pool) fillBoundLocked(l *Load, w *worker, now time.Time, churn float64) (exact bool) {
+func (p *Pool) fillLiveLocked(l *Load, w *worker, now time.Time, churn float64) (exact bool) {
 	fresh := w.hasReport && now.Sub(w.reportAt) <= p.opts.StaleReportAge
 	l.BlockSize, l.KVTotalBlocks, l.MaxNumBatchedTokens = int(w.blockSize), int(w.kvTotalBlocks), int(w.maxBatched)
 	l.ActiveBlocks = w.activeBlocks()

@@ -305,10 +305,11 @@ func TestPrunedPickTies(t *testing.T) {
 	}
 }
 
-// TestPricingWithoutBacklogIsALowerBound checks the property that lets
-// decidePruned pass over a candidate priced without its backlog: each cost
-// model's logit never falls when the backlog grows, to the bit, on the
-// random fleets' candidates and for the view they give.
+// TestPricingWithoutBacklogIsALowerBound checks the two properties that
+// let decidePruned pass over a candidate without its full price: each cost
+// model's logit never falls when the backlog grows, and never falls below
+// the parts' floor whatever the view, to the bit, on the random fleets'
+// candidates.
 func TestPricingWithoutBacklogIsALowerBound(t *testing.T) {
 	for it := range 150 {
 		g := rand.New(rand.NewPCG(uint64(it), 3))
