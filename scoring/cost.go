@@ -28,7 +28,7 @@ type costModel interface {
 	name() string
 	// view is what the model compares every candidate against, from the
 	// candidates' aggregates.
-	view(s *fleetStats) fleetView
+	view(s fleetStats) fleetView
 	// parts prices what of a candidate does not depend on the others,
 	// and finish completes the logit (lower is better) against the view:
 	// every pick prices in these two steps, so that decidePruned, which
@@ -89,7 +89,7 @@ func price(c costModel, req *Request, loads []Load) {
 	for i := range loads {
 		s.add(req, &loads[i])
 	}
-	v := c.view(&s)
+	v := c.view(s)
 	for i := range loads {
 		loads[i].logit = c.logit(req, &loads[i], v)
 	}

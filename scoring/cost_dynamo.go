@@ -22,7 +22,7 @@ type dynamoCost struct {
 
 func (*dynamoCost) name() string { return CostDefault }
 
-func (*dynamoCost) view(*fleetStats) fleetView { return fleetView{} }
+func (*dynamoCost) view(fleetStats) fleetView { return fleetView{} }
 
 // parts is the logit itself: the cost compares a candidate with no other.
 func (c *dynamoCost) parts(req *Request, l *Load, p *loadParts) {

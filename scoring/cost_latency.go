@@ -33,7 +33,7 @@ func (c *latencyCost) explain(req *Request, loads []Load, _ *Explanation, terms 
 	for i := range loads {
 		s.add(req, &loads[i])
 	}
-	fleet := c.view(&s)
+	fleet := c.view(s)
 	for i := range loads {
 		lt := c.termsOf(req, &loads[i], fleet)
 		t := &terms[i]
@@ -54,7 +54,7 @@ func heldTokens(req *Request, l *Load) int {
 // view takes the longest prefix any candidate holds when the duplicate or
 // slowdown term needs it, and the candidates' mean churn when the churn
 // term does.
-func (c *latencyCost) view(s *fleetStats) fleetView {
+func (c *latencyCost) view(s fleetStats) fleetView {
 	var v fleetView
 	if c.duplicate > 0 || c.slowdown > 0 {
 		v.held = s.held

@@ -13,7 +13,7 @@ type weightedCost struct {
 
 func (*weightedCost) name() string { return CostWeighted }
 
-func (*weightedCost) view(s *fleetStats) fleetView { return fleetView{maxWaiting: s.maxWaiting} }
+func (*weightedCost) view(s fleetStats) fleetView { return fleetView{maxWaiting: s.maxWaiting} }
 
 // parts is the score's overlap and usage terms (base) and the worker's
 // queue (waiting), which finish normalizes by the longest.

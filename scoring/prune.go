@@ -170,7 +170,7 @@ func (p *Pool) decidePruned(req *Request, cands []Candidate, pending bool, m *KV
 	// without is passed over when even that is beyond the best so far by
 	// more than the tie tolerance, and is priced again with its backlog
 	// otherwise.
-	v := m.cost.view(&stats[best])
+	v := m.cost.view(stats[best])
 	var (
 		s      lowest
 		chosen = -1

@@ -324,7 +324,7 @@ func TestPricingWithoutBacklogIsALowerBound(t *testing.T) {
 		for i := range loads {
 			s.add(req, &loads[i])
 		}
-		v := kv.cost.view(&s)
+		v := kv.cost.view(s)
 		for i := range loads {
 			l := loads[i]
 			var full, bare loadParts

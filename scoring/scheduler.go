@@ -151,7 +151,10 @@ func (r *Scheduler) Preview(req *Request, cands []Candidate, exp *Explanation) (
 }
 
 // decide picks unless threshold > 0 and every candidate is saturated, in
-// which case it reports saturated and picks nothing.
+// which case it reports saturated and picks nothing. A kv mode at
+// temperature 0 without an explanation takes Pool.decidePruned
+// (scoring/prune.go): the same decision, without a Load for most
+// candidates.
 func (r *Scheduler) decide(req *Request, cands []Candidate, exp *Explanation, threshold float64, preview bool) (d Decision, saturated bool, err error) {
 	mode := r.Mode()
 	pending := r.opts.PendingTTL > 0 && mode.Overlap() == OverlapEvents
