@@ -65,24 +65,78 @@ func (c *latencyCost) view(s fleetStats) fleetView {
 	return v
 }
 
-// termsOf predicts a candidate's cost against the fleet's view.
+// termsOf predicts a candidate's cost against the fleet's view. It is one
+// function, which the full decision calls per candidate; parts and finish
+// compute the same terms in two steps, with the same operations in the
+// same order, for decidePruned (TestPartsThenFinishIsTheLogit holds them
+// to the bit).
 func (c *latencyCost) termsOf(req *Request, l *Load, fleet fleetView) latencyTerms {
-	var p loadParts
-	c.parts(req, l, &p)
-	return c.finishTerms(&p, fleet)
+	bs := float64(l.BlockSize)
+	rate := l.PrefillRate
+	if !(rate > 0) {
+		rate = DefaultPrefillRate
+	}
+	held := float64(l.MatchedBlocks) + c.hostW*float64(l.HostBlocks) + c.diskW*float64(l.DiskBlocks)
+	uncached := max(float64(req.PromptTokens)-held*bs, 0)
+	var t latencyTerms
+	backlog, backlogAttn := 0.0, 0.0
+	if c.trackPrefill {
+		backlog, backlogAttn = l.PrefillBacklog, l.PrefillBacklogAttention
+	}
+	cached := float64(req.PromptTokens) - uncached
+	t.context = l.PrefillContext * (backlogAttn + uncached*(cached+uncached/2))
+	t.ttft = l.PrefillOverhead + (backlog+uncached)/rate + t.context
+	// Recomputing blocks another candidate holds stalls every stream on
+	// this worker for as long as it takes: under load that grows with the
+	// streams, and it keeps sessions on their holders where a queue's
+	// noise would otherwise scatter them. A prompt no one holds pays
+	// nothing here, whatever the worker's streams.
+	dup := float64(max(fleet.held-heldTokens(req, l), 0))
+	t.slowdown = c.slowdown * float64(l.ActiveRequests) * dup / rate
+	// Each active request costs its block-equivalents of prefill time: a
+	// busy worker's decode steps are slower for every stream on it.
+	t.slowdown += c.reqW * float64(l.ActiveRequests) * bs / rate
+	capacity := l.KVTotalBlocks
+	if l.ReportFresh && l.Report.KVTotalBlocks > 0 {
+		capacity = l.Report.KVTotalBlocks
+	}
+	if capacity > 0 {
+		need := blocksFor(req.PromptTokens+req.ExpectedOutputTokens, l.BlockSize) - l.MatchedBlocks
+		if over := need - (capacity - l.KVUsedBlocks()); over > 0 {
+			t.memory = float64(over) * bs / rate
+		}
+	}
+	// Computing blocks another worker already has spends the fleet's
+	// capacity twice; the holder wins until its queue costs more than that.
+	if dup := fleet.held - heldTokens(req, l); dup > 0 {
+		t.duplicate = c.duplicate * float64(dup) / rate
+	}
+	// Every uncached token a worker takes evicts one from its cache's
+	// least recently used end; the more it took lately, relative to the
+	// others, the younger that end, and the likelier a later prompt
+	// wanted it. Only this request's own uncached tokens are charged, so
+	// a prompt that hits its cache is not pushed off its holder.
+	if fleet.meanChurn > 0 {
+		t.churn = c.churn * uncached / rate * l.Churn / fleet.meanChurn
+	}
+	t.logit = t.ttft + t.slowdown + t.memory + t.duplicate + t.churn
+	return t
 }
 
-func (c *latencyCost) finish(p *loadParts, v fleetView) float64 { return c.finishTerms(p, v).logit }
+// parts and finish are termsOf in two steps (see termsOf).
+func (c *latencyCost) parts(req *Request, l *Load, p *loadParts) { *p = c.partsOf(req, l) }
+
+func (c *latencyCost) finish(p *loadParts, v fleetView) float64 { return c.finishTerms(*p, v).logit }
 
 func (c *latencyCost) logit(req *Request, l *Load, v fleetView) float64 {
 	return c.termsOf(req, l, v).logit
 }
 
-// parts computes what termsOf needs of the candidate alone: p.base is the
-// predicted TTFT; rate, context, slowdown (the slowdown weight × active
-// requests), fixed (the active requests' own slowdown), memory, held and
-// churn (the churn term × the mean churn) are the rest.
-func (c *latencyCost) parts(req *Request, l *Load, p *loadParts) {
+// partsOf computes what termsOf needs of the candidate alone: p.base is
+// the predicted TTFT; rate, context, slowdown (the slowdown weight ×
+// active requests), fixed (the active requests' own slowdown), memory,
+// held and churn (the churn term × the mean churn) are the rest.
+func (c *latencyCost) partsOf(req *Request, l *Load) (p loadParts) {
 	bs := float64(l.BlockSize)
 	rate := l.PrefillRate
 	if !(rate > 0) {
@@ -111,7 +165,6 @@ func (c *latencyCost) parts(req *Request, l *Load, p *loadParts) {
 	if l.ReportFresh && l.Report.KVTotalBlocks > 0 {
 		capacity = l.Report.KVTotalBlocks
 	}
-	p.memory = 0
 	if capacity > 0 {
 		need := blocksFor(req.PromptTokens+req.ExpectedOutputTokens, l.BlockSize) - l.MatchedBlocks
 		if over := need - (capacity - l.KVUsedBlocks()); over > 0 {
@@ -128,10 +181,11 @@ func (c *latencyCost) parts(req *Request, l *Load, p *loadParts) {
 	// finishTerms adds the slowdown's duplicate part to fixed, and the
 	// duplicate and churn terms, all ≥ 0, in this order.
 	p.floor = p.base + p.fixed + p.memory
+	return p
 }
 
 // finishTerms completes parts against the fleet's view.
-func (c *latencyCost) finishTerms(p *loadParts, fleet fleetView) latencyTerms {
+func (c *latencyCost) finishTerms(p loadParts, fleet fleetView) latencyTerms {
 	t := latencyTerms{ttft: p.base, context: p.context, memory: p.memory}
 	dup := float64(max(fleet.held-p.held, 0))
 	t.slowdown = p.slowdown * dup / p.rate

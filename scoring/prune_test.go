@@ -2,6 +2,7 @@ package scoring
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -268,6 +269,27 @@ func TestPrunedPickIsTheFullPick(t *testing.T) {
 	}
 }
 
+// FuzzPrunedPick is TestPrunedPickIsTheFullPick driven by the fuzzer: a
+// fleet of 1 to 1,500 workers from a seed, four probes.
+func FuzzPrunedPick(f *testing.F) {
+	f.Add(uint64(1), uint16(40))
+	f.Add(uint64(7), uint16(1000))
+	f.Fuzz(func(t *testing.T, seed uint64, workers uint16) {
+		pc := pruneCase{seed: seed, workers: 1 + int(workers)%1500}
+		r, clock, g, probe := buildPruneFleet(t, pc)
+		for step := range 4 {
+			d, ok := checkPruned(t, r, g, probe, fmt.Sprintf("seed %d, %d workers, probe %d", seed, pc.workers, step))
+			if ok {
+				req := &Request{ID: fmt.Sprint("p", step), Model: "m", PromptTokens: 16 * len(probe), Hashes: probe}
+				if err := r.pool.addLocal(req, d.Worker, d.MatchedBlocks, d.MatchedBlocks-d.PendingBlocks); err != nil {
+					t.Fatal(err)
+				}
+			}
+			clock.Advance(time.Duration(g.IntN(200)) * time.Millisecond)
+		}
+	})
+}
+
 // TestPrunedPickTies pins the tie-break on an idle fleet, where every
 // candidate but the holders costs the same: the pruned decision draws
 // among the tied workers exactly as the full one does, decision after
@@ -337,6 +359,38 @@ func TestPricingWithoutBacklogIsALowerBound(t *testing.T) {
 			for _, view := range []fleetView{v, {}, {held: 1 << 20, meanChurn: 1e-3, maxWaiting: 1}} {
 				if logit := kv.cost.finish(&bare, view); bare.floor > logit {
 					t.Fatalf("fleet %d, %s, %s: floor %v above the logit %v (view %+v)", it, opts.CostModel, l.ID, bare.floor, logit, view)
+				}
+			}
+		}
+	}
+}
+
+// TestPartsThenFinishIsTheLogit holds each cost model's two-step price
+// (parts, then finish: decidePruned's) to its one-step logit (the full
+// decision's), to the bit, over the random fleets' candidates and views
+// near and far from theirs.
+func TestPartsThenFinishIsTheLogit(t *testing.T) {
+	for it := range 200 {
+		g := rand.New(rand.NewPCG(uint64(it), 11))
+		r, _, g2, probe := buildPruneFleet(t, pruneCase{seed: uint64(it) + 5000, workers: 1 + g.IntN(120)})
+		opts := r.Options()
+		kv := newKV(opts, OverlapEvents)
+		cands := randomCandidates(g2, r.Pool(), len(probe))
+		req := &Request{ID: "probe", Model: "m", PromptTokens: 16*len(probe) - g.IntN(16), Hashes: probe,
+			ExpectedOutputTokens: g.IntN(500)}
+		loads := r.pool.appendLoads(nil, req, cands, opts.PendingTTL > 0)
+		var s fleetStats
+		for i := range loads {
+			s.add(req, &loads[i])
+		}
+		v := kv.cost.view(s)
+		views := []fleetView{v, {}, {held: v.held + 1 + g.IntN(4096), meanChurn: v.meanChurn * g.Float64(), maxWaiting: v.maxWaiting + g.IntN(3)}}
+		for i := range loads {
+			var p loadParts
+			kv.cost.parts(req, &loads[i], &p)
+			for _, view := range views {
+				if a, b := kv.cost.finish(&p, view), kv.cost.logit(req, &loads[i], view); math.Float64bits(a) != math.Float64bits(b) {
+					t.Fatalf("fleet %d, %s, %s, view %+v: parts then finish %v, logit %v", it, opts.CostModel, loads[i].ID, view, a, b)
 				}
 			}
 		}
