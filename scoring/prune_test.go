@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"sync"
 	"testing"
 	"time"
 
@@ -395,4 +396,37 @@ func TestPartsThenFinishIsTheLogit(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestPrunedPickUnderConcurrentLoad routes from several goroutines through
+// Scheduler.Pick on a fleet large enough to prune while others add and
+// free requests, for the race detector: the pruned decision reads the
+// pool under its read lock and keeps its scratch to itself.
+func TestPrunedPickUnderConcurrentLoad(t *testing.T) {
+	r := newTestScheduler(t, DefaultOptions(), pruneAt+72)
+	cs := r.Pool().AppendCandidates(nil, "m")
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 200 {
+				req := &Request{ID: fmt.Sprintf("g%d-%d", g, i), Model: "m", PromptTokens: 512, Hashes: hashes(uint64(i%3), 24, 8, i)}
+				d, err := r.Pick(req, cs, nil)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if g%2 == 0 {
+					if err := r.Pool().Add(req, d.Worker, 0); err != nil {
+						t.Error(err)
+						return
+					}
+					r.Pool().PrefillDone(req.ID)
+					r.Pool().Free(req.ID)
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
