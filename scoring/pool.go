@@ -50,14 +50,14 @@ type Pool struct {
 //
 // Every kv decision reads the fields up to fit's estimates of every
 // candidate (decidePruned's first pass): they come first and together, in
-// the first five cache lines, so that it touches few lines of each worker.
+// the first six cache lines, so that it touches few lines of each worker.
 type worker struct {
 	// removed is set when the worker leaves the pool, so a Candidate that
 	// still points at it falls back to the ID lookup.
 	removed   bool
 	hasReport bool
 	// blockSize, kvTotalBlocks and maxBatched are the spec's, set with it.
-	blockSize, kvTotalBlocks, maxBatched int32
+	blockSize, kvTotalBlocks, maxBatched int
 	// private is the sum of the active requests' blocks that are not shared
 	// prompt blocks (the partial last block and decode blocks).
 	private         int
@@ -138,7 +138,7 @@ func (p *Pool) Upsert(spec fleet.Worker) error {
 		p.workers[spec.ID] = w
 	}
 	w.spec = spec
-	w.blockSize, w.kvTotalBlocks, w.maxBatched = int32(spec.BlockSize), int32(spec.KVTotalBlocks), int32(spec.MaxNumBatchedTokens)
+	w.blockSize, w.kvTotalBlocks, w.maxBatched = spec.BlockSize, spec.KVTotalBlocks, spec.MaxNumBatchedTokens
 	w.static = Load{ID: spec.ID, Cluster: spec.ClusterName(), Address: spec.Address, BlockSize: spec.BlockSize,
 		KVTotalBlocks: spec.KVTotalBlocks, MaxNumBatchedTokens: spec.MaxNumBatchedTokens, Weight: spec.EffectiveWeight()}
 	p.rebuildModelsLocked()

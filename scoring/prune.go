@@ -74,7 +74,7 @@ type loadParts struct {
 	// floor is at most finish's result for every view, to the bit: what
 	// the view adds is never negative.
 	floor float64
-	// The latency cost's other parts (see latencyCost.parts).
+	// The latency cost's other parts (see latencyCost.partsOf).
 	rate, context, slowdown, fixed, memory, churn float64
 	held                                          int
 	// waiting is the weighted cost's queue (Load.Waiting).
@@ -230,7 +230,7 @@ func (p *Pool) decidePruned(req *Request, cands []Candidate, pending bool, m *KV
 // churnFactorLocked(now).
 func (p *Pool) fillLiveLocked(l *Load, w *worker, now time.Time, churn float64) (exact bool) {
 	fresh := w.hasReport && now.Sub(w.reportAt) <= p.opts.StaleReportAge
-	l.BlockSize, l.KVTotalBlocks, l.MaxNumBatchedTokens = int(w.blockSize), int(w.kvTotalBlocks), int(w.maxBatched)
+	l.BlockSize, l.KVTotalBlocks, l.MaxNumBatchedTokens = w.blockSize, w.kvTotalBlocks, w.maxBatched
 	l.ActiveBlocks = w.activeBlocks()
 	l.ActiveRequests = w.requests
 	l.PrefillTokens = w.prefillTokens
@@ -248,7 +248,8 @@ func (p *Pool) fillLiveLocked(l *Load, w *worker, now time.Time, churn float64) 
 	if w.backlog > 0 && w.prefillTokens > 0 && !p.opts.NoPrefillDecay {
 		return false
 	}
-	// backlogNow answers without the clock here.
+	// Exact, and cheap: backlogNow skips the clock for a worker with no
+	// backlog, and the decay with NoPrefillDecay.
 	l.PrefillBacklog, l.PrefillBacklogAttention = w.backlogNow(now, l.PrefillRate, l.PrefillOverhead, l.PrefillContext, p.opts.NoPrefillDecay)
 	return true
 }
