@@ -26,9 +26,19 @@ type costModel interface {
 	// name is the model's configuration name (CostDefault, CostLatency,
 	// CostWeighted).
 	name() string
-	// price sets loads[i].logit for every candidate. It keeps no state:
-	// picks run concurrently.
-	price(req *Request, loads []Load)
+	// view is what the model compares every candidate against, from the
+	// candidates' aggregates.
+	view(s fleetStats) fleetView
+	// parts prices what of a candidate does not depend on the others,
+	// and finish completes the logit (lower is better) against the view:
+	// every pick prices in these two steps, so that decidePruned, which
+	// takes them apart, prices exactly as the full decision does. The
+	// logit never falls when the candidate's backlog grows. They keep no
+	// state: picks run concurrently.
+	parts(req *Request, l *Load, p *loadParts)
+	finish(p *loadParts, v fleetView) float64
+	// logit is finish(parts(req, l), v) in one call.
+	logit(req *Request, l *Load, v fleetView) float64
 	// explain records the model's parameters in exp and its terms for
 	// loads[i] in terms[i].
 	explain(req *Request, loads []Load, exp *Explanation, terms []Terms)
@@ -65,12 +75,24 @@ func (m *KV) Overlap() OverlapSource { return m.source }
 
 // Pick implements Mode.
 func (m *KV) Pick(req *Request, loads []Load, exp *Explanation) int {
-	m.cost.price(req, loads)
+	price(m.cost, req, loads)
 	idx := selectLogit(loads, m.temperature, m.rand)
 	if exp != nil {
 		m.explain(req, loads, idx, exp)
 	}
 	return idx
+}
+
+// price sets every candidate's logit with c.
+func price(c costModel, req *Request, loads []Load) {
+	var s fleetStats
+	for i := range loads {
+		s.add(req, &loads[i])
+	}
+	v := c.view(s)
+	for i := range loads {
+		loads[i].logit = c.logit(req, &loads[i], v)
+	}
 }
 
 // explain renders the decision.
@@ -115,26 +137,44 @@ func selectLogit(loads []Load, temperature float64, r Rand) int {
 	if temperature > 0 {
 		return sampleSoftmax(loads, temperature, r)
 	}
-	best, ties := 0, 1
-	bestLogit := loads[0].logit
-	tol := tieTolerance(bestLogit)
+	var s lowest
+	s.first(0, loads[0].logit, loads[0].CachedBlocks)
 	for i := 1; i < len(loads); i++ {
-		l := &loads[i]
-		switch d := l.logit - bestLogit; {
-		case d > tol:
-		case d < -tol || l.CachedBlocks < loads[best].CachedBlocks:
-			best, ties = i, 1
-			bestLogit, tol = l.logit, tieTolerance(l.logit)
-		case l.CachedBlocks == loads[best].CachedBlocks:
-			// Reservoir sampling keeps each tied worker equally likely
-			// without a second pass.
-			ties++
-			if r.IntN(ties) == 0 {
-				best = i
-			}
+		s.consider(i, loads[i].logit, loads[i].CachedBlocks, r)
+	}
+	return s.best
+}
+
+// lowest is selectLogit's scan at temperature 0, one candidate at a time:
+// the lowest logit, ties (within tieTolerance of the best so far) to the
+// fewest cached blocks, then uniformly at random.
+type lowest struct {
+	best, ties int
+	logit, tol float64
+	cached     int
+}
+
+// first starts the scan with candidate i.
+func (s *lowest) first(i int, logit float64, cached int) {
+	s.best, s.ties, s.logit, s.tol, s.cached = i, 1, logit, tieTolerance(logit), cached
+}
+
+// consider compares candidate i with the best so far.
+func (s *lowest) consider(i int, logit float64, cached int, r Rand) {
+	switch d := logit - s.logit; {
+	case d > s.tol:
+	case d < -s.tol || cached < s.cached:
+		s.best, s.ties, s.cached = i, 1, cached
+		s.logit, s.tol = logit, tieTolerance(logit)
+	case cached == s.cached:
+		// Reservoir sampling keeps each tied worker equally likely
+		// without a second pass. The best's logit stays the first tied
+		// one's, as its cached blocks are the same.
+		s.ties++
+		if r.IntN(s.ties) == 0 {
+			s.best = i
 		}
 	}
-	return best
 }
 
 func logitRange(loads []Load) (minL, rng float64) {

@@ -22,10 +22,18 @@ type dynamoCost struct {
 
 func (*dynamoCost) name() string { return CostDefault }
 
-func (c *dynamoCost) price(req *Request, loads []Load) {
-	for i := range loads {
-		loads[i].logit = c.termsOf(req, &loads[i]).logit
-	}
+func (*dynamoCost) view(fleetStats) fleetView { return fleetView{} }
+
+// parts is the logit itself: the cost compares a candidate with no other.
+func (c *dynamoCost) parts(req *Request, l *Load, p *loadParts) {
+	p.base = c.termsOf(req, l).logit
+	p.floor = p.base
+}
+
+func (*dynamoCost) finish(p *loadParts, _ fleetView) float64 { return p.base }
+
+func (c *dynamoCost) logit(req *Request, l *Load, _ fleetView) float64 {
+	return c.termsOf(req, l).logit
 }
 
 func (c *dynamoCost) explain(req *Request, loads []Load, exp *Explanation, terms []Terms) {

@@ -34,15 +34,12 @@ type latencyCost struct {
 
 func (*latencyCost) name() string { return CostLatency }
 
-func (c *latencyCost) price(req *Request, loads []Load) {
-	fleet := c.view(req, loads)
-	for i := range loads {
-		loads[i].logit = c.termsOf(req, &loads[i], fleet).logit
-	}
-}
-
 func (c *latencyCost) explain(req *Request, loads []Load, _ *Explanation, terms []Terms) {
-	fleet := c.view(req, loads)
+	var s fleetStats
+	for i := range loads {
+		s.add(req, &loads[i])
+	}
+	fleet := c.view(s)
 	for i := range loads {
 		lt := c.termsOf(req, &loads[i], fleet)
 		t := &terms[i]
@@ -70,45 +67,31 @@ func decodeKVWork(prefillTokens float64, kvTokens, maxBatched int) float64 {
 	return math.Ceil(prefillTokens/float64(maxBatched)) * float64(kvTokens)
 }
 
-// maxHeldTokens is the longest prompt prefix, in tokens, that any candidate
-// holds on its device or is computing (the pending overlay).
-func maxHeldTokens(req *Request, loads []Load) int {
-	n := 0
-	for i := range loads {
-		n = max(n, heldTokens(req, &loads[i]))
-	}
-	return n
-}
-
 // heldTokens is how much of the prompt, in tokens, l's worker holds on its
 // device or is computing.
 func heldTokens(req *Request, l *Load) int {
 	return min(l.MatchedBlocks*l.BlockSize, req.PromptTokens)
 }
 
-// fleetView is what the latency cost compares each candidate against: the
-// longest prefix (tokens) any candidate holds, for the duplicate-prefill
-// term, and the candidates' mean churn, for the churn term.
-type fleetView struct {
-	held      int
-	meanChurn float64
-}
-
-func (c *latencyCost) view(req *Request, loads []Load) fleetView {
+// view takes the longest prefix any candidate holds when the duplicate or
+// slowdown term needs it, and the candidates' mean churn when the churn
+// term does.
+func (c *latencyCost) view(s fleetStats) fleetView {
 	var v fleetView
 	if c.duplicate > 0 || c.slowdown > 0 {
-		v.held = maxHeldTokens(req, loads)
+		v.held = s.held
 	}
-	if c.churn > 0 {
-		for i := range loads {
-			v.meanChurn += loads[i].Churn
-		}
-		v.meanChurn /= float64(len(loads))
+	if c.churn > 0 && s.n > 0 {
+		v.meanChurn = s.churnSum / float64(s.n)
 	}
 	return v
 }
 
-// termsOf predicts a candidate's cost against the fleet's view.
+// termsOf predicts a candidate's cost against the fleet's view. It is one
+// function, which the full decision calls per candidate; parts and finish
+// compute the same terms in two steps, with the same operations in the
+// same order, for decidePruned (TestPartsThenFinishIsTheLogit holds them
+// to the bit).
 func (c *latencyCost) termsOf(req *Request, l *Load, fleet fleetView) latencyTerms {
 	bs := float64(l.BlockSize)
 	rate := l.PrefillRate
@@ -158,6 +141,86 @@ func (c *latencyCost) termsOf(req *Request, l *Load, fleet fleetView) latencyTer
 	// a prompt that hits its cache is not pushed off its holder.
 	if fleet.meanChurn > 0 {
 		t.churn = c.churn * uncached / rate * l.Churn / fleet.meanChurn
+	}
+	t.logit = t.ttft + t.slowdown + t.memory + t.duplicate + t.churn
+	return t
+}
+
+// parts and finish are termsOf in two steps (see termsOf).
+func (c *latencyCost) parts(req *Request, l *Load, p *loadParts) { *p = c.partsOf(req, l) }
+
+func (c *latencyCost) finish(p *loadParts, v fleetView) float64 { return c.finishTerms(*p, v).logit }
+
+func (c *latencyCost) logit(req *Request, l *Load, v fleetView) float64 {
+	return c.termsOf(req, l, v).logit
+}
+
+// partsOf computes what termsOf needs of the candidate alone: p.base is
+// the predicted TTFT; rate, context, slowdown (the slowdown weight ×
+// active requests), fixed (the active requests' own slowdown), memory,
+// held and churn (the churn term × the mean churn) are the rest.
+func (c *latencyCost) partsOf(req *Request, l *Load) (p loadParts) {
+	bs := float64(l.BlockSize)
+	rate := l.PrefillRate
+	if !(rate > 0) {
+		rate = DefaultPrefillRate
+	}
+	held := float64(l.MatchedBlocks) + c.hostW*float64(l.HostBlocks) + c.diskW*float64(l.DiskBlocks)
+	uncached := max(float64(req.PromptTokens)-held*bs, 0)
+	backlog, backlogAttn := 0.0, 0.0
+	if c.trackPrefill {
+		backlog, backlogAttn = l.PrefillBacklog, l.PrefillBacklogAttention
+	}
+	cached := float64(req.PromptTokens) - uncached
+	p.rate = rate
+	p.context = l.PrefillContext * (backlogAttn + uncached*(cached+uncached/2))
+	p.decodeKV = c.decodeKV * decodeKVWork(backlog+uncached, l.KVUsedBlocks()*l.BlockSize, l.MaxNumBatchedTokens)
+	p.base = l.PrefillOverhead + (backlog+uncached)/rate + p.context + p.decodeKV
+	// Recomputing blocks another candidate holds stalls every stream on
+	// this worker for as long as it takes (finishTerms): under load that
+	// grows with the streams, and it keeps sessions on their holders where
+	// a queue's noise would otherwise scatter them. A prompt no one holds
+	// pays nothing there, whatever the worker's streams.
+	p.slowdown = c.slowdown * float64(l.ActiveRequests)
+	// Each active request costs its block-equivalents of prefill time: a
+	// busy worker's decode steps are slower for every stream on it.
+	p.fixed = c.reqW * float64(l.ActiveRequests) * bs / rate
+	capacity := l.KVTotalBlocks
+	if l.ReportFresh && l.Report.KVTotalBlocks > 0 {
+		capacity = l.Report.KVTotalBlocks
+	}
+	if capacity > 0 {
+		need := blocksFor(req.PromptTokens+req.ExpectedOutputTokens, l.BlockSize) - l.MatchedBlocks
+		if over := need - (capacity - l.KVUsedBlocks()); over > 0 {
+			p.memory = float64(over) * bs / rate
+		}
+	}
+	p.held = heldTokens(req, l)
+	// Every uncached token a worker takes evicts one from its cache's
+	// least recently used end; the more it took lately, relative to the
+	// others, the younger that end, and the likelier a later prompt
+	// wanted it. Only this request's own uncached tokens are charged, so
+	// a prompt that hits its cache is not pushed off its holder.
+	p.churn = c.churn * uncached / rate * l.Churn
+	// finishTerms adds the slowdown's duplicate part to fixed, and the
+	// duplicate and churn terms, all ≥ 0, in this order.
+	p.floor = p.base + p.fixed + p.memory
+	return p
+}
+
+// finishTerms completes parts against the fleet's view.
+func (c *latencyCost) finishTerms(p loadParts, fleet fleetView) latencyTerms {
+	t := latencyTerms{ttft: p.base, context: p.context, decodeKV: p.decodeKV, memory: p.memory}
+	dup := float64(max(fleet.held-p.held, 0))
+	t.slowdown = p.slowdown * dup / p.rate
+	t.slowdown += p.fixed
+	// Computing blocks another worker already has spends the fleet's
+	// capacity twice; the holder wins until its queue costs more than that.
+	if dup := fleet.held - p.held; dup > 0 {
+		t.duplicate = c.duplicate * float64(dup) / p.rate
+	}
+	if fleet.meanChurn > 0 {
+		t.churn = p.churn / fleet.meanChurn
 	}
 	t.logit = t.ttft + t.slowdown + t.memory + t.duplicate + t.churn
 	return t

@@ -22,18 +22,18 @@ const (
 
 // health is one worker's passive health state. Guarded by Pool.mu.
 type health struct {
+	// ejectedUntil is when the current ejection ends (zero: not ejected).
+	ejectedUntil time.Time
+	// coolUntil is when the worker stops being passed over after the
+	// proxy answered for it (local_reply.go); zero: not cooling.
+	coolUntil time.Time
 	// failures counts consecutive failed requests; a success resets it.
 	failures int
 	// ejections counts ejections since the last success; each doubles the
 	// back-off.
 	ejections int
-	// ejectedUntil is when the current ejection ends (zero: not ejected).
-	ejectedUntil time.Time
 	// reason is the last failure's, for the ejection report.
 	reason string
-	// coolUntil is when the worker stops being passed over after the
-	// proxy answered for it (local_reply.go); zero: not cooling.
-	coolUntil time.Time
 }
 
 // Ejection is what the pool reports when passive health ejects a worker.

@@ -238,6 +238,7 @@ func (p *Pool) releaseLocked(a *active) {
 			w.blockRefs[h] = n - 1
 		}
 	}
+	w.refs = len(w.blockRefs)
 	if a.pendingUntil != 0 {
 		// Blocks another active request on w holds stay pending for it.
 		w.pending.forgetRecorded(a.hashes, a.pendingUntil, w.blockRefs)
@@ -261,6 +262,7 @@ func (p *Pool) chargeLocked(a *active) {
 	for _, h := range a.hashes {
 		w.blockRefs[h]++
 	}
+	w.refs = len(w.blockRefs)
 	a.private = a.privateBlocks()
 	w.private += a.private
 	w.requests++

@@ -33,6 +33,9 @@ const (
 // read it under the read lock, Adds and events write it under the write
 // lock. The zero value is empty and ready.
 type pendingBlocks struct {
+	// live is len(until), kept with it: a pick reads it for every
+	// candidate, and the map's header is a cache line of its own.
+	live int
 	// until maps a block hash to its newest record's deadline and place.
 	until map[uint64]pendingEntry
 	// fifo holds the records in the order they were made, live from head.
@@ -77,6 +80,7 @@ func (pb *pendingBlocks) record(hashes []uint64, now, deadline int64, max int) {
 		pb.pop()
 	}
 	pb.compact()
+	pb.live = len(pb.until)
 }
 
 // pop drops the oldest record, and its entry unless a newer record renewed it.
@@ -87,6 +91,7 @@ func (pb *pendingBlocks) pop() {
 	}
 	pb.fifo[pb.head] = pendingRecord{}
 	pb.head++
+	pb.live = len(pb.until)
 }
 
 // expire drops the records whose deadline has passed. Deadlines grow along
@@ -124,7 +129,7 @@ func (pb *pendingBlocks) compact() {
 // unless the worker's events reported it stored, and then the index
 // holds it. A failed jump falls back to block by block.
 func (pb *pendingBlocks) run(hashes []uint64, from int, now int64) int {
-	if len(pb.until) == 0 || from >= len(hashes) {
+	if pb.live == 0 || from >= len(hashes) {
 		return 0
 	}
 	k, jump := max(from, 0), true
@@ -154,6 +159,7 @@ func (pb *pendingBlocks) forget(hashes []uint64) {
 	for _, h := range hashes {
 		delete(pb.until, h)
 	}
+	pb.live = len(pb.until)
 }
 
 // forgetRecorded removes the entries of hashes whose newest record is the
@@ -168,18 +174,19 @@ func (pb *pendingBlocks) forgetRecorded(hashes []uint64, deadline int64, held ma
 			delete(pb.until, h)
 		}
 	}
+	pb.live = len(pb.until)
 }
 
 // reset drops every entry.
 func (pb *pendingBlocks) reset() {
 	clear(pb.until)
 	clear(pb.fifo)
-	pb.fifo, pb.head = pb.fifo[:0], 0
+	pb.fifo, pb.head, pb.live = pb.fifo[:0], 0, 0
 }
 
 // len is the number of pending entries, expired ones included until the
 // next write.
-func (pb *pendingBlocks) len() int { return len(pb.until) }
+func (pb *pendingBlocks) len() int { return pb.live }
 
 // addPending extends l's device overlap by n pending blocks. They lie
 // where the index saw host and disk blocks, if any, which then count as

@@ -26,6 +26,10 @@ type Pool struct {
 	// models maps a model or LoRA adapter name to the workers serving it,
 	// sorted by ID; rebuilt when registrations change.
 	models map[string][]*worker
+	// candidates holds, per name in models, the Candidates of its workers
+	// in the same order: AppendCandidates copies them rather than reading
+	// every worker.
+	candidates map[string][]Candidate
 	// byAddress maps "ip:port" to worker ID, for endpoints the proxy reports.
 	byAddress map[string]string
 	reqs      map[string]*active
@@ -46,37 +50,57 @@ type Pool struct {
 }
 
 // worker is one worker's static facts and live load. Guarded by Pool.mu.
+//
+// Every kv decision reads the fields up to fit's estimates of every
+// candidate (decidePruned's first pass): they come first and together, in
+// the first six cache lines, so that it touches few lines of each worker.
 type worker struct {
-	spec fleet.Worker
-	// blockRefs counts, per prompt block hash, the active requests holding
-	// it, so a shared prefix counts once.
-	blockRefs map[uint64]int32
+	// removed is set when the worker leaves the pool, so a Candidate that
+	// still points at it falls back to the ID lookup.
+	removed   bool
+	hasReport bool
+	// blockSize, kvTotalBlocks and maxBatched are the spec's, set with it.
+	blockSize, kvTotalBlocks, maxBatched int
 	// private is the sum of the active requests' blocks that are not shared
 	// prompt blocks (the partial last block and decode blocks).
 	private         int
 	requests        int
 	prefillTokens   int
 	prefillRequests int
-	report          fleet.LoadReport
-	reportAt        time.Time
-	hasReport       bool
+	// refs is len(blockRefs), kept with it: the map's header is a cache
+	// line of its own.
+	refs int
 	// adds counts Adds and Moves onto the worker; reportAdds is its value
 	// when the report arrived, so an idle report is trusted only if no
 	// request was sent since.
 	adds, reportAdds uint64
-	// finished counts requests freed on the worker; reportFinished is its
-	// value when the report arrived, so the requests that ended since are
-	// known until the next report shows them gone.
-	finished, reportFinished uint64
-	// removed is set when the worker leaves the pool, so a Candidate that
-	// still points at it falls back to the ID lookup.
-	removed bool
 	// backlog models the prefill work ahead of a new request, in tokens:
 	// it grows by each request's uncached tokens, drains at the learned
 	// prefill rate since backlogAt, and never exceeds prefillTokens (the
 	// work whose first token has not been seen).
-	backlog   float64
-	backlogAt time.Time
+	backlog float64
+	// churn is the uncached prompt tokens routed to the worker, each
+	// weighted by 2^((its time − Pool.churnEpoch) ÷ churnHalfLife): how
+	// fast its cache turns over, in a form every worker shares, so that
+	// reading it at a time t takes one factor for the whole pool.
+	churn    float64
+	report   fleet.LoadReport
+	reportAt time.Time
+	health   health
+	// pending holds the prompt blocks recently routed to the worker that
+	// its KV events have not confirmed (the pending overlay).
+	pending pendingBlocks
+	fit     rateFit
+
+	spec fleet.Worker
+	// blockRefs counts, per prompt block hash, the active requests holding
+	// it, so a shared prefix counts once.
+	blockRefs map[uint64]int32
+	// finished counts requests freed on the worker; reportFinished is its
+	// value when the report arrived, so the requests that ended since are
+	// known until the next report shows them gone.
+	finished, reportFinished uint64
+	backlogAt                time.Time
 	// backlogAttn is the attention work (token pairs) of the same backlog;
 	// it drains with backlog, by the same fraction of the predicted time,
 	// and never exceeds prefillAttn.
@@ -84,16 +108,6 @@ type worker struct {
 	// prefillAttn is the attention work of the requests counted in
 	// prefillTokens.
 	prefillAttn float64
-	// churn is the uncached prompt tokens routed to the worker, each
-	// weighted by 2^((its time − Pool.churnEpoch) ÷ churnHalfLife): how
-	// fast its cache turns over, in a form every worker shares, so that
-	// reading it at a time t takes one factor for the whole pool.
-	churn  float64
-	fit    rateFit
-	health health
-	// pending holds the prompt blocks recently routed to the worker that
-	// its KV events have not confirmed (the pending overlay).
-	pending pendingBlocks
 	// awaiting maps a prompt block to the local requests in prefill that
 	// wait for its BlockStored as their first token (first_token.go);
 	// storesBlocks is set once the worker's events reported a stored block.
@@ -103,7 +117,7 @@ type worker struct {
 	static Load
 }
 
-func (w *worker) activeBlocks() int { return len(w.blockRefs) + w.private }
+func (w *worker) activeBlocks() int { return w.refs + w.private }
 
 // kvUsedBlocksLocked is Load.KVUsedBlocks for w at now.
 func (p *Pool) kvUsedBlocksLocked(w *worker, now time.Time) int {
@@ -116,13 +130,14 @@ func (p *Pool) kvUsedBlocksLocked(w *worker, now time.Time) int {
 // NewPool returns an empty pool. It uses opts' clock, ages and metrics.
 func NewPool(opts Options) *Pool {
 	return &Pool{
-		opts:      opts.withDefaults(),
-		workers:   make(map[string]*worker),
-		models:    make(map[string][]*worker),
-		byAddress: make(map[string]string),
-		reqs:      make(map[string]*active),
-		tomb:      newTombstones(4096),
-		fleetFit:  newRateFit(opts.withDefaults().PrefillRate, opts.withDefaults().PrefillOverhead, opts.withDefaults().PrefillContextCost),
+		opts:       opts.withDefaults(),
+		workers:    make(map[string]*worker),
+		models:     make(map[string][]*worker),
+		candidates: make(map[string][]Candidate),
+		byAddress:  make(map[string]string),
+		reqs:       make(map[string]*active),
+		tomb:       newTombstones(4096),
+		fleetFit:   newRateFit(opts.withDefaults().PrefillRate, opts.withDefaults().PrefillOverhead, opts.withDefaults().PrefillContextCost),
 	}
 }
 
@@ -139,6 +154,7 @@ func (p *Pool) Upsert(spec fleet.Worker) error {
 		p.workers[spec.ID] = w
 	}
 	w.spec = spec
+	w.blockSize, w.kvTotalBlocks, w.maxBatched = spec.BlockSize, spec.KVTotalBlocks, spec.MaxNumBatchedTokens
 	w.static = Load{ID: spec.ID, Cluster: spec.ClusterName(), Address: spec.Address, BlockSize: spec.BlockSize,
 		KVTotalBlocks: spec.KVTotalBlocks, MaxNumBatchedTokens: spec.MaxNumBatchedTokens, Weight: spec.EffectiveWeight()}
 	p.rebuildModelsLocked()
@@ -182,7 +198,8 @@ func (p *Pool) rebuildModelsLocked() {
 			}
 		}
 	}
-	for _, ws := range p.models {
+	clear(p.candidates)
+	for name, ws := range p.models {
 		slices.SortFunc(ws, func(a, b *worker) int {
 			switch {
 			case a.spec.ID < b.spec.ID:
@@ -192,6 +209,11 @@ func (p *Pool) rebuildModelsLocked() {
 			}
 			return 0
 		})
+		cs := make([]Candidate, len(ws))
+		for i, w := range ws {
+			cs[i] = Candidate{Worker: w.spec.ID, w: w}
+		}
+		p.candidates[name] = cs
 	}
 }
 
@@ -200,9 +222,7 @@ func (p *Pool) rebuildModelsLocked() {
 // extended slice. Callers restrict it to a subset and fill in the overlap.
 func (p *Pool) AppendCandidates(dst []Candidate, model string) []Candidate {
 	p.mu.RLock()
-	for _, w := range p.models[model] {
-		dst = append(dst, Candidate{Worker: w.spec.ID, w: w})
-	}
+	dst = append(dst, p.candidates[model]...)
 	p.mu.RUnlock()
 	return dst
 }
@@ -507,23 +527,36 @@ func (p *Pool) appendLoads(dst []Load, req *Request, cands []Candidate, pending 
 	churn := p.churnFactorLocked(now)
 	for i := range cands {
 		c := &cands[i]
-		w := c.w
-		if w == nil || w.removed || w.spec.ID != c.Worker {
-			if w = p.workers[c.Worker]; w == nil {
-				continue
-			}
+		w := p.resolveLocked(c)
+		if w == nil {
+			continue
 		}
 		dst = append(dst, w.static)
-		l := &dst[len(dst)-1]
-		p.fillLoadLocked(l, w, now, churn)
-		l.MatchedBlocks, l.CachedBlocks, l.index = c.MatchedBlocks, c.CachedBlocks, i
-		l.HostBlocks, l.DiskBlocks = c.HostBlocks, c.DiskBlocks
-		if pending && !c.Stale {
-			l.addPending(w.pending.run(req.Hashes, c.MatchedBlocks, nowNs))
-		}
+		p.fillCandidateLocked(&dst[len(dst)-1], w, c, i, req, pending, now, nowNs, churn)
 	}
 	p.mu.RUnlock()
 	return dst
+}
+
+// resolveLocked returns c's worker, or nil when the pool does not hold it.
+func (p *Pool) resolveLocked(c *Candidate) *worker {
+	w := c.w
+	if w == nil || w.removed || w.spec.ID != c.Worker {
+		w = p.workers[c.Worker]
+	}
+	return w
+}
+
+// fillCandidateLocked sets l, which holds w.static, to candidate i's Load
+// at now (churn is churnFactorLocked(now)): w's live load and c's overlap,
+// extended by the pending overlay when pending is set.
+func (p *Pool) fillCandidateLocked(l *Load, w *worker, c *Candidate, i int, req *Request, pending bool, now time.Time, nowNs int64, churn float64) {
+	p.fillLoadLocked(l, w, now, churn)
+	l.MatchedBlocks, l.CachedBlocks, l.index = c.MatchedBlocks, c.CachedBlocks, i
+	l.HostBlocks, l.DiskBlocks, l.PendingBlocks = c.HostBlocks, c.DiskBlocks, 0
+	if pending && !c.Stale {
+		l.addPending(w.pending.run(req.Hashes, c.MatchedBlocks, nowNs))
+	}
 }
 
 // Snapshot returns every worker's load, sorted by ID, for debug endpoints

@@ -20,15 +20,15 @@ import (
 // the router tell a prompt over a long cached history from the same
 // prompt alone. Guarded by Pool.mu.
 type rateFit struct {
+	// rate (tokens/s), overhead (s) and context (s per token²) are the
+	// current estimates, first: every decision reads them.
+	rate, overhead, context float64
+	samples                 int
 	// Exponentially weighted sums of the observations: counts, first
 	// and second moments of x, z (in units of zScale) and y.
 	s0, sx, sz, sy, sxx, sxz, szz, sxy, szy float64
-	samples                                 int
 	// The prior's plane, which fades as samples arrive.
 	priorRate, priorOverhead, priorContext float64
-	// rate (tokens/s), overhead (s) and context (s per token²) are the
-	// current estimates.
-	rate, overhead, context float64
 }
 
 // Fitting constants: each sample's weight decays by fitDecay per later

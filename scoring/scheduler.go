@@ -151,11 +151,22 @@ func (r *Scheduler) Preview(req *Request, cands []Candidate, exp *Explanation) (
 }
 
 // decide picks unless threshold > 0 and every candidate is saturated, in
-// which case it reports saturated and picks nothing.
+// which case it reports saturated and picks nothing. A kv mode at
+// temperature 0 without an explanation takes Pool.decidePruned
+// (scoring/prune.go): the same decision, without a Load for most
+// candidates.
 func (r *Scheduler) decide(req *Request, cands []Candidate, exp *Explanation, threshold float64, preview bool) (d Decision, saturated bool, err error) {
-	sp := loadScratch.Get().(*[]Load)
 	mode := r.Mode()
 	pending := r.opts.PendingTTL > 0 && mode.Overlap() == OverlapEvents
+	if kv, ok := mode.(*KV); ok && kv.prunable(exp) && len(cands) >= pruneAt {
+		return r.pool.decidePruned(req, cands, pending, kv, threshold)
+	}
+	return r.decideFull(req, cands, exp, threshold, preview, mode, pending)
+}
+
+// decideFull is decide with every candidate's Load.
+func (r *Scheduler) decideFull(req *Request, cands []Candidate, exp *Explanation, threshold float64, preview bool, mode Mode, pending bool) (d Decision, saturated bool, err error) {
+	sp := loadScratch.Get().(*[]Load)
 	loads := keepBestTier(r.pool.appendLoads((*sp)[:0], req, cands, pending))
 	defer func() {
 		*sp = loads[:0]
@@ -185,13 +196,18 @@ func (r *Scheduler) decide(req *Request, cands []Candidate, exp *Explanation, th
 // router's count is stale, e.g. after a lost PrefillDone.
 func allSaturated(loads []Load, threshold float64) bool {
 	for i := range loads {
-		l := &loads[i]
-		if l.MaxNumBatchedTokens == 0 || l.ReportIdle ||
-			float64(l.PrefillTokens) <= threshold*float64(l.MaxNumBatchedTokens) {
+		if !loads[i].saturated(threshold) {
 			return false
 		}
 	}
 	return true
+}
+
+// saturated reports whether l has more than threshold ×
+// max_num_batched_tokens prefill tokens in flight (see allSaturated).
+func (l *Load) saturated(threshold float64) bool {
+	return l.MaxNumBatchedTokens != 0 && !l.ReportIdle &&
+		!(float64(l.PrefillTokens) <= threshold*float64(l.MaxNumBatchedTokens))
 }
 
 // commit adds a picked request to the pool and tells the recorder.
