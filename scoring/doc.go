@@ -11,10 +11,13 @@
 //     Progress, Free and Move, idempotent and safe in any order, with requests
 //     older than Options.MaxRequestAge force-freed by Sweep; a request's first
 //     token also comes from its worker's KV events (first_token.go);
-//   - router modes (Mode), each a type: kv with the seeds' cost
-//     (logit = overlap_weight × prefill_blocks + decode_blocks) or the
-//     weighted cost model, kv_without_events, round_robin, random,
-//     least_loaded, power_of_two and weighted;
+//   - router modes (Mode), each a type: kv, which prices every candidate
+//     with a cost model (latency, the default: the predicted time to first
+//     token, cost_latency.go; default: Dynamo's block cost, cost_dynamo.go;
+//     weighted, cost_weighted.go) and picks the lowest, or samples by
+//     temperature; at temperature 0 over many candidates it prices only
+//     those that can win (prune.go); kv_without_events, round_robin,
+//     random, least_loaded, power_of_two and weighted;
 //   - the Explanation of a decision, which renders the seeds' log line and
 //     marshals to JSON for the explain endpoint;
 //   - the Scheduler, which ties a Pool, a Mode and the admission queue together:
