@@ -145,7 +145,7 @@ test-vllm: ## kvroute in front of two real vLLM engines (CPU build), through the
 	@$(begin) ( py=$$(./scripts/vllm.sh) && echo "vLLM: $$py" && \
 	$(GO) vet -tags vllm ./e2e/ && \
 	KVROUTE_PYZMQ_PYTHON=$$py $(GO) test -count=1 -run Interop ./engine/vllmzmq/ && \
-	KVROUTE_VLLM_PYTHON=$$py KVROUTE_ENVOY=$$(./scripts/envoy.sh) $(GO) test -count=1 -timeout 20m -tags vllm -run 'TestVLLM$$' -v ./e2e/ ) $(end)
+	KVROUTE_VLLM_PYTHON=$$py KVROUTE_ENVOY=$$(./scripts/envoy.sh) $(GO) test -count=1 -timeout 20m -tags vllm -run 'TestVLLM$$|TestVLLMFirstToken' -v ./e2e/ ) $(end)
 
 # The libzmq interop test (engine/vllmzmq) talks to real libzmq through
 # Debian's pyzmq; install it when we can, as CI runs as root on Debian.
