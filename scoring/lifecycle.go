@@ -43,6 +43,10 @@ type active struct {
 	// it waited.
 	awaiting, responded bool
 	awaitNext           *active
+	// held is the leading prompt blocks counted as on the worker's device
+	// at dispatch and not seen evicted since; the deepest of them is in
+	// the worker's holding map while the request is in prefill.
+	held int
 }
 
 func blocksFor(tokens, blockSize int) int {
@@ -112,6 +116,7 @@ func (p *Pool) add(key, worker string, promptTokens, matchedBlocks, prefill int,
 		return fleet.SyncEvent{}, nil
 	}
 	p.awaitLocked(a, indexed)
+	p.holdLocked(a, min(matchedBlocks, indexed))
 	return fleet.SyncEvent{Op: fleet.OpAdd, ID: key, Worker: worker, PromptTokens: a.promptTokens,
 		PrefillTokens: a.prefillTokens, Hashes: a.hashes}, nil
 }
@@ -142,6 +147,7 @@ func (p *Pool) prefillDone(key string) bool {
 // time it took since dispatch teaches the worker's rate fit.
 func (p *Pool) clearPrefillLocked(a *active, now time.Time) bool {
 	p.unawaitLocked(a)
+	p.unholdLocked(a)
 	a.pendingUntil = 0
 	if a.prefillTokens == 0 {
 		return false
@@ -230,6 +236,7 @@ func (p *Pool) free(key string) bool {
 // claimed if its first token never came.
 func (p *Pool) releaseLocked(a *active) {
 	p.unawaitLocked(a)
+	p.unholdLocked(a)
 	w := a.w
 	for _, h := range a.hashes {
 		if n := w.blockRefs[h]; n <= 1 {

@@ -34,6 +34,9 @@ type Metrics interface {
 	// FirstToken counts a local request's prefill ended, by the signal
 	// that ended it (FirstTokenKVEvent, FirstTokenResponse, ...).
 	FirstToken(signal string)
+	// HitLost counts prompt tokens a local request was sent for as cached
+	// that its worker evicted before the request ran (lost_hits.go).
+	HitLost(tokens int)
 }
 
 // NopMetrics discards every counter. Embed it to implement part of Metrics.
@@ -73,3 +76,6 @@ func (NopMetrics) PeerExpired() {}
 
 // FirstToken implements Metrics.
 func (NopMetrics) FirstToken(string) {}
+
+// HitLost implements Metrics.
+func (NopMetrics) HitLost(int) {}

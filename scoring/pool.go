@@ -113,6 +113,10 @@ type worker struct {
 	// storesBlocks is set once the worker's events reported a stored block.
 	awaiting     map[uint64]*active
 	storesBlocks bool
+	// holding maps a prompt block to the local requests in prefill whose
+	// dispatch counted it as the deepest block the worker held for them
+	// (lost_hits.go).
+	holding map[uint64][]*active
 	// static is the part of Load fixed by the spec, built on Upsert.
 	static Load
 }

