@@ -129,11 +129,12 @@ func TestWorkerTakesAtLeastTheSimulatedStepTime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The 4,096-token prompt fits one step (budget 8,192): prefill, then two
-	// decode steps, each charged with the request's KV (the last one too:
-	// the request holds its blocks until that step ends).
+	// The 4,096-token prompt fits one step (budget 8,192): prefill alone
+	// (no request decodes in it), then two decode steps, each charged with
+	// the request's KV (the last one too: the request holds its blocks
+	// until that step ends).
 	total := 1024 * 16
-	first := (PrefillMillis(4096) + DecodeMillis(4096.0/float64(total))) / 10
+	first := PrefillMillis(4096) / 10
 	decode := DecodeMillis(4097.0/float64(total)) / 10
 	if min := time.Duration(first * float64(time.Millisecond)); res.TTFT < min-maxLagSlack {
 		t.Fatalf("TTFT %v, want at least %v", res.TTFT, min)

@@ -28,9 +28,14 @@ func TestTimingPolynomial(t *testing.T) {
 		})
 	}
 	m := NewTimingModel(nil, 10, 0, 1)
-	res := &StepResult{Scheduled: 1, PrefillTokens: 1000}
+	res := &StepResult{Scheduled: 2, PrefillTokens: 1000, DecodeTokens: 1}
 	if d, want := m.StepDuration(res, 100), (PrefillMillis(1000)+DecodeMillis(0))/10; math.Abs(d.Seconds()*1000-want) > 1e-3 {
 		t.Fatalf("speedup 10: %v, want %vms", d, want)
+	}
+	// A step that only prefills pays no decode_ms, as in Dynamo's replay.
+	prefillOnly := &StepResult{Scheduled: 1, PrefillTokens: 1000}
+	if d, want := m.StepDuration(prefillOnly, 100), PrefillMillis(1000)/10; math.Abs(d.Seconds()*1000-want) > 1e-3 {
+		t.Fatalf("prefill only, speedup 10: %v, want %vms", d, want)
 	}
 	j1, j2 := NewTimingModel(nil, 1, 0.2, 7), NewTimingModel(nil, 1, 0.2, 7)
 	for range 10 {
@@ -179,5 +184,35 @@ func TestAddRejectsBadRequests(t *testing.T) {
 				t.Fatalf("err = %v, want ErrRequest", err)
 			}
 		})
+	}
+}
+
+// A lone prompt's time to first token under the polynomial equals what
+// Dynamo's replay (ai-dynamo 1.6.1, run_trace_replay, one mocker worker of
+// 5,632 blocks of 64 tokens, 8,192 batched tokens) reports for it: its
+// chunks are prefill-only steps, which pay no decode_ms.
+func TestPolynomialLonePromptMatchesDynamosReplay(t *testing.T) {
+	for _, tc := range []struct {
+		prompt int
+		dynamo float64 // ms, per_request ttft_ms
+	}{{512, 24.385704}, {8192, 169.136918}, {8193, 185.653522}, {16384, 338.273836}, {36640, 758.151149}} {
+		e, _ := newTestEngine(t, EngineConfig{NumGPUBlocks: 5632, BlockSize: 64, MaxNumBatchedTokens: 8192})
+		if err := e.Add(1, seq(0, tc.prompt), 3); err != nil {
+			t.Fatal(err)
+		}
+		ms := 0.0
+		for i := 0; ; i++ {
+			res := e.Step()
+			ms += StepMillis(res, 5632*64)
+			if len(res.Outputs) > 0 {
+				break
+			}
+			if i > 100 {
+				t.Fatalf("%d tokens: no first token after %d steps", tc.prompt, i)
+			}
+		}
+		if math.Abs(ms-tc.dynamo) > 0.01 {
+			t.Errorf("%d-token prompt: first token after %.3f ms, Dynamo's replay %.3f ms", tc.prompt, ms, tc.dynamo)
+		}
 	}
 }

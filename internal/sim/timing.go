@@ -24,12 +24,15 @@ const TimingPolynomial = "polynomial"
 
 // Polynomial is the polynomial fit published with NVIDIA Dynamo's mocker:
 //
-//	step_ms   = prefill_ms(T) + decode_ms(p)
+//	step_ms   = prefill_ms(T) + decode_ms(p)   (decode_ms only when a request decodes)
 //	prefill_ms(T) = 4.209989e-7·T² + 1.518344e-2·T + 16.50142   (0 when T = 0)
 //	decode_ms(p)  = max(1, −25.74·p² + 54.01·p + 5.74)
 //
 // where T is the step's uncached prefill tokens and p the fraction of KV
-// capacity (in tokens) held by running requests. Cached context costs
+// capacity (in tokens) held by running requests. A step that only
+// prefills costs prefill_ms(T) alone, as in Dynamo's replay (ai-dynamo
+// 1.6.1: a lone 36,640-token prompt in 8,192-token chunks takes
+// 4·prefill_ms(8192) + prefill_ms(3872) = 758.2 ms). Cached context costs
 // nothing: use it to compare with Dynamo's own replay.
 type Polynomial struct{}
 
@@ -85,7 +88,11 @@ func StepMillis(res *StepResult, totalKVTokens int) float64 {
 	if totalKVTokens > 0 {
 		p = float64(res.ActiveKVTokens) / float64(totalKVTokens)
 	}
-	return PrefillMillis(res.PrefillTokens) + DecodeMillis(p)
+	ms := PrefillMillis(res.PrefillTokens)
+	if res.DecodeTokens > 0 {
+		ms += DecodeMillis(p)
+	}
+	return ms
 }
 
 // StepDuration returns how long the step takes in scaled real time.
