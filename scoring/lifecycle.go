@@ -108,6 +108,7 @@ func (p *Pool) add(key, worker string, promptTokens, matchedBlocks, prefill int,
 	p.addChurnLocked(w, prefill, now)
 	p.claimPendingLocked(a, indexed, now)
 	p.reqs[key] = a
+	defer p.summarizeLocked(w)
 	if !local {
 		return fleet.SyncEvent{}, nil
 	}
@@ -135,6 +136,7 @@ func (p *Pool) prefillDone(key string) bool {
 		return false
 	}
 	a.lastSeen = now
+	defer p.summarizeLocked(a.w)
 	return p.clearPrefillLocked(a, now)
 }
 
@@ -191,6 +193,7 @@ func (p *Pool) progress(key string, outputTokens int) (changed, prefillDone bool
 		return false, false
 	}
 	a.lastSeen = now
+	defer p.summarizeLocked(a.w)
 	prefillDone = p.clearPrefillLocked(a, now)
 	if outputTokens > a.outputTokens {
 		a.outputTokens = outputTokens
@@ -222,6 +225,7 @@ func (p *Pool) free(key string) bool {
 	}
 	a.w.finished++
 	p.releaseLocked(a)
+	p.summarizeLocked(a.w)
 	delete(p.reqs, key)
 	return true
 }
@@ -304,6 +308,8 @@ func (p *Pool) move(key, worker string) (bool, error) {
 		return false, nil
 	}
 	p.releaseLocked(a)
+	p.summarizeLocked(a.w)
+	defer p.summarizeLocked(w)
 	a.w, a.lastSeen, a.fitX = w, now, -1
 	p.settleBacklogLocked(w, now)
 	p.chargeLocked(a)
@@ -345,6 +351,7 @@ func (p *Pool) Sweep() int {
 			}
 		}
 	}
+	p.summarizeAllLocked()
 	p.mu.Unlock()
 	// Peers learn of our force-frees at once instead of sweeping later.
 	for _, key := range local {

@@ -231,6 +231,7 @@ func (p *Pool) BlocksStored(worker string, hashes []uint64) {
 		if len(w.awaiting) > 0 {
 			done = p.storedLocked(w, hashes, done)
 		}
+		p.summarizeLocked(w)
 	}
 	p.mu.Unlock()
 	p.firstTokens(done, FirstTokenKVEvent)
@@ -249,6 +250,7 @@ func (p *Pool) CacheReset(worker string) {
 	if w := p.workers[worker]; w != nil {
 		w.pending.reset()
 		done = p.resetAwaitingLocked(w, done)
+		p.summarizeLocked(w)
 	}
 	p.mu.Unlock()
 	p.firstTokens(done, FirstTokenEventGap)

@@ -135,16 +135,31 @@ func (p *Pool) decidePruned(req *Request, cands []Candidate, pending bool, m *KV
 		busy  = [tierEjected + 1]bool{true, true, true, true} // every candidate saturated
 		best  = tierEjected
 	)
+	// The summaries hold what fillLiveLocked reads, except with
+	// NoPrefillDecay (every backlog is then the prefill tokens' own).
+	useSums := !p.opts.NoPrefillDecay
+	sinceEpoch := int64(now.Sub(p.epoch))
 	for i := range cands {
 		c := &cands[i]
-		w := p.resolveLocked(c)
-		if w == nil {
-			continue
-		}
-		exact := p.fillLiveLocked(tmp, w, now, churn)
-		tmp.MatchedBlocks, tmp.CachedBlocks, tmp.HostBlocks, tmp.DiskBlocks, tmp.PendingBlocks = c.MatchedBlocks, c.CachedBlocks, c.HostBlocks, c.DiskBlocks, 0
-		if pending && !c.Stale {
-			tmp.addPending(w.pending.run(req.Hashes, c.MatchedBlocks, nowNs))
+		var exact bool
+		if s := c.s; useSums && s != nil && s.flags&sumSlow == 0 && s.id == c.Worker {
+			// c.w is s's worker: both were set when the arrays were
+			// last built, and nothing was removed since.
+			exact = p.fillSummaryLocked(tmp, s, sinceEpoch, churn)
+			tmp.MatchedBlocks, tmp.CachedBlocks, tmp.HostBlocks, tmp.DiskBlocks, tmp.PendingBlocks = c.MatchedBlocks, c.CachedBlocks, c.HostBlocks, c.DiskBlocks, 0
+			if pending && !c.Stale && s.flags&sumPending != 0 {
+				tmp.addPending(c.w.pending.run(req.Hashes, c.MatchedBlocks, nowNs))
+			}
+		} else {
+			w := p.resolveLocked(c)
+			if w == nil {
+				continue
+			}
+			exact = p.fillLiveLocked(tmp, w, now, churn)
+			tmp.MatchedBlocks, tmp.CachedBlocks, tmp.HostBlocks, tmp.DiskBlocks, tmp.PendingBlocks = c.MatchedBlocks, c.CachedBlocks, c.HostBlocks, c.DiskBlocks, 0
+			if pending && !c.Stale {
+				tmp.addPending(w.pending.run(req.Hashes, c.MatchedBlocks, nowNs))
+			}
 		}
 		t := tmp.tier()
 		best = min(best, t)

@@ -194,8 +194,17 @@ func randomCandidates(g *rand.Rand, p *Pool, probeLen int) []Candidate {
 // fails unless they agree on the decision and on the draws they took.
 func checkPruned(t *testing.T, r *Scheduler, g *rand.Rand, probe []uint64, name string) (Decision, bool) {
 	t.Helper()
+	return checkPrunedWith(t, r, g, probe, name, nil)
+}
+
+// checkPrunedWith is checkPruned with the given candidates (overlap and
+// all) when cands is not nil.
+func checkPrunedWith(t *testing.T, r *Scheduler, g *rand.Rand, probe []uint64, name string, cands []Candidate) (Decision, bool) {
+	t.Helper()
 	opts := r.Options()
-	cands := randomCandidates(g, r.Pool(), len(probe))
+	if cands == nil {
+		cands = randomCandidates(g, r.Pool(), len(probe))
+	}
 	req := &Request{ID: "probe", Model: "m", PromptTokens: 16*len(probe) - g.IntN(16), Hashes: probe,
 		ExpectedOutputTokens: g.IntN(500)}
 	if g.IntN(8) == 0 {
