@@ -446,18 +446,25 @@ const ownSamples = 200
 
 // blendedFitLocked is w's prefill model shrunk toward the fleet's.
 func (p *Pool) blendedFitLocked(w *worker) (rate, overhead, context float64, samples int) {
-	return p.blendFitLocked(w.fit.rate, w.fit.overhead, w.fit.context, w.fit.samples)
+	rate, overhead, context = p.blendShareLocked(w.fit.rate, w.fit.overhead, w.fit.context, fitShare(w.fit.samples))
+	return rate, overhead, context, w.fit.samples
 }
 
-// blendFitLocked shrinks a worker's own fit toward the fleet's.
-func (p *Pool) blendFitLocked(rate, overhead, context float64, samples int) (float64, float64, float64, int) {
-	if p.fleetFit.samples == 0 {
-		return rate, overhead, context, samples
-	}
+// fitShare is the weight of a worker's own fit of samples samples in the
+// blend with the fleet's.
+func fitShare(samples int) float64 {
 	n := float64(samples)
-	a := n / (n + ownSamples)
+	return n / (n + ownSamples)
+}
+
+// blendShareLocked blends a worker's own fit, of share a, with the
+// fleet's. Worker summaries keep a, which costs a division.
+func (p *Pool) blendShareLocked(rate, overhead, context, a float64) (float64, float64, float64) {
+	if p.fleetFit.samples == 0 {
+		return rate, overhead, context
+	}
 	return a*rate + (1-a)*p.fleetFit.rate, a*overhead + (1-a)*p.fleetFit.overhead,
-		a*context + (1-a)*p.fleetFit.context, samples
+		a*context + (1-a)*p.fleetFit.context
 }
 
 // backlogNow is the modelled prefill backlog at now, in tokens and in

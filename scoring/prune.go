@@ -87,7 +87,9 @@ type pruneRecord struct {
 	// index is the candidate's in the caller's slice.
 	index          int32
 	matched, pends int32
-	tier           tier
+	// cached is the candidate's CachedBlocks, the scan's tie-break.
+	cached int
+	tier   tier
 	// exact is set when parts were priced with the worker's backlog;
 	// otherwise with none, so finish gives a lower bound on the logit.
 	exact bool
@@ -147,7 +149,9 @@ func (p *Pool) decidePruned(req *Request, cands []Candidate, pending bool, m *KV
 			// last built, and nothing was removed since.
 			exact = p.fillSummaryLocked(tmp, s, sinceEpoch, churn)
 			tmp.MatchedBlocks, tmp.CachedBlocks, tmp.HostBlocks, tmp.DiskBlocks, tmp.PendingBlocks = c.MatchedBlocks, c.CachedBlocks, c.HostBlocks, c.DiskBlocks, 0
-			if pending && !c.Stale && s.flags&sumPending != 0 {
+			// The overlay counts from the first block past the match; a
+			// worker none of whose entries can be that block has none.
+			if from := max(c.MatchedBlocks, 0); pending && !c.Stale && s.flags&sumPending != 0 && from < len(req.Hashes) && s.mayPend(req.Hashes[from]) {
 				tmp.addPending(c.w.pending.run(req.Hashes, c.MatchedBlocks, nowNs))
 			}
 		} else {
@@ -170,7 +174,7 @@ func (p *Pool) decidePruned(req *Request, cands []Candidate, pending bool, m *KV
 		// Set field by field: zeroing a record first costs as much again.
 		recs = recs[:len(recs)+1]
 		rec := &recs[len(recs)-1]
-		rec.index, rec.matched, rec.pends, rec.tier, rec.exact = int32(i), int32(tmp.MatchedBlocks), int32(tmp.PendingBlocks), t, exact
+		rec.index, rec.matched, rec.pends, rec.tier, rec.exact, rec.cached = int32(i), int32(tmp.MatchedBlocks), int32(tmp.PendingBlocks), t, exact, c.CachedBlocks
 		m.cost.parts(req, tmp, &rec.parts)
 	}
 	if len(recs) == 0 {
@@ -220,11 +224,11 @@ func (p *Pool) decidePruned(req *Request, cands []Candidate, pending bool, m *KV
 			logit = m.cost.logit(req, l, v)
 		}
 		if k == 0 {
-			s.first(k, logit, cands[rec.index].CachedBlocks)
+			s.first(k, logit, rec.cached)
 			chosen = j
 		} else {
 			prev := s.best
-			s.consider(k, logit, cands[rec.index].CachedBlocks, m.rand)
+			s.consider(k, logit, rec.cached, m.rand)
 			if s.best != prev {
 				chosen = j
 			}

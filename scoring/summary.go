@@ -41,9 +41,14 @@ type workerSummary struct {
 	reportAt, ejectedUntil, coolUntil int64
 	// churn is worker.churn (times churnFactorLocked at a decision).
 	churn float64
-	// The worker's own prefill fit, blended with the fleet's at a decision.
-	fitRate, fitOverhead, fitContext                       float64
-	fitSamples                                             int32
+	// The worker's own prefill fit and the share it has in the blend
+	// with the fleet's (see blendFitLocked).
+	fitRate, fitOverhead, fitContext, fitShare float64
+	// pendingBits has a bit set for every hash in the worker's pending
+	// overlay (two per hash; all of them past pendingBitsMax entries): a
+	// hash with a bit clear is not pending, and the first pass skips
+	// that worker's overlay.
+	pendingBits                                            [2]uint64
 	blockSize, kvTotalBlocks, maxBatched                   int32
 	activeBlocks, requests, prefillTokens, prefillRequests int32
 	// The latest load report's fields that a decision reads.
@@ -103,7 +108,7 @@ func (p *Pool) summaryOfLocked(w *worker) (s workerSummary) {
 	active := w.activeBlocks()
 	switch {
 	case !fits32(w.blockSize, w.kvTotalBlocks, w.maxBatched, active, w.requests, w.prefillTokens, w.prefillRequests,
-		w.report.Waiting, w.report.KVUsedBlocks, w.report.KVTotalBlocks, w.fit.samples),
+		w.report.Waiting, w.report.KVUsedBlocks, w.report.KVTotalBlocks),
 		w.backlog > 0 && w.prefillTokens <= 0:
 		s = workerSummary{flags: sumSlow}
 	default:
@@ -113,7 +118,7 @@ func (p *Pool) summaryOfLocked(w *worker) (s workerSummary) {
 			ejectedUntil: nsSince(w.health.ejectedUntil, p.epoch),
 			coolUntil:    nsSince(w.health.coolUntil, p.epoch),
 			churn:        w.churn,
-			fitRate:      w.fit.rate, fitOverhead: w.fit.overhead, fitContext: w.fit.context, fitSamples: int32(w.fit.samples),
+			fitRate:      w.fit.rate, fitOverhead: w.fit.overhead, fitContext: w.fit.context, fitShare: fitShare(w.fit.samples),
 			blockSize: int32(w.blockSize), kvTotalBlocks: int32(w.kvTotalBlocks), maxBatched: int32(w.maxBatched),
 			activeBlocks: int32(active), requests: int32(w.requests),
 			prefillTokens: int32(w.prefillTokens), prefillRequests: int32(w.prefillRequests),
@@ -130,6 +135,7 @@ func (p *Pool) summaryOfLocked(w *worker) (s workerSummary) {
 		}
 		if w.pending.live > 0 {
 			s.flags |= sumPending
+			s.pendingBits = w.pending.bits()
 		}
 	}
 	return s
@@ -161,7 +167,7 @@ func (p *Pool) fillSummaryLocked(l *Load, s *workerSummary, nowNs int64, churn f
 	l.ReportSilent = hasReport && !fresh
 	l.Ejected = s.ejectedUntil > nowNs
 	l.Cooling = s.coolUntil > nowNs
-	l.PrefillRate, l.PrefillOverhead, l.PrefillContext, _ = p.blendFitLocked(s.fitRate, s.fitOverhead, s.fitContext, int(s.fitSamples))
+	l.PrefillRate, l.PrefillOverhead, l.PrefillContext = p.blendShareLocked(s.fitRate, s.fitOverhead, s.fitContext, s.fitShare)
 	l.Churn = s.churn * churn
 	l.PrefillBacklog, l.PrefillBacklogAttention = 0, 0
 	return s.flags&sumBacklog == 0
@@ -191,4 +197,26 @@ func (p *Pool) rebuildSummariesLocked() {
 		p.sums[name] = arr
 	}
 	p.summarizeAllLocked()
+}
+
+// pendingBitsMax is the most pending entries summarized bit by bit; past
+// it every bit is set.
+const pendingBitsMax = 256
+
+// bits is the summary's pendingBits of pb's entries.
+func (pb *pendingBlocks) bits() (b [2]uint64) {
+	if pb.live > pendingBitsMax || len(pb.until) > pendingBitsMax {
+		return [2]uint64{^uint64(0), ^uint64(0)}
+	}
+	for h := range pb.until {
+		b[0] |= 1 << (h & 63)
+		b[1] |= 1 << (h >> 6 & 63)
+	}
+	return b
+}
+
+// mayPend reports whether h may be in the pending overlay s summarizes:
+// false means it is not.
+func (s *workerSummary) mayPend(h uint64) bool {
+	return s.pendingBits[0]&(1<<(h&63)) != 0 && s.pendingBits[1]&(1<<(h>>6&63)) != 0
 }
