@@ -74,7 +74,7 @@ type loadParts struct {
 	// floor is at most finish's result for every view, to the bit: what
 	// the view adds is never negative.
 	floor float64
-	// The latency cost's other parts (see latencyCost.partsOf).
+	// The latency cost's other parts (see latencyCost.parts).
 	rate, context, decodeKV, slowdown, fixed, memory, churn float64
 	held                                                    int
 	// waiting is the weighted cost's queue (Load.Waiting).
