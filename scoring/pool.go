@@ -160,6 +160,9 @@ func (p *Pool) Upsert(spec fleet.Worker) error {
 	spec.LoRAAdapters = slices.Clone(spec.LoRAAdapters)
 	p.mu.Lock()
 	w, ok := p.workers[spec.ID]
+	// A worker that serves the same names at the same address keeps its
+	// places in the model lists: refreshing its facts is enough.
+	same := ok && w.spec.Model == spec.Model && w.spec.Address == spec.Address && slices.Equal(w.spec.LoRAAdapters, spec.LoRAAdapters)
 	if !ok {
 		w = &worker{blockRefs: make(map[uint64]int32), fit: newRateFit(p.opts.PrefillRate, p.opts.PrefillOverhead, p.opts.PrefillContextCost)}
 		p.workers[spec.ID] = w
@@ -168,7 +171,11 @@ func (p *Pool) Upsert(spec fleet.Worker) error {
 	w.blockSize, w.kvTotalBlocks, w.maxBatched = spec.BlockSize, spec.KVTotalBlocks, spec.MaxNumBatchedTokens
 	w.static = Load{ID: spec.ID, Cluster: spec.ClusterName(), Address: spec.Address, BlockSize: spec.BlockSize,
 		KVTotalBlocks: spec.KVTotalBlocks, MaxNumBatchedTokens: spec.MaxNumBatchedTokens, Weight: spec.EffectiveWeight()}
-	p.rebuildModelsLocked()
+	if same {
+		p.summarizeLocked(w)
+	} else {
+		p.rebuildModelsLocked()
+	}
 	p.mu.Unlock()
 	p.capacityChanged()
 	return nil

@@ -98,6 +98,14 @@ func mutateFleet(t testing.TB, r *Scheduler, g *rand.Rand, probe []uint64, clock
 		clock.Advance(time.Duration(g.IntN(3000)) * time.Millisecond)
 		p.Sweep()
 		return "Sweep"
+	case op == 11 && g.IntN(2) == 0:
+		s, _ := p.Spec(w)
+		s.KVTotalBlocks = 50 + g.IntN(2000)
+		s.MaxNumBatchedTokens = g.IntN(3) * 1024
+		if err := p.Upsert(s); err != nil {
+			t.Fatal(err)
+		}
+		return "Upsert"
 	default:
 		n := g.IntN(1 << 20)
 		a := &Request{ID: fmt.Sprint("m", n), Model: "m", PromptTokens: 64 + g.IntN(1500), Hashes: hashes(uint64(g.IntN(6)), g.IntN(48), g.IntN(8), n)}
