@@ -412,7 +412,15 @@ func TestPartsThenFinishIsTheLogit(t *testing.T) {
 // free requests, for the race detector: the pruned decision reads the
 // pool under its read lock and keeps its scratch to itself.
 func TestPrunedPickUnderConcurrentLoad(t *testing.T) {
-	r := newTestScheduler(t, DefaultOptions(), pruneAt+72)
+	seeded := DefaultOptions()
+	seeded.Rand = rand.New(rand.NewPCG(1, 2)) // shared under a lock, held for a decision's ties
+	for _, o := range []Options{DefaultOptions(), seeded} {
+		pickUnderConcurrentLoad(t, o)
+	}
+}
+
+func pickUnderConcurrentLoad(t *testing.T, o Options) {
+	r := newTestScheduler(t, o, pruneAt+72)
 	cs := r.Pool().AppendCandidates(nil, "m")
 	var wg sync.WaitGroup
 	for g := range 4 {
