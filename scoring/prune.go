@@ -108,7 +108,6 @@ func (m *KV) prunable(exp *Explanation) bool { return exp == nil && m.temperatur
 type pruneScratch struct {
 	recs   []pruneRecord
 	tmp, l Load
-	held   heldRand
 }
 
 var pruneScratches = sync.Pool{New: func() any { return &pruneScratch{recs: make([]pruneRecord, 0, 64)} }}
@@ -123,7 +122,6 @@ func (p *Pool) decidePruned(req *Request, cands []Candidate, pending bool, m *KV
 	recs, tmp, l := sc.recs[:0], &sc.tmp, &sc.l
 	defer func() {
 		sc.recs = recs[:0]
-		sc.held.release()
 		pruneScratches.Put(sc)
 	}()
 	now := p.opts.Now()
@@ -196,14 +194,7 @@ func (p *Pool) decidePruned(req *Request, cands []Candidate, pending bool, m *KV
 		s      lowest
 		chosen = -1
 		k      int // position among the best tier's candidates
-		rnd    = m.rand
 	)
-	if lr, ok := rnd.(*lockedRand); ok {
-		// A seeded source: the scan's draws (one per tie met) take its
-		// lock once. The draws, and so the source's sequence, are the same.
-		sc.held.l = lr
-		rnd = &sc.held
-	}
 	for j := range recs {
 		rec := &recs[j]
 		if rec.tier != best {
@@ -237,7 +228,7 @@ func (p *Pool) decidePruned(req *Request, cands []Candidate, pending bool, m *KV
 			chosen = j
 		} else {
 			prev := s.best
-			s.consider(k, logit, rec.cached, rnd)
+			s.consider(k, logit, rec.cached, m.rand)
 			if s.best != prev {
 				chosen = j
 			}
@@ -280,35 +271,4 @@ func (p *Pool) fillLiveLocked(l *Load, w *worker, now time.Time, churn float64) 
 	// backlog, and the decay with NoPrefillDecay.
 	l.PrefillBacklog, l.PrefillBacklogAttention = w.backlogNow(now, l.PrefillRate, l.PrefillOverhead, l.PrefillContext, p.opts.NoPrefillDecay)
 	return true
-}
-
-// heldRand draws from a lockedRand's source under its lock, taken at the
-// first draw and held until release: a decision's ties cost one lock, not
-// one each.
-type heldRand struct {
-	l      *lockedRand
-	locked bool
-}
-
-func (h *heldRand) lock() Rand {
-	if !h.locked {
-		h.l.mu.Lock()
-		h.locked = true
-	}
-	return h.l.r
-}
-
-// Float64 implements Rand.
-func (h *heldRand) Float64() float64 { return h.lock().Float64() }
-
-// IntN implements Rand.
-func (h *heldRand) IntN(n int) int { return h.lock().IntN(n) }
-
-// release unlocks the source if a draw locked it.
-func (h *heldRand) release() {
-	if h.locked {
-		h.l.mu.Unlock()
-		h.locked = false
-	}
-	h.l = nil
 }
