@@ -36,6 +36,9 @@ type pendingBlocks struct {
 	// live is len(until), kept with it: a pick reads it for every
 	// candidate, and the map's header is a cache line of its own.
 	live int
+	// bits has two bits set for every hash in until (see mayHold), and
+	// for some that left it since: cleared when until empties.
+	bits [2]uint64
 	// until maps a block hash to its newest record's deadline and place.
 	until map[uint64]pendingEntry
 	// fifo holds the records in the order they were made, live from head.
@@ -75,12 +78,37 @@ func (pb *pendingBlocks) record(hashes []uint64, now, deadline int64, max int) {
 	for i, h := range hashes {
 		pb.until[h] = pendingEntry{until: deadline, after: int32(len(hashes) - 1 - i)}
 		pb.fifo = append(pb.fifo, pendingRecord{hash: h, until: deadline})
+		b0, b1 := filterBits(h)
+		pb.bits[0] |= b0
+		pb.bits[1] |= b1
 	}
 	for len(pb.fifo)-pb.head > max {
 		pb.pop()
 	}
 	pb.compact()
+	pb.counted()
+}
+
+// counted sets live after entries were added or removed.
+func (pb *pendingBlocks) counted() {
 	pb.live = len(pb.until)
+	if pb.live == 0 {
+		pb.bits = [2]uint64{}
+	}
+}
+
+// filterBits are h's bits in pendingBlocks.bits, one in each word, from
+// h's top bits once mixed: block hashes need not be random.
+func filterBits(h uint64) (uint64, uint64) {
+	m := h * 0x9e3779b97f4a7c15
+	return 1 << (m >> 58), 1 << (m >> 52 & 63)
+}
+
+// mayHold reports whether bits (pendingBlocks.bits) may have h: false
+// means h is not pending.
+func mayHold(bits *[2]uint64, h uint64) bool {
+	b0, b1 := filterBits(h)
+	return bits[0]&b0 != 0 && bits[1]&b1 != 0
 }
 
 // pop drops the oldest record, and its entry unless a newer record renewed it.
@@ -91,7 +119,7 @@ func (pb *pendingBlocks) pop() {
 	}
 	pb.fifo[pb.head] = pendingRecord{}
 	pb.head++
-	pb.live = len(pb.until)
+	pb.counted()
 }
 
 // expire drops the records whose deadline has passed. Deadlines grow along
@@ -159,7 +187,7 @@ func (pb *pendingBlocks) forget(hashes []uint64) {
 	for _, h := range hashes {
 		delete(pb.until, h)
 	}
-	pb.live = len(pb.until)
+	pb.counted()
 }
 
 // forgetRecorded removes the entries of hashes whose newest record is the
@@ -174,14 +202,14 @@ func (pb *pendingBlocks) forgetRecorded(hashes []uint64, deadline int64, held ma
 			delete(pb.until, h)
 		}
 	}
-	pb.live = len(pb.until)
+	pb.counted()
 }
 
 // reset drops every entry.
 func (pb *pendingBlocks) reset() {
 	clear(pb.until)
 	clear(pb.fifo)
-	pb.fifo, pb.head, pb.live = pb.fifo[:0], 0, 0
+	pb.fifo, pb.head, pb.live, pb.bits = pb.fifo[:0], 0, 0, [2]uint64{}
 }
 
 // len is the number of pending entries, expired ones included until the

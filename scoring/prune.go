@@ -151,7 +151,7 @@ func (p *Pool) decidePruned(req *Request, cands []Candidate, pending bool, m *KV
 			tmp.MatchedBlocks, tmp.CachedBlocks, tmp.HostBlocks, tmp.DiskBlocks, tmp.PendingBlocks = c.MatchedBlocks, c.CachedBlocks, c.HostBlocks, c.DiskBlocks, 0
 			// The overlay counts from the first block past the match; a
 			// worker none of whose entries can be that block has none.
-			if from := max(c.MatchedBlocks, 0); pending && !c.Stale && s.flags&sumPending != 0 && from < len(req.Hashes) && s.mayPend(req.Hashes[from]) {
+			if from := max(c.MatchedBlocks, 0); pending && !c.Stale && s.flags&sumPending != 0 && from < len(req.Hashes) && mayHold(&s.pendingBits, req.Hashes[from]) {
 				tmp.addPending(c.w.pending.run(req.Hashes, c.MatchedBlocks, nowNs))
 			}
 		} else {

@@ -413,7 +413,7 @@ func TestPartsThenFinishIsTheLogit(t *testing.T) {
 // pool under its read lock and keeps its scratch to itself.
 func TestPrunedPickUnderConcurrentLoad(t *testing.T) {
 	seeded := DefaultOptions()
-	seeded.Rand = rand.New(rand.NewPCG(1, 2)) // shared under a lock, held for a decision's ties
+	seeded.Rand = rand.New(rand.NewPCG(1, 2)) // shared by the pickers under a lock
 	for _, o := range []Options{DefaultOptions(), seeded} {
 		pickUnderConcurrentLoad(t, o)
 	}

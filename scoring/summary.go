@@ -44,9 +44,8 @@ type workerSummary struct {
 	// The worker's own prefill fit and the share it has in the blend
 	// with the fleet's (see blendFitLocked).
 	fitRate, fitOverhead, fitContext, fitShare float64
-	// pendingBits has a bit set for every hash in the worker's pending
-	// overlay (two per hash; all of them past pendingBitsMax entries): a
-	// hash with a bit clear is not pending, and the first pass skips
+	// pendingBits is the pending overlay's filter (pendingBlocks.bits):
+	// a hash it does not hold is not pending, and the first pass skips
 	// that worker's overlay.
 	pendingBits                                            [2]uint64
 	blockSize, kvTotalBlocks, maxBatched                   int32
@@ -135,7 +134,7 @@ func (p *Pool) summaryOfLocked(w *worker) (s workerSummary) {
 		}
 		if w.pending.live > 0 {
 			s.flags |= sumPending
-			s.pendingBits = w.pending.bits()
+			s.pendingBits = w.pending.bits
 		}
 	}
 	return s
@@ -197,26 +196,4 @@ func (p *Pool) rebuildSummariesLocked() {
 		p.sums[name] = arr
 	}
 	p.summarizeAllLocked()
-}
-
-// pendingBitsMax is the most pending entries summarized bit by bit; past
-// it every bit is set.
-const pendingBitsMax = 256
-
-// bits is the summary's pendingBits of pb's entries.
-func (pb *pendingBlocks) bits() (b [2]uint64) {
-	if pb.live > pendingBitsMax || len(pb.until) > pendingBitsMax {
-		return [2]uint64{^uint64(0), ^uint64(0)}
-	}
-	for h := range pb.until {
-		b[0] |= 1 << (h & 63)
-		b[1] |= 1 << (h >> 6 & 63)
-	}
-	return b
-}
-
-// mayPend reports whether h may be in the pending overlay s summarizes:
-// false means it is not.
-func (s *workerSummary) mayPend(h uint64) bool {
-	return s.pendingBits[0]&(1<<(h&63)) != 0 && s.pendingBits[1]&(1<<(h>>6&63)) != 0
 }
