@@ -343,6 +343,7 @@ func (p *Pool) Sweep() int {
 	for key, a := range p.reqs {
 		if a.lastSeen.Before(cutoff) {
 			p.releaseLocked(a)
+			p.summarizeLocked(a.w)
 			delete(p.reqs, key)
 			p.tomb.add(key)
 			n++
@@ -351,7 +352,6 @@ func (p *Pool) Sweep() int {
 			}
 		}
 	}
-	p.summarizeAllLocked()
 	p.mu.Unlock()
 	// Peers learn of our force-frees at once instead of sweeping later.
 	for _, key := range local {

@@ -299,6 +299,10 @@ func (p *Pool) PendingBlocks(worker string) int {
 func (p *Pool) expirePendingLocked(now time.Time) {
 	ns := now.UnixNano()
 	for _, w := range p.workers {
+		live, bits := w.pending.live, w.pending.bits
 		w.pending.expire(ns)
+		if w.pending.live != live || w.pending.bits != bits {
+			p.summarizeLocked(w)
+		}
 	}
 }
