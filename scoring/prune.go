@@ -12,7 +12,8 @@ import (
 // (a few hundred bytes: live load, report freshness, learned prefill
 // model, backlog, pending overlay), prices them all and scans for the
 // lowest logit. decidePruned makes the same decision in two passes. The
-// first reads each candidate's live load into one scratch Load and keeps,
+// first reads each candidate's live load into one scratch Load, from the
+// worker's summary (summary.go) rather than the worker, and keeps,
 // in a small record, its health tier and what the cost model prices of it
 // alone (loadParts); it sums each tier's aggregates on the way (the
 // longest held prefix, the churn, the longest queue: fleetStats), in

@@ -13,7 +13,7 @@ import (
 // A worker struct is about a thousand bytes; the fields a kv decision
 // reads of it span six cache lines, and between decisions of a busy
 // router they are rarely still in cache. A summary holds the same values
-// in 120 bytes, laid out in the model's candidate order, so the first
+// in 144 bytes, laid out in the model's candidate order, so the first
 // pass reads 1,000 workers as two sequential streams (the candidates and
 // their summaries) instead of 1,000 scattered structs.
 //
