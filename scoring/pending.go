@@ -38,7 +38,7 @@ type pendingBlocks struct {
 	live int
 	// bits has two bits set for every hash in until (see mayHold), and
 	// for some that left it since: cleared when until empties.
-	bits [2]uint64
+	bits [4]uint64
 	// until maps a block hash to its newest record's deadline and place.
 	until map[uint64]pendingEntry
 	// fifo holds the records in the order they were made, live from head.
@@ -78,9 +78,9 @@ func (pb *pendingBlocks) record(hashes []uint64, now, deadline int64, max int) {
 	for i, h := range hashes {
 		pb.until[h] = pendingEntry{until: deadline, after: int32(len(hashes) - 1 - i)}
 		pb.fifo = append(pb.fifo, pendingRecord{hash: h, until: deadline})
-		b0, b1 := filterBits(h)
-		pb.bits[0] |= b0
-		pb.bits[1] |= b1
+		i0, b0, i1, b1 := filterBits(h)
+		pb.bits[i0] |= b0
+		pb.bits[i1] |= b1
 	}
 	for len(pb.fifo)-pb.head > max {
 		pb.pop()
@@ -93,22 +93,24 @@ func (pb *pendingBlocks) record(hashes []uint64, now, deadline int64, max int) {
 func (pb *pendingBlocks) counted() {
 	pb.live = len(pb.until)
 	if pb.live == 0 {
-		pb.bits = [2]uint64{}
+		pb.bits = [4]uint64{}
 	}
 }
 
-// filterBits are h's bits in pendingBlocks.bits, one in each word, from
-// h's top bits once mixed: block hashes need not be random.
-func filterBits(h uint64) (uint64, uint64) {
+// filterBits are h's two bits in pendingBlocks.bits, one in each half
+// (words i0 and i1), from h's top bits once mixed: block hashes need not
+// be random.
+func filterBits(h uint64) (i0 int, b0 uint64, i1 int, b1 uint64) {
 	m := h * 0x9e3779b97f4a7c15
-	return 1 << (m >> 58), 1 << (m >> 52 & 63)
+	x, y := m>>57, m>>50&127
+	return int(x >> 6), 1 << (x & 63), 2 + int(y>>6), 1 << (y & 63)
 }
 
 // mayHold reports whether bits (pendingBlocks.bits) may have h: false
 // means h is not pending.
-func mayHold(bits *[2]uint64, h uint64) bool {
-	b0, b1 := filterBits(h)
-	return bits[0]&b0 != 0 && bits[1]&b1 != 0
+func mayHold(bits *[4]uint64, h uint64) bool {
+	i0, b0, i1, b1 := filterBits(h)
+	return bits[i0]&b0 != 0 && bits[i1]&b1 != 0
 }
 
 // pop drops the oldest record, and its entry unless a newer record renewed it.
@@ -209,7 +211,7 @@ func (pb *pendingBlocks) forgetRecorded(hashes []uint64, deadline int64, held ma
 func (pb *pendingBlocks) reset() {
 	clear(pb.until)
 	clear(pb.fifo)
-	pb.fifo, pb.head, pb.live, pb.bits = pb.fifo[:0], 0, 0, [2]uint64{}
+	pb.fifo, pb.head, pb.live, pb.bits = pb.fifo[:0], 0, 0, [4]uint64{}
 }
 
 // len is the number of pending entries, expired ones included until the

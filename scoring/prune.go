@@ -145,7 +145,7 @@ func (p *Pool) decidePruned(req *Request, cands []Candidate, pending bool, m *KV
 	for i := range cands {
 		c := &cands[i]
 		var exact bool
-		if s := c.s; useSums && s != nil && s.flags&sumSlow == 0 && s.id == c.Worker {
+		if s := c.s; useSums && s != nil && s.flags&sumSlow == 0 && s.healthUntil <= sinceEpoch && s.id == c.Worker {
 			// c.w is s's worker: both were set when the arrays were
 			// last built, and nothing was removed since.
 			exact = p.fillSummaryLocked(tmp, s, sinceEpoch, churn)

@@ -36,9 +36,11 @@ import (
 type workerSummary struct {
 	// id is the worker's ID, for the candidate's check.
 	id string
-	// reportAt, ejectedUntil and coolUntil are since Pool.epoch, in ns;
-	// a zero time is math.MinInt64 (never after now).
-	reportAt, ejectedUntil, coolUntil int64
+	// reportAt is since Pool.epoch, in ns, and healthUntil the later of
+	// the ejection's and the cooldown's ends (math.MinInt64 for neither):
+	// while it is after now the first pass reads the worker, which says
+	// which of the two it is.
+	reportAt, healthUntil int64
 	// churn is worker.churn (times churnFactorLocked at a decision).
 	churn float64
 	// The worker's own prefill fit and the share it has in the blend
@@ -47,11 +49,12 @@ type workerSummary struct {
 	// pendingBits is the pending overlay's filter (pendingBlocks.bits):
 	// a hash it does not hold is not pending, and the first pass skips
 	// that worker's overlay.
-	pendingBits                                            [2]uint64
-	blockSize, kvTotalBlocks, maxBatched                   int32
+	pendingBits                                            [4]uint64
+	kvTotalBlocks, maxBatched                              int32
 	activeBlocks, requests, prefillTokens, prefillRequests int32
 	// The latest load report's fields that a decision reads.
 	reportWaiting, reportKVUsed, reportKVTotal int32
+	blockSize                                  uint16
 	flags                                      summaryFlags
 }
 
@@ -106,19 +109,19 @@ func (p *Pool) summarizeLocked(w *worker) {
 func (p *Pool) summaryOfLocked(w *worker) (s workerSummary) {
 	active := w.activeBlocks()
 	switch {
-	case !fits32(w.blockSize, w.kvTotalBlocks, w.maxBatched, active, w.requests, w.prefillTokens, w.prefillRequests,
+	case !fits32(w.kvTotalBlocks, w.maxBatched, active, w.requests, w.prefillTokens, w.prefillRequests,
 		w.report.Waiting, w.report.KVUsedBlocks, w.report.KVTotalBlocks),
+		w.blockSize != int(uint16(w.blockSize)),
 		w.backlog > 0 && w.prefillTokens <= 0:
 		s = workerSummary{flags: sumSlow}
 	default:
 		s = workerSummary{
-			id:           w.spec.ID,
-			reportAt:     nsSince(w.reportAt, p.epoch),
-			ejectedUntil: nsSince(w.health.ejectedUntil, p.epoch),
-			coolUntil:    nsSince(w.health.coolUntil, p.epoch),
-			churn:        w.churn,
-			fitRate:      w.fit.rate, fitOverhead: w.fit.overhead, fitContext: w.fit.context, fitShare: fitShare(w.fit.samples),
-			blockSize: int32(w.blockSize), kvTotalBlocks: int32(w.kvTotalBlocks), maxBatched: int32(w.maxBatched),
+			id:          w.spec.ID,
+			reportAt:    nsSince(w.reportAt, p.epoch),
+			healthUntil: max(nsSince(w.health.ejectedUntil, p.epoch), nsSince(w.health.coolUntil, p.epoch)),
+			churn:       w.churn,
+			fitRate:     w.fit.rate, fitOverhead: w.fit.overhead, fitContext: w.fit.context, fitShare: fitShare(w.fit.samples),
+			blockSize: uint16(w.blockSize), kvTotalBlocks: int32(w.kvTotalBlocks), maxBatched: int32(w.maxBatched),
 			activeBlocks: int32(active), requests: int32(w.requests),
 			prefillTokens: int32(w.prefillTokens), prefillRequests: int32(w.prefillRequests),
 			reportWaiting: int32(w.report.Waiting), reportKVUsed: int32(w.report.KVUsedBlocks), reportKVTotal: int32(w.report.KVTotalBlocks),
@@ -150,7 +153,8 @@ func (p *Pool) summarizeAllLocked() {
 
 // fillSummaryLocked is fillLiveLocked from w's summary s: the same fields
 // to the bit, at nowNs (now − Pool.epoch). It needs opts.NoPrefillDecay
-// unset (with it every backlog would need the worker).
+// unset (with it every backlog would need the worker) and s.healthUntil
+// not after now.
 func (p *Pool) fillSummaryLocked(l *Load, s *workerSummary, nowNs int64, churn float64) (exact bool) {
 	hasReport := s.flags&sumReport != 0
 	fresh := hasReport && nowNs-s.reportAt <= int64(p.opts.StaleReportAge)
@@ -164,8 +168,7 @@ func (p *Pool) fillSummaryLocked(l *Load, s *workerSummary, nowNs int64, churn f
 	l.ReportFresh = fresh
 	l.ReportIdle = fresh && s.flags&sumIdleReport != 0
 	l.ReportSilent = hasReport && !fresh
-	l.Ejected = s.ejectedUntil > nowNs
-	l.Cooling = s.coolUntil > nowNs
+	l.Ejected, l.Cooling = false, false // s.healthUntil is not after now
 	l.PrefillRate, l.PrefillOverhead, l.PrefillContext = p.blendShareLocked(s.fitRate, s.fitOverhead, s.fitContext, s.fitShare)
 	l.Churn = s.churn * churn
 	l.PrefillBacklog, l.PrefillBacklogAttention = 0, 0
