@@ -280,7 +280,9 @@ func TestPrunedPickIsTheFullPick(t *testing.T) {
 }
 
 // FuzzPrunedPick is TestPrunedPickIsTheFullPick driven by the fuzzer: a
-// fleet of 1 to 1,500 workers from a seed, four probes.
+// fleet of 1 to 1,500 workers from a seed, four probes, each after a
+// random change to the fleet (mutateFleet), which the worker summaries
+// must carry into the decision.
 func FuzzPrunedPick(f *testing.F) {
 	f.Add(uint64(1), uint16(40))
 	f.Add(uint64(7), uint16(1000))
@@ -288,7 +290,8 @@ func FuzzPrunedPick(f *testing.F) {
 		pc := pruneCase{seed: seed, workers: 1 + int(workers)%1500}
 		r, clock, g, probe := buildPruneFleet(t, pc)
 		for step := range 4 {
-			d, ok := checkPruned(t, r, g, probe, fmt.Sprintf("seed %d, %d workers, probe %d", seed, pc.workers, step))
+			op := mutateFleet(t, r, g, probe, clock)
+			d, ok := checkPruned(t, r, g, probe, fmt.Sprintf("seed %d, %d workers, probe %d after %s", seed, pc.workers, step, op))
 			if ok {
 				req := &Request{ID: fmt.Sprint("p", step), Model: "m", PromptTokens: 16 * len(probe), Hashes: probe}
 				if err := r.pool.addLocal(req, d.Worker, d.MatchedBlocks, d.MatchedBlocks-d.PendingBlocks); err != nil {
