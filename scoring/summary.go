@@ -23,12 +23,14 @@ import (
 // the churn) happens under the pool's write lock, and the code that
 // releases that lock after changing a worker calls summarizeLocked for
 // it. Times are held as nanoseconds since Pool.epoch, which compare as
-// the times do (time.Time.Sub and After agree, monotonic readings or
-// not). What does not fit, or is rare enough not to deserve room (a
-// count past int32, a backlog without prefill tokens), marks the summary
-// slow, and the first pass reads that worker itself, as it does for a
-// candidate without a summary (built by hand, or from before the pool's
-// workers changed: rebuilding the arrays marks every old summary slow).
+// the times do: they all come from the pool's clock, so time.Time.Sub
+// and After agree on them. What does not fit, or is rare enough not to
+// deserve room (a count past int32, a block size past uint16, a backlog
+// without prefill tokens), marks the summary slow, and the first pass
+// reads that worker itself, as it does for a worker that is ejected or
+// cooling and for a candidate without a summary (built by hand, or from
+// before the pool's workers changed: rebuilding the arrays marks every
+// old summary slow).
 // TestSummariesAreCurrent and the pruned decision's differential tests
 // hold the copies to the workers.
 
