@@ -146,20 +146,35 @@ func (c *latencyCost) termsOf(req *Request, l *Load, fleet fleetView) latencyTer
 	return t
 }
 
-// parts and finish are termsOf in two steps (see termsOf).
-func (c *latencyCost) parts(req *Request, l *Load, p *loadParts) { *p = c.partsOf(req, l) }
-
-func (c *latencyCost) finish(p *loadParts, v fleetView) float64 { return c.finishTerms(*p, v).logit }
+// parts and finish are termsOf in two steps (see termsOf). finish
+// completes parts against the fleet's view: termsOf's last terms and its
+// sum, in its order.
+func (c *latencyCost) finish(p *loadParts, fleet fleetView) float64 {
+	dup := float64(max(fleet.held-p.held, 0))
+	slowdown := p.slowdown * dup / p.rate
+	slowdown += p.fixed
+	// Computing blocks another worker already has spends the fleet's
+	// capacity twice; the holder wins until its queue costs more than that.
+	var duplicate, churn float64
+	if dup := fleet.held - p.held; dup > 0 {
+		duplicate = c.duplicate * float64(dup) / p.rate
+	}
+	if fleet.meanChurn > 0 {
+		churn = p.churn / fleet.meanChurn
+	}
+	return p.base + slowdown + p.memory + duplicate + churn
+}
 
 func (c *latencyCost) logit(req *Request, l *Load, v fleetView) float64 {
 	return c.termsOf(req, l, v).logit
 }
 
-// partsOf computes what termsOf needs of the candidate alone: p.base is
+// parts computes what termsOf needs of the candidate alone: p.base is
 // the predicted TTFT; rate, context, slowdown (the slowdown weight ×
 // active requests), fixed (the active requests' own slowdown), memory,
-// held and churn (the churn term × the mean churn) are the rest.
-func (c *latencyCost) partsOf(req *Request, l *Load) (p loadParts) {
+// held and churn (the churn term × the mean churn) are the rest. It sets
+// every field the cost reads, in place: a decision prices each candidate.
+func (c *latencyCost) parts(req *Request, l *Load, p *loadParts) {
 	bs := float64(l.BlockSize)
 	rate := l.PrefillRate
 	if !(rate > 0) {
@@ -177,7 +192,7 @@ func (c *latencyCost) partsOf(req *Request, l *Load) (p loadParts) {
 	p.decodeKV = c.decodeKV * decodeKVWork(backlog+uncached, l.KVUsedBlocks()*l.BlockSize, l.MaxNumBatchedTokens)
 	p.base = l.PrefillOverhead + (backlog+uncached)/rate + p.context + p.decodeKV
 	// Recomputing blocks another candidate holds stalls every stream on
-	// this worker for as long as it takes (finishTerms): under load that
+	// this worker for as long as it takes (finish): under load that
 	// grows with the streams, and it keeps sessions on their holders where
 	// a queue's noise would otherwise scatter them. A prompt no one holds
 	// pays nothing there, whatever the worker's streams.
@@ -189,6 +204,7 @@ func (c *latencyCost) partsOf(req *Request, l *Load) (p loadParts) {
 	if l.ReportFresh && l.Report.KVTotalBlocks > 0 {
 		capacity = l.Report.KVTotalBlocks
 	}
+	p.memory = 0
 	if capacity > 0 {
 		need := blocksFor(req.PromptTokens+req.ExpectedOutputTokens, l.BlockSize) - l.MatchedBlocks
 		if over := need - (capacity - l.KVUsedBlocks()); over > 0 {
@@ -202,26 +218,7 @@ func (c *latencyCost) partsOf(req *Request, l *Load) (p loadParts) {
 	// wanted it. Only this request's own uncached tokens are charged, so
 	// a prompt that hits its cache is not pushed off its holder.
 	p.churn = c.churn * uncached / rate * l.Churn
-	// finishTerms adds the slowdown's duplicate part to fixed, and the
+	// finish adds the slowdown's duplicate part to fixed, and the
 	// duplicate and churn terms, all ≥ 0, in this order.
 	p.floor = p.base + p.fixed + p.memory
-	return p
-}
-
-// finishTerms completes parts against the fleet's view.
-func (c *latencyCost) finishTerms(p loadParts, fleet fleetView) latencyTerms {
-	t := latencyTerms{ttft: p.base, context: p.context, decodeKV: p.decodeKV, memory: p.memory}
-	dup := float64(max(fleet.held-p.held, 0))
-	t.slowdown = p.slowdown * dup / p.rate
-	t.slowdown += p.fixed
-	// Computing blocks another worker already has spends the fleet's
-	// capacity twice; the holder wins until its queue costs more than that.
-	if dup := fleet.held - p.held; dup > 0 {
-		t.duplicate = c.duplicate * float64(dup) / p.rate
-	}
-	if fleet.meanChurn > 0 {
-		t.churn = p.churn / fleet.meanChurn
-	}
-	t.logit = t.ttft + t.slowdown + t.memory + t.duplicate + t.churn
-	return t
 }

@@ -162,6 +162,7 @@ func (p *Pool) responseStarted(key string) bool {
 		return false
 	}
 	a.fitX = -1
+	defer p.summarizeLocked(a.w)
 	return p.clearPrefillLocked(a, now)
 }
 

@@ -179,6 +179,7 @@ func (p *Pool) observe(worker string, ok bool, reason string) bool {
 			freed = append(freed, key)
 		}
 	}
+	p.summarizeLocked(w)
 	p.mu.Unlock()
 	for _, key := range freed {
 		p.emit(fleet.SyncEvent{Op: fleet.OpFree, ID: key})

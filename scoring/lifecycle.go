@@ -112,6 +112,7 @@ func (p *Pool) add(key, worker string, promptTokens, matchedBlocks, prefill int,
 	p.addChurnLocked(w, prefill, now)
 	p.claimPendingLocked(a, indexed, now)
 	p.reqs[key] = a
+	defer p.summarizeLocked(w)
 	if !local {
 		return fleet.SyncEvent{}, nil
 	}
@@ -140,6 +141,7 @@ func (p *Pool) prefillDone(key string) bool {
 		return false
 	}
 	a.lastSeen = now
+	defer p.summarizeLocked(a.w)
 	return p.clearPrefillLocked(a, now)
 }
 
@@ -197,6 +199,7 @@ func (p *Pool) progress(key string, outputTokens int) (changed, prefillDone bool
 		return false, false
 	}
 	a.lastSeen = now
+	defer p.summarizeLocked(a.w)
 	prefillDone = p.clearPrefillLocked(a, now)
 	if outputTokens > a.outputTokens {
 		a.outputTokens = outputTokens
@@ -228,6 +231,7 @@ func (p *Pool) free(key string) bool {
 	}
 	a.w.finished++
 	p.releaseLocked(a)
+	p.summarizeLocked(a.w)
 	delete(p.reqs, key)
 	return true
 }
@@ -311,6 +315,8 @@ func (p *Pool) move(key, worker string) (bool, error) {
 		return false, nil
 	}
 	p.releaseLocked(a)
+	p.summarizeLocked(a.w)
+	defer p.summarizeLocked(w)
 	a.w, a.lastSeen, a.fitX = w, now, -1
 	p.settleBacklogLocked(w, now)
 	p.chargeLocked(a)
@@ -344,6 +350,7 @@ func (p *Pool) Sweep() int {
 	for key, a := range p.reqs {
 		if a.lastSeen.Before(cutoff) {
 			p.releaseLocked(a)
+			p.summarizeLocked(a.w)
 			delete(p.reqs, key)
 			p.tomb.add(key)
 			n++

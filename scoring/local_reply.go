@@ -21,5 +21,6 @@ func (p *Pool) ObserveLocalReply(worker string) {
 	defer p.mu.Unlock()
 	if w, ok := p.workers[worker]; ok {
 		w.health.coolUntil = now.Add(LocalReplyCooldown)
+		p.summarizeLocked(w)
 	}
 }

@@ -75,6 +75,11 @@ func (p *Pool) BlocksRemoved(worker string, hashes []uint64) {
 	}
 	var gone map[uint64]struct{}
 	now := p.opts.Now()
+	defer func() {
+		if gone != nil {
+			p.summarizeLocked(w)
+		}
+	}()
 	for _, h := range hashes {
 		as, ok := w.holding[h]
 		if !ok {

@@ -36,6 +36,9 @@ type pendingBlocks struct {
 	// live is len(until), kept with it: a pick reads it for every
 	// candidate, and the map's header is a cache line of its own.
 	live int
+	// bits has two bits set for every hash in until (see mayHold), and
+	// for some that left it since: cleared when until empties.
+	bits [4]uint64
 	// until maps a block hash to its newest record's deadline and place.
 	until map[uint64]pendingEntry
 	// fifo holds the records in the order they were made, live from head.
@@ -75,12 +78,39 @@ func (pb *pendingBlocks) record(hashes []uint64, now, deadline int64, max int) {
 	for i, h := range hashes {
 		pb.until[h] = pendingEntry{until: deadline, after: int32(len(hashes) - 1 - i)}
 		pb.fifo = append(pb.fifo, pendingRecord{hash: h, until: deadline})
+		i0, b0, i1, b1 := filterBits(h)
+		pb.bits[i0] |= b0
+		pb.bits[i1] |= b1
 	}
 	for len(pb.fifo)-pb.head > max {
 		pb.pop()
 	}
 	pb.compact()
+	pb.counted()
+}
+
+// counted sets live after entries were added or removed.
+func (pb *pendingBlocks) counted() {
 	pb.live = len(pb.until)
+	if pb.live == 0 {
+		pb.bits = [4]uint64{}
+	}
+}
+
+// filterBits are h's two bits in pendingBlocks.bits, one in each half
+// (words i0 and i1), from h's top bits once mixed: block hashes need not
+// be random.
+func filterBits(h uint64) (i0 int, b0 uint64, i1 int, b1 uint64) {
+	m := h * 0x9e3779b97f4a7c15
+	x, y := m>>57, m>>50&127
+	return int(x >> 6), 1 << (x & 63), 2 + int(y>>6), 1 << (y & 63)
+}
+
+// mayHold reports whether bits (pendingBlocks.bits) may have h: false
+// means h is not pending.
+func mayHold(bits *[4]uint64, h uint64) bool {
+	i0, b0, i1, b1 := filterBits(h)
+	return bits[i0]&b0 != 0 && bits[i1]&b1 != 0
 }
 
 // pop drops the oldest record, and its entry unless a newer record renewed it.
@@ -91,7 +121,7 @@ func (pb *pendingBlocks) pop() {
 	}
 	pb.fifo[pb.head] = pendingRecord{}
 	pb.head++
-	pb.live = len(pb.until)
+	pb.counted()
 }
 
 // expire drops the records whose deadline has passed. Deadlines grow along
@@ -159,7 +189,7 @@ func (pb *pendingBlocks) forget(hashes []uint64) {
 	for _, h := range hashes {
 		delete(pb.until, h)
 	}
-	pb.live = len(pb.until)
+	pb.counted()
 }
 
 // forgetRecorded removes the entries of hashes whose newest record is the
@@ -174,14 +204,14 @@ func (pb *pendingBlocks) forgetRecorded(hashes []uint64, deadline int64, held ma
 			delete(pb.until, h)
 		}
 	}
-	pb.live = len(pb.until)
+	pb.counted()
 }
 
 // reset drops every entry.
 func (pb *pendingBlocks) reset() {
 	clear(pb.until)
 	clear(pb.fifo)
-	pb.fifo, pb.head, pb.live = pb.fifo[:0], 0, 0
+	pb.fifo, pb.head, pb.live, pb.bits = pb.fifo[:0], 0, 0, [4]uint64{}
 }
 
 // len is the number of pending entries, expired ones included until the
@@ -231,6 +261,7 @@ func (p *Pool) BlocksStored(worker string, hashes []uint64) {
 		if len(w.awaiting) > 0 {
 			done = p.storedLocked(w, hashes, done)
 		}
+		p.summarizeLocked(w)
 	}
 	p.mu.Unlock()
 	p.firstTokens(done, FirstTokenKVEvent)
@@ -249,6 +280,7 @@ func (p *Pool) CacheReset(worker string) {
 	if w := p.workers[worker]; w != nil {
 		w.pending.reset()
 		done = p.resetAwaitingLocked(w, done)
+		p.summarizeLocked(w)
 	}
 	p.mu.Unlock()
 	p.firstTokens(done, FirstTokenEventGap)
@@ -269,6 +301,10 @@ func (p *Pool) PendingBlocks(worker string) int {
 func (p *Pool) expirePendingLocked(now time.Time) {
 	ns := now.UnixNano()
 	for _, w := range p.workers {
+		live, bits := w.pending.live, w.pending.bits
 		w.pending.expire(ns)
+		if w.pending.live != live || w.pending.bits != bits {
+			p.summarizeLocked(w)
+		}
 	}
 }

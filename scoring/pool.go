@@ -20,6 +20,8 @@ type Pool struct {
 	// churnEpoch is the reference time of every worker's churn; moved
 	// forward (and the churns rescaled) before the weights could overflow.
 	churnEpoch time.Time
+	// epoch is the reference time of the worker summaries' times.
+	epoch time.Time
 
 	mu      sync.RWMutex
 	workers map[string]*worker
@@ -30,6 +32,9 @@ type Pool struct {
 	// in the same order: AppendCandidates copies them rather than reading
 	// every worker.
 	candidates map[string][]Candidate
+	// sums holds, per name in models, its workers' summaries in the same
+	// order (summary.go).
+	sums map[string][]workerSummary
 	// byAddress maps "ip:port" to worker ID, for endpoints the proxy reports.
 	byAddress map[string]string
 	reqs      map[string]*active
@@ -119,6 +124,10 @@ type worker struct {
 	holding map[uint64][]*active
 	// static is the part of Load fixed by the spec, built on Upsert.
 	static Load
+	// sums are the worker's summaries, one per model it serves
+	// (summary.go): whatever changes a field they hold calls
+	// summarizeLocked.
+	sums []*workerSummary
 }
 
 func (w *worker) activeBlocks() int { return w.refs + w.private }
@@ -135,6 +144,8 @@ func (p *Pool) kvUsedBlocksLocked(w *worker, now time.Time) int {
 func NewPool(opts Options) *Pool {
 	return &Pool{
 		opts:       opts.withDefaults(),
+		epoch:      opts.withDefaults().Now(),
+		sums:       make(map[string][]workerSummary),
 		workers:    make(map[string]*worker),
 		models:     make(map[string][]*worker),
 		candidates: make(map[string][]Candidate),
@@ -153,6 +164,9 @@ func (p *Pool) Upsert(spec fleet.Worker) error {
 	spec.LoRAAdapters = slices.Clone(spec.LoRAAdapters)
 	p.mu.Lock()
 	w, ok := p.workers[spec.ID]
+	// A worker that serves the same names at the same address keeps its
+	// places in the model lists: refreshing its facts is enough.
+	same := ok && w.spec.Model == spec.Model && w.spec.Address == spec.Address && slices.Equal(w.spec.LoRAAdapters, spec.LoRAAdapters)
 	if !ok {
 		w = &worker{blockRefs: make(map[uint64]int32), fit: newRateFit(p.opts.PrefillRate, p.opts.PrefillOverhead, p.opts.PrefillContextCost)}
 		p.workers[spec.ID] = w
@@ -161,7 +175,11 @@ func (p *Pool) Upsert(spec fleet.Worker) error {
 	w.blockSize, w.kvTotalBlocks, w.maxBatched = spec.BlockSize, spec.KVTotalBlocks, spec.MaxNumBatchedTokens
 	w.static = Load{ID: spec.ID, Cluster: spec.ClusterName(), Address: spec.Address, BlockSize: spec.BlockSize,
 		KVTotalBlocks: spec.KVTotalBlocks, MaxNumBatchedTokens: spec.MaxNumBatchedTokens, Weight: spec.EffectiveWeight()}
-	p.rebuildModelsLocked()
+	if same {
+		p.summarizeLocked(w)
+	} else {
+		p.rebuildModelsLocked()
+	}
 	p.mu.Unlock()
 	p.capacityChanged()
 	return nil
@@ -219,6 +237,7 @@ func (p *Pool) rebuildModelsLocked() {
 		}
 		p.candidates[name] = cs
 	}
+	p.rebuildSummariesLocked()
 }
 
 // AppendCandidates appends one Candidate (overlap zero) per worker serving
@@ -235,9 +254,10 @@ func (p *Pool) AppendCandidates(dst []Candidate, model string) []Candidate {
 // accepts, for a subset hint that names workers by ID or address.
 func (p *Pool) AppendCandidatesFunc(dst []Candidate, model string, keep func(id, address string) bool) []Candidate {
 	p.mu.RLock()
-	for _, w := range p.models[model] {
+	sums := p.sums[model]
+	for i, w := range p.models[model] {
 		if keep(w.spec.ID, w.spec.Address) {
-			dst = append(dst, Candidate{Worker: w.spec.ID, w: w})
+			dst = append(dst, Candidate{Worker: w.spec.ID, w: w, s: &sums[i]})
 		}
 	}
 	p.mu.RUnlock()
@@ -295,6 +315,7 @@ func (p *Pool) SetLoadReport(id string, r fleet.LoadReport) error {
 		if r.Running == 0 && r.Waiting == 0 {
 			p.clearPhantomsLocked(w, now)
 		}
+		p.summarizeLocked(w)
 	}
 	p.mu.Unlock()
 	if !ok {
@@ -436,13 +457,25 @@ const ownSamples = 200
 
 // blendedFitLocked is w's prefill model shrunk toward the fleet's.
 func (p *Pool) blendedFitLocked(w *worker) (rate, overhead, context float64, samples int) {
+	rate, overhead, context = p.blendShareLocked(w.fit.rate, w.fit.overhead, w.fit.context, fitShare(w.fit.samples))
+	return rate, overhead, context, w.fit.samples
+}
+
+// fitShare is the weight of a worker's own fit of samples samples in the
+// blend with the fleet's.
+func fitShare(samples int) float64 {
+	n := float64(samples)
+	return n / (n + ownSamples)
+}
+
+// blendShareLocked blends a worker's own fit, of share a, with the
+// fleet's. Worker summaries keep a, which costs a division.
+func (p *Pool) blendShareLocked(rate, overhead, context, a float64) (float64, float64, float64) {
 	if p.fleetFit.samples == 0 {
-		return w.fit.rate, w.fit.overhead, w.fit.context, w.fit.samples
+		return rate, overhead, context
 	}
-	n := float64(w.fit.samples)
-	a := n / (n + ownSamples)
-	return a*w.fit.rate + (1-a)*p.fleetFit.rate, a*w.fit.overhead + (1-a)*p.fleetFit.overhead,
-		a*w.fit.context + (1-a)*p.fleetFit.context, w.fit.samples
+	return a*rate + (1-a)*p.fleetFit.rate, a*overhead + (1-a)*p.fleetFit.overhead,
+		a*context + (1-a)*p.fleetFit.context
 }
 
 // backlogNow is the modelled prefill backlog at now, in tokens and in
@@ -496,6 +529,7 @@ func (p *Pool) addChurnLocked(w *worker, tokens int, now time.Time) {
 			o.churn *= f
 		}
 		p.churnEpoch, e = now, 0
+		p.summarizeAllLocked()
 	}
 	w.churn += float64(tokens) * math.Exp2(e)
 }

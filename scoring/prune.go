@@ -12,7 +12,8 @@ import (
 // (a few hundred bytes: live load, report freshness, learned prefill
 // model, backlog, pending overlay), prices them all and scans for the
 // lowest logit. decidePruned makes the same decision in two passes. The
-// first reads each candidate's live load into one scratch Load and keeps,
+// first reads each candidate's live load into one scratch Load, from the
+// worker's summary (summary.go) rather than the worker, and keeps,
 // in a small record, its health tier and what the cost model prices of it
 // alone (loadParts); it sums each tier's aggregates on the way (the
 // longest held prefix, the churn, the longest queue: fleetStats), in
@@ -74,7 +75,7 @@ type loadParts struct {
 	// floor is at most finish's result for every view, to the bit: what
 	// the view adds is never negative.
 	floor float64
-	// The latency cost's other parts (see latencyCost.partsOf).
+	// The latency cost's other parts (see latencyCost.parts).
 	rate, context, decodeKV, slowdown, fixed, memory, churn float64
 	held                                                    int
 	// waiting is the weighted cost's queue (Load.Waiting).
@@ -87,7 +88,9 @@ type pruneRecord struct {
 	// index is the candidate's in the caller's slice.
 	index          int32
 	matched, pends int32
-	tier           tier
+	// cached is the candidate's CachedBlocks, the scan's tie-break.
+	cached int
+	tier   tier
 	// exact is set when parts were priced with the worker's backlog;
 	// otherwise with none, so finish gives a lower bound on the logit.
 	exact bool
@@ -135,16 +138,33 @@ func (p *Pool) decidePruned(req *Request, cands []Candidate, pending bool, m *KV
 		busy  = [tierEjected + 1]bool{true, true, true, true} // every candidate saturated
 		best  = tierEjected
 	)
+	// The summaries hold what fillLiveLocked reads, except with
+	// NoPrefillDecay (every backlog is then the prefill tokens' own).
+	useSums := !p.opts.NoPrefillDecay
+	sinceEpoch := int64(now.Sub(p.epoch))
 	for i := range cands {
 		c := &cands[i]
-		w := p.resolveLocked(c)
-		if w == nil {
-			continue
-		}
-		exact := p.fillLiveLocked(tmp, w, now, churn)
-		tmp.MatchedBlocks, tmp.CachedBlocks, tmp.HostBlocks, tmp.DiskBlocks, tmp.PendingBlocks = c.MatchedBlocks, c.CachedBlocks, c.HostBlocks, c.DiskBlocks, 0
-		if pending && !c.Stale {
-			tmp.addPending(w.pending.run(req.Hashes, c.MatchedBlocks, nowNs))
+		var exact bool
+		if s := c.s; useSums && s != nil && s.flags&sumSlow == 0 && s.healthUntil <= sinceEpoch && s.id == c.Worker {
+			// c.w is s's worker: both were set when the arrays were
+			// last built, and nothing was removed since.
+			exact = p.fillSummaryLocked(tmp, s, sinceEpoch, churn)
+			tmp.MatchedBlocks, tmp.CachedBlocks, tmp.HostBlocks, tmp.DiskBlocks, tmp.PendingBlocks = c.MatchedBlocks, c.CachedBlocks, c.HostBlocks, c.DiskBlocks, 0
+			// The overlay counts from the first block past the match; a
+			// worker none of whose entries can be that block has none.
+			if from := max(c.MatchedBlocks, 0); pending && !c.Stale && s.flags&sumPending != 0 && from < len(req.Hashes) && mayHold(&s.pendingBits, req.Hashes[from]) {
+				tmp.addPending(c.w.pending.run(req.Hashes, c.MatchedBlocks, nowNs))
+			}
+		} else {
+			w := p.resolveLocked(c)
+			if w == nil {
+				continue
+			}
+			exact = p.fillLiveLocked(tmp, w, now, churn)
+			tmp.MatchedBlocks, tmp.CachedBlocks, tmp.HostBlocks, tmp.DiskBlocks, tmp.PendingBlocks = c.MatchedBlocks, c.CachedBlocks, c.HostBlocks, c.DiskBlocks, 0
+			if pending && !c.Stale {
+				tmp.addPending(w.pending.run(req.Hashes, c.MatchedBlocks, nowNs))
+			}
 		}
 		t := tmp.tier()
 		best = min(best, t)
@@ -155,7 +175,7 @@ func (p *Pool) decidePruned(req *Request, cands []Candidate, pending bool, m *KV
 		// Set field by field: zeroing a record first costs as much again.
 		recs = recs[:len(recs)+1]
 		rec := &recs[len(recs)-1]
-		rec.index, rec.matched, rec.pends, rec.tier, rec.exact = int32(i), int32(tmp.MatchedBlocks), int32(tmp.PendingBlocks), t, exact
+		rec.index, rec.matched, rec.pends, rec.tier, rec.exact, rec.cached = int32(i), int32(tmp.MatchedBlocks), int32(tmp.PendingBlocks), t, exact, c.CachedBlocks
 		m.cost.parts(req, tmp, &rec.parts)
 	}
 	if len(recs) == 0 {
@@ -205,11 +225,11 @@ func (p *Pool) decidePruned(req *Request, cands []Candidate, pending bool, m *KV
 			logit = m.cost.logit(req, l, v)
 		}
 		if k == 0 {
-			s.first(k, logit, cands[rec.index].CachedBlocks)
+			s.first(k, logit, rec.cached)
 			chosen = j
 		} else {
 			prev := s.best
-			s.consider(k, logit, cands[rec.index].CachedBlocks, m.rand)
+			s.consider(k, logit, rec.cached, m.rand)
 			if s.best != prev {
 				chosen = j
 			}

@@ -194,8 +194,17 @@ func randomCandidates(g *rand.Rand, p *Pool, probeLen int) []Candidate {
 // fails unless they agree on the decision and on the draws they took.
 func checkPruned(t *testing.T, r *Scheduler, g *rand.Rand, probe []uint64, name string) (Decision, bool) {
 	t.Helper()
+	return checkPrunedWith(t, r, g, probe, name, nil)
+}
+
+// checkPrunedWith is checkPruned with the given candidates (overlap and
+// all) when cands is not nil.
+func checkPrunedWith(t *testing.T, r *Scheduler, g *rand.Rand, probe []uint64, name string, cands []Candidate) (Decision, bool) {
+	t.Helper()
 	opts := r.Options()
-	cands := randomCandidates(g, r.Pool(), len(probe))
+	if cands == nil {
+		cands = randomCandidates(g, r.Pool(), len(probe))
+	}
 	req := &Request{ID: "probe", Model: "m", PromptTokens: 16*len(probe) - g.IntN(16), Hashes: probe,
 		ExpectedOutputTokens: g.IntN(500)}
 	if g.IntN(8) == 0 {
@@ -271,7 +280,9 @@ func TestPrunedPickIsTheFullPick(t *testing.T) {
 }
 
 // FuzzPrunedPick is TestPrunedPickIsTheFullPick driven by the fuzzer: a
-// fleet of 1 to 1,500 workers from a seed, four probes.
+// fleet of 1 to 1,500 workers from a seed, four probes, each after a
+// random change to the fleet (mutateFleet), which the worker summaries
+// must carry into the decision.
 func FuzzPrunedPick(f *testing.F) {
 	f.Add(uint64(1), uint16(40))
 	f.Add(uint64(7), uint16(1000))
@@ -279,7 +290,8 @@ func FuzzPrunedPick(f *testing.F) {
 		pc := pruneCase{seed: seed, workers: 1 + int(workers)%1500}
 		r, clock, g, probe := buildPruneFleet(t, pc)
 		for step := range 4 {
-			d, ok := checkPruned(t, r, g, probe, fmt.Sprintf("seed %d, %d workers, probe %d", seed, pc.workers, step))
+			op := mutateFleet(t, r, g, probe, clock)
+			d, ok := checkPruned(t, r, g, probe, fmt.Sprintf("seed %d, %d workers, probe %d after %s", seed, pc.workers, step, op))
 			if ok {
 				req := &Request{ID: fmt.Sprint("p", step), Model: "m", PromptTokens: 16 * len(probe), Hashes: probe}
 				if err := r.pool.addLocal(req, d.Worker, d.MatchedBlocks, d.MatchedBlocks-d.PendingBlocks); err != nil {
@@ -403,7 +415,15 @@ func TestPartsThenFinishIsTheLogit(t *testing.T) {
 // free requests, for the race detector: the pruned decision reads the
 // pool under its read lock and keeps its scratch to itself.
 func TestPrunedPickUnderConcurrentLoad(t *testing.T) {
-	r := newTestScheduler(t, DefaultOptions(), pruneAt+72)
+	seeded := DefaultOptions()
+	seeded.Rand = rand.New(rand.NewPCG(1, 2)) // shared by the pickers under a lock
+	for _, o := range []Options{DefaultOptions(), seeded} {
+		pickUnderConcurrentLoad(t, o)
+	}
+}
+
+func pickUnderConcurrentLoad(t *testing.T, o Options) {
+	r := newTestScheduler(t, o, pruneAt+72)
 	cs := r.Pool().AppendCandidates(nil, "m")
 	var wg sync.WaitGroup
 	for g := range 4 {

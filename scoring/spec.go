@@ -33,6 +33,8 @@ type Candidate struct {
 	// w caches the worker AppendCandidates found, sparing picks a map
 	// lookup per candidate; candidates built by hand work without it.
 	w *worker
+	// s is the worker's summary for the model (summary.go), set with w.
+	s *workerSummary
 }
 
 // Request is what scoring needs to know about one request.

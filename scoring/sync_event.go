@@ -100,6 +100,7 @@ func (p *Pool) resetPeer(router string) int {
 	for key, a := range p.reqs {
 		if strings.HasPrefix(key, prefix) {
 			p.releaseLocked(a)
+			p.summarizeLocked(a.w)
 			delete(p.reqs, key)
 			n++
 		}
