@@ -21,6 +21,24 @@ func (o *recordingObserver) CacheReset(worker string) {
 	o.got = append(o.got, "reset "+worker)
 }
 
+func (o *recordingObserver) lines() []string { return o.got }
+
+// checkHeard runs do on an index of w0 that obs observes, and checks
+// that obs heard want.
+func checkHeard(t *testing.T, obs interface {
+	Observer
+	lines() []string
+}, do func(ix *Index), want []string) {
+	t.Helper()
+	ix := New(Config{})
+	ix.AddWorker("w0", testModel, testBS)
+	ix.SetObserver(obs)
+	do(ix)
+	if got := obs.lines(); !slices.Equal(got, want) {
+		t.Fatalf("observer heard\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
 func TestObserverHearsWhatTheIndexLearns(t *testing.T) {
 	stored := func(hs []uint64) string { return fmt.Sprintf("stored w0 %v", hs) }
 	for _, tc := range []struct {
@@ -53,16 +71,7 @@ func TestObserverHearsWhatTheIndexLearns(t *testing.T) {
 			ix.Apply("nobody", vllmwire.EventBatch{Events: []vllmwire.Event{storeEv(1, 0, 2)}})
 		}, nil},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			ix := New(Config{})
-			ix.AddWorker("w0", testModel, testBS)
-			obs := &recordingObserver{}
-			ix.SetObserver(obs)
-			tc.do(ix)
-			if !slices.Equal(obs.got, tc.want) {
-				t.Fatalf("observer heard\n%s\nwant\n%s", strings.Join(obs.got, "\n"), strings.Join(tc.want, "\n"))
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { checkHeard(t, &recordingObserver{}, tc.do, tc.want) })
 	}
 }
 
@@ -136,15 +145,6 @@ func TestRemovalObserverHearsDeviceBlocksTheWorkerNoLongerHolds(t *testing.T) {
 			ix.Apply("w0", vllmwire.EventBatch{Events: []vllmwire.Event{removeEv(1, 2), vllmwire.AllBlocksCleared{}}})
 		}, []string{fmt.Sprintf("stored w0 %v", hs), "reset w0"}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			ix := New(Config{})
-			ix.AddWorker("w0", testModel, testBS)
-			obs := &removalObserver{}
-			ix.SetObserver(obs)
-			tc.do(ix)
-			if !slices.Equal(obs.got, tc.want) {
-				t.Fatalf("observer heard\n%s\nwant\n%s", strings.Join(obs.got, "\n"), strings.Join(tc.want, "\n"))
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { checkHeard(t, &removalObserver{}, tc.do, tc.want) })
 	}
 }
