@@ -148,13 +148,27 @@ func (s *Stream) routeCommon() *pb.CommonResponse {
 	return &pb.CommonResponse{HeaderMutation: hm, ClearRouteCache: true}
 }
 
-// routeMetadata is the dynamic metadata envoy.lb/x-gateway-destination-endpoint,
-// identical to the header as the protocol requires.
+// routeMetadata is the dynamic metadata in envoy.lb: the destination list
+// under x-gateway-destination-endpoint, identical to the header as the
+// protocol requires; the target header's value under the target header's
+// name, which a bootstrap that skips the request headers routes on (header
+// mutations in the answer to the body do not reach the route then); and,
+// with Config.ResponseWorkerHeader, the worker under x-kvroute-worker for
+// the bootstrap to add to the response.
 func (s *Stream) routeMetadata() *structpb.Struct {
+	target := s.decision.Cluster
+	if s.cfg.TargetValue == TargetAddress {
+		target = s.decision.Address
+	}
+	lb := map[string]*structpb.Value{
+		DestinationHeader:    structpb.NewStringValue(s.destination()),
+		s.cfg.targetHeader(): structpb.NewStringValue(target),
+	}
+	if s.cfg.ResponseWorkerHeader {
+		lb[WorkerHeader] = structpb.NewStringValue(s.workerName())
+	}
 	return &structpb.Struct{Fields: map[string]*structpb.Value{
-		LBMetadataNamespace: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
-			DestinationHeader: structpb.NewStringValue(s.destination()),
-		}}),
+		LBMetadataNamespace: structpb.NewStructValue(&structpb.Struct{Fields: lb}),
 	}}
 }
 

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -81,6 +83,12 @@ type ServerConfig struct {
 	// handshake is closed after min(ConnIdleTimeout, 10 s). Default 2 min,
 	// the HTTP listener's idle timeout; negative disables both.
 	ConnIdleTimeout time.Duration
+	// ObserveGrace is how long a routing stream whose response is observed
+	// by a second filter (ObservedMetadataKey) waits, once Envoy closed it,
+	// for that filter's report of the response headers before it frees the
+	// request's load as a normal end (default DefaultObserveGrace; negative
+	// waits not at all).
+	ObserveGrace time.Duration
 }
 
 // DefaultConnIdleTimeout is ServerConfig.ConnIdleTimeout's default.
@@ -109,6 +117,8 @@ type Server struct {
 	stopping atomic.Bool
 	// failLog rate-limits the per-stream failure line (loglimit.go).
 	failLog logLimiter
+	// observed matches observing streams to routing streams.
+	observed *observers
 }
 
 var _ pb.ExternalProcessorServer = (*Server)(nil)
@@ -139,6 +149,10 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if s.cfg.ConnIdleTimeout == 0 {
 		s.cfg.ConnIdleTimeout = DefaultConnIdleTimeout
 	}
+	if s.cfg.ObserveGrace == 0 {
+		s.cfg.ObserveGrace = DefaultObserveGrace
+	}
+	s.observed = newObservers(s.cfg.ObserveGrace)
 	params := keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}
 	opts := []grpc.ServerOption{
 		// The body arrives in one message in BUFFERED mode; leave room for
@@ -222,13 +236,23 @@ func (s *Server) Shutdown(ctx context.Context) {
 func (s *Server) Process(srv grpc.BidiStreamingServer[pb.ProcessingRequest, pb.ProcessingResponse]) (err error) {
 	ctx := srv.Context()
 	st := NewStream(&s.cfg.Stream, s.cfg.Decider)
+	if md, ok := metadata.FromIncomingContext(ctx); ok && slices.Contains(md.Get(ObservedMetadataKey), ObservedMetadataValue) {
+		st.SetResponseObserved()
+	}
 	s.metrics.StreamStarted()
 	xm, _ := s.metrics.(ExchangeMetrics)
-	waited := 0
+	waited, observer := 0, false
 	var ended error
+	// reg is the stream's entry among the observed streams once it has
+	// routed; from then on every call into st goes through reg.mu.
+	var reg *observedStream
 	defer func() {
-		st.Close(ended)
-		if xm != nil {
+		if reg != nil {
+			s.observed.end(reg, ended)
+		} else {
+			st.Close(ended)
+		}
+		if xm != nil && !observer {
 			xm.StreamExchanges(waited)
 		}
 		code := status.Code(err)
@@ -282,7 +306,33 @@ func (s *Server) Process(srv grpc.BidiStreamingServer[pb.ProcessingRequest, pb.P
 			}
 			xm.Exchange(exchangePhase(m), blocking)
 		}
-		out, serr := st.Step(ctx, m)
+		if m.GetObservabilityMode() && (observer || waited == 0) {
+			// The observing filter's stream: its report goes to the
+			// routing stream it is about. Its response headers are all it
+			// carries, so it ends there, without waiting for Envoy's
+			// deferred close.
+			observer = true
+			if m.GetResponseHeaders() != nil {
+				matched := s.observed.observe(m)
+				if om, ok := s.metrics.(ObserveMetrics); ok {
+					om.Observation(matched)
+				}
+				return nil
+			}
+			continue
+		}
+		var out []*pb.ProcessingResponse
+		var serr error
+		if reg != nil {
+			reg.mu.Lock()
+			out, serr = st.Step(ctx, m)
+			reg.mu.Unlock()
+		} else {
+			out, serr = st.Step(ctx, m)
+			if st.Observed() && st.routed && serr == nil {
+				reg = s.observed.register(st.req.Headers[RequestIDHeader], st)
+			}
+		}
 		if serr != nil {
 			ended = serr
 			return serr
