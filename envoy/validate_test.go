@@ -63,7 +63,7 @@ func TestValidateRejectsBrokenVariants(t *testing.T) {
 		{"ext_proc over http/1", StyleClusterHeader, "explicit_http_config:\n          http2_protocol_options: {}", "explicit_http_config:\n          http_protocol_options: {}", "must speak HTTP/2"},
 		{"ads over http/1", StyleXDS, "    load_assignment:\n      cluster_name: kvroute_xds", "    typed_extension_protocol_options: {}\n    load_assignment:\n      cluster_name: kvroute_xds", "must speak HTTP/2"},
 		{"cluster header name", StyleClusterHeader + "/" + ResponsePathHeaders, "cluster_header: x-target-worker", "cluster_header: x-worker", "cluster_header is \"x-worker\""},
-		{"target header reaches worker", StyleClusterHeader, "request_headers_to_remove: [x-target-worker]", "request_headers_to_remove: [x-other]", "request_headers_to_remove"},
+		{"target header reaches worker", StyleClusterHeader + "/" + ResponsePathHeaders, "request_headers_to_remove: [x-target-worker]", "request_headers_to_remove: [x-other]", "request_headers_to_remove"},
 		{"no message timeout", StyleClusterHeader, "message_timeout: 60s", "", "message_timeout must be set"},
 		{"no grpc health check", StyleClusterHeader, "grpc_health_check: {}", "http_health_check: {path: /healthz}", "gRPC health check"},
 		{"default circuit breakers", StyleOriginalDst, "max_requests: 100000", "max_requests: 1024", "circuit breakers"},

@@ -37,7 +37,7 @@ func attributeHeaders(attrs *structpb.Struct) map[string]string {
 			out[":method"] = sv.StringValue
 		case k == RequestIDAttribute:
 			out[RequestIDHeader] = sv.StringValue
-		case strings.HasPrefix(k, requestHeaderAttribute) && strings.HasSuffix(k, "']"):
+		case len(k) >= len(requestHeaderAttribute)+len("']") && strings.HasPrefix(k, requestHeaderAttribute) && strings.HasSuffix(k, "']"):
 			name := k[len(requestHeaderAttribute) : len(k)-2]
 			if headerToken(name) {
 				out[name] = sv.StringValue
@@ -48,7 +48,8 @@ func attributeHeaders(attrs *structpb.Struct) map[string]string {
 }
 
 // headerToken reports whether name is a non-empty lower-case HTTP header
-// name (RFC 9110 token characters, no upper case).
+// name: RFC 9110 token characters but no upper case, and no quote, which
+// would end the CEL string the name sits in.
 func headerToken(name string) bool {
 	if name == "" {
 		return false
@@ -57,7 +58,7 @@ func headerToken(name string) bool {
 		c := name[i]
 		switch {
 		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
-		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		case strings.IndexByte("!#$%&*+-.^_`|~", c) >= 0:
 		default:
 			return false
 		}

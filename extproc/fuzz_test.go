@@ -2,9 +2,11 @@ package extproc
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // FuzzStream drives the state machine with arbitrary message sequences:
@@ -83,6 +85,25 @@ func FuzzRouteHeaders(f *testing.F) {
 		s.Close(nil)
 		if _, _, _, frees := fl.tickets[0].snapshot(); len(frees) != 1 {
 			t.Fatalf("load freed %d times", len(frees))
+		}
+	})
+}
+
+// FuzzAttributeHeaders decodes arbitrary request attributes: it must never
+// panic, and every header it keeps has a lower-case token for a name.
+func FuzzAttributeHeaders(f *testing.F) {
+	f.Add("request.headers['x-kvroute-priority']", "3", "request.path", "/v1/chat/completions")
+	f.Add("request.headers['']", "", "request.id", "id")
+	f.Add("request.headers['a']']", "x", "request.headers['", "y")
+	f.Fuzz(func(t *testing.T, k1, v1, k2, v2 string) {
+		st := &structpb.Struct{Fields: map[string]*structpb.Value{k1: structpb.NewStringValue(v1), k2: structpb.NewStringValue(v2)}}
+		for name := range attributeHeaders(st) {
+			if !strings.HasPrefix(name, ":") && name != RequestIDHeader && !headerToken(name) {
+				t.Fatalf("kept header %q", name)
+			}
+			if strings.ContainsAny(name, "[]' ") || strings.ToLower(name) != name {
+				t.Fatalf("kept header %q", name)
+			}
 		}
 	})
 }

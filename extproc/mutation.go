@@ -154,7 +154,8 @@ func (s *Stream) routeCommon() *pb.CommonResponse {
 // name, which a bootstrap that skips the request headers routes on (header
 // mutations in the answer to the body do not reach the route then); and,
 // with Config.ResponseWorkerHeader, the worker under x-kvroute-worker for
-// the bootstrap to add to the response.
+// the bootstrap to add to the response; and the upstream headers
+// routeCommon sets, under their names.
 func (s *Stream) routeMetadata() *structpb.Struct {
 	target := s.decision.Cluster
 	if s.cfg.TargetValue == TargetAddress {
@@ -166,6 +167,15 @@ func (s *Stream) routeMetadata() *structpb.Struct {
 	}
 	if s.cfg.ResponseWorkerHeader {
 		lb[WorkerHeader] = structpb.NewStringValue(s.workerName())
+	}
+	// The headers routeCommon sets upstream, for a bootstrap that adds
+	// them from metadata (request_headers_to_add).
+	if s.decision.Predicted {
+		lb[PredictedCachedTokensHeader] = structpb.NewStringValue(strconv.Itoa(s.decision.CachedTokens))
+	}
+	if s.cfg.DebugHeaders {
+		lb[CachedTokensHeader] = structpb.NewStringValue(strconv.Itoa(s.decision.CachedTokens))
+		lb[ModeHeader] = structpb.NewStringValue(s.decision.Mode)
 	}
 	return &structpb.Struct{Fields: map[string]*structpb.Value{
 		LBMetadataNamespace: structpb.NewStructValue(&structpb.Struct{Fields: lb}),

@@ -246,7 +246,18 @@ func (s *Server) Process(srv grpc.BidiStreamingServer[pb.ProcessingRequest, pb.P
 	// reg is the stream's entry among the observed streams once it has
 	// routed; from then on every call into st goes through reg.mu.
 	var reg *observedStream
+	// locked runs f on st, under reg.mu once the stream is registered.
+	locked := func(f func()) {
+		if reg != nil {
+			reg.mu.Lock()
+			defer reg.mu.Unlock()
+		}
+		f()
+	}
 	defer func() {
+		var done bool
+		var phase string
+		locked(func() { done, phase = st.Done(), st.Phase() })
 		if reg != nil {
 			s.observed.end(reg, ended)
 		} else {
@@ -262,14 +273,14 @@ func (s *Server) Process(srv grpc.BidiStreamingServer[pb.ProcessingRequest, pb.P
 			// it: a normal end (a request cut short is counted where its
 			// load is freed, as outcome reset).
 			code = codes.OK
-			if st.Done() {
+			if done {
 				err = nil
 			}
 		}
 		s.metrics.StreamEnded(code)
 		if code := status.Code(err); code != codes.OK && code != codes.Canceled {
 			if ok, held := s.failLog.allow(time.Now()); ok {
-				s.log.Warn("ext_proc stream failed", "phase", st.Phase(), "err", err, "similar_lines_left_out", held)
+				s.log.Warn("ext_proc stream failed", "phase", phase, "err", err, "similar_lines_left_out", held)
 			}
 		}
 	}()
@@ -283,7 +294,9 @@ func (s *Server) Process(srv grpc.BidiStreamingServer[pb.ProcessingRequest, pb.P
 		defer stop()
 	}
 	for {
-		m, rerr := recv(st.AwaitsEnd())
+		var awaits bool
+		locked(func() { awaits = st.AwaitsEnd() })
+		m, rerr := recv(awaits)
 		if errors.Is(rerr, io.EOF) {
 			return nil
 		}
@@ -324,9 +337,7 @@ func (s *Server) Process(srv grpc.BidiStreamingServer[pb.ProcessingRequest, pb.P
 		var out []*pb.ProcessingResponse
 		var serr error
 		if reg != nil {
-			reg.mu.Lock()
-			out, serr = st.Step(ctx, m)
-			reg.mu.Unlock()
+			locked(func() { out, serr = st.Step(ctx, m) })
 		} else {
 			out, serr = st.Step(ctx, m)
 			if st.Observed() && st.routed && serr == nil {
@@ -339,7 +350,9 @@ func (s *Server) Process(srv grpc.BidiStreamingServer[pb.ProcessingRequest, pb.P
 		}
 		for _, r := range out {
 			if _, ok := r.Response.(*pb.ProcessingResponse_ImmediateResponse); ok {
-				s.metrics.Rejected(st.Status())
+				var code int
+				locked(func() { code = st.Status() })
+				s.metrics.Rejected(code)
 			}
 			if werr := srv.Send(r); werr != nil {
 				ended = werr
