@@ -54,7 +54,7 @@ type HopConfig struct {
 	// response-path bookkeeping costs.
 	RequestPathOnly bool
 	// ResponsePath is what of each response the routed Envoy shows kvroute
-	// (envoy.Options.ResponsePath; default the response headers only).
+	// (envoy.Options.ResponsePath; default ResponsePathObserved).
 	ResponsePath string
 	// Style is the bootstrap both Envoys run: envoy.StyleClusterHeader (the
 	// default; request body BUFFERED) or envoy.StyleOriginalDst (request
@@ -74,8 +74,10 @@ type HopConfig struct {
 }
 
 // What of each response the routed Envoy shows kvroute (HopConfig.ResponsePath):
-// envoy.ResponsePathHeaders, the default, or envoy.ResponsePathStreamed.
+// envoy.ResponsePathObserved, the default, envoy.ResponsePathHeaders or
+// envoy.ResponsePathStreamed.
 const (
+	ResponsePathObserved = envoy.ResponsePathObserved
 	ResponsePathHeaders  = envoy.ResponsePathHeaders
 	ResponsePathStreamed = envoy.ResponsePathStreamed
 )
