@@ -11,7 +11,12 @@ import (
 
 // FuzzStream drives the state machine with arbitrary message sequences:
 // it must never panic, and a routed request's load is freed exactly once.
+// mode's bit 0x40 marks the response observed; ops with the high bit set
+// are a body that comes first (request headers skipped) or the observing
+// filter's report.
 func FuzzStream(f *testing.F) {
+	f.Add([]byte{0x81, 0x80, 5}, uint8(0x40))
+	f.Add([]byte{0x81, 0x80, 0x80}, uint8(0x42))
 	f.Add([]byte{0, 1, 1, 3, 4, 4}, uint8(2))
 	f.Add([]byte{0, 1, 2, 3, 4, 5}, uint8(4))
 	f.Add([]byte{0, 0, 3, 3}, uint8(0))
@@ -23,10 +28,28 @@ func FuzzStream(f *testing.F) {
 		fl := newFleet()
 		s := NewStream(&Config{MaxBodyBytes: 1 << 10}, fl)
 		bm := BodyMode(mode % 6)
+		if mode&0x40 != 0 {
+			s.SetResponseObserved()
+		}
 		var err error
 		for i, op := range ops {
 			eos := i%2 == 1
+			if op >= 0x80 && op%2 == 0 {
+				s.Observe(observedHeaders("id", []string{"200", "503", "404"}[i%3], "via_upstream"))
+				continue
+			}
 			var m *pb.ProcessingRequest
+			if op >= 0x80 {
+				m = bodyFirst(chatBody, chatAttrs)
+				m.ProtocolConfig.RequestBodyMode = bm
+				var out []*pb.ProcessingResponse
+				out, err = s.Step(context.Background(), m)
+				checkEnvoyRules(t, m, out, err)
+				if err != nil {
+					break
+				}
+				continue
+			}
 			switch op % 7 {
 			case 0:
 				m = headerMsg(bm, BodyMode((mode/8)%5), eos, hdr{":path", "/v1/chat/completions"})
