@@ -21,8 +21,9 @@ const DefaultObserveGrace = 250 * time.Millisecond
 
 // ObserveMetrics is what a Metrics may also implement to count the
 // observing filter's reports: matched to a routing stream of this
-// process, or not (a request this replica did not route, or one whose
-// routing stream is gone).
+// process, or not (a request another replica routed, one Envoy let
+// through without kvroute's answer, one whose request id another request
+// holds, or one whose routing stream has ended).
 type ObserveMetrics interface {
 	Observation(matched bool)
 }
