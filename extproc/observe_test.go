@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"context"
+	"errors"
 	"io"
 	"slices"
 	"testing"
@@ -234,12 +235,12 @@ func TestServerMatchesObservingStreamToRoutingStream(t *testing.T) {
 	if err := obs.Send(observedHeaders("grpc-1", "503", "via_upstream")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := obs.Recv(); err != io.EOF {
+	if _, err := obs.Recv(); !errors.Is(err, io.EOF) {
 		t.Fatalf("observing stream: %v, want the server to close it", err)
 	}
 	waitFrees(t, f.lastTicket(), []Outcome{OutcomeUpstreamError})
 	routing.CloseSend()
-	if _, err := routing.Recv(); err != io.EOF {
+	if _, err := routing.Recv(); !errors.Is(err, io.EOF) {
 		t.Fatalf("routing stream: %v", err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
