@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -127,6 +128,25 @@ func FuzzAttributeHeaders(f *testing.F) {
 			if strings.ContainsAny(name, "[]' ") || strings.ToLower(name) != name {
 				t.Fatalf("kept header %q", name)
 			}
+		}
+	})
+}
+
+// FuzzObservePeer decodes arbitrary forwarded reports: never a panic, and
+// a report that decodes is an observed response-headers message.
+func FuzzObservePeer(f *testing.F) {
+	good, _ := encodeObservation(observedHeaders("id", "503", "via_upstream"))
+	f.Add(good)
+	f.Add([]byte{})
+	f.Add([]byte{0x0a, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := decodeObservation(b)
+		if err == nil && (m.GetResponseHeaders() == nil || !m.GetObservabilityMode()) {
+			t.Fatalf("decoded %v", m)
+		}
+		o := newObservers(time.Millisecond)
+		if err == nil && o.observe(m) {
+			t.Fatal("an empty registry took a report")
 		}
 	})
 }

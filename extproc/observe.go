@@ -1,10 +1,12 @@
 package extproc
 
 import (
+	"errors"
 	"sync"
 	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/protobuf/proto"
 )
 
 // Names of the gRPC metadata with which a routing ext_proc filter tells
@@ -150,4 +152,57 @@ func (o *observers) observe(m *pb.ProcessingRequest) bool {
 		o.closeLocked(e, e.endErr)
 	}
 	return ok
+}
+
+// maxObservationBytes bounds a forwarded report: response headers,
+// attributes and metadata, far below this in practice.
+const maxObservationBytes = 256 << 10
+
+// encodeObservation keeps of an observing filter's message what a peer
+// needs to apply it (the response headers, the attributes with the
+// request id and code details, the metadata with the endpoint that
+// served) and encodes it for ObservePeer.
+func encodeObservation(m *pb.ProcessingRequest) ([]byte, error) {
+	return proto.Marshal(&pb.ProcessingRequest{
+		Request:           &pb.ProcessingRequest_ResponseHeaders{ResponseHeaders: m.GetResponseHeaders()},
+		Attributes:        m.GetAttributes(),
+		MetadataContext:   m.GetMetadataContext(),
+		ObservabilityMode: true,
+	})
+}
+
+// decodeObservation reads a report encodeObservation wrote; anything else
+// (not protobuf, too large, not an observed response-headers message) is
+// an error.
+func decodeObservation(b []byte) (*pb.ProcessingRequest, error) {
+	if len(b) > maxObservationBytes {
+		return nil, errors.New("extproc: forwarded observation too large")
+	}
+	m := &pb.ProcessingRequest{}
+	if err := proto.Unmarshal(b, m); err != nil {
+		return nil, err
+	}
+	if m.GetResponseHeaders() == nil || !m.GetObservabilityMode() {
+		return nil, errors.New("extproc: forwarded observation is not an observed response-headers message")
+	}
+	return m, nil
+}
+
+// ObservePeer applies an observing filter's report that another replica
+// received and forwarded (ServerConfig.ForwardObservation) to the routing
+// stream of this server it is about, if any. It reports whether one took
+// it; a report that is not for this server, or that does not decode, is
+// dropped.
+func (s *Server) ObservePeer(report []byte) bool {
+	m, err := decodeObservation(report)
+	if err != nil {
+		return false
+	}
+	matched := s.observed.observe(m)
+	if matched {
+		if om, ok := s.metrics.(ObserveMetrics); ok {
+			om.Observation(true)
+		}
+	}
+	return matched
 }

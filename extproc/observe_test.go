@@ -257,3 +257,52 @@ func TestServerMatchesObservingStreamToRoutingStream(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// With two replicas behind one Envoy cluster, the observing stream may
+// reach the replica that did not route the request: that replica forwards
+// the report, and the routing replica applies it (ObservePeer) within the
+// grace after its routing stream's end.
+func TestObservationForwardedToThePeerThatRouted(t *testing.T) {
+	fa, fb := newFleet(), newFleet()
+	forwarded := make(chan []byte, 1)
+	a, ccA := startServer(t, ServerConfig{Decider: fa, ObserveGrace: 10 * time.Second})
+	b, ccB := startServer(t, ServerConfig{Decider: fb, ForwardObservation: func(r []byte) { forwarded <- r }})
+	a.SetReady(true)
+	b.SetReady(true)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), ObservedMetadataKey, ObservedMetadataValue)
+	attrs := cloneAttrs(chatAttrs)
+	attrs[RequestIDAttribute] = "peer-1"
+	routing, _ := exchangeOpen(t, ctx, ccA, []*pb.ProcessingRequest{bodyFirst(chatBody, attrs)}, 1)
+	routing.CloseSend() // the response ended before the report came
+	if _, err := routing.Recv(); !errors.Is(err, io.EOF) {
+		t.Fatalf("routing stream: %v", err)
+	}
+	obs, err := pb.NewExternalProcessorClient(ccB).Process(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := obs.Send(observedHeaders("peer-1", "503", "via_upstream")); err != nil {
+		t.Fatal(err)
+	}
+	var report []byte
+	select {
+	case report = <-forwarded:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the replica that did not route forwarded nothing")
+	}
+	if b.ObservePeer(report) {
+		t.Error("the replica that did not route took its own forwarded report")
+	}
+	if !a.ObservePeer(report) {
+		t.Fatal("the routing replica did not take the forwarded report")
+	}
+	waitFrees(t, fa.lastTicket(), []Outcome{OutcomeUpstreamError})
+	if a.ObservePeer(report) {
+		t.Error("a report taken twice")
+	}
+	for _, bad := range [][]byte{nil, []byte("not protobuf"), make([]byte, maxObservationBytes+1)} {
+		if a.ObservePeer(bad) {
+			t.Errorf("report %q taken", bad[:min(len(bad), 16)])
+		}
+	}
+}

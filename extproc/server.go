@@ -89,6 +89,13 @@ type ServerConfig struct {
 	// request's load as a normal end (default DefaultObserveGrace; negative
 	// waits not at all).
 	ObserveGrace time.Duration
+	// ForwardObservation, when set, receives each observing filter's
+	// report that matches no routing stream of this server, encoded for
+	// ObservePeer: with several replicas behind one Envoy cluster the
+	// report may have reached another replica than the one that routed the
+	// request, and the caller hands it to its peers (kvroute: over NATS).
+	// It must not block.
+	ForwardObservation func(report []byte)
 }
 
 // DefaultConnIdleTimeout is ServerConfig.ConnIdleTimeout's default.
@@ -329,6 +336,11 @@ func (s *Server) Process(srv grpc.BidiStreamingServer[pb.ProcessingRequest, pb.P
 				matched := s.observed.observe(m)
 				if om, ok := s.metrics.(ObserveMetrics); ok {
 					om.Observation(matched)
+				}
+				if !matched && s.cfg.ForwardObservation != nil {
+					if b, err := encodeObservation(m); err == nil {
+						s.cfg.ForwardObservation(b)
+					}
 				}
 				return nil
 			}
