@@ -42,9 +42,8 @@ ext_proc filter in observability mode, which Envoy does not wait on; the body
 goes to the client without waiting on kvroute, and the request's load is
 freed when the routing stream ends with the response. With several kvroute
 replicas behind one Envoy, the observing filter's report may reach another
-replica than the one that routed: that request is then freed 250 ms after its
-end as a normal end, and a 5xx on it does not count against the worker (use
---response-path headers to keep both on one stream).
+replica than the one that routed; replicas forward such reports to each other
+over NATS (without NATS, use --response-path headers with several replicas).
 --response-path headers sends the request headers and the response headers
 on the routing stream, each an exchange Envoy waits on (3 per request; 4
 messages for original-dst). --response-path streamed sends every body chunk
