@@ -118,7 +118,7 @@ func newMetrics(reg *prometheus.Registry, r *Server) *Metrics {
 		streamExchanges: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvroute_extproc_stream_blocking_exchanges",
 			Help: "Messages per ext_proc stream (one HTTP request) that Envoy held the request for.", Buckets: []float64{0, 1, 2, 3, 4, 6, 8, 16, 32, 64, 128}}),
 		observations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_extproc_observations_total",
-			Help: "Response headers from the observing ext_proc filter, by whether they matched a request this process routed (matched=\"false\": another replica's request, one routed without kvroute (fail-open), or a client-chosen request id used twice)."},
+			Help: "Response headers from the observing ext_proc filter, by whether they matched a request this process routed, directly or forwarded by a peer replica (matched=\"false\": another replica's request, forwarded to the peers; one routed without kvroute (fail-open); or a client-chosen request id used twice)."},
 			[]string{"matched"}),
 		immediate: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_extproc_immediate_responses_total",
 			Help: "Immediate (error) responses sent to clients, by HTTP status."}, []string{"status"}),
