@@ -250,11 +250,15 @@ func TestOriginalDstAnswersAnEndpointList503(t *testing.T) {
 
 // A streamed answer through Envoy keeps its load on the worker until its
 // last event, whatever Envoy shows kvroute of the response: with the
-// default (response headers only) no body chunk reaches kvroute, and the
+// default (the response headers to the observing filter) and with
+// --response-path headers no body chunk reaches kvroute, and the routing
 // ext_proc stream's end, when the request ends, frees the load as a normal
 // end; with --response-path streamed every chunk does and the last one frees it.
 func TestEnvoyHoldsLoadUntilTheStreamedAnswerEnds(t *testing.T) {
 	for _, tc := range []struct{ style, path string }{
+		{envoy.StyleClusterHeader, envoy.ResponsePathObserved},
+		{envoy.StyleOriginalDst, envoy.ResponsePathObserved},
+		{envoy.StyleXDS, envoy.ResponsePathObserved},
 		{envoy.StyleClusterHeader, envoy.ResponsePathHeaders},
 		{envoy.StyleOriginalDst, envoy.ResponsePathHeaders},
 		{envoy.StyleXDS, envoy.ResponsePathHeaders},
