@@ -24,6 +24,11 @@ func LoadSubjectWildcard(namespace string) string {
 // events on.
 func SyncSubject(namespace string) string { return "kvroute." + namespace + ".router.sync" }
 
+// ObservedSubject returns the NATS subject router replicas forward the
+// observing ext_proc filter's reports on, when the report reached a
+// replica that did not route the request.
+func ObservedSubject(namespace string) string { return "kvroute." + namespace + ".router.observed" }
+
 // WorkersPrefix returns the etcd key prefix under which a namespace's
 // workers live.
 func WorkersPrefix(namespace string) string {

@@ -152,7 +152,8 @@ func checkEnvoyFilter(objs []Object) error {
 	if err != nil {
 		return err
 	}
-	var sawFilter, sawCluster, sawRoute bool
+	var sawCluster, sawRoute bool
+	sawFilters := map[string]bool{}
 	for i, p := range ef.GetConfigPatches() {
 		if p.GetMatch().GetContext() != istionet.EnvoyFilter_GATEWAY {
 			return fmt.Errorf("patch %d does not apply to the gateway", i)
@@ -183,10 +184,10 @@ func checkEnvoyFilter(objs []Object) error {
 				return fmt.Errorf("ext_proc cluster %q, want Istio's %q", got, want)
 			}
 			ep.GetGrpcService().GetEnvoyGrpc().ClusterName = envoy.ExtProcClusterName
-			if f.GetName() != "envoy.filters.http.ext_proc" || !proto.Equal(&ep, ref.extProc) {
-				return fmt.Errorf("ext_proc filter differs from envoy/original-dst.yaml's:\n%v\nwant\n%v", &ep, ref.extProc)
+			if want := ref.extProcs[f.GetName()]; want == nil || !proto.Equal(&ep, want) {
+				return fmt.Errorf("ext_proc filter %q differs from envoy/original-dst.yaml's:\n%v\nwant\n%v", f.GetName(), &ep, want)
 			}
-			sawFilter = true
+			sawFilters[f.GetName()] = true
 		case istionet.EnvoyFilter_CLUSTER:
 			var c clusterv3.Cluster
 			if err := protojson.Unmarshal(js, &c); err != nil {
@@ -210,8 +211,9 @@ func checkEnvoyFilter(objs []Object) error {
 			sawRoute = true
 		}
 	}
+	sawFilter := len(sawFilters) == len(ref.extProcs)
 	if !sawFilter || !sawCluster || !sawRoute {
-		return fmt.Errorf("EnvoyFilter needs the ext_proc filter, the ORIGINAL_DST cluster and the route patch (have %v %v %v)", sawFilter, sawCluster, sawRoute)
+		return fmt.Errorf("EnvoyFilter needs every ext_proc filter of envoy/original-dst.yaml (%d of %d), the ORIGINAL_DST cluster and the route patch (have %v %v)", len(sawFilters), len(ref.extProcs), sawCluster, sawRoute)
 	}
 	// The route patch finds the VirtualService route by name.
 	vs, ok := find(objs, "VirtualService", "llm")
@@ -222,8 +224,10 @@ func checkEnvoyFilter(objs []Object) error {
 }
 
 type originalDstRef struct {
-	extProc *extprocv3.ExternalProcessor
-	cluster *clusterv3.Cluster
+	// extProcs are the ext_proc filters by name: the routing one and the
+	// observing one.
+	extProcs map[string]*extprocv3.ExternalProcessor
+	cluster  *clusterv3.Cluster
 }
 
 func originalDst() (*originalDstRef, error) {
@@ -235,7 +239,7 @@ func originalDst() (*originalDstRef, error) {
 	if err != nil {
 		return nil, err
 	}
-	ref := &originalDstRef{}
+	ref := &originalDstRef{extProcs: map[string]*extprocv3.ExternalProcessor{}}
 	for _, c := range b.GetStaticResources().GetClusters() {
 		if c.GetName() == envoy.OriginalDstClusterName {
 			ref.cluster = c
@@ -246,14 +250,15 @@ func originalDst() (*originalDstRef, error) {
 		return nil, err
 	}
 	for _, f := range hcm.GetHttpFilters() {
-		if f.GetName() == "envoy.filters.http.ext_proc" {
-			ref.extProc = new(extprocv3.ExternalProcessor)
-			if err := f.GetTypedConfig().UnmarshalTo(ref.extProc); err != nil {
+		ep := new(extprocv3.ExternalProcessor)
+		if f.GetTypedConfig().MessageIs(ep) {
+			if err := f.GetTypedConfig().UnmarshalTo(ep); err != nil {
 				return nil, err
 			}
+			ref.extProcs[f.GetName()] = ep
 		}
 	}
-	if ref.extProc == nil || ref.cluster == nil {
+	if ref.extProcs["envoy.filters.http.ext_proc"] == nil || ref.cluster == nil {
 		return nil, fmt.Errorf("original-dst bootstrap lacks ext_proc or %s", envoy.OriginalDstClusterName)
 	}
 	return ref, nil
@@ -274,6 +279,8 @@ func TestIstioEnvoyFilterMatchesOriginalDst(t *testing.T) {
 		"route keeps a timeout": replaceIn(objs, "EnvoyFilter", `"timeout":"0s"`, `"timeout":"15s"`),
 		"route renamed":         replaceIn(objs, "VirtualService", `"name":"kvroute"`, `"name":"llm"`),
 		"sidecar context":       replaceIn(objs, "EnvoyFilter", `"context":"GATEWAY"`, `"context":"SIDECAR_INBOUND"`),
+		"observer renamed":      replaceIn(objs, "EnvoyFilter", `"name":"kvroute.observe"`, `"name":"kvroute.watch"`),
+		"response on the route": replaceIn(objs, "EnvoyFilter", `"response_header_mode":"SKIP"`, `"response_header_mode":"SEND"`),
 	}
 	for name, bad := range broken {
 		if err := checkEnvoyFilter(bad); err == nil {

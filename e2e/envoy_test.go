@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"testing"
 
 	"github.com/kvroute/kvroute/envoy"
@@ -249,11 +250,15 @@ func TestOriginalDstAnswersAnEndpointList503(t *testing.T) {
 
 // A streamed answer through Envoy keeps its load on the worker until its
 // last event, whatever Envoy shows kvroute of the response: with the
-// default (response headers only) no body chunk reaches kvroute, and the
+// default (the response headers to the observing filter) and with
+// --response-path headers no body chunk reaches kvroute, and the routing
 // ext_proc stream's end, when the request ends, frees the load as a normal
 // end; with --response-path streamed every chunk does and the last one frees it.
 func TestEnvoyHoldsLoadUntilTheStreamedAnswerEnds(t *testing.T) {
 	for _, tc := range []struct{ style, path string }{
+		{envoy.StyleClusterHeader, envoy.ResponsePathObserved},
+		{envoy.StyleOriginalDst, envoy.ResponsePathObserved},
+		{envoy.StyleXDS, envoy.ResponsePathObserved},
 		{envoy.StyleClusterHeader, envoy.ResponsePathHeaders},
 		{envoy.StyleOriginalDst, envoy.ResponsePathHeaders},
 		{envoy.StyleXDS, envoy.ResponsePathHeaders},
@@ -299,6 +304,53 @@ func TestEnvoyHoldsLoadUntilTheStreamedAnswerEnds(t *testing.T) {
 			}
 			if tc.path == envoy.ResponsePathStreamed && chunks == 0 {
 				t.Errorf("no response body message reached kvroute with --response-path streamed")
+			}
+		})
+	}
+}
+
+// With the default response path Envoy waits on kvroute once per request:
+// for the answer to the request body (cluster-header, xds), or to the
+// request's messages answered together after the whole body
+// (FULL_DUPLEX_STREAMED, original-dst). The response headers still reach
+// kvroute, without Envoy waiting, through the observing filter, and each
+// report finds the request it is about.
+func TestEnvoyWaitsOnKvrouteOncePerRequest(t *testing.T) {
+	for _, tc := range []struct {
+		style string
+		// waited lists the phases Envoy holds the request for.
+		waited []string
+	}{
+		{envoy.StyleClusterHeader, []string{extproc.ExchangeRequestBody}},
+		{envoy.StyleXDS, []string{extproc.ExchangeRequestBody}},
+		{envoy.StyleOriginalDst, []string{extproc.ExchangeRequestHeaders, extproc.ExchangeRequestBody}},
+	} {
+		t.Run(tc.style, func(t *testing.T) {
+			s := start(t, options{workers: 2, style: tc.style})
+			const n = 6
+			for i := range n {
+				s.send(t, chat(longText(fmt.Sprintf("one wait %d", i), 4), "q"))
+			}
+			eventually(t, "every request to be freed", func() bool {
+				return s.metric(t, "kvroute_requests_finished_total") == n
+			})
+			for _, ph := range []string{extproc.ExchangeRequestHeaders, extproc.ExchangeRequestBody, extproc.ExchangeResponseHeaders, extproc.ExchangeResponseBody} {
+				got := s.metric(t, "kvroute_extproc_exchanges_total", `phase="`+ph+`"`, `blocking="true"`)
+				switch want := slices.Contains(tc.waited, ph); {
+				case want && got < n:
+					t.Errorf("%s: %v messages Envoy waited on for %d requests, want at least one per request", ph, got, n)
+				case !want && got != 0:
+					t.Errorf("%s: Envoy waited on %v messages, want none", ph, got)
+				}
+			}
+			if got := s.metric(t, "kvroute_extproc_exchanges_total", `phase="response_headers"`, `blocking="false"`); got != n {
+				t.Errorf("%v response headers observed without waiting, want %d", got, n)
+			}
+			if got := s.metric(t, "kvroute_extproc_observations_total", `matched="true"`); got != n {
+				t.Errorf("%v observations matched to their request, want %d", got, n)
+			}
+			if bad := s.metric(t, "kvroute_requests_finished_total", `outcome="ok"`); bad != n {
+				t.Errorf("%v requests ended ok, want %d", bad, n)
 			}
 		})
 	}

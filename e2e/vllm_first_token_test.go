@@ -23,10 +23,10 @@ import (
 )
 
 // TestVLLMFirstToken: behind the real Envoy, kvroute ends a request's
-// prefill when vLLM (CPU build) produced its first token, with either
+// prefill when vLLM (CPU build) produced its first token, with every
 // response path: vLLM's OpenAI server sends a streamed answer's headers
-// before its first token, so with --response-path headers the end comes
-// from vLLM's BlockStored for the prompt's last block (published with the
+// before its first token, so with --response-path headers or observed (the
+// default) the end comes from vLLM's BlockStored for the prompt's last block (published with the
 // step that sampled the token), not from the headers. Each request's
 // prefill end in the router is compared with the client's first body byte
 // (the first token, through Envoy): within 10 ms plus 10 % of the time to
@@ -68,7 +68,7 @@ func TestVLLMFirstToken(t *testing.T) {
 	const requests = 6
 	rnd := rand.New(rand.NewPCG(1, 2))
 	words := strings.Fields("the of and to in is that for it as was with be by on not he this are or his from at which but have an they you were her she there one all we their has been if more when will would who so no time out up do about into than its some could them other only new these may first any like then people now over also after most made many")
-	for _, path := range []string{envoy.ResponsePathStreamed, envoy.ResponsePathHeaders} {
+	for _, path := range []string{envoy.ResponsePathStreamed, envoy.ResponsePathHeaders, envoy.ResponsePathObserved} {
 		px, err := bench.StartEnvoy(ctx, bench.EnvoyConfig{Style: envoy.StyleClusterHeader, ResponsePath: path,
 			Workers: []envoy.Worker{{Cluster: engines[0].id, Address: engines[0].addr()}}, ExtProcAddr: rt.r.GRPCAddr(), Edit: echoRouting})
 		if err != nil {
@@ -103,7 +103,7 @@ func TestVLLMFirstToken(t *testing.T) {
 				t.Errorf("%s %d: the router ended the prefill %+.1f ms from the first token (tolerance ±%.1f ms)", path, i, ms(off), ms(tol))
 			}
 		}
-		if got := rt.metricValue(t, `kvroute_first_tokens_total{signal="kv_event"}`) - kvEvents; path == envoy.ResponsePathHeaders && got != requests {
+		if got := rt.metricValue(t, `kvroute_first_tokens_total{signal="kv_event"}`) - kvEvents; path != envoy.ResponsePathStreamed && got != requests {
 			t.Errorf("%s: %v prefills ended by the KV event, want %d", path, got, requests)
 		}
 		_ = px.Close()

@@ -54,7 +54,20 @@ const (
 
 // What of each response Envoy shows kvroute (Options.ResponsePath).
 const (
-	// ResponsePathHeaders, the default: kvroute sees the response headers
+	// ResponsePathObserved, the default: Envoy waits on kvroute once per
+	// request, for the routing decision. The response headers (status,
+	// who made the response, the endpoint that served) reach kvroute
+	// through a second ext_proc filter in observability mode, which Envoy
+	// does not wait on; the routing stream stays open until the response
+	// ends and its end frees the request's load. The styles that buffer the
+	// request body (cluster-header, xds) also skip the request headers:
+	// the route travels in envoy.lb metadata with the answer to the body,
+	// what kvroute reads of the headers comes as request attributes, and a
+	// buffer filter holds the request until the answer is in.
+	// FULL_DUPLEX_STREAMED (original-dst) still sends the request headers,
+	// whose answer carries the route after the whole body.
+	ResponsePathObserved = "observed"
+	// ResponsePathHeaders: kvroute sees the response headers
 	// (status, who answered, the endpoint that served), one exchange per
 	// request, and the end of the ext_proc stream, which Envoy closes when
 	// the request ends. The body goes to the client without waiting on
@@ -70,7 +83,15 @@ const (
 )
 
 // ResponsePaths lists the values Options.ResponsePath takes.
-var ResponsePaths = []string{ResponsePathHeaders, ResponsePathStreamed}
+var ResponsePaths = []string{ResponsePathObserved, ResponsePathHeaders, ResponsePathStreamed}
+
+// ObservedMetadataKey and ObservedMetadataValue are the gRPC metadata the
+// routing ext_proc filter sends kvroute with each stream when the response
+// is observed by the second filter (ResponsePathObserved).
+const (
+	ObservedMetadataKey   = "x-kvroute-response"
+	ObservedMetadataValue = "observed"
+)
 
 // Worker is one backend as the bootstraps see it.
 type Worker struct {
@@ -102,8 +123,9 @@ type Options struct {
 	NodeID string
 	// ExtProcTLS, when set, makes Envoy dial kvroute's ext_proc over TLS.
 	ExtProcTLS *TLSFiles
-	// ResponsePath is what of each response Envoy sends kvroute:
-	// ResponsePathHeaders (the default) or ResponsePathStreamed.
+	// ResponsePath is what of each response Envoy sends kvroute and how:
+	// ResponsePathObserved (the default), ResponsePathHeaders or
+	// ResponsePathStreamed.
 	ResponsePath string
 }
 
@@ -132,7 +154,7 @@ func (o Options) withDefaults() Options {
 	def(&o.ExtProcAddress, "127.0.0.1:9002")
 	def(&o.XDSAddress, "127.0.0.1:18000")
 	def(&o.NodeID, "kvroute-envoy")
-	def(&o.ResponsePath, ResponsePathHeaders)
+	def(&o.ResponsePath, ResponsePathObserved)
 	if o.MessageTimeout == 0 {
 		o.MessageTimeout = 60 * time.Second
 	}
@@ -221,6 +243,11 @@ type templateData struct {
 	FallbackType      string
 	// ResponseStreamed sends kvroute the response body (ResponsePathStreamed).
 	ResponseStreamed bool
+	// Observed sends the response headers to a second, observing ext_proc
+	// filter (ResponsePathObserved); SkipRequestHeaders skips the request
+	// headers too, where the body is buffered.
+	Observed, SkipRequestHeaders bool
+	ObservedKey, ObservedValue   string
 }
 
 // Generate renders an Envoy bootstrap of the given style (StyleClusterHeader,
@@ -243,11 +270,14 @@ func Generate(style string, workers []Worker, opts Options) ([]byte, error) {
 	}
 	d.MessageTimeout = formatDuration(opts.MessageTimeout)
 	switch opts.ResponsePath {
+	case ResponsePathObserved:
+		d.Observed, d.ObservedKey, d.ObservedValue = true, ObservedMetadataKey, ObservedMetadataValue
+		d.SkipRequestHeaders = style != StyleOriginalDst
 	case ResponsePathHeaders:
 	case ResponsePathStreamed:
 		d.ResponseStreamed = true
 	default:
-		return nil, fmt.Errorf("envoy: unknown response path %q (want %s)", opts.ResponsePath, strings.Join(ResponsePaths, " or "))
+		return nil, fmt.Errorf("envoy: unknown response path %q (want %s)", opts.ResponsePath, strings.Join(ResponsePaths, ", "))
 	}
 	if !validNodeID(opts.NodeID) {
 		return nil, fmt.Errorf("envoy: node id %q must be letters, digits, '-', '_' or '.'", opts.NodeID)

@@ -199,6 +199,7 @@ func (c *checker) checkListener(v ListenerView) {
 	if n := len(v.Filters); n == 0 || !v.Filters[n-1].Router {
 		c.failf("%s: the last http filter must be %s", where, RouterFilterName)
 	}
+	c.checkFilterOrder(where, v.Filters)
 	if t := v.HCM.GetStreamIdleTimeout(); t == nil || !longEnough(t.AsDuration()) {
 		c.failf("%s: stream_idle_timeout must be set to 0 or at least %v for long generations", where, minLongTimeout)
 	}
@@ -246,6 +247,36 @@ func (c *checker) checkExtProc(where string, ep *extprocv3.ExternalProcessor) {
 	}
 }
 
+// checkFilterOrder checks what the one-exchange layout needs of the filter
+// chain: a routing ext_proc that skips the request headers lets them on at
+// once, so a buffer filter after it must hold the request until kvroute's
+// answer to the body is in (without one, Envoy picks the route and the
+// host before kvroute answers); an observing ext_proc must fail open, as
+// nothing of the request depends on it.
+func (c *checker) checkFilterOrder(where string, fs []HTTPFilter) {
+	routing := -1
+	for i, f := range fs {
+		switch {
+		case f.ExtProc != nil && f.ExtProc.GetObservabilityMode():
+			if !f.ExtProc.GetFailureModeAllow() {
+				c.failf("%s: the observing ext_proc filter %q must set failure_mode_allow: true (no request depends on it)", where, f.Name)
+			}
+		case f.ExtProc != nil && routing < 0:
+			routing = i
+		}
+	}
+	if routing < 0 {
+		return
+	}
+	pm := fs[routing].ExtProc.GetProcessingMode()
+	if pm.GetRequestHeaderMode() != extprocv3.ProcessingMode_SKIP {
+		return
+	}
+	if !slices.ContainsFunc(fs[routing+1:], func(f HTTPFilter) bool { return f.Buffer }) {
+		c.failf("%s: ext_proc skips the request headers, so a buffer filter (envoy.filters.http.buffer) must follow it to hold the request until kvroute has answered the body", where)
+	}
+}
+
 func (c *checker) checkRoutes(where string, rc *routev3.RouteConfiguration) {
 	stripped := slices.Contains(rc.GetRequestHeadersToRemove(), TargetHeader)
 	for _, vh := range rc.GetVirtualHosts() {
@@ -263,10 +294,17 @@ func (c *checker) checkRoutes(where string, rc *routev3.RouteConfiguration) {
 			if t := ra.GetTimeout(); t == nil || !longEnough(t.AsDuration()) {
 				c.failf("%s: timeout must be set to 0 or at least %v (Envoy's 15s default cuts generations short)", rw, minLongTimeout)
 			}
+			for _, dm := range r.GetMatch().GetDynamicMetadata() {
+				if p := dm.GetPath(); dm.GetFilter() != "envoy.lb" || len(p) != 1 || p[0].GetKey() != TargetHeader {
+					c.failf("%s: a route picked by metadata routes on envoy.lb %s, which kvroute writes", rw, TargetHeader)
+				}
+			}
 			switch spec := ra.GetClusterSpecifier().(type) {
 			case *routev3.RouteAction_Cluster:
-				_, static := c.clusters[spec.Cluster]
+				cl, static := c.clusters[spec.Cluster]
 				switch {
+				case static && takesEndpointList(cl) && !retriesConnectFailure(ra.GetRetryPolicy()):
+					c.failf("%s: a route to a worker cluster that takes kvroute's endpoint list needs a retry_policy with retry_on connect-failure and num_retries >= 1", rw)
 				case spec.Cluster == WorkersClusterName && c.ads && !static:
 					// Served by kvroute over ADS: the route to the workers.
 					// Envoy checks a static route table's clusters when the
@@ -334,6 +372,17 @@ func retriesConnectFailure(rp *routev3.RetryPolicy) bool {
 // checkOverrideHost checks a cluster's override_host policy the way Envoy
 // loads it (each source names exactly one of header and metadata) and that
 // it reads kvroute's endpoint list.
+// takesEndpointList reports whether the cluster's load balancing policy is
+// override_host (kvroute's endpoint list, one host per attempt).
+func takesEndpointList(cl *clusterv3.Cluster) bool {
+	for _, p := range cl.GetLoadBalancingPolicy().GetPolicies() {
+		if tc := p.GetTypedExtensionConfig().GetTypedConfig(); tc != nil && tc.MessageIs(&overridehostv3.OverrideHost{}) {
+			return true
+		}
+	}
+	return false
+}
+
 func (c *checker) checkOverrideHost(cl *clusterv3.Cluster) {
 	for _, p := range cl.GetLoadBalancingPolicy().GetPolicies() {
 		tc := p.GetTypedExtensionConfig().GetTypedConfig()

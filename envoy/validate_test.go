@@ -6,8 +6,17 @@ import (
 	"testing"
 )
 
+// readShipped reads a shipped bootstrap; "style/path" generates the style
+// for ExampleWorkers with that response path instead.
 func readShipped(t testing.TB, style string) string {
 	t.Helper()
+	if st, path, ok := strings.Cut(style, "/"); ok {
+		b, err := Generate(st, ExampleWorkers, Options{ResponsePath: path})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
 	b, err := os.ReadFile(style + ".yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -40,7 +49,7 @@ func TestValidateRejectsBrokenVariants(t *testing.T) {
 		{"full duplex request needs trailers", StyleOriginalDst, "request_trailer_mode: SEND", "request_trailer_mode: SKIP", "request_trailer_mode SEND"},
 		{"full duplex response needs trailers", StyleOriginalDst, "response_body_mode: NONE\n                response_trailer_mode: SEND", "response_body_mode: FULL_DUPLEX_STREAMED\n                response_trailer_mode: DEFAULT", "response_trailer_mode SEND"},
 		{"full duplex cannot fail open", StyleOriginalDst, "failure_mode_allow: false", "failure_mode_allow: true", "failure_mode_allow must stay false"},
-		{"ext_proc with two services", StyleClusterHeader, "envoy_grpc: {cluster_name: kvroute}", "envoy_grpc: {cluster_name: kvroute}\n              http_service: {http_service: {http_uri: {uri: \"http://x\", cluster: kvroute, timeout: 1s}}}", "exactly one of grpc_service"},
+		{"ext_proc with two services", StyleClusterHeader, "message_timeout: 60s", "http_service: {http_service: {http_uri: {uri: \"http://x\", cluster: kvroute, timeout: 1s}}}\n              message_timeout: 60s", "exactly one of grpc_service"},
 		{"route cache settings conflict", StyleClusterHeader, "failure_mode_allow: true", "failure_mode_allow: true\n              disable_clear_route_cache: true\n              route_cache_action: RETAIN", "cannot both be set"},
 		{"original dst needs cluster provided", StyleOriginalDst, "lb_policy: CLUSTER_PROVIDED", "lb_policy: ROUND_ROBIN", "CLUSTER_PROVIDED"},
 		{"cluster provided needs original dst", StyleClusterHeader, "lb_policy: LEAST_REQUEST", "lb_policy: CLUSTER_PROVIDED", "needs a cluster type"},
@@ -53,8 +62,8 @@ func TestValidateRejectsBrokenVariants(t *testing.T) {
 		{"ads without cds", StyleXDS, "  cds_config:\n    ads: {}\n", "  cds_config:\n    path_config_source: {path: /tmp/cds.yaml}\n", "ads: {}"},
 		{"ext_proc over http/1", StyleClusterHeader, "explicit_http_config:\n          http2_protocol_options: {}", "explicit_http_config:\n          http_protocol_options: {}", "must speak HTTP/2"},
 		{"ads over http/1", StyleXDS, "    load_assignment:\n      cluster_name: kvroute_xds", "    typed_extension_protocol_options: {}\n    load_assignment:\n      cluster_name: kvroute_xds", "must speak HTTP/2"},
-		{"cluster header name", StyleClusterHeader, "cluster_header: x-target-worker", "cluster_header: x-worker", "cluster_header is \"x-worker\""},
-		{"target header reaches worker", StyleClusterHeader, "request_headers_to_remove: [x-target-worker]", "request_headers_to_remove: [x-other]", "request_headers_to_remove"},
+		{"cluster header name", StyleClusterHeader + "/" + ResponsePathHeaders, "cluster_header: x-target-worker", "cluster_header: x-worker", "cluster_header is \"x-worker\""},
+		{"target header reaches worker", StyleClusterHeader + "/" + ResponsePathHeaders, "request_headers_to_remove: [x-target-worker]", "request_headers_to_remove: [x-other]", "request_headers_to_remove"},
 		{"no message timeout", StyleClusterHeader, "message_timeout: 60s", "", "message_timeout must be set"},
 		{"no grpc health check", StyleClusterHeader, "grpc_health_check: {}", "http_health_check: {path: /healthz}", "gRPC health check"},
 		{"default circuit breakers", StyleOriginalDst, "max_requests: 100000", "max_requests: 1024", "circuit breakers"},
@@ -69,8 +78,12 @@ func TestValidateRejectsBrokenVariants(t *testing.T) {
 		{"override_host reads another header", StyleClusterHeader, "- metadata: {key: envoy.lb, path: [{key: x-gateway-destination-endpoint}]}", "- header: x-other", "read kvroute's endpoint list"},
 		{"override_host source with both", StyleClusterHeader, "- metadata: {key: envoy.lb, path: [{key: x-gateway-destination-endpoint}]}", "- metadata: {key: envoy.lb, path: [{key: x-gateway-destination-endpoint}]}\n              header: x-gateway-destination-endpoint", "exactly one of header and metadata"},
 		{"unregistered retry predicate", StyleClusterHeader, "retry.host.previous_hosts.v3.PreviousHostsPredicate", "retry.host.nope.v3.Nope", "nope"},
-		{"route timeout default", StyleClusterHeader, "cluster_header: x-target-worker\n                  timeout: 0s", "cluster_header: x-target-worker", "timeout must be set"},
+		{"route timeout default", StyleClusterHeader + "/" + ResponsePathHeaders, "cluster_header: x-target-worker\n                  timeout: 0s", "cluster_header: x-target-worker", "timeout must be set"},
 		{"route timeout short", StyleOriginalDst, "original_destination_cluster\n                  timeout: 0s", "original_destination_cluster\n                  timeout: 30s", "timeout must be set"},
+		{"skipped request headers without a buffer", StyleClusterHeader, bufferFilter, "", "buffer filter"},
+		{"xds skipped request headers without a buffer", StyleXDS, bufferFilter, "", "buffer filter"},
+		{"observing filter fails closed", StyleClusterHeader, "observability_mode: true\n              failure_mode_allow: true", "observability_mode: true\n              failure_mode_allow: false", "observing ext_proc filter"},
+		{"metadata route reads another key", StyleClusterHeader, "path: [{key: x-target-worker}]", "path: [{key: x-other}]", "routes on envoy.lb"},
 		{"stream idle timeout short", StyleXDS, "stream_idle_timeout: 3600s", "stream_idle_timeout: 60s", "stream_idle_timeout"},
 	}
 	for _, tc := range cases {
@@ -86,6 +99,14 @@ func TestValidateRejectsBrokenVariants(t *testing.T) {
 		})
 	}
 }
+
+// bufferFilter is the buffer filter as the bootstraps that skip the
+// request headers hold it.
+const bufferFilter = `          - name: envoy.filters.http.buffer
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.buffer.v3.Buffer
+              max_request_bytes: 33554432
+`
 
 func TestValidateRequiresExtProcAndRouter(t *testing.T) {
 	src := readShipped(t, StyleClusterHeader)

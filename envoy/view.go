@@ -8,6 +8,7 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	bufferv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/buffer/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
@@ -31,6 +32,7 @@ type HTTPFilter struct {
 	Name    string
 	ExtProc *extprocv3.ExternalProcessor // set for the ext_proc filter
 	Router  bool                         // the terminal router filter
+	Buffer  bool                         // the buffer filter
 }
 
 // ListenerView is a listener with the parts kvroute cares about unpacked
@@ -41,10 +43,11 @@ type ListenerView struct {
 	Filters  []HTTPFilter
 }
 
-// ExtProcConfig returns the listener's ext_proc filter config, or nil.
+// ExtProcConfig returns the config of the listener's routing ext_proc
+// filter (the first one not in observability mode), or nil.
 func (v ListenerView) ExtProcConfig() *extprocv3.ExternalProcessor {
 	for _, f := range v.Filters {
-		if f.ExtProc != nil {
+		if f.ExtProc != nil && !f.ExtProc.GetObservabilityMode() {
 			return f.ExtProc
 		}
 	}
@@ -100,6 +103,8 @@ func ListenerViews(b *bootstrapv3.Bootstrap) ([]ListenerView, error) {
 				}
 			case tc.MessageIs(&routerv3.Router{}):
 				f.Router = true
+			case tc.MessageIs(&bufferv3.Buffer{}):
+				f.Buffer = true
 			}
 			v.Filters = append(v.Filters, f)
 		}

@@ -69,9 +69,10 @@ type Config struct {
 	// (Envoy before 1.33). Zero means NONE; most deployments set BUFFERED.
 	DefaultRequestMode BodyMode
 	// ResponseWorkerHeader adds x-kvroute-worker, the chosen worker's id,
-	// to the response the client gets. It rides on the response-headers
-	// message Envoy already sends (response_header_mode SEND, which the
-	// router needs for load), so it adds no round trip.
+	// to the response the client gets: on the response-headers message
+	// when Envoy sends it on the routing stream, and as envoy.lb metadata
+	// with the routing answer, from which the one-exchange bootstraps add
+	// the header (no round trip either way).
 	ResponseWorkerHeader bool
 	// Requests, when not nil, receives every decision and its outcome
 	// (the admin listener's /debug/requests).

@@ -148,13 +148,37 @@ func (s *Stream) routeCommon() *pb.CommonResponse {
 	return &pb.CommonResponse{HeaderMutation: hm, ClearRouteCache: true}
 }
 
-// routeMetadata is the dynamic metadata envoy.lb/x-gateway-destination-endpoint,
-// identical to the header as the protocol requires.
+// routeMetadata is the dynamic metadata in envoy.lb: the destination list
+// under x-gateway-destination-endpoint, identical to the header as the
+// protocol requires; the target header's value under the target header's
+// name, which a bootstrap that skips the request headers routes on (header
+// mutations in the answer to the body do not reach the route then); and,
+// with Config.ResponseWorkerHeader, the worker under x-kvroute-worker for
+// the bootstrap to add to the response; and the upstream headers
+// routeCommon sets, under their names.
 func (s *Stream) routeMetadata() *structpb.Struct {
+	target := s.decision.Cluster
+	if s.cfg.TargetValue == TargetAddress {
+		target = s.decision.Address
+	}
+	lb := map[string]*structpb.Value{
+		DestinationHeader:    structpb.NewStringValue(s.destination()),
+		s.cfg.targetHeader(): structpb.NewStringValue(target),
+	}
+	if s.cfg.ResponseWorkerHeader {
+		lb[WorkerHeader] = structpb.NewStringValue(s.workerName())
+	}
+	// The headers routeCommon sets upstream, for a bootstrap that adds
+	// them from metadata (request_headers_to_add).
+	if s.decision.Predicted {
+		lb[PredictedCachedTokensHeader] = structpb.NewStringValue(strconv.Itoa(s.decision.CachedTokens))
+	}
+	if s.cfg.DebugHeaders {
+		lb[CachedTokensHeader] = structpb.NewStringValue(strconv.Itoa(s.decision.CachedTokens))
+		lb[ModeHeader] = structpb.NewStringValue(s.decision.Mode)
+	}
 	return &structpb.Struct{Fields: map[string]*structpb.Value{
-		LBMetadataNamespace: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
-			DestinationHeader: structpb.NewStringValue(s.destination()),
-		}}),
+		LBMetadataNamespace: structpb.NewStructValue(&structpb.Struct{Fields: lb}),
 	}}
 }
 

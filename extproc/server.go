@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -81,6 +83,19 @@ type ServerConfig struct {
 	// handshake is closed after min(ConnIdleTimeout, 10 s). Default 2 min,
 	// the HTTP listener's idle timeout; negative disables both.
 	ConnIdleTimeout time.Duration
+	// ObserveGrace is how long a routing stream whose response is observed
+	// by a second filter (ObservedMetadataKey) waits, once Envoy closed it,
+	// for that filter's report of the response headers before it frees the
+	// request's load as a normal end (default DefaultObserveGrace; negative
+	// waits not at all).
+	ObserveGrace time.Duration
+	// ForwardObservation, when set, receives each observing filter's
+	// report that matches no routing stream of this server, encoded for
+	// ObservePeer: with several replicas behind one Envoy cluster the
+	// report may have reached another replica than the one that routed the
+	// request, and the caller hands it to its peers (kvroute: over NATS).
+	// It must not block.
+	ForwardObservation func(report []byte)
 }
 
 // DefaultConnIdleTimeout is ServerConfig.ConnIdleTimeout's default.
@@ -109,6 +124,8 @@ type Server struct {
 	stopping atomic.Bool
 	// failLog rate-limits the per-stream failure line (loglimit.go).
 	failLog logLimiter
+	// observed matches observing streams to routing streams.
+	observed *observers
 }
 
 var _ pb.ExternalProcessorServer = (*Server)(nil)
@@ -139,6 +156,10 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if s.cfg.ConnIdleTimeout == 0 {
 		s.cfg.ConnIdleTimeout = DefaultConnIdleTimeout
 	}
+	if s.cfg.ObserveGrace == 0 {
+		s.cfg.ObserveGrace = DefaultObserveGrace
+	}
+	s.observed = newObservers(s.cfg.ObserveGrace)
 	params := keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}
 	opts := []grpc.ServerOption{
 		// The body arrives in one message in BUFFERED mode; leave room for
@@ -222,13 +243,34 @@ func (s *Server) Shutdown(ctx context.Context) {
 func (s *Server) Process(srv grpc.BidiStreamingServer[pb.ProcessingRequest, pb.ProcessingResponse]) (err error) {
 	ctx := srv.Context()
 	st := NewStream(&s.cfg.Stream, s.cfg.Decider)
+	if md, ok := metadata.FromIncomingContext(ctx); ok && slices.Contains(md.Get(ObservedMetadataKey), ObservedMetadataValue) {
+		st.SetResponseObserved()
+	}
 	s.metrics.StreamStarted()
 	xm, _ := s.metrics.(ExchangeMetrics)
-	waited := 0
+	waited, observer := 0, false
 	var ended error
+	// reg is the stream's entry among the observed streams once it has
+	// routed; from then on every call into st goes through reg.mu.
+	var reg *observedStream
+	// locked runs f on st, under reg.mu once the stream is registered.
+	locked := func(f func()) {
+		if reg != nil {
+			reg.mu.Lock()
+			defer reg.mu.Unlock()
+		}
+		f()
+	}
 	defer func() {
-		st.Close(ended)
-		if xm != nil {
+		var done bool
+		var phase string
+		locked(func() { done, phase = st.Done(), st.Phase() })
+		if reg != nil {
+			s.observed.end(reg, ended)
+		} else {
+			st.Close(ended)
+		}
+		if xm != nil && !observer {
 			xm.StreamExchanges(waited)
 		}
 		code := status.Code(err)
@@ -238,14 +280,14 @@ func (s *Server) Process(srv grpc.BidiStreamingServer[pb.ProcessingRequest, pb.P
 			// it: a normal end (a request cut short is counted where its
 			// load is freed, as outcome reset).
 			code = codes.OK
-			if st.Done() {
+			if done {
 				err = nil
 			}
 		}
 		s.metrics.StreamEnded(code)
 		if code := status.Code(err); code != codes.OK && code != codes.Canceled {
 			if ok, held := s.failLog.allow(time.Now()); ok {
-				s.log.Warn("ext_proc stream failed", "phase", st.Phase(), "err", err, "similar_lines_left_out", held)
+				s.log.Warn("ext_proc stream failed", "phase", phase, "err", err, "similar_lines_left_out", held)
 			}
 		}
 	}()
@@ -259,7 +301,9 @@ func (s *Server) Process(srv grpc.BidiStreamingServer[pb.ProcessingRequest, pb.P
 		defer stop()
 	}
 	for {
-		m, rerr := recv(st.AwaitsEnd())
+		var awaits bool
+		locked(func() { awaits = st.AwaitsEnd() })
+		m, rerr := recv(awaits)
 		if errors.Is(rerr, io.EOF) {
 			return nil
 		}
@@ -282,14 +326,45 @@ func (s *Server) Process(srv grpc.BidiStreamingServer[pb.ProcessingRequest, pb.P
 			}
 			xm.Exchange(exchangePhase(m), blocking)
 		}
-		out, serr := st.Step(ctx, m)
+		if m.GetObservabilityMode() && (observer || waited == 0) {
+			// The observing filter's stream: its report goes to the
+			// routing stream it is about. Its response headers are all it
+			// carries, so it ends there, without waiting for Envoy's
+			// deferred close.
+			observer = true
+			if m.GetResponseHeaders() != nil {
+				matched := s.observed.observe(m)
+				if om, ok := s.metrics.(ObserveMetrics); ok {
+					om.Observation(matched)
+				}
+				if !matched && s.cfg.ForwardObservation != nil {
+					if b, err := encodeObservation(m); err == nil {
+						s.cfg.ForwardObservation(b)
+					}
+				}
+				return nil
+			}
+			continue
+		}
+		var out []*pb.ProcessingResponse
+		var serr error
+		if reg != nil {
+			locked(func() { out, serr = st.Step(ctx, m) })
+		} else {
+			out, serr = st.Step(ctx, m)
+			if st.Observed() && st.routed && serr == nil {
+				reg = s.observed.register(st.req.Headers[RequestIDHeader], st)
+			}
+		}
 		if serr != nil {
 			ended = serr
 			return serr
 		}
 		for _, r := range out {
 			if _, ok := r.Response.(*pb.ProcessingResponse_ImmediateResponse); ok {
-				s.metrics.Rejected(st.Status())
+				var code int
+				locked(func() { code = st.Status() })
+				s.metrics.Rejected(code)
 			}
 			if werr := srv.Send(r); werr != nil {
 				ended = werr

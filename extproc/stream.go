@@ -66,8 +66,12 @@ type Stream struct {
 	sawRespBody       bool
 	freed             bool
 	served            bool
-	sse               sseCounter
-	immediateStatus   int
+	// observed: the response headers reach the stream through Observe
+	// (the observing filter's stream), not through Step; the stream's end
+	// is the response's end (ResponsePathObserved).
+	observed        bool
+	sse             sseCounter
+	immediateStatus int
 
 	// The request log's bookkeeping (Config.Requests).
 	logged             bool
@@ -79,6 +83,29 @@ type Stream struct {
 // change while the stream lives.
 func NewStream(cfg *Config, d Decider) *Stream {
 	return &Stream{cfg: cfg, dec: d}
+}
+
+// SetResponseObserved tells the stream that Envoy sends it nothing of the
+// response but, at most, trailers: the response headers come through
+// Observe, from the observing filter's stream, and the stream's end is the
+// response's end. Call it before the first Step.
+func (s *Stream) SetResponseObserved() { s.observed = true }
+
+// Observed reports whether SetResponseObserved was called.
+func (s *Stream) Observed() bool { return s.observed }
+
+// Observe applies the response headers the observing filter saw (a
+// response_headers message in observability mode) to a routed stream, as
+// if they had come on the stream itself. It reports whether they were
+// applied: false before the routing decision, after an immediate response,
+// and for anything but response headers.
+func (s *Stream) Observe(m *pb.ProcessingRequest) bool {
+	h := m.GetResponseHeaders()
+	if h == nil || !s.routed || s.phase != phRouted {
+		return false
+	}
+	_, err := s.onResponseHeaders(m, h)
+	return err == nil
 }
 
 // Phase names where the stream is, for logs.
@@ -121,6 +148,8 @@ func (s *Stream) Close(err error) {
 	// stream's end is that signal. Envoy closes it, cleanly or by cancelling
 	// it, when the HTTP request ends; a client that leaves mid-response
 	// looks the same from here.
+	// Observed, with no response headers from the observing filter:
+	// nothing says the response failed.
 	if s.AwaitsEnd() && s.respStatus < 400 && endedByEnvoy(err) {
 		s.release(OutcomeOK)
 		return
@@ -133,7 +162,7 @@ func (s *Stream) Close(err error) {
 // nothing more (trailers at most) until it closes the stream when the
 // request ends, however long the response takes.
 func (s *Stream) AwaitsEnd() bool {
-	return s.phase == phRespBody && s.respMode == ModeNone
+	return s.phase == phRespBody && s.respMode == ModeNone || s.observed && s.phase == phRouted
 }
 
 // endedByEnvoy tells a stream Envoy closed (half-close, or a cancel when
@@ -152,7 +181,7 @@ func (s *Stream) step(ctx context.Context, m *pb.ProcessingRequest) ([]*pb.Proce
 	case *pb.ProcessingRequest_RequestHeaders:
 		return s.onRequestHeaders(ctx, m, r.RequestHeaders)
 	case *pb.ProcessingRequest_RequestBody:
-		return s.onRequestBody(ctx, r.RequestBody)
+		return s.onRequestBody(ctx, m, r.RequestBody)
 	case *pb.ProcessingRequest_RequestTrailers:
 		return s.onRequestTrailers(ctx)
 	case *pb.ProcessingRequest_ResponseHeaders:
@@ -213,8 +242,14 @@ func (s *Stream) onRequestHeaders(ctx context.Context, m *pb.ProcessingRequest, 
 	}
 }
 
-func (s *Stream) onRequestBody(ctx context.Context, b *pb.HttpBody) ([]*pb.ProcessingResponse, error) {
+func (s *Stream) onRequestBody(ctx context.Context, m *pb.ProcessingRequest, b *pb.HttpBody) ([]*pb.ProcessingResponse, error) {
 	switch s.phase {
+	case phHeaders:
+		// Envoy skipped the request headers (request_header_mode SKIP):
+		// what the router reads of them came as request attributes.
+		if err := s.startFromBody(m); err != nil {
+			return nil, err
+		}
 	case phReqPass:
 		if b.GetEndOfStream() {
 			s.phase = phRouted
@@ -251,6 +286,27 @@ func (s *Stream) onRequestBody(ctx context.Context, b *pb.HttpBody) ([]*pb.Proce
 		Response:        &pb.ProcessingResponse_RequestBody{RequestBody: &pb.BodyResponse{Response: common}},
 		DynamicMetadata: s.routeMetadata(),
 	}}, nil
+}
+
+// startFromBody begins a stream whose first message is the request body:
+// the modes from protocol_config, the request line, id and priority from
+// the request attributes (attributeHeaders), the subset hint from the
+// message's metadata. Only a buffered body can be routed this way: the
+// answer to the body is the only answer Envoy waits for.
+func (s *Stream) startFromBody(m *pb.ProcessingRequest) error {
+	pc := m.GetProtocolConfig()
+	if pc == nil || (pc.GetRequestBodyMode() != ModeBuffered && pc.GetRequestBodyMode() != ModeBufferedPart) {
+		return status.Error(codes.FailedPrecondition, "ext_proc: request body before request headers needs request_body_mode BUFFERED (announced in protocol_config)")
+	}
+	if pc.GetResponseBodyMode() == ModeGRPC {
+		return status.Error(codes.Unimplemented, "ext_proc: GRPC body send mode is not supported; use FULL_DUPLEX_STREAMED or BUFFERED")
+	}
+	s.reqMode, s.respMode = pc.GetRequestBodyMode(), pc.GetResponseBodyMode()
+	s.req.Headers = attributeHeaders(m.GetAttributes()[AttributesNamespace])
+	s.req.Method, s.req.Path = s.req.Headers[":method"], s.req.Headers[":path"]
+	s.req.Subset, s.req.HasSubset = subsetHint(m.GetMetadataContext())
+	s.phase = phReqBody
+	return nil
 }
 
 func (s *Stream) onRequestTrailers(ctx context.Context) ([]*pb.ProcessingResponse, error) {
@@ -418,7 +474,7 @@ func (s *Stream) onResponseBody(m *pb.ProcessingRequest, b *pb.HttpBody) ([]*pb.
 }
 
 func (s *Stream) onResponseTrailers(m *pb.ProcessingRequest) ([]*pb.ProcessingResponse, error) {
-	if s.phase != phRespBody {
+	if s.phase != phRespBody && !(s.observed && s.phase == phRouted) {
 		return nil, s.outOfOrder("response_trailers")
 	}
 	s.noteServed(m)

@@ -47,6 +47,7 @@ type Metrics struct {
 	exchanges       *prometheus.CounterVec
 	exchangeByPhase map[string][2]prometheus.Counter
 	streamExchanges prometheus.Histogram
+	observations    *prometheus.CounterVec
 	badRecords      *prometheus.CounterVec
 	// unknownPublishers counts KV event batches on --engine-events-listen
 	// whose topic names no single worker (no label: topics come from the
@@ -119,6 +120,9 @@ func newMetrics(reg *prometheus.Registry, r *Server) *Metrics {
 			[]string{"phase", "blocking"}),
 		streamExchanges: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvroute_extproc_stream_blocking_exchanges",
 			Help: "Messages per ext_proc stream (one HTTP request) that Envoy held the request for.", Buckets: []float64{0, 1, 2, 3, 4, 6, 8, 16, 32, 64, 128}}),
+		observations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_extproc_observations_total",
+			Help: "Response headers from the observing ext_proc filter, by whether they matched a request this process routed, directly or forwarded by a peer replica (matched=\"false\": another replica's request, forwarded to the peers; one routed without kvroute (fail-open); or a client-chosen request id used twice)."},
+			[]string{"matched"}),
 		immediate: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_extproc_immediate_responses_total",
 			Help: "Immediate (error) responses sent to clients, by HTTP status."}, []string{"status"}),
 		badRecords: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_discovery_bad_records_total",
@@ -130,7 +134,7 @@ func newMetrics(reg *prometheus.Registry, r *Server) *Metrics {
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.phase, m.overlap, m.cachedTokens, m.byLoad, m.finished, m.routed, m.queued,
 		m.queueWait, m.shed, m.expired, m.firstToken, m.hitsLost, m.loadRejected, m.syncRejected, m.syncDropped, m.batches, m.events, m.blocks, m.sequence,
-		m.streams, m.streamsActive, m.streamErrors, m.exchanges, m.streamExchanges, m.immediate, m.badRecords, m.unknownPublishers, m.engineBlockSize, &stateCollector{r: r}} {
+		m.streams, m.streamsActive, m.streamErrors, m.exchanges, m.streamExchanges, m.observations, m.immediate, m.badRecords, m.unknownPublishers, m.engineBlockSize, &stateCollector{r: r}} {
 		f(c)
 	}
 	m.exchangeByPhase = map[string][2]prometheus.Counter{}
@@ -181,6 +185,12 @@ func (m *Metrics) Exchange(phase string, blocking bool) {
 	m.exchanges.WithLabelValues(phase, strconv.FormatBool(blocking)).Inc()
 }
 func (m *Metrics) StreamExchanges(blocking int) { m.streamExchanges.Observe(float64(blocking)) }
+
+// extproc.ObserveMetrics
+
+func (m *Metrics) Observation(matched bool) {
+	m.observations.WithLabelValues(strconv.FormatBool(matched)).Inc()
+}
 
 // picker.Metrics
 

@@ -235,8 +235,11 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	r.server, err = extproc.NewServer(extproc.ServerConfig{Stream: stream, Decider: r.picker, Metrics: r.metrics, TLS: cfg.TLS, Logger: r.log, KeepaliveMinTime: cfg.KeepaliveMinTime,
 		MaxStreams: cfg.MaxStreams, StreamIdleTimeout: cmp.Or(cfg.StreamIdleTimeout, -1), // 0: off
-		ConnIdleTimeout: cmp.Or(cfg.ConnIdleTimeout, -1)})
+		ConnIdleTimeout: cmp.Or(cfg.ConnIdleTimeout, -1), ForwardObservation: r.forwardObservation()})
 	if err != nil {
+		return nil, err
+	}
+	if err = r.receiveObservations(); err != nil {
 		return nil, err
 	}
 	if r.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {

@@ -25,7 +25,7 @@ func runHop(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	prompts := fs.String("prompts", "short,8k,stream", "prompt kinds: short (a one-line chat), 8k (about 8,000 tokens, unique per request) and stream (the short chat answered as 64 chunks 20 ms apart: time to first byte and the gap between chunks)")
 	reqOnly := fs.Bool("request-path-only", false, "take kvroute off the response path (Envoy sends it no response headers or body): what load bookkeeping costs")
 	style := fs.String("style", "cluster-header", "bootstrap both Envoys run: cluster-header (request body BUFFERED) or original-dst (request body FULL_DUPLEX_STREAMED; without kvroute the client names the worker, round robin)")
-	respPath := fs.String("response-path", bench.ResponsePathHeaders, "what of each response the routed Envoy sends kvroute: headers (the default bootstraps) or streamed (every body chunk too; kvroute envoy-config --response-path)")
+	respPath := fs.String("response-path", bench.ResponsePathObserved, "what of each response the routed Envoy sends kvroute and how: observed (the default bootstraps: one exchange Envoy waits on), headers (request and response headers on the routing stream) or streamed (every body chunk too); kvroute envoy-config --response-path")
 	jsonOut := fs.String("json", "", "also write the report as JSON to this `file`")
 	logf := cli.RegisterLog(fs, "off")
 	setUsage(fs, `kvbench hop measures what kvroute adds to a request's path through Envoy.

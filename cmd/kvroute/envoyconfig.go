@@ -30,14 +30,26 @@ cluster-header and xds retry a refused connection (or a reset before the
 response headers) once, on the next endpoint of kvroute's list (its runner-up,
 see --fallbacks); original-dst cannot retry on another worker.
 
-Of each response Envoy sends kvroute the headers only (--response-path
-headers, the default): the body goes to the client without waiting on
-kvroute, and the request's load is freed when its ext_proc stream ends. The
-first token counts at the worker's KV event for the prompt's last block, not
-at the headers, which vLLM's and SGLang's OpenAI servers send before it.
---response-path streamed sends every body chunk too (one round trip each):
-the first token then also counts at the first chunk, and decode progress at
-the SSE events.
+Envoy waits on kvroute once per request (--response-path observed, the
+default): for its answer to the request body, which carries the route.
+cluster-header and xds skip the request headers (what kvroute reads of them
+comes as request attributes with the body; a buffer filter holds the request
+until the answer is in); original-dst streams the body in
+FULL_DUPLEX_STREAMED mode, so Envoy sends the headers and the body chunks and
+waits for the one answer after the last. The response headers (status, who
+made the response, the endpoint that served) reach kvroute through a second
+ext_proc filter in observability mode, which Envoy does not wait on; the body
+goes to the client without waiting on kvroute, and the request's load is
+freed when the routing stream ends with the response. With several kvroute
+replicas behind one Envoy, the observing filter's report may reach another
+replica than the one that routed; replicas forward such reports to each other
+over NATS (without NATS, use --response-path headers with several replicas).
+--response-path headers sends the request headers and the response headers
+on the routing stream, each an exchange Envoy waits on (3 per request; 4
+messages for original-dst). --response-path streamed sends every body chunk
+too (one round trip each): the first token then also counts at the first
+chunk, and decode progress at the SSE events. Otherwise the first token
+counts at the worker's KV event for the prompt's last block.
 
 Unlike serve, envoy-config reads no environment variables: it is run once to
 write a file, and KVROUTE_ADMIN_ADDR or KVROUTE_XDS_ADDR meant for another
@@ -61,7 +73,7 @@ func runEnvoyConfig(ctx context.Context, args []string, stdout, stderr io.Writer
 	fs.StringVar(&opts.AdminAddress, "admin-addr", "127.0.0.1:9901", "Envoy's admin `ip:port`")
 	fs.StringVar(&opts.XDSAddress, "xds-addr", "127.0.0.1:18000", "kvroute's ADS `host:port` (style xds)")
 	fs.StringVar(&opts.NodeID, "node-id", envoy.DefaultNodeID, "Envoy's node id (style xds: must match kvroute's)")
-	fs.StringVar(&opts.ResponsePath, "response-path", envoy.ResponsePathHeaders, "what of each response Envoy sends kvroute: "+
+	fs.StringVar(&opts.ResponsePath, "response-path", envoy.ResponsePathObserved, "what of each response Envoy sends kvroute: "+
 		"headers (status, who answered, the endpoint that served; the body goes to the client without waiting on kvroute, and the first token counts at the worker's KV event for the prompt's last block) or "+
 		"streamed (every body chunk too: the first token also at the first chunk, and decode progress, at one round trip per chunk)")
 	fs.DurationVar(&opts.MessageTimeout, "message-timeout", 60*time.Second, "ext_proc message_timeout; must exceed kvroute's admission-queue wait")

@@ -55,13 +55,15 @@ func TestEnvoyConfigPrintsValidBootstraps(t *testing.T) {
 		contains []string
 	}{
 		{"cluster-header from YAML: one cluster per cluster name", []string{"--style", "cluster-header", "--workers-file", yw},
-			[]string{"gpu-b", "kvroute", "kvroute_fallback", "w0"}, []string{"cluster_header: x-target-worker", `"10.0.0.2", port_value: 8000`}},
+			[]string{"gpu-b", "kvroute", "kvroute_fallback", "w0"}, []string{"value: {string_match: {exact: \"gpu-b\"}}", "cluster: \"gpu-b\"", `"10.0.0.2", port_value: 8000`, "request_header_mode: SKIP", "observability_mode: true"}},
 		{"cluster-header from JSON with a DNS worker and in-cluster kvroute", []string{"--style", "cluster-header", "--workers-file", jw, "--ext-proc-addr", "kvroute.kvroute.svc:9002", "--listen", "0.0.0.0:10000"},
 			[]string{"kvroute", "kvroute_fallback", "w0"}, []string{"type: STRICT_DNS", `"kvroute.kvroute.svc", port_value: 9002`, "port_value: 10000"}},
 		{"original-dst needs no workers", []string{"--style", "original-dst"},
 			[]string{"kvroute", "original_destination_cluster"}, []string{"FULL_DUPLEX_STREAMED", "x-gateway-destination-endpoint"}},
 		{"xds points at kvroute's ADS", []string{"--style", "xds", "--xds-addr", "10.1.2.3:18000", "--node-id", "edge-1"},
 			[]string{"kvroute", "kvroute_xds"}, []string{"id: edge-1", `"10.1.2.3", port_value: 18000`, "response_body_mode: NONE"}},
+		{"both headers on the routing stream on request", []string{"--style", "xds", "--response-path", "headers"},
+			[]string{"kvroute", "kvroute_xds"}, []string{"request_header_mode: SEND", "response_header_mode: SEND"}},
 		{"the response body through kvroute on request", []string{"--style", "original-dst", "--response-path", "streamed"},
 			[]string{"kvroute", "original_destination_cluster"}, []string{"response_body_mode: FULL_DUPLEX_STREAMED"}},
 	}
@@ -109,7 +111,7 @@ func TestEnvoyConfigRefusesBadInput(t *testing.T) {
 		{"listener not an IP", []string{"--style", "original-dst", "--listen", "envoy:8080"}, false, "IP literals"},
 		{"stray argument", []string{"--style", "xds", "extra"}, true, "unexpected argument"},
 		{"unknown flag", []string{"--stile", "xds"}, true, "stile"},
-		{"unknown response path", []string{"--style", "xds", "--response-path", "body"}, true, `--response-path "body": want headers or streamed`},
+		{"unknown response path", []string{"--style", "xds", "--response-path", "body"}, true, `--response-path "body": want observed, headers or streamed`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

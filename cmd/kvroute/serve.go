@@ -108,7 +108,7 @@ func newServeFlags() (*cli.Command, *serveFlags) {
 	fs.IntVar(&c.Stream.MaxBodyBytes, "max-body-bytes", 16<<20, "largest request body accepted; larger ones get 413")
 	fs.StringVar(&s.onBadBody, "on-bad-body", "reject", "body that is not JSON: reject (400) or route-by-load")
 	fs.BoolVar(&c.Stream.DebugHeaders, "debug-headers", false, "add x-kvroute-cached-tokens and x-kvroute-mode to upstream requests")
-	fs.BoolVar(&c.Stream.ResponseWorkerHeader, "response-worker-header", false, "add x-kvroute-worker (the chosen worker's id) to responses; rides on the response-headers message Envoy already sends")
+	fs.BoolVar(&c.Stream.ResponseWorkerHeader, "response-worker-header", false, "add x-kvroute-worker (the chosen worker's id) to responses; rides on the routing answer's envoy.lb metadata (or the response-headers message with --response-path headers): no round trip")
 	fs.IntVar(&c.RequestLogSize, "request-log-size", server.DefaultRequestLogSize, "recent decisions kept for the admin listener's /debug/requests, each with its explanation and outcome (0: off)")
 	fs.StringVar(&s.defaultBodyMode, "default-body-mode", "BUFFERED", "request body mode assumed when Envoy sends no protocol_config (Envoy < 1.33): NONE, BUFFERED or FULL_DUPLEX_STREAMED")
 	fs.StringVar(&c.ModelHeader, "model-header", "", "request header carrying the model when Envoy sends no body (body mode NONE)")

@@ -66,7 +66,7 @@ type EnvConfig struct {
 	// needs the matching server.Config.TLS (set it through Router).
 	EnvoyTLS *envoy.TLSFiles
 	// ResponsePath is what of each response Envoy shows the router
-	// (envoy.Options.ResponsePath; default the response headers only).
+	// (envoy.Options.ResponsePath; default the observed response path).
 	ResponsePath string
 	// Logger receives the components' logs; nil discards them.
 	Logger *slog.Logger
@@ -243,8 +243,8 @@ type EnvoyConfig struct {
 	ExtProcAddr, XDSAddr string
 	// TLS, when set, is Envoy's side of TLS to the router's ext_proc.
 	TLS *envoy.TLSFiles
-	// ResponsePath is envoy.Options.ResponsePath (default: response
-	// headers only).
+	// ResponsePath is envoy.Options.ResponsePath (default: the observed
+	// response path).
 	ResponsePath string
 	// Edit, when set, changes the generated bootstrap before Envoy loads it.
 	Edit func([]byte) ([]byte, error)

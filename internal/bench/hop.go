@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	bufferv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/buffer/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -54,7 +55,7 @@ type HopConfig struct {
 	// response-path bookkeeping costs.
 	RequestPathOnly bool
 	// ResponsePath is what of each response the routed Envoy shows kvroute
-	// (envoy.Options.ResponsePath; default the response headers only).
+	// (envoy.Options.ResponsePath; default ResponsePathObserved).
 	ResponsePath string
 	// Style is the bootstrap both Envoys run: envoy.StyleClusterHeader (the
 	// default; request body BUFFERED) or envoy.StyleOriginalDst (request
@@ -74,8 +75,10 @@ type HopConfig struct {
 }
 
 // What of each response the routed Envoy shows kvroute (HopConfig.ResponsePath):
-// envoy.ResponsePathHeaders, the default, or envoy.ResponsePathStreamed.
+// envoy.ResponsePathObserved, the default, envoy.ResponsePathHeaders or
+// envoy.ResponsePathStreamed.
 const (
+	ResponsePathObserved = envoy.ResponsePathObserved
 	ResponsePathHeaders  = envoy.ResponsePathHeaders
 	ResponsePathStreamed = envoy.ResponsePathStreamed
 )
@@ -486,14 +489,16 @@ var withoutExtProcClientPicks = EditHCM(func(hcm *hcmv3.HttpConnectionManager) e
 	return nil
 })
 
-// withoutExtProc drops the ext_proc filter from a bootstrap: the same Envoy
-// path, round robin over the workers (the cluster-header style's fallback
-// route), kvroute out of it.
+// withoutExtProc drops the ext_proc filters from a bootstrap (the routing
+// one and the observing one), and the buffer filter that holds a request
+// for the routing one's answer: the same Envoy path, round robin over the
+// workers (the cluster-header style's fallback route), kvroute out of it.
 var withoutExtProc = EditHCM(withoutExtProcHCM)
 
 func withoutExtProcHCM(hcm *hcmv3.HttpConnectionManager) error {
 	hcm.HttpFilters = slices.DeleteFunc(hcm.HttpFilters, func(h *hcmv3.HttpFilter) bool {
-		return h.GetName() == extProcFilter
+		tc := h.GetTypedConfig()
+		return tc.MessageIs(&extprocv3.ExternalProcessor{}) || tc.MessageIs(&bufferv3.Buffer{})
 	})
 	return nil
 }
@@ -502,6 +507,10 @@ func withoutExtProcHCM(hcm *hcmv3.HttpConnectionManager) error {
 // response path (no response headers or body sent to it): what the
 // response-path bookkeeping costs in latency.
 var requestPathOnly = EditHCM(func(hcm *hcmv3.HttpConnectionManager) error {
+	hcm.HttpFilters = slices.DeleteFunc(hcm.HttpFilters, func(h *hcmv3.HttpFilter) bool {
+		var ep extprocv3.ExternalProcessor
+		return h.GetTypedConfig().MessageIs(&ep) && h.GetTypedConfig().UnmarshalTo(&ep) == nil && ep.GetObservabilityMode()
+	})
 	for _, h := range hcm.HttpFilters {
 		if h.GetName() != extProcFilter {
 			continue
