@@ -6,14 +6,12 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -190,32 +188,7 @@ func (s *system) explain(t *testing.T, body []byte) picker.Explanation {
 // starts with name and contains every label pair, or 0 when absent.
 func (s *system) metric(t *testing.T, name string, labels ...string) float64 {
 	t.Helper()
-	resp, err := http.Get(s.RouterURL() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	var total float64
-lines:
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
-			continue
-		}
-		for _, l := range labels {
-			if !strings.Contains(line, l) {
-				continue lines
-			}
-		}
-		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
-		if err != nil {
-			t.Fatalf("metric line %q: %v", line, err)
-		}
-		total += v
-	}
-	return total
+	return metricAt(t, s.RouterURL(), name, labels...)
 }
 
 // reportsSince counts the workers whose latest load report, as the router

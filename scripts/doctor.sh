@@ -132,4 +132,4 @@ if [ "$cold_min" -gt 0 ]; then
 else
 	echo "doctor: every cache is warm."
 fi
-echo "doctor: warm, on 2 cores: make demo ~2 min; make test ~12 min (20-25 min on busy cores)."
+echo "doctor: warm, on 2 cores: make demo ~2 min; make test ~11 min (15-20 min on busy cores)."
