@@ -50,7 +50,7 @@ EST_test-main          := go test -race over every package and the e2e suite thr
 EST_test-deploy        := the deploy/ overlays with five kustomize releases: ~2 min warm; ~4 min more the first time (builds them)
 EST_test-kubeapiserver := InferencePool tests against a real kube-apiserver: ~4 min warm; ~10-16 min more the first time (builds kube-apiserver)
 EST_test-llmd          := four llm-d-inference-sim engines through Envoy: ~2 min warm; ~4 min more the first time (builds the simulator)
-EST_test-vllm          := two real vLLM engines (CPU build) through Envoy: ~2 min warm; the first time it waits for vLLM's install (6.3 GB, about 12 min), which make test starts in the background
+EST_test-vllm          := two real vLLM engines (CPU build) through Envoy: ~2 min warm; the first time it waits for the vLLM install (6.3 GB, about 12 min), which make test starts in the background
 
 lint: ## golangci-lint (pinned; built once into the user cache) with the linters .golangci.yml lists
 	@$(begin) ( echo "lint: golangci-lint over the router's module" && \
