@@ -45,7 +45,7 @@ func TestRateFitWithoutContextPrior(t *testing.T) {
 	f := newRateFit(20000, 25*time.Millisecond, 0)
 	for i := range 200 {
 		n := float64(500 + i*40)
-		f.add(n, n*n/2, 0.01+n/40000+1e-9*n*n/2)
+		f.add(n, n*n/2, 0, 0.01+n/40000+1e-9*n*n/2)
 	}
 	if f.context != 0 || !(f.rate > 20000) {
 		t.Fatalf("fit %+v: want no context term and a rate learned from the line", f)

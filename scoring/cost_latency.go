@@ -8,6 +8,7 @@ import "math"
 //	logit    = overhead + (backlog + uncached) ÷ rate
 //	         + context × (backlog attention + uncached × (cached + uncached ÷ 2))
 //	         + decode KV cost × passes × KV tokens in use
+//	         + pass × passes, when other requests are active on the worker
 //	         + slowdown_weight × active requests × duplicated ÷ rate
 //	         + request_weight × active requests × block size ÷ rate
 //	         + the time to recompute what the request would preempt
@@ -21,7 +22,8 @@ import "math"
 // prefix and the tokens before it), passes = ⌈(backlog + uncached) ÷
 // max_num_batched_tokens⌉ (each pass until the first token also decodes
 // every request running on the worker, reading its KV cache: see
-// Options.DecodeKVCost), uncached = prompt tokens not held on
+// Options.DecodeKVCost; pass is the learned Load.PrefillPass, what such a
+// shared pass costs beyond that), uncached = prompt tokens not held on
 // the device (host and disk blocks count at 1 − their weight), and
 // preemption charged when the request's blocks exceed the worker's free
 // KV, and churn the uncached tokens the worker took lately (Load.Churn):
@@ -107,7 +109,8 @@ func (c *latencyCost) termsOf(req *Request, l *Load, fleet fleetView) latencyTer
 	}
 	cached := float64(req.PromptTokens) - uncached
 	t.context = l.PrefillContext * (backlogAttn + uncached*(cached+uncached/2))
-	t.decodeKV = c.decodeKV * decodeKVWork(backlog+uncached, l.KVUsedBlocks()*l.BlockSize, l.MaxNumBatchedTokens)
+	t.decodeKV = c.decodeKV*decodeKVWork(backlog+uncached, l.KVUsedBlocks()*l.BlockSize, l.MaxNumBatchedTokens) +
+		l.PrefillPass*sharedPasses(backlog+uncached, l.ActiveRequests, l.MaxNumBatchedTokens)
 	t.ttft = l.PrefillOverhead + (backlog+uncached)/rate + t.context + t.decodeKV
 	// Recomputing blocks another candidate holds stalls every stream on
 	// this worker for as long as it takes: under load that grows with the
@@ -189,7 +192,8 @@ func (c *latencyCost) parts(req *Request, l *Load, p *loadParts) {
 	cached := float64(req.PromptTokens) - uncached
 	p.rate = rate
 	p.context = l.PrefillContext * (backlogAttn + uncached*(cached+uncached/2))
-	p.decodeKV = c.decodeKV * decodeKVWork(backlog+uncached, l.KVUsedBlocks()*l.BlockSize, l.MaxNumBatchedTokens)
+	p.decodeKV = c.decodeKV*decodeKVWork(backlog+uncached, l.KVUsedBlocks()*l.BlockSize, l.MaxNumBatchedTokens) +
+		l.PrefillPass*sharedPasses(backlog+uncached, l.ActiveRequests, l.MaxNumBatchedTokens)
 	p.base = l.PrefillOverhead + (backlog+uncached)/rate + p.context + p.decodeKV
 	// Recomputing blocks another candidate holds stalls every stream on
 	// this worker for as long as it takes (finish): under load that

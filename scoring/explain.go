@@ -98,8 +98,11 @@ type Terms struct {
 	// attention work in token pairs.
 	PrefillContext          float64 `json:"prefill_context_seconds,omitempty"`
 	PrefillBacklogAttention float64 `json:"prefill_backlog_attention,omitempty"`
-	HostBlocks              int     `json:"host_blocks,omitempty"`
-	DiskBlocks              int     `json:"disk_blocks,omitempty"`
+	// PrefillPass is the learned extra cost of a prefill pass shared
+	// with other active requests (seconds).
+	PrefillPass float64 `json:"prefill_pass_seconds,omitempty"`
+	HostBlocks  int     `json:"host_blocks,omitempty"`
+	DiskBlocks  int     `json:"disk_blocks,omitempty"`
 }
 
 func termsFromLoad(l *Load) Terms {
@@ -108,7 +111,7 @@ func termsFromLoad(l *Load) Terms {
 		ActiveBlocks: l.ActiveBlocks, ActiveRequests: l.ActiveRequests,
 		PrefillTokens: l.PrefillTokens, Weight: l.Weight,
 		PrefillBacklog: l.PrefillBacklog, PrefillRate: l.PrefillRate, PrefillOverhead: l.PrefillOverhead,
-		PrefillContext: l.PrefillContext, PrefillBacklogAttention: l.PrefillBacklogAttention,
+		PrefillContext: l.PrefillContext, PrefillBacklogAttention: l.PrefillBacklogAttention, PrefillPass: l.PrefillPass,
 		HostBlocks: l.HostBlocks, DiskBlocks: l.DiskBlocks,
 	}
 }

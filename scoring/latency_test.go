@@ -283,15 +283,15 @@ func TestDecodeKVIsNotLearnedAsPrefill(t *testing.T) {
 func TestRateFitIgnoresNonsense(t *testing.T) {
 	f := newRateFit(20000, 25*time.Millisecond, DefaultPrefillContextCost)
 	for _, xy := range [][2]float64{{-1, 1}, {100, 0}, {math.NaN(), 1}, {math.Inf(1), 1}, {100, math.Inf(1)}} {
-		f.add(xy[0], 0, xy[1])
+		f.add(xy[0], 0, 0, xy[1])
 	}
 	if f.samples != 0 || f.rate != 20000 {
 		t.Fatalf("nonsense was learned: %+v", f)
 	}
 	// Samples that say "infinitely slow" clamp at a twentieth of the prior.
 	for range 1000 {
-		f.add(10000, 0, 1e6)
-		f.add(0, 0, 1)
+		f.add(10000, 0, 0, 1e6)
+		f.add(0, 0, 0, 1)
 	}
 	if f.rate < 1000 || f.rate > 400000 {
 		t.Fatalf("rate %g escaped the clamp", f.rate)

@@ -30,9 +30,12 @@ type active struct {
 	// learn" (peer or moved requests). fitW is the KV tokens the decode
 	// steps beside that work read (decodeKVWork): its cost at
 	// Options.DecodeKVCost is taken off the time before the fit learns
-	// it, so the learned rate is the prefill's own.
+	// it, so the learned rate is the prefill's own. fitShared: other
+	// requests were active on the worker at dispatch, so that work's
+	// passes were shared (sharedPasses).
 	addAt            time.Time
 	fitX, fitZ, fitW float64
+	fitShared        bool
 	// pendingUntil is the deadline (Unix ns) of the pending records this
 	// request made on its worker, 0 when it made none or its first token
 	// arrived (the worker computed the prompt: nothing to take back).
@@ -107,6 +110,7 @@ func (p *Pool) add(key, worker string, promptTokens, matchedBlocks, prefill int,
 	if local {
 		a.fitX, a.fitZ = w.backlog+float64(prefill), w.backlogAttn+a.prefillAttn
 		a.fitW = decodeKVWork(a.fitX, p.kvUsedBlocksLocked(w, now)*w.spec.BlockSize, w.spec.MaxNumBatchedTokens)
+		a.fitShared = w.requests > 0
 	}
 	p.chargeLocked(a)
 	p.addChurnLocked(w, prefill, now)
@@ -162,8 +166,13 @@ func (p *Pool) clearPrefillLocked(a *active, now time.Time) bool {
 		// prefill's; at most half the time is taken off, so a prior that
 		// overprices it cannot leave the fit without samples.
 		y -= min(p.opts.DecodeKVCost*a.fitW, y/2)
-		w.fit.add(a.fitX, a.fitZ, y)
-		p.fleetFit.add(a.fitX, a.fitZ, y)
+		others := 0
+		if a.fitShared {
+			others = 1
+		}
+		d := sharedPasses(a.fitX, others, w.spec.MaxNumBatchedTokens)
+		w.fit.add(a.fitX, a.fitZ, d, y)
+		p.fleetFit.add(a.fitX, a.fitZ, d, y)
 	}
 	w.prefillTokens -= a.prefillTokens
 	w.prefillAttn = max(w.prefillAttn-a.prefillAttn, 0)

@@ -381,7 +381,10 @@ type Load struct {
 	PrefillRate     float64 `json:"prefill_rate"`
 	PrefillOverhead float64 `json:"prefill_overhead_seconds"`
 	PrefillContext  float64 `json:"prefill_context_seconds"`
-	FitSamples      int     `json:"fit_samples"`
+	// PrefillPass is the learned extra cost (s) of each prefill pass that
+	// shares the engine with other active requests (see rateFit).
+	PrefillPass float64 `json:"prefill_pass_seconds"`
+	FitSamples  int     `json:"fit_samples"`
 	// MatchedBlocks and CachedBlocks come from the Candidate in a pick;
 	// HostBlocks and DiskBlocks are the blocks after MatchedBlocks held
 	// off the device. MatchedBlocks includes PendingBlocks: the blocks
@@ -445,8 +448,9 @@ func (p *Pool) fillLoadLocked(l *Load, w *worker, now time.Time, churn float64) 
 	l.Ejected = w.health.ejectedUntil.After(now)
 	l.Cooling = w.health.coolUntil.After(now)
 	l.PrefillRate, l.PrefillOverhead, l.PrefillContext, l.FitSamples = p.blendedFitLocked(w)
+	l.PrefillPass = p.blendPassLocked(w.fit.pass, fitShare(w.fit.samples))
 	l.Churn = w.churn * churn
-	l.PrefillBacklog, l.PrefillBacklogAttention = w.backlogNow(now, l.PrefillRate, l.PrefillOverhead, l.PrefillContext, p.opts.NoPrefillDecay)
+	l.PrefillBacklog, l.PrefillBacklogAttention = w.backlogNow(now, l.PrefillRate, l.PrefillOverhead, l.PrefillContext, l.PrefillPass, p.opts.NoPrefillDecay)
 }
 
 // ownSamples is how many samples of its own a worker needs before its fit
@@ -478,11 +482,21 @@ func (p *Pool) blendShareLocked(rate, overhead, context, a float64) (float64, fl
 		a*context + (1-a)*p.fleetFit.context
 }
 
+// blendPassLocked blends a worker's own pass cost, of share a, with the
+// fleet's, as blendShareLocked does the rest of the fit.
+func (p *Pool) blendPassLocked(pass, a float64) float64 {
+	if p.fleetFit.samples == 0 {
+		return pass
+	}
+	return a*pass + (1-a)*p.fleetFit.pass
+}
+
 // backlogNow is the modelled prefill backlog at now, in tokens and in
 // attention work, without changing it. The backlog drains one second per
-// second of the time the model predicts for it; both parts drain by the
-// same fraction.
-func (w *worker) backlogNow(now time.Time, rate, overhead, context float64, noDecay bool) (tokens, attn float64) {
+// second of the time the model predicts for it (its passes shared when
+// more than one request is active); both parts drain by the same
+// fraction.
+func (w *worker) backlogNow(now time.Time, rate, overhead, context, pass float64, noDecay bool) (tokens, attn float64) {
 	if noDecay {
 		return float64(w.prefillTokens), w.prefillAttn
 	}
@@ -493,7 +507,7 @@ func (w *worker) backlogNow(now time.Time, rate, overhead, context float64, noDe
 		return 0, 0
 	}
 	if dt := now.Sub(w.backlogAt).Seconds(); dt > 0 {
-		if secs := overhead + b/rate + context*ba; secs > dt {
+		if secs := overhead + b/rate + context*ba + pass*sharedPasses(b, w.requests-1, w.maxBatched); secs > dt {
 			f := 1 - dt/secs
 			b, ba = b*f, ba*f
 		} else {
@@ -536,8 +550,9 @@ func (p *Pool) addChurnLocked(w *worker, tokens int, now time.Time) {
 
 // settleBacklogLocked brings w's backlog model to now, before a change.
 func (p *Pool) settleBacklogLocked(w *worker, now time.Time) {
-	rate, overhead, context, _ := p.blendedFitLocked(w)
-	w.backlog, w.backlogAttn = w.backlogNow(now, rate, overhead, context, p.opts.NoPrefillDecay)
+	rate, overhead, context, n := p.blendedFitLocked(w)
+	pass := p.blendPassLocked(w.fit.pass, fitShare(n))
+	w.backlog, w.backlogAttn = w.backlogNow(now, rate, overhead, context, pass, p.opts.NoPrefillDecay)
 	w.backlogAt = now
 }
 
@@ -547,7 +562,8 @@ func (p *Pool) Fits() []RateFit {
 	out := make([]RateFit, 0, len(p.workers))
 	for id, w := range p.workers {
 		rate, overhead, context, n := p.blendedFitLocked(w)
-		out = append(out, RateFit{Worker: id, PrefillRate: rate, OverheadSeconds: overhead, ContextSeconds: context, Samples: n})
+		pass := p.blendPassLocked(w.fit.pass, fitShare(n))
+		out = append(out, RateFit{Worker: id, PrefillRate: rate, OverheadSeconds: overhead, ContextSeconds: context, PassSeconds: pass, Samples: n})
 	}
 	p.mu.RUnlock()
 	slices.SortFunc(out, func(a, b RateFit) int { return strings.Compare(a.Worker, b.Worker) })

@@ -262,7 +262,9 @@ func (p *Pool) fillLiveLocked(l *Load, w *worker, now time.Time, churn float64) 
 	// A zero time is never after now: most workers were never ejected.
 	l.Ejected = !w.health.ejectedUntil.IsZero() && w.health.ejectedUntil.After(now)
 	l.Cooling = !w.health.coolUntil.IsZero() && w.health.coolUntil.After(now)
-	l.PrefillRate, l.PrefillOverhead, l.PrefillContext, _ = p.blendedFitLocked(w)
+	var n int
+	l.PrefillRate, l.PrefillOverhead, l.PrefillContext, n = p.blendedFitLocked(w)
+	l.PrefillPass = p.blendPassLocked(w.fit.pass, fitShare(n))
 	l.Churn = w.churn * churn
 	l.PrefillBacklog, l.PrefillBacklogAttention = 0, 0
 	if w.backlog > 0 && w.prefillTokens > 0 && !p.opts.NoPrefillDecay {
@@ -270,6 +272,6 @@ func (p *Pool) fillLiveLocked(l *Load, w *worker, now time.Time, churn float64) 
 	}
 	// Exact, and cheap: backlogNow skips the clock for a worker with no
 	// backlog, and the decay with NoPrefillDecay.
-	l.PrefillBacklog, l.PrefillBacklogAttention = w.backlogNow(now, l.PrefillRate, l.PrefillOverhead, l.PrefillContext, p.opts.NoPrefillDecay)
+	l.PrefillBacklog, l.PrefillBacklogAttention = w.backlogNow(now, l.PrefillRate, l.PrefillOverhead, l.PrefillContext, l.PrefillPass, p.opts.NoPrefillDecay)
 	return true
 }

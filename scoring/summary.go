@@ -13,7 +13,7 @@ import (
 // A worker struct is about a thousand bytes; the fields a kv decision
 // reads of it span six cache lines, and between decisions of a busy
 // router they are rarely still in cache. A summary holds the same values
-// in 144 bytes, laid out in the model's candidate order, so the first
+// in 152 bytes, laid out in the model's candidate order, so the first
 // pass reads 1,000 workers as two sequential streams (the candidates and
 // their summaries) instead of 1,000 scattered structs.
 //
@@ -47,7 +47,7 @@ type workerSummary struct {
 	churn float64
 	// The worker's own prefill fit and the share it has in the blend
 	// with the fleet's (see blendFitLocked).
-	fitRate, fitOverhead, fitContext, fitShare float64
+	fitRate, fitOverhead, fitContext, fitPass, fitShare float64
 	// pendingBits is the pending overlay's filter (pendingBlocks.bits):
 	// a hash it does not hold is not pending, and the first pass skips
 	// that worker's overlay.
@@ -122,7 +122,7 @@ func (p *Pool) summaryOfLocked(w *worker) (s workerSummary) {
 			reportAt:    nsSince(w.reportAt, p.epoch),
 			healthUntil: max(nsSince(w.health.ejectedUntil, p.epoch), nsSince(w.health.coolUntil, p.epoch)),
 			churn:       w.churn,
-			fitRate:     w.fit.rate, fitOverhead: w.fit.overhead, fitContext: w.fit.context, fitShare: fitShare(w.fit.samples),
+			fitRate:     w.fit.rate, fitOverhead: w.fit.overhead, fitContext: w.fit.context, fitPass: w.fit.pass, fitShare: fitShare(w.fit.samples),
 			blockSize: uint16(w.blockSize), kvTotalBlocks: int32(w.kvTotalBlocks), maxBatched: int32(w.maxBatched),
 			activeBlocks: int32(active), requests: int32(w.requests),
 			prefillTokens: int32(w.prefillTokens), prefillRequests: int32(w.prefillRequests),
@@ -172,6 +172,7 @@ func (p *Pool) fillSummaryLocked(l *Load, s *workerSummary, nowNs int64, churn f
 	l.ReportSilent = hasReport && !fresh
 	l.Ejected, l.Cooling = false, false // s.healthUntil is not after now
 	l.PrefillRate, l.PrefillOverhead, l.PrefillContext = p.blendShareLocked(s.fitRate, s.fitOverhead, s.fitContext, s.fitShare)
+	l.PrefillPass = p.blendPassLocked(s.fitPass, s.fitShare)
 	l.Churn = s.churn * churn
 	l.PrefillBacklog, l.PrefillBacklogAttention = 0, 0
 	return s.flags&sumBacklog == 0

@@ -269,6 +269,7 @@ var (
 	descOverhead = prometheus.NewDesc("kvroute_worker_prefill_overhead_seconds", "Fixed part of the worker's time to first token, as learned.", []string{"worker"}, nil)
 	descBacklog  = prometheus.NewDesc("kvroute_worker_prefill_backlog_tokens", "Modelled prefill work still ahead on the worker: tokens in flight drained at the learned rate.", []string{"worker"}, nil)
 	descContext  = prometheus.NewDesc("kvroute_worker_prefill_context_seconds", "Cost of one prompt token attending to one cached or earlier token on the worker, as learned: what cached context adds to a prefill.", []string{"worker"}, nil)
+	descPass     = prometheus.NewDesc("kvroute_worker_prefill_shared_pass_seconds", "Extra time of each prefill pass run beside other active requests on the worker, as learned: what sharing the engine adds beyond the KV the decodes read.", []string{"worker"}, nil)
 	descChurn    = prometheus.NewDesc("kvroute_worker_cache_churn_tokens", "Uncached prompt tokens routed to the worker lately, halved every minute: how fast its cache turns over.", []string{"worker"}, nil)
 	descQueue    = prometheus.NewDesc("kvroute_queue_depth", "Requests waiting in the admission queue.", nil, nil)
 	descMode     = prometheus.NewDesc("kvroute_router_mode", "The router mode in use (value 1).", []string{"mode"}, nil)
@@ -276,7 +277,7 @@ var (
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descEntries, descBlocks, descBytes, descApprox, descWorkers, descActive, descActBlk, descPrefill, descRate, descOverhead, descBacklog, descContext, descChurn, descQueue, descMode, descReadyDsc} {
+	for _, d := range []*prometheus.Desc{descEntries, descBlocks, descBytes, descApprox, descWorkers, descActive, descActBlk, descPrefill, descRate, descOverhead, descBacklog, descContext, descPass, descChurn, descQueue, descMode, descReadyDsc} {
 		ch <- d
 	}
 }
@@ -309,6 +310,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descOverhead, prometheus.GaugeValue, l.PrefillOverhead, l.ID)
 		ch <- prometheus.MustNewConstMetric(descBacklog, prometheus.GaugeValue, l.PrefillBacklog, l.ID)
 		ch <- prometheus.MustNewConstMetric(descContext, prometheus.GaugeValue, l.PrefillContext, l.ID)
+		ch <- prometheus.MustNewConstMetric(descPass, prometheus.GaugeValue, l.PrefillPass, l.ID)
 		ch <- prometheus.MustNewConstMetric(descChurn, prometheus.GaugeValue, l.Churn, l.ID)
 	}
 	ch <- prometheus.MustNewConstMetric(descQueue, prometheus.GaugeValue, float64(sched.QueueLen()))
