@@ -128,3 +128,30 @@ func TestSolveNormalMatchesAKnownPlane(t *testing.T) {
 		t.Fatal("a singular system solved")
 	}
 }
+
+// TestRateFitKeepsThePassOffWhenEveryPassIsShared: on a saturated worker
+// every prefill has requests beside it, so nothing tells the pass cost
+// from the rate; the fit keeps it at 0 and learns the rate alone.
+func TestRateFitKeepsThePassOffWhenEveryPassIsShared(t *testing.T) {
+	f := newRateFit(20000, 25*time.Millisecond, DefaultPrefillContextCost)
+	for i := range 400 {
+		n := 500 + (i*37)%30000
+		d := math.Ceil(float64(n) / 8192)
+		f.add(float64(n), attentionWork(n, 0), d, 0.01+float64(n)/40000+0.015*d)
+	}
+	if f.pass != 0 || !(f.rate > 0) {
+		t.Fatalf("fit %+v: want no pass cost where every pass is shared", f)
+	}
+	// Once a tenth of the prefills run alone, the pass cost is fitted.
+	for i := range 200 {
+		n := 500 + (i*37)%30000
+		d := math.Ceil(float64(n) / 8192)
+		if i%3 == 0 {
+			d = 0
+		}
+		f.add(float64(n), attentionWork(n, 0), d, 0.01+float64(n)/40000+0.015*d)
+	}
+	if math.Abs(f.pass-0.015) > 0.002 {
+		t.Fatalf("pass %g, want 0.015 once prefills also run alone", f.pass)
+	}
+}

@@ -37,6 +37,9 @@ type rateFit struct {
 	// holds the sums of their products, b the sums of each times y.
 	m [fitTerms][fitTerms]float64
 	b [fitTerms]float64
+	// shared is the weighted count of the observations with shared
+	// passes (d > 0), m[0][0] that of all of them.
+	shared float64
 	// The prior's plane, which fades as samples arrive.
 	priorRate, priorOverhead, priorContext float64
 }
@@ -58,6 +61,9 @@ const (
 	priorDecay     = 0.95
 	priorSpan      = 16384
 	minPassSquares = 64
+	// minShare is the share of the observations, shared and alone, that
+	// the pass term needs of each.
+	minShare = 0.1
 	// maxPass bounds the pass term: a decode step of a large batch.
 	maxPass = 0.1
 	// zScale keeps the attention sums near the token sums in magnitude,
@@ -111,6 +117,10 @@ func (f *rateFit) add(x, z, d, y float64) {
 		}
 		f.b[i] = f.b[i]*fitDecay + v[i]*y
 	}
+	f.shared *= fitDecay
+	if d > 0 {
+		f.shared++
+	}
 	f.samples++
 	m, b := f.m, f.b
 	// The prior's pseudo-samples pin what the observations cannot: a
@@ -129,7 +139,12 @@ func (f *rateFit) add(x, z, d, y float64) {
 		}
 	}
 	lo, hi := f.priorRate/20, f.priorRate*20
-	withPass := f.m[3][3] >= minPassSquares
+	// The pass term is told from the rest only by comparing passes shared
+	// with passes alone: a worker that always has requests beside each
+	// prefill (a saturated one) cannot separate it from its rate and
+	// overhead, and a fit that tries follows its queueing noise.
+	alone := f.m[0][0] - f.shared
+	withPass := f.m[3][3] >= minPassSquares && f.shared >= minShare*f.m[0][0] && alone >= minShare*f.m[0][0]
 	withContext := f.priorContext > 0
 	// The richest model whose solution makes sense: with the context and
 	// pass terms where they are on, then without the pass term, then a
