@@ -224,9 +224,9 @@ def main():
     ap.add_argument("--requests", type=int, default=2000, help="requests per workload (whole sessions)")
     ap.add_argument("--loads", default="0.5,1,2,4,8", help="arrival-rate multipliers for the Mooncake traces")
     ap.add_argument("--agent-loads", default="0.5,1,2,4,8,16", help="arrival-rate multipliers for the agent workload")
-    ap.add_argument("--dynamo-runs", type=int, default=3,
+    ap.add_argument("--dynamo-runs", type=int, default=5,
                     help="runs of each Dynamo KV-router cell, reported as medians (its replay is not deterministic)")
-    ap.add_argument("--kvbench-seeds", default="1,2,3",
+    ap.add_argument("--kvbench-seeds", default="1,2,3,4,5",
                     help="kvbench sim router seeds of every cell, reported as medians (a seed moves its tie-breaks)")
     args = ap.parse_args()
     seeds = [int(x) for x in args.kvbench_seeds.split(",")]
