@@ -195,12 +195,12 @@ func (pb *pendingBlocks) forget(hashes []uint64) {
 // forgetRecorded removes the entries of hashes whose newest record is the
 // one made at deadline, unless held counts an active request holding the
 // block: what a request freed before its first token had claimed.
-func (pb *pendingBlocks) forgetRecorded(hashes []uint64, deadline int64, held map[uint64]int32) {
+func (pb *pendingBlocks) forgetRecorded(hashes []uint64, deadline int64, held *blockRefs) {
 	if len(pb.until) == 0 {
 		return
 	}
 	for _, h := range hashes {
-		if e, ok := pb.until[h]; ok && e.until == deadline && held[h] == 0 {
+		if e, ok := pb.until[h]; ok && e.until == deadline && held.count(h) == 0 {
 			delete(pb.until, h)
 		}
 	}
