@@ -187,7 +187,11 @@ func (pb *pendingBlocks) forget(hashes []uint64) {
 		return
 	}
 	for _, h := range hashes {
-		delete(pb.until, h)
+		// Most stored blocks were never pending: the filter says so
+		// without hashing into the map.
+		if mayHold(&pb.bits, h) {
+			delete(pb.until, h)
+		}
 	}
 	pb.counted()
 }
