@@ -260,12 +260,20 @@ func (p *Pool) BlocksStored(worker string, hashes []uint64) {
 	done := buf[:0]
 	p.mu.Lock()
 	if w := p.workers[worker]; w != nil {
+		live := w.pending.live
 		w.pending.forget(hashes)
 		w.storesBlocks = true
 		if len(w.awaiting) > 0 {
 			done = p.storedLocked(w, hashes, done)
 		}
-		p.summarizeLocked(w)
+		// The summary holds the overlay's size and filter (which changes
+		// only when the overlay empties) and the prefill a stored block
+		// may have ended (storedLocked ends it for every waiter it finds,
+		// so a waiter found means a change); when neither moved, it is
+		// current.
+		if w.pending.live != live || len(done) > 0 {
+			p.summarizeLocked(w)
+		}
 	}
 	p.mu.Unlock()
 	p.firstTokens(done, FirstTokenKVEvent)
