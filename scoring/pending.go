@@ -183,7 +183,7 @@ func (pb *pendingBlocks) run(hashes []uint64, from int, now int64) int {
 // forget removes the entries of hashes, e.g. because the worker's events
 // reported them stored.
 func (pb *pendingBlocks) forget(hashes []uint64) {
-	if len(pb.until) == 0 {
+	if pb.live == 0 { // the map's header is a cache line of its own
 		return
 	}
 	for _, h := range hashes {
