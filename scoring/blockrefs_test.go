@@ -2,6 +2,7 @@ package scoring
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"testing"
 )
@@ -38,24 +39,33 @@ func checkRefs(t *testing.T, step int, got *blockRefs, want refsModel, keys []ui
 			t.Fatalf("step %d: count(%#x) = %d, want %d", step, h, got.count(h), want[h])
 		}
 	}
+	checkTable(t, step, &got.hashTable, func(n int32) bool { return n > 0 })
+}
+
+// checkTable checks that every slot's hash is reachable from its home,
+// that used counts the slots in use, that empty slots hold the zero V and
+// that every value held passes ok.
+func checkTable[V comparable](t *testing.T, step int, tab *hashTable[V], ok func(V) bool) {
+	t.Helper()
+	var zero V
 	used := 0
-	for i, s := range got.slots {
+	for i, s := range tab.slots {
 		if s.hash == 0 {
-			if s.n != 0 {
-				t.Fatalf("step %d: empty slot %d has count %d", step, i, s.n)
+			if s.v != zero {
+				t.Fatalf("step %d: empty slot %d holds %v", step, i, s.v)
 			}
 			continue
 		}
 		used++
-		if got.find(s.hash) != i {
-			t.Fatalf("step %d: slot %d's hash %#x found at %d", step, i, s.hash, got.find(s.hash))
+		if tab.find(s.hash) != i {
+			t.Fatalf("step %d: slot %d's hash %#x found at %d", step, i, s.hash, tab.find(s.hash))
 		}
-		if s.n <= 0 {
-			t.Fatalf("step %d: slot %d holds %#x with count %d", step, i, s.hash, s.n)
+		if !ok(s.v) {
+			t.Fatalf("step %d: slot %d holds %#x with %v", step, i, s.hash, s.v)
 		}
 	}
-	if used != got.used {
-		t.Fatalf("step %d: %d slots in use, used says %d", step, used, got.used)
+	if used != tab.used {
+		t.Fatalf("step %d: %d slots in use, used says %d", step, used, tab.used)
 	}
 }
 
@@ -196,5 +206,54 @@ func BenchmarkBlockRefs(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1e3, "µs/request")
 		})
+	}
+}
+
+// TestPendingTableIsTheMap drives the pending overlay's table (its get,
+// set, remove and reset) and a Go map with the same random steps, hash 0
+// among the keys, key spaces small enough to collide and large enough to
+// grow the table, and compares them after every step.
+func TestPendingTableIsTheMap(t *testing.T) {
+	for seed := range uint64(20) {
+		g := rand.New(rand.NewPCG(seed, 11))
+		space := []uint64{3, 40, 700, 1 << 40}[seed%4]
+		var pb pendingBlocks
+		want := map[uint64]pendingEntry{}
+		key := func() uint64 {
+			if seed%2 == 0 {
+				return g.Uint64N(space) // small sequential hashes
+			}
+			return g.Uint64N(space) << 20
+		}
+		for step := range 3000 {
+			switch op := g.IntN(20); {
+			case op == 0 && g.IntN(20) == 0:
+				pb.reset()
+				clear(want)
+			case op < 9:
+				h, e := key(), pendingEntry{until: g.Int64(), after: g.Int32()}
+				pb.until.reserve(1)
+				pb.set(h, e)
+				want[h] = e
+			case op < 15:
+				h := key()
+				pb.remove(h)
+				delete(want, h)
+			default:
+				h := key()
+				e, ok := pb.get(h)
+				w, wok := want[h]
+				if ok != wok || e != w {
+					t.Fatalf("seed %d step %d: get(%#x) = %v %v, want %v %v", seed, step, h, e, ok, w, wok)
+				}
+			}
+			if pb.entries() != len(want) {
+				t.Fatalf("seed %d step %d: %d entries, want %d", seed, step, pb.entries(), len(want))
+			}
+			if got := pendingEntries(&pb); !maps.Equal(got, want) {
+				t.Fatalf("seed %d step %d: the table holds %v, want %v", seed, step, got, want)
+			}
+			checkTable(t, step, &pb.until, func(pendingEntry) bool { return true })
+		}
 	}
 }
