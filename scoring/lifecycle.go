@@ -251,17 +251,11 @@ func (p *Pool) releaseLocked(a *active) {
 	p.unawaitLocked(a)
 	p.unholdLocked(a)
 	w := a.w
-	for _, h := range a.hashes {
-		if n := w.blockRefs[h]; n <= 1 {
-			delete(w.blockRefs, h)
-		} else {
-			w.blockRefs[h] = n - 1
-		}
-	}
-	w.refs = len(w.blockRefs)
+	w.blockRefs.release(a.hashes)
+	w.refs = w.blockRefs.len()
 	if a.pendingUntil != 0 {
 		// Blocks another active request on w holds stay pending for it.
-		w.pending.forgetRecorded(a.hashes, a.pendingUntil, w.blockRefs)
+		w.pending.forgetRecorded(a.hashes, a.pendingUntil, &w.blockRefs)
 		a.pendingUntil = 0
 	}
 	w.private -= a.private
@@ -279,10 +273,8 @@ func (p *Pool) releaseLocked(a *active) {
 // blocks, the request and prefill counts. releaseLocked undoes it.
 func (p *Pool) chargeLocked(a *active) {
 	w := a.w
-	for _, h := range a.hashes {
-		w.blockRefs[h]++
-	}
-	w.refs = len(w.blockRefs)
+	w.blockRefs.add(a.hashes)
+	w.refs = w.blockRefs.len()
 	a.private = a.privateBlocks()
 	w.private += a.private
 	w.requests++

@@ -39,8 +39,12 @@ type pendingBlocks struct {
 	// bits has two bits set for every hash in until (see mayHold), and
 	// for some that left it since: cleared when until empties.
 	bits [4]uint64
-	// until maps a block hash to its newest record's deadline and place.
-	until map[uint64]pendingEntry
+	// until maps a block hash to its newest record's deadline and place
+	// (hashtable.go), but for hash 0, whose entry is zeroEntry when
+	// hasZero.
+	until     hashTable[pendingEntry]
+	zeroEntry pendingEntry
+	hasZero   bool
 	// fifo holds the records in the order they were made, live from head.
 	// A record whose deadline is no longer until's was superseded (or its
 	// entry removed) and only waits to be popped.
@@ -61,6 +65,46 @@ type pendingEntry struct {
 	after int32
 }
 
+// get returns h's entry, if it has one.
+func (pb *pendingBlocks) get(h uint64) (pendingEntry, bool) {
+	if h == 0 {
+		return pb.zeroEntry, pb.hasZero
+	}
+	if i := pb.until.find(h); i >= 0 {
+		return pb.until.slots[i].v, true
+	}
+	return pendingEntry{}, false
+}
+
+// set makes e h's entry; for a new hash other than 0, until.reserve must
+// have made room.
+func (pb *pendingBlocks) set(h uint64, e pendingEntry) {
+	if h == 0 {
+		pb.zeroEntry, pb.hasZero = e, true
+		return
+	}
+	pb.until.slots[pb.until.upsert(h)].v = e
+}
+
+// remove drops h's entry, if it has one.
+func (pb *pendingBlocks) remove(h uint64) {
+	if h == 0 {
+		pb.zeroEntry, pb.hasZero = pendingEntry{}, false
+		return
+	}
+	if i := pb.until.find(h); i >= 0 {
+		pb.until.deleteAt(i)
+	}
+}
+
+// entries is the number of entries; live keeps it between calls.
+func (pb *pendingBlocks) entries() int {
+	if pb.hasZero {
+		return pb.until.used + 1
+	}
+	return pb.until.used
+}
+
 // record notes hashes as pending until deadline, renewing existing
 // entries. At most max records are kept: a prompt longer than that is
 // recorded up to max blocks (a prefix is what counts), and past it the
@@ -72,11 +116,9 @@ func (pb *pendingBlocks) record(hashes []uint64, now, deadline int64, max int) {
 		return
 	}
 	pb.expire(now)
-	if pb.until == nil {
-		pb.until = make(map[uint64]pendingEntry, len(hashes))
-	}
+	pb.until.reserve(len(hashes))
 	for i, h := range hashes {
-		pb.until[h] = pendingEntry{until: deadline, after: int32(len(hashes) - 1 - i)}
+		pb.set(h, pendingEntry{until: deadline, after: int32(len(hashes) - 1 - i)})
 		pb.fifo = append(pb.fifo, pendingRecord{hash: h, until: deadline})
 		i0, b0, i1, b1 := filterBits(h)
 		pb.bits[i0] |= b0
@@ -91,7 +133,7 @@ func (pb *pendingBlocks) record(hashes []uint64, now, deadline int64, max int) {
 
 // counted sets live after entries were added or removed.
 func (pb *pendingBlocks) counted() {
-	pb.live = len(pb.until)
+	pb.live = pb.entries()
 	if pb.live == 0 {
 		pb.bits = [4]uint64{}
 	}
@@ -116,8 +158,8 @@ func mayHold(bits *[4]uint64, h uint64) bool {
 // pop drops the oldest record, and its entry unless a newer record renewed it.
 func (pb *pendingBlocks) pop() {
 	r := pb.fifo[pb.head]
-	if e, ok := pb.until[r.hash]; ok && e.until == r.until {
-		delete(pb.until, r.hash)
+	if e, ok := pb.get(r.hash); ok && e.until == r.until {
+		pb.remove(r.hash)
 	}
 	pb.fifo[pb.head] = pendingRecord{}
 	pb.head++
@@ -164,12 +206,12 @@ func (pb *pendingBlocks) run(hashes []uint64, from int, now int64) int {
 	}
 	k, jump := max(from, 0), true
 	for k < len(hashes) {
-		e, ok := pb.until[hashes[k]]
+		e, ok := pb.get(hashes[k])
 		if !ok || e.until <= now {
 			break
 		}
 		if j := min(k+int(e.after), len(hashes)-1); jump && j > k {
-			if e2, ok := pb.until[hashes[j]]; ok && e2.until == e.until {
+			if e2, ok := pb.get(hashes[j]); ok && e2.until == e.until {
 				k = j + 1
 				continue
 			}
@@ -183,11 +225,15 @@ func (pb *pendingBlocks) run(hashes []uint64, from int, now int64) int {
 // forget removes the entries of hashes, e.g. because the worker's events
 // reported them stored.
 func (pb *pendingBlocks) forget(hashes []uint64) {
-	if len(pb.until) == 0 {
+	if pb.live == 0 {
 		return
 	}
 	for _, h := range hashes {
-		delete(pb.until, h)
+		// Most stored blocks were never pending: the filter says so
+		// without a lookup.
+		if mayHold(&pb.bits, h) {
+			pb.remove(h)
+		}
 	}
 	pb.counted()
 }
@@ -195,13 +241,13 @@ func (pb *pendingBlocks) forget(hashes []uint64) {
 // forgetRecorded removes the entries of hashes whose newest record is the
 // one made at deadline, unless held counts an active request holding the
 // block: what a request freed before its first token had claimed.
-func (pb *pendingBlocks) forgetRecorded(hashes []uint64, deadline int64, held map[uint64]int32) {
-	if len(pb.until) == 0 {
+func (pb *pendingBlocks) forgetRecorded(hashes []uint64, deadline int64, held *blockRefs) {
+	if pb.live == 0 {
 		return
 	}
 	for _, h := range hashes {
-		if e, ok := pb.until[h]; ok && e.until == deadline && held[h] == 0 {
-			delete(pb.until, h)
+		if e, ok := pb.get(h); ok && e.until == deadline && held.count(h) == 0 {
+			pb.remove(h)
 		}
 	}
 	pb.counted()
@@ -209,7 +255,8 @@ func (pb *pendingBlocks) forgetRecorded(hashes []uint64, deadline int64, held ma
 
 // reset drops every entry.
 func (pb *pendingBlocks) reset() {
-	clear(pb.until)
+	pb.until.reset()
+	pb.zeroEntry, pb.hasZero = pendingEntry{}, false
 	clear(pb.fifo)
 	pb.fifo, pb.head, pb.live, pb.bits = pb.fifo[:0], 0, 0, [4]uint64{}
 }
@@ -256,12 +303,20 @@ func (p *Pool) BlocksStored(worker string, hashes []uint64) {
 	done := buf[:0]
 	p.mu.Lock()
 	if w := p.workers[worker]; w != nil {
+		live := w.pending.live
 		w.pending.forget(hashes)
 		w.storesBlocks = true
 		if len(w.awaiting) > 0 {
 			done = p.storedLocked(w, hashes, done)
 		}
-		p.summarizeLocked(w)
+		// The summary holds the overlay's size and filter (which changes
+		// only when the overlay empties) and the prefill a stored block
+		// may have ended (storedLocked ends it for every waiter it finds,
+		// so a waiter found means a change); when neither moved, it is
+		// current.
+		if w.pending.live != live || len(done) > 0 {
+			p.summarizeLocked(w)
+		}
 	}
 	p.mu.Unlock()
 	p.firstTokens(done, FirstTokenKVEvent)

@@ -2,6 +2,7 @@ package scoring
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -431,4 +432,62 @@ func TestPendingRunJumpsOnlyOverIntactRecords(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPendingForgetSkipsOnlyWhatWasNeverPending drives the overlay with
+// random records, expiries, forgets and resets, and after each forget
+// compares its entries with a copy of the map that deleted every
+// forgotten hash without asking the filter first.
+func TestPendingForgetSkipsOnlyWhatWasNeverPending(t *testing.T) {
+	const ttl = int64(time.Second)
+	g := rand.New(rand.NewPCG(3, 9))
+	var pb pendingBlocks
+	now := int64(0)
+	randomHashes := func(space uint64) []uint64 {
+		hs := make([]uint64, g.IntN(40))
+		for i := range hs {
+			hs[i] = g.Uint64N(space) * 0x100000001b3 // spread over the filter's bits, often colliding
+		}
+		return hs
+	}
+	for step := range 5000 {
+		space := []uint64{20, 300, 1 << 40}[step%3]
+		switch now += int64(g.IntN(int(ttl / 8))); g.IntN(8) {
+		case 0:
+			pb.expire(now)
+		case 1:
+			if g.IntN(50) == 0 {
+				pb.reset()
+			}
+		case 2, 3, 4:
+			pb.record(randomHashes(space), now, now+ttl, 256)
+		default:
+			hs := randomHashes(space)
+			want := pendingEntries(&pb)
+			for _, h := range hs {
+				delete(want, h)
+			}
+			pb.forget(hs)
+			if got := pendingEntries(&pb); !maps.Equal(got, want) {
+				t.Fatalf("step %d: forget left %d entries, want %d", step, len(got), len(want))
+			}
+			if pb.len() != len(want) {
+				t.Fatalf("step %d: len %d, want %d", step, pb.len(), len(want))
+			}
+		}
+	}
+}
+
+// pendingEntries is a copy of pb's entries.
+func pendingEntries(pb *pendingBlocks) map[uint64]pendingEntry {
+	m := map[uint64]pendingEntry{}
+	if pb.hasZero {
+		m[0] = pb.zeroEntry
+	}
+	for _, s := range pb.until.slots {
+		if s.hash != 0 {
+			m[s.hash] = s.v
+		}
+	}
+	return m
 }

@@ -72,8 +72,8 @@ type worker struct {
 	requests        int
 	prefillTokens   int
 	prefillRequests int
-	// refs is len(blockRefs), kept with it: the map's header is a cache
-	// line of its own.
+	// refs is blockRefs.len(), kept with it: the table's header is a
+	// cache line of its own.
 	refs int
 	// adds counts Adds and Moves onto the worker; reportAdds is its value
 	// when the report arrived, so an idle report is trusted only if no
@@ -99,8 +99,8 @@ type worker struct {
 
 	spec fleet.Worker
 	// blockRefs counts, per prompt block hash, the active requests holding
-	// it, so a shared prefix counts once.
-	blockRefs map[uint64]int32
+	// it, so a shared prefix counts once (blockrefs.go).
+	blockRefs blockRefs
 	// finished counts requests freed on the worker; reportFinished is its
 	// value when the report arrived, so the requests that ended since are
 	// known until the next report shows them gone.
@@ -168,7 +168,7 @@ func (p *Pool) Upsert(spec fleet.Worker) error {
 	// places in the model lists: refreshing its facts is enough.
 	same := ok && w.spec.Model == spec.Model && w.spec.Address == spec.Address && slices.Equal(w.spec.LoRAAdapters, spec.LoRAAdapters)
 	if !ok {
-		w = &worker{blockRefs: make(map[uint64]int32), fit: newRateFit(p.opts.PrefillRate, p.opts.PrefillOverhead, p.opts.PrefillContextCost)}
+		w = &worker{fit: newRateFit(p.opts.PrefillRate, p.opts.PrefillOverhead, p.opts.PrefillContextCost)}
 		p.workers[spec.ID] = w
 	}
 	w.spec = spec

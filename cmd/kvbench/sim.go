@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -45,6 +46,7 @@ type simFlags struct {
 	routerCost  bool
 	requestsOut string
 	timing      string
+	cpuProfile  string
 }
 
 // workloadSize overrides a generated workload's size: sessions (requests
@@ -91,6 +93,8 @@ func newSimFlags(s *simFlags, stderr io.Writer) *flag.FlagSet {
 		"so TTFT minus floor is what queueing cost it and only more hits lower the floor)")
 	fs.BoolVar(&s.routerCost, "router-cost", false, "also measure the router's CPU (index match, decisions, lifecycle, load reports, KV events), "+
 		"the event rate and the index's size, apart from the engines; with --parallel 1 also the index's heap. Timings vary from run to run")
+	fs.StringVar(&s.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the runs to this `file` (go tool pprof reads it); "+
+		"the engines are in it too")
 	s.cost = costflag.Register(fs, &s.router)
 	setUsage(fs, `kvbench sim replays a workload through kvroute's real scoring (pool, cost
 model, admission queue), its real KV index (events go through the real vLLM
@@ -143,7 +147,12 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		RouterCost: s.routerCost, Requests: s.requestsOut != ""}
 	prog := bench.NewProgress(stderr, "sim "+w.Name, len(modes)*len(loads)).Counting("runs (one mode at one load each)")
 	opt.Progress = func(done, _ int, _ vsim.Result) { prog.Update(done, 0) }
+	stop, err := startCPUProfile(s.cpuProfile)
+	if err != nil {
+		return err
+	}
 	rep, err := vsim.Sweep(w, opt)
+	stop()
 	prog.Done()
 	if err != nil {
 		return err
@@ -162,6 +171,26 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprintf(stderr, "wrote %s: %d requests\n", s.requestsOut, len(rep.Records))
 	}
 	return ctx.Err()
+}
+
+// startCPUProfile starts a CPU profile written to path, when path is set,
+// and returns the function that ends it.
+func startCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}, nil
 }
 
 func (s *simFlags) buildWorkload() (*vsim.Workload, error) {

@@ -2,6 +2,7 @@ package vllmwire
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -288,8 +289,31 @@ func (r *reader) tokens() ([]uint32, error) {
 	}
 	out := make([]uint32, n)
 	p := r.pos()
+	data := r.data
 	for i := range out {
-		v, signed, next, ok := intAt(r.data, p)
+		// Token ids come as unsigned integers of at most 32 bits: read
+		// those here, anything else (and the input's last bytes) in intAt.
+		if p+4 < len(data) {
+			switch c := data[p]; {
+			case c <= msgpcode.PosFixedNumHigh:
+				out[i] = uint32(c)
+				p++
+				continue
+			case c == msgpcode.Uint8:
+				out[i] = uint32(data[p+1])
+				p += 2
+				continue
+			case c == msgpcode.Uint16:
+				out[i] = uint32(data[p+1])<<8 | uint32(data[p+2])
+				p += 3
+				continue
+			case c == msgpcode.Uint32:
+				out[i] = binary.BigEndian.Uint32(data[p+1 : p+5])
+				p += 5
+				continue
+			}
+		}
+		v, signed, next, ok := intAt(data, p)
 		switch {
 		case !ok:
 			if p >= len(r.data) {
