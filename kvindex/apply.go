@@ -192,8 +192,15 @@ func (ix *Index) applyStored(w *workerState, e *vllmwire.BlockStored, st *ApplyS
 	ix.keys = engineKeys(e.BlockHashes, ix.keys[:0])
 	medium := mediaBit(e.Medium)
 	t := ix.tab
+	// at is the cell of the block before the next: each block's cell goes
+	// right after its parent's where it can (chains.go).
+	var at uint64
+	hasAt := false
 	if medium == 0 {
 		ix.sink ^= t.touch(ix.scratch) ^ w.device.touch(ix.keys) ^ w.links.touch(ix.scratch)
+		if !root {
+			at, hasAt = t.locate(prev)
+		}
 		// One event's blocks that had equal holder sets share the result.
 		t.begin(false)
 		defer t.end()
@@ -216,15 +223,18 @@ func (ix *Index) applyStored(w *workerState, e *vllmwire.BlockStored, st *ApplyS
 			st.OffDeviceBlocks++
 			continue
 		}
-		if old, ok := w.device.put(key, r); ok {
-			if old == r {
-				st.DuplicateBlocks++
-				continue
-			}
-			// The engine reused a hash for other content: the new block wins.
+		old, ok := w.device.put(key, r)
+		if ok && old != r {
+			// The engine reused a hash for other content: the new block
+			// wins. (Before placing r: the drop may cut or free chains.)
 			ix.dropDevice(w, t, old)
 		}
-		if t.add(r, w.idx) {
+		at, hasAt = t.place(r, at, hasAt, len(ix.keys)-i), true
+		if ok && old == r {
+			st.DuplicateBlocks++
+			continue
+		}
+		if t.addAt(at, w.idx) {
 			w.dups[r]++
 		} else {
 			w.blocks++
@@ -257,7 +267,7 @@ func (w *workerState) router(key uint64) (uint64, bool) {
 
 // dropDevice removes one device holding of router hash r by w, and
 // reports whether w no longer holds r at all.
-func (ix *Index) dropDevice(w *workerState, t *holderTable, r uint64) bool {
+func (ix *Index) dropDevice(w *workerState, t *chainTable, r uint64) bool {
 	if n := w.dups[r]; n > 0 {
 		if n == 1 {
 			delete(w.dups, r)

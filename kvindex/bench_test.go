@@ -319,11 +319,12 @@ func newMatchFloor(f *matchFixture) *matchFloor {
 	t := f.ix.tab
 	fl := &matchFloor{pos: make(map[uint64]int32, t.count)}
 	for _, s := range t.slots {
-		if s.key != 0 {
+		if s.key != 0 && t.cell(s.val).set != 0 {
+			cl := t.cell(s.val)
 			// The floor reads a 64-bit set per block, as a fleet of 64
 			// workers could at best.
 			var set uint64
-			for _, m := range members(t, s.val) {
+			for _, m := range members(&t.holderSets, cl.set) {
 				set |= 1 << m
 			}
 			fl.pos[s.key] = int32(len(fl.flat))

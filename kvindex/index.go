@@ -20,18 +20,20 @@ type Config struct {
 // block hash, which workers hold it on the device tier. Any number of
 // goroutines may call Match while others Apply batches.
 //
-// Workers get dense slot numbers. One holderTable maps every distinct
-// router hash to the set of slots holding it (up to four inline in its
-// 16-byte slot, more as a bitset beside the table), so a lookup probes
-// one slot per prompt block whatever the size of the fleet, and costs
-// memory per distinct block rather than per worker.
+// Workers get dense slot numbers. One chainTable maps every distinct
+// router hash to the set of slots holding it (up to four inline in 64
+// bits, more as a bitset beside the table), kept in chains of cells in the
+// order blocks were stored after their parents, so a lookup probes the
+// table once per chain a prompt crosses and reads the rest in order,
+// whatever the size of the fleet, and costs memory per distinct block
+// rather than per worker.
 type Index struct {
 	mu      sync.RWMutex
 	cfg     Config
 	workers map[string]*workerState
 	slots   []*workerState // by dense index; nil when free
 	hot     []workerHot    // by dense index: what Match reads of each worker
-	tab     *holderTable   // router hash -> slots of the workers holding it
+	tab     *chainTable    // router hash -> slots of the workers holding it
 	scratch []uint64       // router hashes of the event being applied
 	keys    []uint64       // engine keys of the event being applied
 	sink    uint64         // keeps prefetching loads alive
@@ -170,7 +172,7 @@ const (
 
 // New returns an empty index.
 func New(cfg Config) *Index {
-	return &Index{cfg: cfg, workers: map[string]*workerState{}, tab: newHolderTable(cfg.InitialBlocks)}
+	return &Index{cfg: cfg, workers: map[string]*workerState{}, tab: newChainTable(cfg.InitialBlocks)}
 }
 
 // AddWorker registers a worker, its model (the seed of its hash chains) and
@@ -316,7 +318,7 @@ func (ix *Index) Match(hashes []uint64, candidates []string, out []MatchResult) 
 			}
 		}
 	}
-	depth := matchSlots(ix.tab, len(ix.slots), hashes, walked, closed, &bufs)
+	depth := matchChains(ix.tab, len(ix.slots), hashes, walked, closed, &bufs)
 	out = resize(out, len(slots))
 	for i, s := range slots {
 		if s < 0 {
@@ -434,7 +436,7 @@ func (ix *Index) Stats() Stats {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	s := Stats{Workers: len(ix.workers)}
-	s.Blocks = ix.tab.count
+	s.Blocks = ix.tab.held
 	s.Bytes = ix.tab.bytes()
 	for _, w := range ix.slots {
 		if w == nil {

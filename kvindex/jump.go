@@ -15,10 +15,10 @@ const jumpStride = matchChunk
 // find where they stop. A 512-block prompt held to the end costs 47 probes
 // instead of 512. sub is room for a bitset over every slot; died for a
 // list of every slot.
-func walkJump(t *holderTable, hashes []uint64, alive *aliveSet, depth []int32, sub []uint64, died []int32) {
+func walkJump(t *chainTable, hashes []uint64, alive *aliveSet, depth []int32, sub []uint64, died []int32) {
 	n := len(hashes)
 	first := min(jumpStride, n)
-	walk(t, hashes[:first], alive, 0, depth)
+	walkChains(t, hashes[:first], alive, 0, depth)
 	if alive.n == 0 {
 		return
 	}
@@ -26,7 +26,6 @@ func walkJump(t *holderTable, hashes []uint64, alive *aliveSet, depth []int32, s
 		keys [matchChunk]uint64
 		at   [matchChunk]int
 		got  [matchChunk]uint64
-		over [matchChunk]uint8
 		part aliveSet
 	)
 	alive.track, alive.died = true, died[:0]
@@ -37,11 +36,12 @@ func walkJump(t *holderTable, hashes []uint64, alive *aliveSet, depth []int32, s
 			k[i] = hashes[min((g+i+1)*jumpStride, n)-1]
 		}
 		t.prefetch(k, at[:])
-		nover := t.resolve(k, at[:], got[:], &over)
-		t.finish(k, at[:], got[:], over[:nover])
+		for i, key := range k {
+			got[i] = t.get(key)
+		}
 		for i := range k {
 			from := (g + i) * jumpStride
-			left := alive.step(t, got[i], int32(from), depth)
+			left := alive.step(&t.holderSets, got[i], int32(from), depth)
 			if len(alive.died) > 0 {
 				// The workers that lack the window's last block stop
 				// within it: walk the window for them alone.
@@ -54,7 +54,7 @@ func walkJump(t *holderTable, hashes []uint64, alive *aliveSet, depth []int32, s
 					}
 					part = aliveOf(sub)
 				}
-				walk(t, hashes[from:min(from+jumpStride, n)], &part, int32(from), depth)
+				walkChains(t, hashes[from:min(from+jumpStride, n)], &part, int32(from), depth)
 				alive.died = alive.died[:0]
 			}
 			if !left {

@@ -23,7 +23,7 @@ func walkMatch(ix *Index, hashes []uint64) []MatchResult {
 		out = append(out, MatchResult{Worker: w.id, Known: true, Stale: w.stale, Cached: w.blocks})
 		walked[w.idx>>6] |= 1 << (w.idx & 63)
 	}
-	depth := matchSlots(ix.tab, len(ix.slots), hashes, walked, nil, &matchBufs{})
+	depth := matchChains(ix.tab, len(ix.slots), hashes, walked, nil, &matchBufs{})
 	i := 0
 	for _, w := range ix.slots {
 		if w == nil {

@@ -52,18 +52,29 @@ var (
 	_ Matcher = (*Approx)(nil)
 )
 
-// matchSlots is the walk shared by Index and Approx: it returns, indexed
-// by worker slot (below nslots), the number of leading hashes each worker
-// in walked or closed holds in t. Workers in walked are walked block by
-// block; those in closed hold every block's parent (links.go), so walkJump
-// may stride through their blocks; closed may be nil. Only the depths of
-// those workers are set. The caller holds the read lock that guards t.
-func matchSlots(t *holderTable, nslots int, hashes []uint64, walked, closed []uint64, bufs *matchBufs) []int32 {
+// matchSlots is Approx's walk: it returns, indexed by worker slot (below
+// nslots), the number of leading hashes each worker in walked holds in t.
+// Only the depths of those workers are set. The caller holds the read lock
+// that guards t.
+func matchSlots(t *holderTable, nslots int, hashes []uint64, walked []uint64, bufs *matchBufs) []int32 {
 	depth := bufs.depth(nslots)
 	clear(depth)
 	alive := aliveOf(walked)
 	alive.zeroed = true
 	walk(t, hashes, &alive, 0, depth)
+	return depth
+}
+
+// matchChains is Index's walk: matchSlots over a chainTable, for the
+// workers in walked block by block, and for those in closed, which hold
+// every block's parent (links.go), with walkJump's strides; closed may be
+// nil.
+func matchChains(t *chainTable, nslots int, hashes []uint64, walked, closed []uint64, bufs *matchBufs) []int32 {
+	depth := bufs.depth(nslots)
+	clear(depth)
+	alive := aliveOf(walked)
+	alive.zeroed = true
+	walkChains(t, hashes, &alive, 0, depth)
 	if closed != nil {
 		jumped := aliveOf(closed)
 		jumped.zeroed = true

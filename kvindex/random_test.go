@@ -261,7 +261,7 @@ func TestConcurrentApplyAndMatch(t *testing.T) {
 }
 
 // members decodes a holder set of t, sorted.
-func members(t *holderTable, v uint64) []int {
+func members(t *holderSets, v uint64) []int {
 	var out []int
 	if isBig(v) {
 		for i, w := range t.sets.set(uint32(v)) {
@@ -312,7 +312,7 @@ func TestHolderTableAgreesWithMap(t *testing.T) {
 		sharers := map[uint32]int32{}
 		for k := uint64(1); k <= 5000; k++ {
 			v := tb.get(k)
-			if got, want := members(tb, v), sortedKeys(ref[k]); !slices.Equal(got, want) {
+			if got, want := members(&tb.holderSets, v), sortedKeys(ref[k]); !slices.Equal(got, want) {
 				t.Fatalf("step %d: get(%d) = %v, want %v", step, k, got, want)
 			}
 			if isBig(v) {

@@ -73,7 +73,7 @@ func (a *aliveSet) die(slot int32, at int32, depth []int32) {
 
 // step keeps in a the members of holder set v and records the depth of
 // the others as at. It reports whether any member remains.
-func (a *aliveSet) step(t *holderTable, v uint64, at int32, depth []int32) bool {
+func (a *aliveSet) step(t *holderSets, v uint64, at int32, depth []int32) bool {
 	if a.bits == nil {
 		if v == 0 {
 			for _, s := range a.few[:a.n] {
@@ -157,8 +157,8 @@ func (a *aliveSet) finish(at int32, depth []int32) {
 	}
 }
 
-// walk sets depth[s] for every member s of alive to base plus the number
-// of leading hashes whose holder set in t contains s. It works on chunks
+// walk (Approx's) sets depth[s] for every member s of alive to base plus
+// the number of leading hashes whose holder set in t contains s. It works on chunks
 // of matchChunk hashes in three stages: it resolves chunk c (whose buckets
 // are in cache by then), finishes and uses chunk c-1, whose few keys that
 // lay past their home bucket had that next bucket prefetched a chunk ago,
@@ -197,7 +197,7 @@ func walk(t *holderTable, hashes []uint64, alive *aliveSet, base int32, depth []
 	for j, v := range got[0][:len(keys)] {
 		if v != last {
 			last = v
-			if !alive.step(t, v, base+int32(j), depth) {
+			if !alive.step(&t.holderSets, v, base+int32(j), depth) {
 				return
 			}
 		}
@@ -221,7 +221,7 @@ func walk(t *holderTable, hashes []uint64, alive *aliveSet, base int32, depth []
 				// one set (holderTable.begin): only a change is a step.
 				if v := g[j]; v != last {
 					last = v
-					if !alive.step(t, v, base+int32(p*matchChunk+j), depth) {
+					if !alive.step(&t.holderSets, v, base+int32(p*matchChunk+j), depth) {
 						return
 					}
 				}
