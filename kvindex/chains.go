@@ -1,32 +1,45 @@
 package kvindex
 
 // chainTable is the Index's block table: for every router block hash the
-// set of worker slots holding it, like holderTable, but with the sets kept
-// in chains rather than in the table. A chain is a run of cells (router
-// hash, holder set), each block's cell right after its parent's where the
-// order of stores allows: the blocks one BlockStored event adds start a
-// chain, or extend the one whose last cell is their parent. The table maps
-// every hash to its cell. A lookup of a prompt probes the table once per
-// chain it crosses and reads the rest of each chain in order, comparing
-// the prompt's next hash with the next cell's: a 512-block prompt stored
-// in a few events is a few probes and a sequential read of 8 KB, instead
-// of 512 probes at random places.
+// set of worker slots holding it, kept in chains of cells (router hash,
+// holder set) in the order blocks were stored after their parents: the
+// blocks one BlockStored event adds start a chain, or extend the one whose
+// last cell is their parent. Only a chain's first cell is in the hash
+// table; a prompt's walk reaches the others in order, comparing its next
+// hash with the next cell's. A 512-block prompt stored in a few events is
+// a few probes and a sequential read of 8 KB, instead of 512 probes at
+// random places, and storing a block that extends a chain writes no table
+// entry.
 //
-// Exactness does not depend on how blocks are grouped: every hash has one
-// cell (the table finds it), so a cell whose hash equals the prompt's next
-// hash is that block whichever chain it sits in. A cell whose set empties
-// stays (with an empty set, "held by nobody") while others in its chain
-// are held, so a chain is not cut in two by an interior removal; trailing
-// empty cells are cut off, and a chain whose every cell is empty is freed.
-// It is not safe for concurrent writes; Index guards it.
+// That is exact because of two invariants:
+//
+//   - a router hash has at most one cell;
+//   - a cell that does not start its chain follows its parent's cell.
+//
+// Router hashes chain over the whole prefix, so a block's parent is unique
+// and a block that exists either follows its parent's cell or starts a
+// chain: place, given the parent's cell, looks in those two places before
+// it makes a cell, and walkChains looks in them for a prompt's next
+// block. (A prompt's first block has no parent: it starts a chain if it
+// has a cell.) Callers reach a cell through its place (cellRef), which
+// stays valid while they hold it.
+//
+// Each chain counts the entries that hold it (workers' engine keys on the
+// device tier, and off the device, whose blocks get cells too so that
+// their children can be placed), and is freed with its table entry when
+// none is left. A cell whose set empties stays, with an empty set ("held
+// by nobody"), while its chain is held, so that the chain is not cut in
+// two by an interior removal; trailing empty cells are cut off when no
+// off-device entry holds the chain. It is not safe for concurrent writes;
+// Index guards it.
 type chainTable struct {
-	oaTable    // router hash -> cell (cellRef)
+	oaTable    // the router hash of each chain's first cell -> its place
 	holderSets // the big sets and a batch's changes
 	chains     []chain
 	free       []uint32 // numbers of freed chains
 	held       int      // cells whose set is not empty
-	cells      int      // cells in all chains (their capacity is in bytes)
-	cellCap    int
+	cells      int      // cells in all chains
+	cellCap    int      // their capacity
 }
 
 // A cell is one block of a chain.
@@ -37,17 +50,17 @@ type cell struct {
 
 type chain struct {
 	cells []cell
-	held  int32 // cells whose set is not empty
+	refs  int32 // entries holding a cell of the chain
+	pins  int32 // of those, off-device ones
 }
 
 // A cellRef is a cell's place: its chain's number in the high 32 bits,
 // its offset in the low ones.
 func cellRef(ch uint32, off int) uint64 { return uint64(ch)<<32 | uint64(uint32(off)) }
 
-// chainMaxLoad: only a prompt's first block and the first of each chain
-// it crosses are looked up in the table, so buckets overflowing cost
-// lookups little, and a fuller table saves memory.
-const chainMaxLoad = 75
+// chainMaxLoad: the table holds one key per chain, few beside the
+// blocks, and a prompt's walk probes it once per chain it crosses.
+const chainMaxLoad = 60
 
 func newChainTable(hint int) *chainTable {
 	return &chainTable{oaTable: newOATable(hint, chainMaxLoad), holderSets: newHolderSets()}
@@ -56,69 +69,67 @@ func newChainTable(hint int) *chainTable {
 // cell returns the cell at ref.
 func (c *chainTable) cell(ref uint64) *cell { return &c.chains[ref>>32].cells[uint32(ref)] }
 
-// locate returns the place of key's cell.
-func (c *chainTable) locate(key uint64) (ref uint64, ok bool) {
+// start returns the place of key's cell if it starts a chain.
+func (c *chainTable) start(key uint64) (ref uint64, ok bool) {
 	if i := c.find(key); i >= 0 && key != 0 { // 0 marks an empty slot
 		return c.slots[i].val, true
 	}
 	return 0, false
 }
 
-// get returns the set of key, or 0.
-func (c *chainTable) get(key uint64) uint64 {
-	if ref, ok := c.locate(key); ok {
-		return c.cell(ref).set
-	}
-	return 0
-}
-
-// has reports whether key's set contains slot.
-func (c *chainTable) has(key uint64, slot int) bool { return c.contains(c.get(key), slot) }
-
-// place returns the place of key's cell, making one if key has none: right
-// after the cell at parent (when hasParent) if that is the last of its
-// chain, else at the start of a new chain with room for hint cells.
+// place returns the place of key's cell, making one if key has none.
+// parent is the place of the cell of key's parent block, when hasParent:
+// key's cell is right after it or starts a chain. A cell it makes goes
+// right after parent if that ends its chain, else starts a new chain with
+// room for hint cells. The caller must hold or pin a cell it makes before
+// the table changes again.
 func (c *chainTable) place(key, parent uint64, hasParent bool, hint int) uint64 {
+	var ch *chain
 	if hasParent {
-		ch := &c.chains[parent>>32]
+		ch = &c.chains[parent>>32]
 		if next := int(uint32(parent)) + 1; next < len(ch.cells) && ch.cells[next].hash == key {
 			return cellRef(uint32(parent>>32), next)
 		}
 	}
-	s, inserted := c.upsert(key)
-	if !inserted {
-		return s.val
-	}
-	var ref uint64
-	if hasParent && int(uint32(parent))+1 == len(c.chains[parent>>32].cells) {
-		ch := &c.chains[parent>>32]
-		c.cellCap -= cap(ch.cells)
-		ch.cells = append(ch.cells, cell{hash: key})
-		c.cellCap += cap(ch.cells)
-		ref = cellRef(uint32(parent>>32), len(ch.cells)-1)
-	} else {
-		var id uint32
-		if n := len(c.free); n > 0 {
-			id = c.free[n-1]
-			c.free = c.free[:n-1]
-		} else {
-			id = uint32(len(c.chains))
-			c.chains = append(c.chains, chain{})
-		}
-		cells := make([]cell, 1, max(hint, 1))
-		cells[0].hash = key
-		c.chains[id] = chain{cells: cells}
-		c.cellCap += cap(cells)
-		ref = cellRef(id, 0)
+	if ref, ok := c.start(key); ok {
+		return ref
 	}
 	c.cells++
-	s.val = ref // s is still key's slot: nothing moved the table since upsert
-	return ref
+	if hasParent && int(uint32(parent))+1 == len(ch.cells) {
+		if len(ch.cells) == cap(ch.cells) {
+			// Room for the rest of the event; a conversation's next turn
+			// grows it again.
+			c.cellCap -= cap(ch.cells)
+			grown := make([]cell, len(ch.cells), len(ch.cells)+max(hint, 1))
+			copy(grown, ch.cells)
+			ch.cells = grown
+			c.cellCap += cap(grown)
+		}
+		ch.cells = append(ch.cells, cell{hash: key})
+		return cellRef(uint32(parent>>32), len(ch.cells)-1)
+	}
+	var id uint32
+	if n := len(c.free); n > 0 {
+		id = c.free[n-1]
+		c.free = c.free[:n-1]
+	} else {
+		id = uint32(len(c.chains))
+		c.chains = append(c.chains, chain{})
+	}
+	cells := make([]cell, 1, max(hint, 1))
+	cells[0].hash = key
+	c.chains[id] = chain{cells: cells}
+	c.cellCap += cap(cells)
+	s, _ := c.upsert(key)
+	s.val = cellRef(id, 0)
+	return s.val
 }
 
-// addAt puts slot into the set of the cell at ref and reports whether it
-// was already there.
-func (c *chainTable) addAt(ref uint64, slot int) (had bool) {
+// hold records one more device entry of worker slot at the cell at ref:
+// slot joins its set, and reports whether it was there already (another
+// engine key of the worker holds the same block).
+func (c *chainTable) hold(ref uint64, slot int) (had bool) {
+	c.chains[ref>>32].refs++
 	cl := c.cell(ref)
 	was := cl.set
 	if c.addTo(&cl.set, slot) {
@@ -126,64 +137,81 @@ func (c *chainTable) addAt(ref uint64, slot int) (had bool) {
 	}
 	if was == 0 {
 		c.held++
-		c.chains[ref>>32].held++
 	}
 	return false
 }
 
-// add puts slot into key's set, making key a chain of its own if new, and
-// reports whether slot was there already.
-func (c *chainTable) add(key uint64, slot int) (had bool) {
-	return c.addAt(c.place(key, 0, false, 1), slot)
+// release drops one device entry of worker slot at the cell at ref; when
+// last (the worker's last engine key for the block) slot leaves its set.
+func (c *chainTable) release(ref uint64, slot int, last bool) {
+	ch := &c.chains[ref>>32]
+	ch.refs--
+	if last {
+		cl := c.cell(ref)
+		if c.removeFrom(&cl.set, slot) && cl.set == 0 {
+			c.held--
+		}
+	}
+	c.settle(ref)
 }
 
-// remove takes slot out of key's set and reports whether it was there. A
-// cell left empty at the end of its chain is cut off with the empty ones
-// before it; a chain left with no held cell is freed.
-func (c *chainTable) remove(key uint64, slot int) (had bool) {
-	ref, ok := c.locate(key)
-	if !ok {
-		return false
-	}
-	cl := c.cell(ref)
-	if !c.removeFrom(&cl.set, slot) {
-		return false
-	}
-	if cl.set != 0 {
-		return true
-	}
-	c.held--
+// pin records an off-device entry at the cell at ref, unpin drops one.
+func (c *chainTable) pin(ref uint64) {
+	ch := &c.chains[ref>>32]
+	ch.refs++
+	ch.pins++
+}
+
+func (c *chainTable) unpin(ref uint64) {
+	ch := &c.chains[ref>>32]
+	ch.refs--
+	ch.pins--
+	c.settle(ref)
+}
+
+// settle frees the chain of ref if nothing holds it, else cuts its
+// trailing empty cells if no off-device entry holds the chain (a device
+// entry's cell is never empty).
+func (c *chainTable) settle(ref uint64) {
 	id := uint32(ref >> 32)
 	ch := &c.chains[id]
-	if ch.held--; ch.held == 0 {
-		c.cut(ch, 0)
+	switch {
+	case ch.refs == 0:
+		c.deleteAt(c.find(ch.cells[0].hash))
+		c.cells -= len(ch.cells)
+		c.cellCap -= cap(ch.cells)
 		c.chains[id] = chain{}
 		c.free = append(c.free, id)
-		return true
-	}
-	if int(uint32(ref)) == len(ch.cells)-1 {
+	case ch.pins == 0 && ch.cells[len(ch.cells)-1].set == 0:
 		n := len(ch.cells) - 1
-		for n > 0 && ch.cells[n-1].set == 0 {
+		for ch.cells[n-1].set == 0 { // the first cell holds if nothing else does
 			n--
 		}
-		c.cut(ch, n)
+		c.cells -= len(ch.cells) - n
+		ch.cells = ch.cells[:n]
 	}
-	return true
 }
 
-// cut deletes the cells of ch from offset from on, every one empty, and
-// their hashes from the table.
-func (c *chainTable) cut(ch *chain, from int) {
-	for _, cl := range ch.cells[from:] {
-		c.deleteAt(c.find(cl.hash))
+// touchCells loads the cells at refs so that their cache misses overlap
+// instead of being paid one by one by the updates that follow. The result
+// only keeps the loads from being optimised away.
+func (c *chainTable) touchCells(refs []uint64) (sink uint64) {
+	for _, ref := range refs {
+		sink ^= c.cell(ref).hash
 	}
-	c.cells -= len(ch.cells) - from
-	if from == 0 {
-		c.cellCap -= cap(ch.cells)
-		ch.cells = nil
-		return
+	return sink
+}
+
+// cellsByHash maps every cell's router hash to its place: what a
+// snapshot's blocks, which come without parents, are looked up in.
+func (c *chainTable) cellsByHash() map[uint64]uint64 {
+	m := make(map[uint64]uint64, c.cells)
+	for id, ch := range c.chains {
+		for off, cl := range ch.cells {
+			m[cl.hash] = cellRef(uint32(id), off)
+		}
 	}
-	ch.cells = ch.cells[:from]
+	return m
 }
 
 // bytes is the memory of the table, the chains and the big sets.
@@ -193,9 +221,11 @@ func (c *chainTable) bytes() int {
 
 // walkChains is walk over a chainTable: it sets depth[s] for every member s
 // of alive to base plus the number of leading hashes whose set contains s.
-// It looks up the first hash in the table, then reads that cell's chain on
-// while the chain's hashes are the prompt's, and looks up the next hash
-// where they part; a hash the table lacks ends the walk. Its cost is one
+// hashes are a prompt's, its first block first: that block starts a chain
+// if it has a cell. walkChains reads the chain on while its hashes are the
+// prompt's, and looks the next hash up in the table where they part (a
+// block not right after its parent starts a chain); a hash the table lacks
+// ends the walk. Its cost is one
 // probe per chain crossed plus the cells read, and one step per change of
 // set, whatever the size of the fleet.
 func walkChains(c *chainTable, hashes []uint64, alive *aliveSet, base int32, depth []int32) {
@@ -209,7 +239,7 @@ func walkChains(c *chainTable, hashes []uint64, alive *aliveSet, base int32, dep
 	c.prefetch(hashes[:min(n, matchChunk)], at[:])
 	last := ^uint64(0) // no set is all ones
 	for i := 0; i < n; {
-		ref, ok := c.locate(hashes[i])
+		ref, ok := c.start(hashes[i])
 		if !ok {
 			alive.step(&c.holderSets, 0, base+int32(i), depth)
 			return

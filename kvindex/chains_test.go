@@ -7,10 +7,13 @@ import (
 	"testing"
 )
 
-// checkChains checks chainTable's invariants: every cell's hash maps to
-// its place and to no other cell, counts agree, a chain ends with a held
-// cell, and no chain is kept with nothing held.
-func checkChains(t *testing.T, c *chainTable) {
+// checkChains checks chainTable's invariants: every router hash has at
+// most one cell; exactly the first cell of each chain is in the table; a
+// cell that does not start its chain follows its parent's (parent gives a
+// block's parent hash, 0 for none: nil skips the check); counts agree;
+// refs and pins are what want says they should be (nil skips that); a
+// chain no off-device entry pins ends with a held cell.
+func checkChains(t *testing.T, c *chainTable, parent func(uint64) uint64, want func(id uint32) (refs, pins int32)) {
 	t.Helper()
 	seen := map[uint64]bool{}
 	cells, held := 0, 0
@@ -20,46 +23,54 @@ func checkChains(t *testing.T, c *chainTable) {
 	}
 	for id, ch := range c.chains {
 		if free[uint32(id)] {
-			if ch.cells != nil || ch.held != 0 {
+			if ch.cells != nil || ch.refs != 0 {
 				t.Fatalf("freed chain %d keeps %d cells", id, len(ch.cells))
 			}
 			continue
 		}
-		if len(ch.cells) == 0 {
-			t.Fatalf("chain %d is empty and not free", id)
+		if len(ch.cells) == 0 || ch.refs == 0 {
+			t.Fatalf("chain %d of %d cells, %d refs, is not free", id, len(ch.cells), ch.refs)
 		}
-		n := int32(0)
+		if want != nil {
+			if refs, pins := want(uint32(id)); refs != ch.refs || pins != ch.pins {
+				t.Fatalf("chain %d counts %d refs and %d pins, want %d and %d", id, ch.refs, ch.pins, refs, pins)
+			}
+		}
 		for off, cl := range ch.cells {
 			if seen[cl.hash] {
 				t.Fatalf("hash %d has two cells", cl.hash)
 			}
 			seen[cl.hash] = true
-			if ref, ok := c.locate(cl.hash); !ok || ref != cellRef(uint32(id), off) {
-				t.Fatalf("hash %d sits at %d/%d, the table says %x (%v)", cl.hash, id, off, ref, ok)
+			ref, ok := c.start(cl.hash)
+			if off == 0 && (!ok || ref != cellRef(uint32(id), 0)) {
+				t.Fatalf("chain %d starts with %d, the table says %x (%v)", id, cl.hash, ref, ok)
+			}
+			if off > 0 && ok {
+				t.Fatalf("hash %d, cell %d of chain %d, is in the table", cl.hash, off, id)
+			}
+			if off > 0 && parent != nil && parent(cl.hash) != ch.cells[off-1].hash {
+				t.Fatalf("hash %d follows %d, not its parent %d", cl.hash, ch.cells[off-1].hash, parent(cl.hash))
 			}
 			if cl.set != 0 {
-				n++
+				held++
 			}
 		}
-		if n != ch.held || n == 0 {
-			t.Fatalf("chain %d holds %d cells, counts %d", id, n, ch.held)
-		}
-		if ch.cells[len(ch.cells)-1].set == 0 {
+		if ch.pins == 0 && ch.cells[len(ch.cells)-1].set == 0 {
 			t.Fatalf("chain %d ends with an empty cell", id)
 		}
 		cells += len(ch.cells)
-		held += int(n)
 	}
-	if cells != c.cells || cells != c.count || held != c.held {
-		t.Fatalf("%d cells (%d held), counted %d (%d held), table %d", cells, held, c.cells, c.held, c.count)
+	if cells != c.cells || len(c.chains)-len(free) != c.count || held != c.held {
+		t.Fatalf("%d cells (%d held) in %d chains, counted %d (%d held), table %d", cells, held, len(c.chains)-len(free), c.cells, c.held, c.count)
 	}
 }
 
 // TestChainTableAgreesWithMap drives a chainTable as the index does
-// (runs of blocks stored after their parent, in batches; blocks placed
-// with no parent, as a snapshot load does; removals anywhere, of blocks
-// held and not) against a map of holder sets, checking its invariants and
-// that walkChains agrees with looking every block up.
+// (runs of blocks stored after their parent, in batches, by workers and
+// off the device; blocks placed as a snapshot load does, looked up among
+// every cell; entries dropped in any order, interior ones included)
+// against maps of entries, checking its invariants, every block's set,
+// and that walkChains agrees with looking every block up.
 func TestChainTableAgreesWithMap(t *testing.T) {
 	for seed := uint64(1); seed <= 4; seed++ {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { testChainTable(t, seed) })
@@ -77,20 +88,68 @@ func testChainTable(t *testing.T, seed uint64) {
 		}
 		return uint64(d*docLen+j) + 1
 	}
-	c := newChainTable(0)
-	ref := map[uint64]map[int]bool{}
-	set := func(h uint64, s int, on bool) {
-		if on {
-			if ref[h] == nil {
-				ref[h] = map[int]bool{}
-			}
-			ref[h][s] = true
-		} else if delete(ref[h], s); len(ref[h]) == 0 {
-			delete(ref, h)
+	parentOf := map[uint64]uint64{}
+	for d := 0; d < docs; d++ {
+		for j := 1; j < docLen; j++ {
+			parentOf[hash(d, j)] = hash(d, j-1)
 		}
 	}
+	c := newChainTable(0)
+	// An entry holds a cell: a worker slot's device entry, or (slot -1)
+	// an off-device pin. entries lists them, count how many of each.
+	type entry struct {
+		hash uint64
+		slot int
+		at   uint64
+	}
+	var entries []entry
+	count := map[[2]uint64]int{}
+	at := map[uint64]uint64{} // a held block's cell
+	sets := func(h uint64) []int {
+		var out []int
+		for s := 0; s < nslots; s++ {
+			if count[[2]uint64{h, uint64(s)}] > 0 {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	hold := func(h, ref uint64, s int) {
+		if s < 0 {
+			c.pin(ref)
+		} else if had := c.hold(ref, s); had != (count[[2]uint64{h, uint64(s)}] > 0) {
+			t.Fatalf("hold(%d, %d) had=%v", h, s, had)
+		}
+		entries = append(entries, entry{h, s, ref})
+		count[[2]uint64{h, uint64(s)}]++
+		at[h] = ref
+	}
+	drop := func(i int) {
+		e := entries[i]
+		entries[i] = entries[len(entries)-1]
+		entries = entries[:len(entries)-1]
+		k := [2]uint64{e.hash, uint64(e.slot)}
+		count[k]--
+		if e.slot < 0 {
+			c.unpin(e.at)
+		} else {
+			c.release(e.at, e.slot, count[k] == 0)
+		}
+		if count[k] == 0 {
+			delete(count, k)
+		}
+		for _, o := range entries {
+			if o.hash == e.hash {
+				return
+			}
+		}
+		delete(at, e.hash)
+	}
 	slot := func() int {
-		if rng.IntN(3) == 0 {
+		switch r := rng.IntN(12); {
+		case r == 0:
+			return -1 // off the device
+		case r < 4:
 			return rng.IntN(nslots)
 		}
 		return rng.IntN(6) // inline sets, mostly
@@ -98,50 +157,49 @@ func testChainTable(t *testing.T, seed uint64) {
 	walks, deep := 0, 0
 	for step := 0; step < 30000; step++ {
 		switch p := rng.IntN(100); {
-		case p < 45: // an event: a run chained after its parent
+		case p < 45: // an event: a run stored after its parent, or from the root
 			d, from := rng.IntN(docs), rng.IntN(docLen)
+			if rng.IntN(3) == 0 {
+				from = 0
+			}
+			ref, hasRef := uint64(0), false
+			if from > 0 {
+				if ref, hasRef = at[hash(d, from-1)]; !hasRef {
+					continue // the parent is unknown: the index drops such events
+				}
+			}
 			to := min(docLen, from+1+rng.IntN(12))
 			s := slot()
-			var at uint64
-			hasAt := false
-			if from > 0 && rng.IntN(8) != 0 { // else its parent is off the device
-				at, hasAt = c.locate(hash(d, from-1))
-			}
 			c.begin(false)
 			for j := from; j < to; j++ {
-				h := hash(d, j)
-				at, hasAt = c.place(h, at, hasAt, to-j), true
-				if had := c.addAt(at, s); had != ref[h][s] {
-					t.Fatalf("step %d: add(%d, %d) had=%v", step, h, s, had)
-				}
-				set(h, s, true)
+				ref, hasRef = c.place(hash(d, j), ref, hasRef, to-j), true
+				hold(hash(d, j), ref, s)
 			}
 			c.end()
 		case p < 50: // a snapshot's blocks, in no order and with no parents
 			s := slot()
+			all := c.cellsByHash()
 			c.begin(true)
 			for k := rng.IntN(10); k >= 0; k-- {
 				h := hash(rng.IntN(docs), rng.IntN(docLen))
-				if had := c.add(h, s); had != ref[h][s] {
-					t.Fatalf("step %d: add(%d, %d) had=%v", step, h, s, had)
+				ref, ok := all[h]
+				if !ok {
+					ref = c.place(h, 0, false, 1)
+					all[h] = ref
 				}
-				set(h, s, true)
+				hold(h, ref, s)
 			}
 			c.end()
-		default: // removals, interior ones included, in a batch or not
-			s := slot()
+		default: // entries dropped, interior ones included, in a batch or not
+			if len(entries) == 0 {
+				continue
+			}
 			batch := rng.IntN(2) == 0
 			if batch {
 				c.begin(false)
 			}
-			d, j := rng.IntN(docs), rng.IntN(docLen)
-			for k := rng.IntN(6); k >= 0 && j < docLen; k-- {
-				h := hash(d, j)
-				if had := c.remove(h, s); had != ref[h][s] {
-					t.Fatalf("step %d: remove(%d, %d) had=%v", step, h, s, had)
-				}
-				set(h, s, false)
-				j++
+			for k := rng.IntN(6); k >= 0 && len(entries) > 0; k-- {
+				drop(rng.IntN(len(entries)))
 			}
 			if batch {
 				c.end()
@@ -150,12 +208,27 @@ func testChainTable(t *testing.T, seed uint64) {
 		if step%500 != 0 {
 			continue
 		}
-		checkChains(t, c)
+		checkChains(t, c, func(h uint64) uint64 { return parentOf[h] }, func(id uint32) (refs, pins int32) {
+			for _, e := range entries {
+				if uint32(e.at>>32) == id {
+					refs++
+					if e.slot < 0 {
+						pins++
+					}
+				}
+			}
+			return refs, pins
+		})
+		all := c.cellsByHash()
 		for d := 0; d < docs; d++ {
 			for j := 0; j < docLen; j++ {
 				h := hash(d, j)
-				if got, want := members(&c.holderSets, c.get(h)), sortedKeys(ref[h]); !slices.Equal(got, want) {
-					t.Fatalf("step %d: get(%d) = %v, want %v", step, h, got, want)
+				v := uint64(0)
+				if ref, ok := all[h]; ok {
+					v = c.cell(ref).set
+				}
+				if got, want := members(&c.holderSets, v), sets(h); !slices.Equal(got, want) {
+					t.Fatalf("step %d: set of %d = %v, want %v", step, h, got, want)
 				}
 			}
 		}
@@ -167,7 +240,7 @@ func testChainTable(t *testing.T, seed uint64) {
 				prompt[j] = hash(d, j)
 			}
 			if rng.IntN(4) == 0 { // a prompt that leaves its document
-				prompt[rng.IntN(len(prompt))] = hash(rng.IntN(docs), rng.IntN(docLen))
+				prompt[rng.IntN(len(prompt))] = uint64(1000 + rng.IntN(docs*docLen))
 			}
 			cands := make([]uint64, (nslots+63)/64)
 			for s := 0; s < nslots; s++ {
@@ -178,7 +251,7 @@ func testChainTable(t *testing.T, seed uint64) {
 			var want, got [nslots]int32
 			for s := 0; s < nslots; s++ {
 				if cands[s>>6]&(1<<(s&63)) != 0 {
-					for want[s] < int32(len(prompt)) && ref[prompt[want[s]]][s] {
+					for want[s] < int32(len(prompt)) && count[[2]uint64{prompt[want[s]], uint64(s)}] > 0 {
 						want[s]++
 					}
 				}
@@ -198,52 +271,50 @@ func testChainTable(t *testing.T, seed uint64) {
 			}
 		}
 	}
-	checkChains(t, c)
 	if deep < walks/20 {
 		t.Fatalf("only %d of %d walks went past 3 blocks: the test does not exercise chains", deep, walks)
 	}
-	// Remove everything: every chain is freed and the table empties.
-	for h, set := range ref {
-		for s := range set {
-			c.remove(h, s)
-		}
+	// Drop everything: every chain is freed and the table empties.
+	for len(entries) > 0 {
+		drop(len(entries) - 1)
 	}
-	checkChains(t, c)
-	if c.count != 0 || c.cells != 0 || len(c.free) != len(c.chains) {
+	checkChains(t, c, nil, nil)
+	if c.count != 0 || c.cells != 0 || c.held != 0 || len(c.free) != len(c.chains) {
 		t.Fatalf("emptied table keeps %d keys, %d cells, %d of %d chains", c.count, c.cells, len(c.chains)-len(c.free), len(c.chains))
 	}
 }
 
 // TestChainsFollowStores pins the layout: a prompt stored in three
-// events, each after the last, is one chain, and a second worker storing
-// a prefix of it and then a different turn adds one chain, not one cell
-// per block to the table's lookups.
+// events, each after the last, is one chain, and a second worker storing a
+// prefix of it and then a turn of its own adds one chain; interior
+// removals leave a chain whole, removing its tail cuts it.
 func TestChainsFollowStores(t *testing.T) {
 	c := newChainTable(0)
+	refs := map[uint64]uint64{}
 	store := func(slot int, parent uint64, hashes ...uint64) {
-		at, hasAt := c.locate(parent)
+		at, hasAt := refs[parent]
 		for i, h := range hashes {
 			at, hasAt = c.place(h, at, hasAt, len(hashes)-i), true
-			c.addAt(at, slot)
+			c.hold(at, slot)
+			refs[h] = at
 		}
 	}
 	store(0, 0, 1, 2, 3, 4)
 	store(0, 4, 5, 6)
 	store(0, 6, 7, 8, 9)
-	if len(c.chains) != 1 || len(c.chains[0].cells) != 9 {
-		t.Fatalf("three stores after one another make %d chains, the first of %d cells", len(c.chains), len(c.chains[0].cells))
+	if len(c.chains) != 1 || len(c.chains[0].cells) != 9 || c.count != 1 {
+		t.Fatalf("three stores after one another make %d chains, the first of %d cells, %d in the table", len(c.chains), len(c.chains[0].cells), c.count)
 	}
 	store(1, 0, 1, 2, 3)
 	store(1, 3, 14, 15)
-	if len(c.chains) != 2 || len(c.chains[0].cells) != 9 || len(c.chains[1].cells) != 2 {
-		t.Fatalf("a second worker's turn makes %d chains", len(c.chains))
+	if len(c.chains) != 2 || len(c.chains[0].cells) != 9 || len(c.chains[1].cells) != 2 || c.count != 2 {
+		t.Fatalf("a second worker's turn makes %d chains, %d in the table", len(c.chains), c.count)
 	}
-	// Interior removals leave the chain whole; removing its tail cuts it.
-	c.remove(5, 0)
-	c.remove(9, 0)
-	c.remove(8, 0)
+	c.release(refs[5], 0, true)
+	c.release(refs[9], 0, true)
+	c.release(refs[8], 0, true)
 	if n := len(c.chains[0].cells); n != 7 {
 		t.Fatalf("after removing 5, 9 and 8 the chain has %d cells, want 7", n)
 	}
-	checkChains(t, c)
+	checkChains(t, c, nil, nil)
 }

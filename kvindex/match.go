@@ -65,24 +65,13 @@ func matchSlots(t *holderTable, nslots int, hashes []uint64, walked []uint64, bu
 	return depth
 }
 
-// matchChains is Index's walk: matchSlots over a chainTable, for the
-// workers in walked block by block, and for those in closed, which hold
-// every block's parent (links.go), with walkJump's strides; closed may be
-// nil.
-func matchChains(t *chainTable, nslots int, hashes []uint64, walked, closed []uint64, bufs *matchBufs) []int32 {
+// matchChains is Index's walk: matchSlots over a chainTable.
+func matchChains(t *chainTable, nslots int, hashes []uint64, walked []uint64, bufs *matchBufs) []int32 {
 	depth := bufs.depth(nslots)
 	clear(depth)
 	alive := aliveOf(walked)
 	alive.zeroed = true
 	walkChains(t, hashes, &alive, 0, depth)
-	if closed != nil {
-		jumped := aliveOf(closed)
-		jumped.zeroed = true
-		if jumped.n > 0 {
-			sub, died := bufs.jumpRoom(len(closed), nslots)
-			walkJump(t, hashes, &jumped, depth, sub, died)
-		}
-	}
 	return depth
 }
 
@@ -97,10 +86,9 @@ type matchBufs struct {
 }
 
 type largeBufs struct {
-	refs                []int32
-	depth               []int32
-	walked, closed, sub []uint64
-	died                []int32
+	refs   []int32
+	depth  []int32
+	walked []uint64
 }
 
 var largePool = sync.Pool{New: func() any { return new(largeBufs) }}
@@ -142,24 +130,6 @@ func (b *matchBufs) mask(slots int) []uint64 {
 	l.walked = resize(l.walked, n)
 	clear(l.walked)
 	return l.walked
-}
-
-// closedMask returns a second zeroed mask over slots slots, for the
-// workers walkJump strides through. Like jumpRoom it is always pooled:
-// held in an aliveSet, Match's stack buffers would move to the heap.
-func (b *matchBufs) closedMask(slots int) []uint64 {
-	l := b.pooled()
-	l.closed = resize(l.closed, (slots+63)/64)
-	clear(l.closed)
-	return l.closed
-}
-
-// jumpRoom returns the rest of walkJump's room: a mask of n words and a
-// list of up to slots slots.
-func (b *matchBufs) jumpRoom(n, slots int) (sub []uint64, died []int32) {
-	l := b.pooled()
-	l.sub, l.died = resize(l.sub, n), resize(l.died, slots)
-	return l.sub, l.died[:0]
 }
 
 func (b *matchBufs) release() {

@@ -16,14 +16,11 @@ const fewCap = 8
 
 // aliveSet is the candidates (worker slots) still matching during a walk:
 // up to fewCap of them in a list, more in a bitset over the slots. It only
-// shrinks. Each member that leaves gets its depth written, and its slot
-// listed in died when track is set (walkJump's windows).
+// shrinks. Each member that leaves gets its depth written.
 type aliveSet struct {
-	n     int
-	few   [fewCap]int32
-	bits  []uint64 // nil once the set is a list
-	track bool
-	died  []int32
+	n    int
+	few  [fewCap]int32
+	bits []uint64 // nil once the set is a list
 	// zeroed: every member's depth is 0 already, so the many that leave
 	// at the prompt's first block, on a large fleet, need no writing.
 	zeroed bool
@@ -61,15 +58,7 @@ func (a *aliveSet) toList() {
 	a.n, a.bits = n, nil
 }
 
-func (a *aliveSet) die(slot int32, at int32, depth []int32) {
-	depth[slot] = at
-	if a.track {
-		// died has room for every slot (walkJump's buffer), and
-		// appending would make the buffer escape.
-		a.died = a.died[:len(a.died)+1]
-		a.died[len(a.died)-1] = slot
-	}
-}
+func (a *aliveSet) die(slot int32, at int32, depth []int32) { depth[slot] = at }
 
 // step keeps in a the members of holder set v and records the depth of
 // the others as at. It reports whether any member remains.
@@ -107,7 +96,7 @@ func (a *aliveSet) step(t *holderSets, v uint64, at int32, depth []int32) bool {
 			}
 			a.bits[i] = w & s
 			a.n -= bits.OnesCount64(d)
-			if at == 0 && a.zeroed && !a.track {
+			if at == 0 && a.zeroed {
 				continue
 			}
 			for ; d != 0; d &= d - 1 {
@@ -131,7 +120,7 @@ func (a *aliveSet) step(t *holderSets, v uint64, at int32, depth []int32) bool {
 			a.bits[w] &^= 1 << (s & 63)
 		}
 	}
-	if at != 0 || !a.zeroed || a.track {
+	if at != 0 || !a.zeroed {
 		for i, w := range a.bits {
 			for ; w != 0; w &= w - 1 {
 				a.die(int32(i*64+bits.TrailingZeros64(w)), at, depth)
