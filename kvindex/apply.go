@@ -224,13 +224,14 @@ func (ix *Index) applyStored(w *workerState, e *vllmwire.BlockStored, st *ApplyS
 			st.OffDeviceBlocks++
 			continue
 		}
-		old, ok := w.device.get(key)
+		v, ok := w.device.slot(key) // hold and dropDevice leave w.device be
+		old := *v
 		if ok && old == at {
 			st.DuplicateBlocks++
 			continue
 		}
 		had := t.hold(at, w.idx)
-		w.device.put(key, at)
+		*v = at
 		if ok {
 			// The engine reused a hash for other content: the new block
 			// wins. (After holding at: the drop may cut or free chains.)
