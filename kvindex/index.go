@@ -294,19 +294,13 @@ func (ix *Index) Match(hashes []uint64, candidates []string, out []MatchResult) 
 	}
 	depth := matchChains(ix.tab, len(ix.slots), hashes, walked, &bufs)
 	out = resize(out, len(slots))
-	for i, s := range slots {
-		if s < 0 {
-			out[i].reset(candidates[i], false, false, 0, 0)
-			continue
+	if candidates != nil {
+		fillResults(out, slots, candidates, ix.hot, depth)
+	} else {
+		for i, s := range slots {
+			h := &ix.hot[s]
+			out[i].reset(ix.slots[s].id, true, h.stale, h.blocks, int(depth[s]))
 		}
-		h := &ix.hot[s]
-		name := ""
-		if candidates != nil {
-			name = candidates[i]
-		} else {
-			name = ix.slots[s].id
-		}
-		out[i].reset(name, true, h.stale, h.blocks, int(depth[s]))
 	}
 	if ix.nOff > 0 {
 		for i, s := range slots {
@@ -317,6 +311,22 @@ func (ix *Index) Match(hashes []uint64, candidates []string, out []MatchResult) 
 	}
 	bufs.release() // after the last use of slots, which may be pooled
 	return out
+}
+
+// fillResults writes each candidate's result: a loop of its own, with
+// everything it reads in locals, so that on 1,000 candidates the compiler
+// keeps them in registers instead of reloading them from the Index after
+// every store to out.
+func fillResults(out []MatchResult, slots []int32, candidates []string, hot []workerHot, depth []int32) {
+	out, candidates = out[:len(slots)], candidates[:len(slots)]
+	for i, s := range slots {
+		if s < 0 {
+			out[i].reset(candidates[i], false, false, 0, 0)
+			continue
+		}
+		h := &hot[s]
+		out[i].reset(candidates[i], true, h.stale, h.blocks, int(depth[s]))
+	}
 }
 
 // slotOf returns the slot of worker id, or -1.
