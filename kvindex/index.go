@@ -35,11 +35,12 @@ type Index struct {
 	sink        uint64         // keeps prefetching loads alive
 	gen         uint64         // bumped when a worker is added or removed
 	cands       candidateCache
-	nOff        int      // workers whose hot entry says off
-	obs         Observer // nil: none
-	stored      []uint64 // device blocks stored by the batch being applied, for obs
-	removed     []uint64 // device blocks the batch took off the worker, for a RemovalObserver
-	wantRemoved bool     // obs is a RemovalObserver: fill removed
+	results     templateCache // the last candidate list's results (results.go)
+	nOff        int           // workers whose hot entry says off
+	obs         Observer      // nil: none
+	stored      []uint64      // device blocks stored by the batch being applied, for obs
+	removed     []uint64      // device blocks the batch took off the worker, for a RemovalObserver
+	wantRemoved bool          // obs is a RemovalObserver: fill removed
 }
 
 // Observer learns from the index what state kept beside it must follow:
@@ -132,6 +133,7 @@ func (ix *Index) setHot(slot int, h workerHot) {
 	old := &ix.hot[slot]
 	ix.nOff += b2i(h.off) - b2i(old.off)
 	*old = h
+	ix.results.update(slot, h)
 }
 
 func b2i(b bool) int {
@@ -278,6 +280,7 @@ func (ix *Index) Match(hashes []uint64, candidates []string, out []MatchResult) 
 	defer ix.mu.RUnlock()
 	var bufs matchBufs
 	var slots []int32
+	var tmpl *resultTemplate
 	walked := bufs.mask(len(ix.slots))
 	if candidates == nil {
 		slots = bufs.refs(len(ix.workers))[:0]
@@ -290,11 +293,16 @@ func (ix *Index) Match(hashes []uint64, candidates []string, out []MatchResult) 
 	} else {
 		rc := ix.cands.resolve(ix.gen, len(ix.slots), candidates, ix.slotOf)
 		slots = rc.slots
+		if tmpl = ix.results.get(rc, candidates, ix.hot); tmpl.dup {
+			tmpl = nil
+		}
 		copy(walked, rc.mask) // the walk changes it
 	}
 	depth := matchChains(ix.tab, len(ix.slots), hashes, walked, &bufs)
 	out = resize(out, len(slots))
-	if candidates != nil {
+	if tmpl != nil {
+		tmpl.fill(out, depth)
+	} else if candidates != nil {
 		fillResults(out, slots, candidates, ix.hot, depth)
 	} else {
 		for i, s := range slots {
