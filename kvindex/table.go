@@ -227,9 +227,6 @@ func (t *holderSets) end() {
 	t.sets.settle()
 }
 
-// bytes is the memory of the slots and of the big sets.
-func (t *holderTable) bytes() int { return t.oaTable.bytes() + t.sets.bytes() }
-
 // prefetch computes the home slot of each key into at and asks the CPU to
 // start loading those buckets without waiting for them: walk prefetches a
 // few chunks ahead of the ones it resolves, so that many cache misses are
