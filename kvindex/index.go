@@ -270,8 +270,11 @@ func (ix *Index) Reset(worker string) {
 }
 
 // Match implements Matcher: per candidate, the consecutive leading blocks
-// of hashes it holds on the device tier. It walks the prompt once for all
-// candidates and stops as soon as none of them holds the next block. For
+// of hashes it holds on the device tier. hashes are a prompt's, from its
+// first block on, as HashBlocks returns them: the index finds a block from
+// its parent's (chains.go), so hashes that start in the middle of a prompt
+// may match nothing. It walks the prompt once for all candidates and stops
+// as soon as none of them holds the next block. For
 // workers that report offloaded blocks it then counts the blocks right
 // after the device prefix held in host memory (HostBlocks) and, after
 // those, on other media such as disk (DiskBlocks).
