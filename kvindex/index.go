@@ -301,10 +301,12 @@ func (ix *Index) Match(hashes []uint64, candidates []string, out []MatchResult) 
 		}
 		copy(walked, rc.mask) // the walk changes it
 	}
-	depth := matchChains(ix.tab, len(ix.slots), hashes, walked, &bufs)
+	// On a large fleet the walk lists the candidates it found any blocks
+	// for, so that the template's results need not be looked through.
+	depth, touched := matchChains(ix.tab, len(ix.slots), hashes, walked, &bufs, tmpl != nil && len(ix.slots) > len(bufs.depth1))
 	out = resize(out, len(slots))
 	if tmpl != nil {
-		tmpl.fill(out, depth)
+		tmpl.fill(out, depth, touched)
 	} else if candidates != nil {
 		fillResults(out, slots, candidates, ix.hot, depth)
 	} else {

@@ -65,14 +65,18 @@ func matchSlots(t *holderTable, nslots int, hashes []uint64, walked []uint64, bu
 	return depth
 }
 
-// matchChains is Index's walk: matchSlots over a chainTable.
-func matchChains(t *chainTable, nslots int, hashes []uint64, walked []uint64, bufs *matchBufs) []int32 {
-	depth := bufs.depth(nslots)
+// matchChains is Index's walk: matchSlots over a chainTable. With track
+// it also returns the slots whose depth is not 0 (from bufs).
+func matchChains(t *chainTable, nslots int, hashes []uint64, walked []uint64, bufs *matchBufs, track bool) (depth, touched []int32) {
+	depth = bufs.depth(nslots)
 	clear(depth)
 	alive := aliveOf(walked)
 	alive.zeroed = true
+	if track {
+		alive.touched = bufs.touchedRoom(nslots)
+	}
 	walkChains(t, hashes, &alive, 0, depth)
-	return depth
+	return depth, alive.touched
 }
 
 // matchBufs is a Match's working memory: on the stack for a fleet of up to
@@ -86,9 +90,10 @@ type matchBufs struct {
 }
 
 type largeBufs struct {
-	refs   []int32
-	depth  []int32
-	walked []uint64
+	refs    []int32
+	depth   []int32
+	walked  []uint64
+	touched []int32
 }
 
 var largePool = sync.Pool{New: func() any { return new(largeBufs) }}
@@ -118,6 +123,13 @@ func (b *matchBufs) depth(n int) []int32 {
 	l := b.pooled()
 	l.depth = resize(l.depth, n)
 	return l.depth
+}
+
+// touchedRoom returns an empty list with room for n slots.
+func (b *matchBufs) touchedRoom(n int) []int32 {
+	l := b.pooled()
+	l.touched = resize(l.touched, n)
+	return l.touched[:0]
 }
 
 // mask returns a zeroed mask over slots slots.

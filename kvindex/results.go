@@ -67,10 +67,19 @@ func (c *templateCache) update(slot int, h workerHot) {
 }
 
 // fill writes the results of the template's candidates, whose depths by
-// slot are depth, into out (of the same length).
-func (t *resultTemplate) fill(out []MatchResult, depth []int32) {
+// slot are depth, into out (of the same length). touched, if not nil,
+// lists every slot whose depth is not 0.
+func (t *resultTemplate) fill(out []MatchResult, depth, touched []int32) {
 	copy(out, t.out)
 	pos := t.pos[:len(depth)]
+	if touched != nil {
+		for _, s := range touched {
+			if p := pos[s]; p >= 0 {
+				out[p].Blocks = int(depth[s])
+			}
+		}
+		return
+	}
 	for s, d := range depth {
 		if d != 0 {
 			if p := pos[s]; p >= 0 {

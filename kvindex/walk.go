@@ -24,6 +24,11 @@ type aliveSet struct {
 	// zeroed: every member's depth is 0 already, so the many that leave
 	// at the prompt's first block, on a large fleet, need no writing.
 	zeroed bool
+	// touched, when not nil, lists the members given a depth other than
+	// 0, so that a large fleet's results need not be looked for among
+	// every slot. It has room for every slot (appending would move
+	// Match's buffers to the heap).
+	touched []int32
 }
 
 // aliveOf returns the set of the slots in b, which it keeps. (A value,
@@ -58,7 +63,13 @@ func (a *aliveSet) toList() {
 	a.n, a.bits = n, nil
 }
 
-func (a *aliveSet) die(slot int32, at int32, depth []int32) { depth[slot] = at }
+func (a *aliveSet) die(slot int32, at int32, depth []int32) {
+	depth[slot] = at
+	if a.touched != nil && at != 0 {
+		a.touched = a.touched[:len(a.touched)+1]
+		a.touched[len(a.touched)-1] = slot
+	}
+}
 
 // step keeps in a the members of holder set v and records the depth of
 // the others as at. It reports whether any member remains.
@@ -135,13 +146,13 @@ func (a *aliveSet) step(t *holderSets, v uint64, at int32, depth []int32) bool {
 func (a *aliveSet) finish(at int32, depth []int32) {
 	if a.bits == nil {
 		for _, s := range a.few[:a.n] {
-			depth[s] = at
+			a.die(s, at, depth)
 		}
 		return
 	}
 	for i, w := range a.bits {
 		for ; w != 0; w &= w - 1 {
-			depth[i*64+bits.TrailingZeros64(w)] = at
+			a.die(int32(i*64+bits.TrailingZeros64(w)), at, depth)
 		}
 	}
 }
