@@ -251,19 +251,21 @@ func walkChains(c *chainTable, hashes []uint64, alive *aliveSet, base int32, dep
 			c.prefetch(hashes[e:e+1], at[:1])
 		}
 		cells = cells[:min(len(cells), n-i)]
-		for j := range cells {
+		hs := hashes[i : i+len(cells)]
+		j := 0
+		for ; j < len(cells); j++ {
 			cl := &cells[j]
-			if cl.hash != hashes[i] {
+			if cl.hash != hs[j] {
 				break
 			}
 			if cl.set != last {
 				last = cl.set
-				if !alive.step(&c.holderSets, cl.set, base+int32(i), depth) {
+				if !alive.step(&c.holderSets, cl.set, base+int32(i+j), depth) {
 					return
 				}
 			}
-			i++
 		}
+		i += j
 	}
 	alive.finish(base+int32(n), depth)
 }
