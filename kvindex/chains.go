@@ -97,10 +97,12 @@ func (c *chainTable) place(key, parent uint64, hasParent bool, hint int) uint64 
 	c.cells++
 	if hasParent && int(uint32(parent))+1 == len(ch.cells) {
 		if len(ch.cells) == cap(ch.cells) {
-			// Room for the rest of the event; a conversation's next turn
-			// grows it again.
+			// Room for the rest of the event, and at least a quarter
+			// more: an engine that stores a generation's blocks one event
+			// each (vLLM while decoding) must not copy the chain every
+			// time.
 			c.cellCap -= cap(ch.cells)
-			grown := make([]cell, len(ch.cells), len(ch.cells)+max(hint, 1))
+			grown := make([]cell, len(ch.cells), len(ch.cells)+max(hint, len(ch.cells)/4, 1))
 			copy(grown, ch.cells)
 			ch.cells = grown
 			c.cellCap += cap(grown)

@@ -318,3 +318,32 @@ func TestChainsFollowStores(t *testing.T) {
 	}
 	checkChains(t, c, nil, nil)
 }
+
+// TestChainGrowsGeometrically: a chain extended one block per event, as
+// an engine storing each block it fills while decoding does, is copied a
+// logarithmic number of times, not once per block, and keeps at most a
+// quarter of its cells spare.
+func TestChainGrowsGeometrically(t *testing.T) {
+	c := newChainTable(0)
+	at := c.place(1, 0, false, 1)
+	c.hold(at, 0)
+	copies := 0
+	for h := uint64(2); h <= 20000; h++ {
+		before := cap(c.chains[0].cells)
+		at = c.place(h, at, true, 1)
+		c.hold(at, 0)
+		if cap(c.chains[0].cells) != before {
+			copies++
+		}
+	}
+	if n := len(c.chains[0].cells); n != 20000 || len(c.chains) != 1 {
+		t.Fatalf("%d chains, the first of %d cells; want one of 20000", len(c.chains), n)
+	}
+	if copies > 50 {
+		t.Fatalf("20000 single-block stores copied the chain %d times", copies)
+	}
+	if spare := cap(c.chains[0].cells) - 20000; spare > 20000/4+1 {
+		t.Fatalf("%d spare cells after 20000", spare)
+	}
+	checkChains(t, c, nil, nil)
+}
