@@ -1,5 +1,7 @@
 package kvindex
 
+import "unsafe"
+
 // chainTable is the Index's block table: for every router block hash the
 // set of worker slots holding it, kept in chains of cells (router hash,
 // holder set) in the order blocks were stored after their parents: the
@@ -50,8 +52,8 @@ type cell struct {
 
 type chain struct {
 	cells []cell
-	refs  int32 // entries holding a cell of the chain
-	pins  int32 // of those, off-device ones
+	refs  int64 // entries holding a cell of the chain (a fleet's worth may exceed 2^31)
+	pins  int64 // of those, off-device ones
 }
 
 // A cellRef is a cell's place: its chain's number in the high 32 bits,
@@ -218,7 +220,7 @@ func (c *chainTable) cellsByHash() map[uint64]uint64 {
 
 // bytes is the memory of the table, the chains and the big sets.
 func (c *chainTable) bytes() int {
-	return c.oaTable.bytes() + c.cellCap*16 + cap(c.chains)*32 + c.sets.bytes()
+	return c.oaTable.bytes() + c.cellCap*16 + cap(c.chains)*int(unsafe.Sizeof(chain{})) + c.sets.bytes()
 }
 
 // walkChains is walk over a chainTable: it sets depth[s] for every member s

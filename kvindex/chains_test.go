@@ -13,7 +13,7 @@ import (
 // block's parent hash, 0 for none: nil skips the check); counts agree;
 // refs and pins are what want says they should be (nil skips that); a
 // chain no off-device entry pins ends with a held cell.
-func checkChains(t *testing.T, c *chainTable, parent func(uint64) uint64, want func(id uint32) (refs, pins int32)) {
+func checkChains(t *testing.T, c *chainTable, parent func(uint64) uint64, want func(id uint32) (refs, pins int64)) {
 	t.Helper()
 	seen := map[uint64]bool{}
 	cells, held := 0, 0
@@ -208,7 +208,7 @@ func testChainTable(t *testing.T, seed uint64) {
 		if step%500 != 0 {
 			continue
 		}
-		checkChains(t, c, func(h uint64) uint64 { return parentOf[h] }, func(id uint32) (refs, pins int32) {
+		checkChains(t, c, func(h uint64) uint64 { return parentOf[h] }, func(id uint32) (refs, pins int64) {
 			for _, e := range entries {
 				if uint32(e.at>>32) == id {
 					refs++

@@ -39,7 +39,7 @@ func (m *evictRef) match(w string, prompt []uint64) (blocks, cached int) {
 // holds each chain from every worker's engine keys.
 func checkIndexChains(t *testing.T, ix *Index) {
 	t.Helper()
-	refs := map[uint32][2]int32{}
+	refs := map[uint32][2]int64{}
 	for _, w := range ix.slots {
 		if w == nil {
 			continue
@@ -56,7 +56,7 @@ func checkIndexChains(t *testing.T, ix *Index) {
 			refs[uint32(oe.at>>32)] = r
 		}
 	}
-	checkChains(t, ix.tab, nil, func(id uint32) (int32, int32) { return refs[id][0], refs[id][1] })
+	checkChains(t, ix.tab, nil, func(id uint32) (int64, int64) { return refs[id][0], refs[id][1] })
 }
 
 // TestMatchAgreesWithReferenceOnEvictionStreams drives the index with
