@@ -156,10 +156,10 @@ func (ix *Index) applyStored(w *workerState, e *vllmwire.BlockStored, st *ApplyS
 	// EmptyBlockHash: its positional layout (llm-d-inference-sim) writes 0,
 	// not nil, for a chain that starts at the root.
 	root := e.ParentBlockHash == nil
-	var prev uint64
+	var prev, parentAt uint64
 	if !root {
 		var ok bool
-		if prev, ok = w.router(e.ParentBlockHash.Key()); !ok {
+		if prev, parentAt, ok = w.router(ix.tab, e.ParentBlockHash.Key()); !ok {
 			if v, isInt := e.ParentBlockHash.Int(); !isInt || v != 0 {
 				st.UnknownParent++
 				w.stale = true
@@ -192,49 +192,55 @@ func (ix *Index) applyStored(w *workerState, e *vllmwire.BlockStored, st *ApplyS
 	ix.keys = engineKeys(e.BlockHashes, ix.keys[:0])
 	medium := mediaBit(e.Medium)
 	t := ix.tab
+	// at is the cell of the block before the next, whose cell is right
+	// after it or starts a chain (chains.go).
+	at, hasAt := parentAt, !root
 	if medium == 0 {
-		ix.sink ^= t.touch(ix.scratch) ^ w.device.touch(ix.keys) ^ w.links.touch(ix.scratch)
+		ix.sink ^= w.device.touch(ix.keys)
 		// One event's blocks that had equal holder sets share the result.
 		t.begin(false)
 		defer t.end()
 	}
 	for i, key := range ix.keys {
 		r := ix.scratch[i]
+		at, hasAt = t.place(r, at, hasAt, len(ix.keys)-i), true
 		if medium != 0 {
 			oe, ok := w.offDevice[key]
 			if ok && oe.router == r && oe.media&medium != 0 {
 				st.DuplicateBlocks++
 				continue
 			}
+			if !ok || oe.router != r {
+				t.pin(at) // before unpin: at may be a cell nothing holds yet
+			}
 			if ok && oe.router != r {
 				w.countOff(oe.router, oe.media, -1)
+				t.unpin(oe.at)
 				oe = offEntry{}
 			}
 			w.countOff(r, medium&^oe.media, 1)
-			w.offDevice[key] = offEntry{router: r, media: oe.media | medium}
+			w.offDevice[key] = offEntry{router: r, at: at, media: oe.media | medium}
 			st.StoredBlocks++
 			st.OffDeviceBlocks++
 			continue
 		}
-		if old, ok := w.device.put(key, r); ok {
-			if old == r {
-				st.DuplicateBlocks++
-				continue
-			}
-			// The engine reused a hash for other content: the new block wins.
-			ix.dropDevice(w, t, old)
+		v, ok := w.device.slot(key) // hold and dropDevice leave w.device be
+		old := *v
+		if ok && old == at {
+			st.DuplicateBlocks++
+			continue
 		}
-		if t.add(r, w.idx) {
+		had := t.hold(at, w.idx)
+		*v = at
+		if ok {
+			// The engine reused a hash for other content: the new block
+			// wins. (After holding at: the drop may cut or free chains.)
+			ix.dropDevice(w, old)
+		}
+		if had {
 			w.dups[r]++
 		} else {
 			w.blocks++
-			parent := uint64(0)
-			if i > 0 {
-				parent = ix.scratch[i-1]
-			} else if !root {
-				parent = prev
-			}
-			w.links.held(r, parent)
 		}
 		st.StoredBlocks++
 	}
@@ -244,34 +250,35 @@ func (ix *Index) applyStored(w *workerState, e *vllmwire.BlockStored, st *ApplyS
 	st.StoredEvents++
 }
 
-// router resolves an engine key of w in any medium.
-func (w *workerState) router(key uint64) (uint64, bool) {
-	if r, ok := w.device.get(key); ok {
-		return r, true
+// router resolves an engine key of w in any medium to its router hash and
+// the place of its cell.
+func (w *workerState) router(t *chainTable, key uint64) (r, at uint64, ok bool) {
+	if at, ok := w.device.get(key); ok {
+		return t.cell(at).hash, at, true
 	}
 	if oe, ok := w.offDevice[key]; ok {
-		return oe.router, true
+		return oe.router, oe.at, true
 	}
-	return 0, false
+	return 0, 0, false
 }
 
-// dropDevice removes one device holding of router hash r by w, and
-// reports whether w no longer holds r at all.
-func (ix *Index) dropDevice(w *workerState, t *holderTable, r uint64) bool {
+// dropDevice removes one device holding by w, of the cell at, and reports
+// whether w no longer holds that block at all.
+func (ix *Index) dropDevice(w *workerState, at uint64) bool {
+	t := ix.tab
+	r := t.cell(at).hash
 	if n := w.dups[r]; n > 0 {
 		if n == 1 {
 			delete(w.dups, r)
 		} else {
 			w.dups[r] = n - 1
 		}
+		t.release(at, w.idx, false)
 		return false
 	}
-	if t.remove(r, w.idx) {
-		w.blocks--
-		w.links.dropped(r)
-		return true
-	}
-	return false
+	t.release(at, w.idx, true)
+	w.blocks--
+	return true
 }
 
 func (ix *Index) applyRemoved(w *workerState, e *vllmwire.BlockRemoved, st *ApplyStats) {
@@ -292,6 +299,7 @@ func (ix *Index) applyRemoved(w *workerState, e *vllmwire.BlockRemoved, st *Appl
 			w.countOff(oe.router, medium&oe.media, -1)
 			if oe.media &^= medium; oe.media == 0 {
 				delete(w.offDevice, key)
+				ix.tab.unpin(oe.at)
 			} else {
 				w.offDevice[key] = oe
 			}
@@ -299,29 +307,31 @@ func (ix *Index) applyRemoved(w *workerState, e *vllmwire.BlockRemoved, st *Appl
 		}
 		return
 	}
-	// Two passes, each prefetched: engine keys out of the worker's table,
-	// then the router hashes they held out of the block table.
+	// Two passes: engine keys out of the worker's table (prefetched), then
+	// the cells they held. A cell stays held until its own turn, so the
+	// first drops free no cell the later ones need.
 	ix.sink ^= w.device.touch(ix.keys)
-	routers := ix.scratch[:0]
+	cells := ix.scratch[:0]
 	for _, key := range ix.keys {
-		r, ok := w.device.remove(key)
+		at, ok := w.device.remove(key)
 		if !ok {
 			st.UnknownRemoved++
 			continue
 		}
-		routers = append(routers, r)
+		cells = append(cells, at)
 	}
 	t := ix.tab
-	ix.sink ^= t.touch(routers) ^ w.links.touch(routers)
+	ix.sink ^= t.touchCells(cells)
 	t.begin(false)
-	for _, r := range routers {
-		if ix.dropDevice(w, t, r) && ix.wantRemoved {
+	for _, at := range cells {
+		r := t.cell(at).hash
+		if ix.dropDevice(w, at) && ix.wantRemoved {
 			ix.removed = append(ix.removed, r)
 		}
 	}
 	t.end()
-	st.RemovedBlocks += len(routers)
-	ix.scratch = routers
+	st.RemovedBlocks += len(cells)
+	ix.scratch = cells
 }
 
 func engineKeys(hs []vllmwire.EngineHash, dst []uint64) []uint64 {

@@ -233,7 +233,7 @@ func (a *Approx) Match(hashes []uint64, candidates []string, out []MatchResult) 
 			walked[s>>6] |= 1 << (s & 63)
 		}
 	}
-	depth := matchSlots(a.tab, len(a.slots), hashes, walked, nil, &bufs)
+	depth := matchSlots(a.tab, len(a.slots), hashes, walked, &bufs)
 	out = resize(out, len(slots))
 	for i, s := range slots {
 		if s < 0 {

@@ -269,15 +269,16 @@ func BenchmarkApproxMatch(b *testing.B) {
 	reportCPU(b, cpu, 0, "")
 }
 
-// BenchmarkMatchFloor is the floor under BenchmarkMatch: the same prompts
-// over the same blocks, but packed into a flat array with no empty slot
-// (in the block table's order, so still scattered) and every key's position
-// known in advance (found outside the timer): each block costs exactly one
-// load and no key is ever probed for. It does not depend on the table's
-// layout or load, so it is the same floor before and after a change to
-// them. The walk keeps Match's shape: the loads of 16 keys issued back to
-// back, the workers' bits and-ed down, stop when none is left. Match's
-// figure divided by this one is how far it is from the limit.
+// BenchmarkMatchFloor is the floor of any layout that looks every block
+// up on its own: the same prompts over the same blocks, but packed into a
+// flat array with no empty slot (in random order, as a hash table
+// scatters them) and every key's position known in advance (found outside
+// the timer): each block costs exactly one load at a random place and no
+// key is ever probed for. The walk keeps Match's shape: the loads of 16
+// keys issued back to back, the workers' bits and-ed down, stop when none
+// is left. Match reads a prompt's blocks in chains instead (chains.go), so
+// it goes below this floor: Match's figure divided by this one is what
+// the chains save over the best walk of one load per block.
 func BenchmarkMatchFloor(b *testing.B) {
 	f := loadMatchFixture(b)
 	fl := newMatchFloor(f)
@@ -308,8 +309,8 @@ func BenchmarkMatchFloor(b *testing.B) {
 	}
 }
 
-// matchFloor is the fixture's block table packed flat, every entry once,
-// in the table's slot order, with each key's position.
+// matchFloor is the fixture's held blocks packed flat, every one once, in
+// random order, with each key's position.
 type matchFloor struct {
 	flat []oaSlot
 	pos  map[uint64]int32
@@ -317,18 +318,28 @@ type matchFloor struct {
 
 func newMatchFloor(f *matchFixture) *matchFloor {
 	t := f.ix.tab
-	fl := &matchFloor{pos: make(map[uint64]int32, t.count)}
-	for _, s := range t.slots {
-		if s.key != 0 {
+	fl := &matchFloor{pos: make(map[uint64]int32, t.cells)}
+	for _, ch := range t.chains {
+		for _, cl := range ch.cells {
+			if cl.set == 0 {
+				continue
+			}
 			// The floor reads a 64-bit set per block, as a fleet of 64
 			// workers could at best.
 			var set uint64
-			for _, m := range members(t, s.val) {
+			for _, m := range members(&t.holderSets, cl.set) {
 				set |= 1 << m
 			}
-			fl.pos[s.key] = int32(len(fl.flat))
-			fl.flat = append(fl.flat, oaSlot{key: s.key, val: set})
+			fl.pos[cl.hash] = int32(len(fl.flat))
+			fl.flat = append(fl.flat, oaSlot{key: cl.hash, val: set})
 		}
+	}
+	// In a hash table's order, as the walk of one probe per block would
+	// find them.
+	rng := rand.New(rand.NewPCG(3, 3))
+	rng.Shuffle(len(fl.flat), func(i, j int) { fl.flat[i], fl.flat[j] = fl.flat[j], fl.flat[i] })
+	for i, s := range fl.flat {
+		fl.pos[s.key] = int32(i)
 	}
 	return fl
 }

@@ -9,5 +9,6 @@
 //
 // The router never matches on engine hashes: every stored block is re-hashed
 // from its token ids, and each worker keeps a map from its engine hashes to
-// router hashes so that removals and parent hashes resolve.
+// its blocks (their router hashes, in the Index's chains) so that removals
+// and parent hashes resolve.
 package kvindex

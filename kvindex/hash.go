@@ -2,6 +2,7 @@ package kvindex
 
 import (
 	"encoding/binary"
+	"unsafe"
 
 	"github.com/zeebo/xxh3"
 )
@@ -65,8 +66,13 @@ func HashBlocks(seed uint64, tokens []uint32, blockSize int, dst []uint64) []uin
 	for i := 0; i < n; i++ {
 		binary.LittleEndian.PutUint64(b, prev)
 		blk := tokens[i*blockSize : (i+1)*blockSize]
-		for j, t := range blk {
-			binary.LittleEndian.PutUint32(b[8+4*j:], t)
+		if littleEndian {
+			// The tokens' memory is already LE32 each.
+			copy(b[8:], unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(blk))), 4*len(blk)))
+		} else {
+			for j, t := range blk {
+				binary.LittleEndian.PutUint32(b[8+4*j:], t)
+			}
 		}
 		prev = nonZero(xxh3.Hash(b))
 		dst = append(dst, prev)
@@ -80,3 +86,6 @@ func nonZero(h uint64) uint64 {
 	}
 	return h
 }
+
+// littleEndian: this machine stores a uint32 as LE32.
+var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1

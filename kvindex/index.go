@@ -6,13 +6,9 @@ import "sync"
 type Config struct {
 	// InitialBlocks pre-sizes the block table (distinct router hashes).
 	InitialBlocks int
-	// JumpSearch keeps, per worker, the parent of every held block, so
-	// that Match can stride through a worker whose holdings are a prefix
-	// (walkJump) instead of probing every block. Lookups of long prompts
-	// get several times faster; applying events costs about 1.5 times as
-	// much and each (block, worker) entry 40 to 50 bytes more
-	// (docs/index-peers.md). Off, every
-	// worker is walked block by block. The answers are the same either way.
+	// JumpSearch is kept so that configurations naming it still build; it
+	// changes nothing. (It made Match stride through long prompts; the
+	// chains that Match walks now read those in order.)
 	JumpSearch bool
 }
 
@@ -20,31 +16,31 @@ type Config struct {
 // block hash, which workers hold it on the device tier. Any number of
 // goroutines may call Match while others Apply batches.
 //
-// Workers get dense slot numbers. One holderTable maps every distinct
-// router hash to the set of slots holding it (up to four inline in its
-// 16-byte slot, more as a bitset beside the table), so a lookup probes
-// one slot per prompt block whatever the size of the fleet, and costs
-// memory per distinct block rather than per worker.
+// Workers get dense slot numbers. One chainTable maps every distinct
+// router hash to the set of slots holding it (up to four inline in 64
+// bits, more as a bitset beside the table), kept in chains of cells in the
+// order blocks were stored after their parents, so a lookup probes the
+// table once per chain a prompt crosses and reads the rest in order,
+// whatever the size of the fleet, and costs memory per distinct block
+// rather than per worker.
 type Index struct {
-	mu      sync.RWMutex
-	cfg     Config
-	workers map[string]*workerState
-	slots   []*workerState // by dense index; nil when free
-	hot     []workerHot    // by dense index: what Match reads of each worker
-	tab     *holderTable   // router hash -> slots of the workers holding it
-	scratch []uint64       // router hashes of the event being applied
-	keys    []uint64       // engine keys of the event being applied
-	sink    uint64         // keeps prefetching loads alive
-	gen     uint64         // bumped when a worker is added or removed
-	cands   candidateCache
-	// nClosed and nOff count the workers whose hot entry says closed, off;
-	// closed has the bits of the closed ones' slots.
-	nClosed, nOff int
-	closed        []uint64
-	obs           Observer // nil: none
-	stored        []uint64 // device blocks stored by the batch being applied, for obs
-	removed       []uint64 // device blocks the batch took off the worker, for a RemovalObserver
-	wantRemoved   bool     // obs is a RemovalObserver: fill removed
+	mu          sync.RWMutex
+	cfg         Config
+	workers     map[string]*workerState
+	slots       []*workerState // by dense index; nil when free
+	hot         []workerHot    // by dense index: what Match reads of each worker
+	tab         *chainTable    // router hash -> slots of the workers holding it
+	scratch     []uint64       // router hashes of the event being applied
+	keys        []uint64       // engine keys of the event being applied
+	sink        uint64         // keeps prefetching loads alive
+	gen         uint64         // bumped when a worker is added or removed
+	cands       candidateCache
+	results     templateCache // the last candidate list's results (results.go)
+	nOff        int           // workers whose hot entry says off
+	obs         Observer      // nil: none
+	stored      []uint64      // device blocks stored by the batch being applied, for obs
+	removed     []uint64      // device blocks the batch took off the worker, for a RemovalObserver
+	wantRemoved bool          // obs is a RemovalObserver: fill removed
 }
 
 // Observer learns from the index what state kept beside it must follow:
@@ -97,10 +93,11 @@ type workerState struct {
 	id, model string
 	blockSize int
 	idx       int // slot in Index.slots and in holder sets
-	// device maps each device-tier engine hash key to its router hash.
+	// device maps each device-tier engine hash key to the place of its
+	// block's cell (chains.go), which holds the router hash.
 	device *u64Table
 	// offDevice holds blocks stored in other media (CPU, disk): engine key
-	// to router hash and a bitmask of media.
+	// to router hash, the place of its cell and a bitmask of media.
 	offDevice map[uint64]offEntry
 	// offRouter counts, per router hash, the off-device engine keys that
 	// hold it in each medium ([0] CPU, [1] other), for tier matching.
@@ -110,8 +107,6 @@ type workerState struct {
 	// tokens), so one removal does not clear a block still held.
 	dups   map[uint64]uint32
 	blocks int // distinct router hashes whose bit is set
-	// links: parents of the device blocks, for Match's jump (links.go).
-	links links
 	// seed is Seed(model, "", ""), the root of chains without LoRA or salt.
 	seed  uint64
 	stale bool
@@ -124,31 +119,21 @@ type workerState struct {
 type workerHot struct {
 	blocks int  // workerState.blocks
 	stale  bool // workerState.stale
-	closed bool // workerState.links.prefixClosed()
 	off    bool // the worker holds blocks off the device
 }
 
 // sync refreshes w's hot entry. Caller holds mu for writing.
 func (ix *Index) sync(w *workerState) {
-	ix.setHot(w.idx, workerHot{blocks: w.blocks, stale: w.stale, closed: w.links.prefixClosed(), off: len(w.offRouter) > 0})
+	ix.setHot(w.idx, workerHot{blocks: w.blocks, stale: w.stale, off: len(w.offRouter) > 0})
 }
 
-// setHot sets slot's hot entry and keeps the counts of closed and
-// offloading workers and the bitset of closed ones. Caller holds mu for
-// writing.
+// setHot sets slot's hot entry and keeps the count of offloading workers.
+// Caller holds mu for writing.
 func (ix *Index) setHot(slot int, h workerHot) {
 	old := &ix.hot[slot]
-	ix.nClosed += b2i(h.closed) - b2i(old.closed)
 	ix.nOff += b2i(h.off) - b2i(old.off)
-	for len(ix.closed) <= slot>>6 {
-		ix.closed = append(ix.closed, 0)
-	}
-	if h.closed {
-		ix.closed[slot>>6] |= 1 << (slot & 63)
-	} else {
-		ix.closed[slot>>6] &^= 1 << (slot & 63)
-	}
 	*old = h
+	ix.results.update(slot, h)
 }
 
 func b2i(b bool) int {
@@ -160,6 +145,7 @@ func b2i(b bool) int {
 
 type offEntry struct {
 	router uint64
+	at     uint64 // the place of its cell, which the entry pins
 	media  uint8
 }
 
@@ -170,7 +156,7 @@ const (
 
 // New returns an empty index.
 func New(cfg Config) *Index {
-	return &Index{cfg: cfg, workers: map[string]*workerState{}, tab: newHolderTable(cfg.InitialBlocks)}
+	return &Index{cfg: cfg, workers: map[string]*workerState{}, tab: newChainTable(cfg.InitialBlocks)}
 }
 
 // AddWorker registers a worker, its model (the seed of its hash chains) and
@@ -204,7 +190,6 @@ func (ix *Index) AddWorker(id, model string, blockSize int) {
 		offDevice: map[uint64]offEntry{},
 		offRouter: map[uint64][2]uint32{},
 		dups:      map[uint64]uint32{},
-		links:     ix.newLinks(),
 	}
 	ix.slots[idx] = w
 	ix.workers[id] = w
@@ -238,14 +223,16 @@ func (ix *Index) HasWorker(id string) bool {
 // purge drops every block of w. Caller holds mu.
 func (ix *Index) purge(w *workerState) {
 	ix.tab.begin(true)
-	w.device.each(func(_, r uint64) { ix.tab.remove(r, w.idx) })
+	w.device.each(func(_, at uint64) { ix.dropDevice(w, at) })
+	for _, oe := range w.offDevice {
+		ix.tab.unpin(oe.at)
+	}
 	ix.tab.end()
 	w.device = newU64Table()
 	w.offDevice = map[uint64]offEntry{}
 	w.offRouter = map[uint64][2]uint32{}
 	w.dups = map[uint64]uint32{}
 	w.blocks = 0
-	w.links = ix.newLinks()
 }
 
 // NeedsResync reports whether worker's view is stale: a sequence gap or
@@ -283,8 +270,11 @@ func (ix *Index) Reset(worker string) {
 }
 
 // Match implements Matcher: per candidate, the consecutive leading blocks
-// of hashes it holds on the device tier. It walks the prompt once for all
-// candidates and stops as soon as none of them holds the next block. For
+// of hashes it holds on the device tier. hashes are a prompt's, from its
+// first block on, as HashBlocks returns them: the index finds a block from
+// its parent's (chains.go), so hashes that start in the middle of a prompt
+// may match nothing. It walks the prompt once for all candidates and stops
+// as soon as none of them holds the next block. For
 // workers that report offloaded blocks it then counts the blocks right
 // after the device prefix held in host memory (HostBlocks) and, after
 // those, on other media such as disk (DiskBlocks).
@@ -293,44 +283,37 @@ func (ix *Index) Match(hashes []uint64, candidates []string, out []MatchResult) 
 	defer ix.mu.RUnlock()
 	var bufs matchBufs
 	var slots []int32
+	var tmpl *resultTemplate
 	walked := bufs.mask(len(ix.slots))
-	var closed []uint64
 	if candidates == nil {
 		slots = bufs.refs(len(ix.workers))[:0]
 		for i, w := range ix.slots {
 			if w != nil {
 				slots = append(slots, int32(i))
+				walked[i>>6] |= 1 << (i & 63)
 			}
 		}
-		ix.split(slots, walked, &closed, &bufs)
 	} else {
 		rc := ix.cands.resolve(ix.gen, len(ix.slots), candidates, ix.slotOf)
 		slots = rc.slots
+		if tmpl = ix.results.get(rc, candidates, ix.hot); tmpl.dup {
+			tmpl = nil
+		}
 		copy(walked, rc.mask) // the walk changes it
-		if ix.nClosed > 0 {
-			// Those that may be jumped through go to a second set.
-			closed = bufs.closedMask(len(ix.slots))
-			for i, m := range walked {
-				closed[i] = m & ix.closed[i]
-				walked[i] = m &^ ix.closed[i]
-			}
-		}
 	}
-	depth := matchSlots(ix.tab, len(ix.slots), hashes, walked, closed, &bufs)
+	// On a large fleet the walk lists the candidates it found any blocks
+	// for, so that the template's results need not be looked through.
+	depth, touched := matchChains(ix.tab, len(ix.slots), hashes, walked, &bufs, tmpl != nil && len(ix.slots) > len(bufs.depth1))
 	out = resize(out, len(slots))
-	for i, s := range slots {
-		if s < 0 {
-			out[i].reset(candidates[i], false, false, 0, 0)
-			continue
+	if tmpl != nil {
+		tmpl.fill(out, depth, touched)
+	} else if candidates != nil {
+		fillResults(out, slots, candidates, ix.hot, depth)
+	} else {
+		for i, s := range slots {
+			h := &ix.hot[s]
+			out[i].reset(ix.slots[s].id, true, h.stale, h.blocks, int(depth[s]))
 		}
-		h := &ix.hot[s]
-		name := ""
-		if candidates != nil {
-			name = candidates[i]
-		} else {
-			name = ix.slots[s].id
-		}
-		out[i].reset(name, true, h.stale, h.blocks, int(depth[s]))
 	}
 	if ix.nOff > 0 {
 		for i, s := range slots {
@@ -343,22 +326,19 @@ func (ix *Index) Match(hashes []uint64, candidates []string, out []MatchResult) 
 	return out
 }
 
-// split sets in walked the slots of the known workers to walk block by
-// block and, if there are any, in *closed (from bufs) those walkJump may
-// stride through.
-func (ix *Index) split(slots []int32, walked []uint64, closed *[]uint64, bufs *matchBufs) {
-	for _, s := range slots {
+// fillResults writes each candidate's result: a loop of its own, with
+// everything it reads in locals, so that on 1,000 candidates the compiler
+// keeps them in registers instead of reloading them from the Index after
+// every store to out.
+func fillResults(out []MatchResult, slots []int32, candidates []string, hot []workerHot, depth []int32) {
+	out, candidates = out[:len(slots)], candidates[:len(slots)]
+	for i, s := range slots {
 		if s < 0 {
+			out[i].reset(candidates[i], false, false, 0, 0)
 			continue
 		}
-		if ix.hot[s].closed {
-			if *closed == nil {
-				*closed = bufs.closedMask(len(ix.slots))
-			}
-			(*closed)[s>>6] |= 1 << (s & 63)
-		} else {
-			walked[s>>6] |= 1 << (s & 63)
-		}
+		h := &hot[s]
+		out[i].reset(candidates[i], true, h.stale, h.blocks, int(depth[s]))
 	}
 }
 
@@ -434,14 +414,14 @@ func (ix *Index) Stats() Stats {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	s := Stats{Workers: len(ix.workers)}
-	s.Blocks = ix.tab.count
+	s.Blocks = ix.tab.held
 	s.Bytes = ix.tab.bytes()
 	for _, w := range ix.slots {
 		if w == nil {
 			continue
 		}
 		s.Entries += w.blocks
-		s.Bytes += w.device.bytes() + w.links.bytes() + len(w.offDevice)*32
+		s.Bytes += w.device.bytes() + len(w.offDevice)*40
 		s.PerWorker = append(s.PerWorker, WorkerStats{
 			ID: w.id, Model: w.model, BlockSize: w.blockSize,
 			Blocks: w.blocks, OffDeviceBlocks: len(w.offDevice), Stale: w.stale,

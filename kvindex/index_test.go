@@ -453,4 +453,18 @@ func TestMatchSeesPoolChangesThroughTheSameCandidateSlice(t *testing.T) {
 	if !out[0].Stale || out[0].Cached != 2 {
 		t.Fatalf("after b went stale = %+v", out)
 	}
+	// Results the caller changed are overwritten; events that change a
+	// worker's counts show in the next answer for the same list.
+	out[0].Blocks, out[0].HostBlocks, out[1].Worker = 99, 5, "x"
+	ix.Apply("b", vllmwire.EventBatch{Events: []vllmwire.Event{vllmwire.AllBlocksCleared{}, storeEv(1, 0, 3), storeEv(2, 0, 4)}})
+	out = ix.Match(prompt, cands, out)
+	if out[0].Stale || out[0].Cached != 7 || out[0].Blocks != 3 || out[0].HostBlocks != 0 || out[1].Worker != "nobody" {
+		t.Fatalf("after b cleared and stored = %+v", out)
+	}
+	// A worker named twice gets its answer twice.
+	twice := []string{"b", "a", "b"}
+	out = ix.Match(prompt, twice, out)
+	if out[0] != out[2] || out[0].Blocks != 3 || out[1].Blocks != 0 || !out[1].Known {
+		t.Fatalf("a worker named twice = %+v", out)
+	}
 }

@@ -52,27 +52,31 @@ var (
 	_ Matcher = (*Approx)(nil)
 )
 
-// matchSlots is the walk shared by Index and Approx: it returns, indexed
-// by worker slot (below nslots), the number of leading hashes each worker
-// in walked or closed holds in t. Workers in walked are walked block by
-// block; those in closed hold every block's parent (links.go), so walkJump
-// may stride through their blocks; closed may be nil. Only the depths of
-// those workers are set. The caller holds the read lock that guards t.
-func matchSlots(t *holderTable, nslots int, hashes []uint64, walked, closed []uint64, bufs *matchBufs) []int32 {
+// matchSlots is Approx's walk: it returns, indexed by worker slot (below
+// nslots), the number of leading hashes each worker in walked holds in t.
+// Only the depths of those workers are set. The caller holds the read lock
+// that guards t.
+func matchSlots(t *holderTable, nslots int, hashes []uint64, walked []uint64, bufs *matchBufs) []int32 {
 	depth := bufs.depth(nslots)
 	clear(depth)
 	alive := aliveOf(walked)
 	alive.zeroed = true
 	walk(t, hashes, &alive, 0, depth)
-	if closed != nil {
-		jumped := aliveOf(closed)
-		jumped.zeroed = true
-		if jumped.n > 0 {
-			sub, died := bufs.jumpRoom(len(closed), nslots)
-			walkJump(t, hashes, &jumped, depth, sub, died)
-		}
-	}
 	return depth
+}
+
+// matchChains is Index's walk: matchSlots over a chainTable. With track
+// it also returns the slots whose depth is not 0 (from bufs).
+func matchChains(t *chainTable, nslots int, hashes []uint64, walked []uint64, bufs *matchBufs, track bool) (depth, touched []int32) {
+	depth = bufs.depth(nslots)
+	clear(depth)
+	alive := aliveOf(walked)
+	alive.zeroed = true
+	if track {
+		alive.touched = bufs.touchedRoom(nslots)
+	}
+	walkChains(t, hashes, &alive, 0, depth)
+	return depth, alive.touched
 }
 
 // matchBufs is a Match's working memory: on the stack for a fleet of up to
@@ -86,10 +90,10 @@ type matchBufs struct {
 }
 
 type largeBufs struct {
-	refs                []int32
-	depth               []int32
-	walked, closed, sub []uint64
-	died                []int32
+	refs    []int32
+	depth   []int32
+	walked  []uint64
+	touched []int32
 }
 
 var largePool = sync.Pool{New: func() any { return new(largeBufs) }}
@@ -121,6 +125,13 @@ func (b *matchBufs) depth(n int) []int32 {
 	return l.depth
 }
 
+// touchedRoom returns an empty list with room for n slots.
+func (b *matchBufs) touchedRoom(n int) []int32 {
+	l := b.pooled()
+	l.touched = resize(l.touched, n)
+	return l.touched[:0]
+}
+
 // mask returns a zeroed mask over slots slots.
 func (b *matchBufs) mask(slots int) []uint64 {
 	n := (slots + 63) / 64
@@ -131,24 +142,6 @@ func (b *matchBufs) mask(slots int) []uint64 {
 	l.walked = resize(l.walked, n)
 	clear(l.walked)
 	return l.walked
-}
-
-// closedMask returns a second zeroed mask over slots slots, for the
-// workers walkJump strides through. Like jumpRoom it is always pooled:
-// held in an aliveSet, Match's stack buffers would move to the heap.
-func (b *matchBufs) closedMask(slots int) []uint64 {
-	l := b.pooled()
-	l.closed = resize(l.closed, (slots+63)/64)
-	clear(l.closed)
-	return l.closed
-}
-
-// jumpRoom returns the rest of walkJump's room: a mask of n words and a
-// list of up to slots slots.
-func (b *matchBufs) jumpRoom(n, slots int) (sub []uint64, died []int32) {
-	l := b.pooled()
-	l.sub, l.died = resize(l.sub, n), resize(l.died, slots)
-	return l.sub, l.died[:0]
 }
 
 func (b *matchBufs) release() {

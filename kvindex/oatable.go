@@ -2,8 +2,8 @@ package kvindex
 
 import "math/bits"
 
-// oaTable is the open-addressing core under holderTable and u64Table: 16-byte
-// slots of key and value, linear probing, key 0 marking an empty slot,
+// oaTable is the open-addressing core under holderTable, chainTable and
+// u64Table: 16-byte slots of key and value, linear probing, key 0 marking an empty slot,
 // backward-shift deletion (no tombstones, so heavy churn does not degrade
 // it). Slots come in buckets of four, one 64-byte cache line: a key's home
 // is the first slot of a bucket, so the one line a lookup loads holds the
@@ -13,8 +13,8 @@ import "math/bits"
 // 63 %. Sizes are not powers of two: the home bucket is the high half of
 // key·φ times the number of buckets. The table grows by half when maxLoad
 // percent full and halves when under a third of that, so after the first
-// growth its load stays between 2/3 and all of maxLoad: at 75 % (u64Table)
-// memory per key is between 21 and 32 bytes, at 60 % (holderTable) between 27
+// growth its load stays between 2/3 and all of maxLoad: at 75 % (u64Table,
+// chainTable) memory per key is between 21 and 32 bytes, at 60 % (holderTable) between 27
 // and 40.
 type oaTable struct {
 	slots   []oaSlot

@@ -79,9 +79,9 @@ func (ix *Index) WriteSnapshot(w io.Writer, seqs map[string]uint64) error {
 		put([]byte{flagByte(ws.stale), flagByte(hasSeq)})
 		uv(seq)
 		uv(uint64(ws.device.len()))
-		ws.device.each(func(k, r uint64) {
+		ws.device.each(func(k, at uint64) {
 			b := binary.LittleEndian.AppendUint64(buf[:0], k)
-			put(binary.LittleEndian.AppendUint64(b, r))
+			put(binary.LittleEndian.AppendUint64(b, ix.tab.cell(at).hash))
 		})
 		uv(uint64(len(ws.offDevice)))
 		for k, oe := range ws.offDevice {
@@ -356,16 +356,32 @@ func (ix *Index) LoadSnapshot(s *Snapshot) LoadStats {
 	defer ix.mu.Unlock()
 	var st LoadStats
 	load := make([]*workerState, len(s.Workers))
-	grow := 0
 	for i := range s.Workers {
 		sw := &s.Workers[i]
 		if w := ix.workers[sw.ID]; w != nil && w.model == sw.Model && w.blockSize == sw.BlockSize {
 			load[i] = w
-			grow += len(sw.Device)
 		}
 	}
-	// Grow the block table once for everything it may receive.
-	ix.tab.reserve(grow)
+	// A snapshot's blocks come without their parents: each is looked up
+	// among every cell (it may be in the middle of a chain), and one that
+	// has none starts a chain of its own.
+	t := ix.tab
+	var cells map[uint64]uint64
+	cellOf := func(r uint64) uint64 {
+		if cells == nil {
+			cells = t.cellsByHash()
+		}
+		// A remembered place whose cell was freed since (a purge, a
+		// repeated key) may hold another block now, or nothing.
+		if at, ok := cells[r]; ok {
+			if ch := t.chains[at>>32].cells; int(uint32(at)) < len(ch) && ch[uint32(at)].hash == r {
+				return at
+			}
+		}
+		at := t.place(r, 0, false, 1)
+		cells[r] = at
+		return at
+	}
 	for i := range s.Workers {
 		sw := &s.Workers[i]
 		w := load[i]
@@ -375,17 +391,20 @@ func (ix *Index) LoadSnapshot(s *Snapshot) LoadStats {
 		}
 		ix.purge(w)
 		w.stale = sw.Stale
-		// A snapshot holds no parents: walk this worker block by block
-		// until its next purge.
-		w.links.unknown = w.links.unknown || len(sw.Device) > 0
-		t := ix.tab
 		w.device.reserve(len(sw.Device))
 		t.begin(true)
 		for _, e := range sw.Device {
-			if old, had := w.device.put(e[0], e[1]); had {
-				ix.dropDevice(w, t, old) // a repeated key: the last one wins
+			at := cellOf(e[1])
+			old, had := w.device.get(e[0])
+			if had && old == at {
+				continue
 			}
-			if t.add(e[1], w.idx) {
+			held := t.hold(at, w.idx)
+			w.device.put(e[0], at)
+			if had {
+				ix.dropDevice(w, old) // a repeated key: the last one wins
+			}
+			if held {
 				w.dups[e[1]]++
 			} else {
 				w.blocks++
@@ -393,10 +412,13 @@ func (ix *Index) LoadSnapshot(s *Snapshot) LoadStats {
 		}
 		t.end()
 		for _, e := range sw.OffDevice {
+			at := cellOf(e.Router)
+			t.pin(at)
 			if oe, had := w.offDevice[e.Key]; had {
 				w.countOff(oe.router, oe.media, -1)
+				t.unpin(oe.at)
 			}
-			w.offDevice[e.Key] = offEntry{router: e.Router, media: e.Media}
+			w.offDevice[e.Key] = offEntry{router: e.Router, at: at, media: e.Media}
 			w.countOff(e.Router, e.Media, 1)
 		}
 		ix.sync(w)

@@ -1,16 +1,25 @@
 package kvindex
 
 // holderTable maps a router block hash to the set of workers (dense
-// slot numbers) that hold it: one table for the whole fleet, so a lookup
-// probes one slot per block however many workers there are. It is an
+// slot numbers) that hold it, for Approx: one table for the whole fleet,
+// so a lookup probes one slot per block however many workers there are.
+// (Index keeps its sets in chains instead: chains.go.) It is an
 // oaTable whose value encodes the set (the lanes below): up to four slots
 // inline, more as a bitset in the table's setArena, which the blocks that
 // one event changed alike share (begin). HashBlocks never
 // returns 0, so every router hash is a valid key; a key is present
 // exactly while its set is not empty, so a value of 0 means "held by
-// nobody". It is not safe for concurrent writes; Index and Approx guard it.
+// nobody". It is not safe for concurrent writes; Approx guards it.
 type holderTable struct {
 	oaTable
+	holderSets
+}
+
+// holderSets is what a table of holder sets keeps beside its slots: the
+// big sets, and within a batch (begin, end) the changes made so far, so
+// that blocks whose sets were equal share the result. holderTable and
+// chainTable both hold their sets through it.
+type holderSets struct {
 	sets setArena
 	// Within a batch (begin, end), the changes made so far.
 	batch      bool
@@ -22,8 +31,10 @@ type holderTable struct {
 const holderMaxLoad = 60
 
 func newHolderTable(hint int) *holderTable {
-	return &holderTable{oaTable: newOATable(hint, holderMaxLoad), sets: setArena{stride: 1}}
+	return &holderTable{oaTable: newOATable(hint, holderMaxLoad), holderSets: newHolderSets()}
 }
+
+func newHolderSets() holderSets { return holderSets{sets: setArena{stride: 1}} }
 
 // A set of worker slots in a slot's 64-bit value. Inline, its four
 // 16-bit lanes hold slot+1 each, filled from lane 0, 0 for an empty lane.
@@ -52,7 +63,7 @@ func (t *holderTable) has(key uint64, slot int) bool {
 }
 
 // contains reports whether the set v contains slot.
-func (t *holderTable) contains(v uint64, slot int) bool {
+func (t *holderSets) contains(v uint64, slot int) bool {
 	if isBig(v) {
 		return t.sets.has(uint32(v), slot)
 	}
@@ -71,30 +82,36 @@ func (t *holderTable) get(key uint64) uint64 { return t.probeFrom(key, t.home(ke
 // add puts slot into key's set and reports whether it was already there.
 func (t *holderTable) add(key uint64, slot int) (had bool) {
 	s, _ := t.upsert(key)
-	v := s.val
-	if t.contains(v, slot) {
+	// s stays put: only the arena may grow.
+	return t.addTo(&s.val, slot)
+}
+
+// addTo puts slot into the set *v and reports whether it was already
+// there.
+func (t *holderSets) addTo(v *uint64, slot int) (had bool) {
+	if t.contains(*v, slot) {
 		return true
 	}
 	if !t.batch {
-		s.val = t.with(v, slot) // s stays put: only the arena may grow
+		*v = t.with(*v, slot)
 		t.sets.settle()
 		return false
 	}
-	if nv, ok := t.adds.get(v, slot); ok {
+	if nv, ok := t.adds.get(*v, slot); ok {
 		t.sets.retain(nv)
-		t.drop(v)
-		s.val = nv
+		t.drop(*v)
+		*v = nv
 		return false
 	}
-	nv := t.with(v, slot)
-	t.adds.put(v, slot, nv)
-	s.val = nv
+	nv := t.with(*v, slot)
+	t.adds.put(*v, slot, nv)
+	*v = nv
 	return false
 }
 
 // with returns the set v plus slot (not in v), in place when v is a big
 // set no other block shares.
-func (t *holderTable) with(v uint64, slot int) uint64 {
+func (t *holderSets) with(v uint64, slot int) uint64 {
 	if isBig(v) {
 		id := t.sets.own(uint32(v))
 		t.sets.add(id, slot)
@@ -125,32 +142,40 @@ func (t *holderTable) remove(key uint64, slot int) (had bool) {
 		return false
 	}
 	s := &t.slots[i]
-	v := s.val
-	if !t.contains(v, slot) {
+	if !t.removeFrom(&s.val, slot) {
 		return false
 	}
-	var nv uint64
-	switch got, ok := t.dels.get(v, slot); {
+	if s.val == 0 {
+		t.deleteAt(i)
+	}
+	return true
+}
+
+// removeFrom takes slot out of the set *v and reports whether it was
+// there.
+func (t *holderSets) removeFrom(v *uint64, slot int) (had bool) {
+	if !t.contains(*v, slot) {
+		return false
+	}
+	switch got, ok := t.dels.get(*v, slot); {
 	case !t.batch:
-		nv = t.without(v, slot)
+		*v = t.without(*v, slot)
 		t.sets.settle()
 	case ok:
-		nv = got
-		t.sets.retain(nv)
-		t.drop(v)
+		t.sets.retain(got)
+		t.drop(*v)
+		*v = got
 	default:
-		nv = t.without(v, slot)
-		t.dels.put(v, slot, nv)
-	}
-	if s.val = nv; nv == 0 {
-		t.deleteAt(i)
+		nv := t.without(*v, slot)
+		t.dels.put(*v, slot, nv)
+		*v = nv
 	}
 	return true
 }
 
 // without returns the set v less slot (in v), in place when v is a big
 // set no other block shares.
-func (t *holderTable) without(v uint64, slot int) uint64 {
+func (t *holderSets) without(v uint64, slot int) uint64 {
 	if isBig(v) {
 		id := t.sets.own(uint32(v))
 		t.sets.remove(id, slot)
@@ -174,7 +199,7 @@ func (t *holderTable) without(v uint64, slot int) uint64 {
 }
 
 // drop lets go of one block's share of the set v.
-func (t *holderTable) drop(v uint64) {
+func (t *holderSets) drop(v uint64) {
 	if isBig(v) {
 		t.sets.release(uint32(v))
 	}
@@ -187,7 +212,7 @@ func (t *holderTable) drop(v uint64) {
 // batches in no particular order (a purge, a snapshot load): it
 // remembers every change, not only the last. end finishes the batch.
 // Outside a batch nothing is shared anew.
-func (t *holderTable) begin(bulk bool) {
+func (t *holderSets) begin(bulk bool) {
 	t.batch = true
 	t.adds.reset(bulk)
 	t.dels.reset(bulk)
@@ -195,15 +220,12 @@ func (t *holderTable) begin(bulk bool) {
 
 // end finishes a batch; set numbers freed during it become reusable only
 // now, so that a remembered number always means the set it meant.
-func (t *holderTable) end() {
+func (t *holderSets) end() {
 	t.batch = false
 	t.adds.reset(false)
 	t.dels.reset(false)
 	t.sets.settle()
 }
-
-// bytes is the memory of the slots and of the big sets.
-func (t *holderTable) bytes() int { return t.oaTable.bytes() + t.sets.bytes() }
 
 // prefetch computes the home slot of each key into at and asks the CPU to
 // start loading those buckets without waiting for them: walk prefetches a
@@ -212,7 +234,7 @@ func (t *holderTable) bytes() int { return t.oaTable.bytes() + t.sets.bytes() }
 // CPU's reorder window reaches (about one chunk of Match's code): each
 // missing load holds up every instruction after it until it arrives, a
 // prefetch holds up nothing.
-func (t *holderTable) prefetch(keys []uint64, at []int) {
+func (t *oaTable) prefetch(keys []uint64, at []int) {
 	at = at[:len(keys)]
 	for i, k := range keys {
 		at[i] = t.home(k)
@@ -280,7 +302,7 @@ func (t *holderTable) resolve(keys []uint64, at []int, out []uint64, over *[matc
 // prefetchSets asks the CPU to start loading the bitsets of the big sets
 // among vals, as prefetch does for the table's buckets: walk uses a
 // chunk's sets one stage after resolving it.
-func (t *holderTable) prefetchSets(vals []uint64) {
+func (t *holderSets) prefetchSets(vals []uint64) {
 	a := &t.sets
 	var at [2 * matchChunk]int
 	n := 0

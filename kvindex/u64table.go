@@ -42,6 +42,21 @@ func (t *u64Table) put(key, val uint64) (old uint64, had bool) {
 	return old, had
 }
 
+// slot returns where key's value lives, adding key with value 0 if it is
+// not there, and whether it was. The pointer is valid until t changes.
+func (t *u64Table) slot(key uint64) (v *uint64, had bool) {
+	if key == 0 {
+		had = t.hasZero
+		t.hasZero = true
+		if !had {
+			t.zero = 0
+		}
+		return &t.zero, had
+	}
+	s, inserted := t.upsert(key)
+	return &s.val, !inserted
+}
+
 // remove deletes key and returns its value, if it was there.
 func (t *u64Table) remove(key uint64) (uint64, bool) {
 	if key == 0 {

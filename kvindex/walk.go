@@ -16,17 +16,19 @@ const fewCap = 8
 
 // aliveSet is the candidates (worker slots) still matching during a walk:
 // up to fewCap of them in a list, more in a bitset over the slots. It only
-// shrinks. Each member that leaves gets its depth written, and its slot
-// listed in died when track is set (walkJump's windows).
+// shrinks. Each member that leaves gets its depth written.
 type aliveSet struct {
-	n     int
-	few   [fewCap]int32
-	bits  []uint64 // nil once the set is a list
-	track bool
-	died  []int32
+	n    int
+	few  [fewCap]int32
+	bits []uint64 // nil once the set is a list
 	// zeroed: every member's depth is 0 already, so the many that leave
 	// at the prompt's first block, on a large fleet, need no writing.
 	zeroed bool
+	// touched, when not nil, lists the members given a depth other than
+	// 0, so that a large fleet's results need not be looked for among
+	// every slot. It has room for every slot (appending would move
+	// Match's buffers to the heap).
+	touched []int32
 }
 
 // aliveOf returns the set of the slots in b, which it keeps. (A value,
@@ -63,17 +65,15 @@ func (a *aliveSet) toList() {
 
 func (a *aliveSet) die(slot int32, at int32, depth []int32) {
 	depth[slot] = at
-	if a.track {
-		// died has room for every slot (walkJump's buffer), and
-		// appending would make the buffer escape.
-		a.died = a.died[:len(a.died)+1]
-		a.died[len(a.died)-1] = slot
+	if a.touched != nil && at != 0 {
+		a.touched = a.touched[:len(a.touched)+1]
+		a.touched[len(a.touched)-1] = slot
 	}
 }
 
 // step keeps in a the members of holder set v and records the depth of
 // the others as at. It reports whether any member remains.
-func (a *aliveSet) step(t *holderTable, v uint64, at int32, depth []int32) bool {
+func (a *aliveSet) step(t *holderSets, v uint64, at int32, depth []int32) bool {
 	if a.bits == nil {
 		if v == 0 {
 			for _, s := range a.few[:a.n] {
@@ -107,7 +107,7 @@ func (a *aliveSet) step(t *holderTable, v uint64, at int32, depth []int32) bool 
 			}
 			a.bits[i] = w & s
 			a.n -= bits.OnesCount64(d)
-			if at == 0 && a.zeroed && !a.track {
+			if at == 0 && a.zeroed {
 				continue
 			}
 			for ; d != 0; d &= d - 1 {
@@ -131,7 +131,7 @@ func (a *aliveSet) step(t *holderTable, v uint64, at int32, depth []int32) bool 
 			a.bits[w] &^= 1 << (s & 63)
 		}
 	}
-	if at != 0 || !a.zeroed || a.track {
+	if at != 0 || !a.zeroed {
 		for i, w := range a.bits {
 			for ; w != 0; w &= w - 1 {
 				a.die(int32(i*64+bits.TrailingZeros64(w)), at, depth)
@@ -146,19 +146,19 @@ func (a *aliveSet) step(t *holderTable, v uint64, at int32, depth []int32) bool 
 func (a *aliveSet) finish(at int32, depth []int32) {
 	if a.bits == nil {
 		for _, s := range a.few[:a.n] {
-			depth[s] = at
+			a.die(s, at, depth)
 		}
 		return
 	}
 	for i, w := range a.bits {
 		for ; w != 0; w &= w - 1 {
-			depth[i*64+bits.TrailingZeros64(w)] = at
+			a.die(int32(i*64+bits.TrailingZeros64(w)), at, depth)
 		}
 	}
 }
 
-// walk sets depth[s] for every member s of alive to base plus the number
-// of leading hashes whose holder set in t contains s. It works on chunks
+// walk (Approx's) sets depth[s] for every member s of alive to base plus
+// the number of leading hashes whose holder set in t contains s. It works on chunks
 // of matchChunk hashes in three stages: it resolves chunk c (whose buckets
 // are in cache by then), finishes and uses chunk c-1, whose few keys that
 // lay past their home bucket had that next bucket prefetched a chunk ago,
@@ -197,7 +197,7 @@ func walk(t *holderTable, hashes []uint64, alive *aliveSet, base int32, depth []
 	for j, v := range got[0][:len(keys)] {
 		if v != last {
 			last = v
-			if !alive.step(t, v, base+int32(j), depth) {
+			if !alive.step(&t.holderSets, v, base+int32(j), depth) {
 				return
 			}
 		}
@@ -221,7 +221,7 @@ func walk(t *holderTable, hashes []uint64, alive *aliveSet, base int32, depth []
 				// one set (holderTable.begin): only a change is a step.
 				if v := g[j]; v != last {
 					last = v
-					if !alive.step(t, v, base+int32(p*matchChunk+j), depth) {
+					if !alive.step(&t.holderSets, v, base+int32(p*matchChunk+j), depth) {
 						return
 					}
 				}

@@ -167,10 +167,9 @@ type Config struct {
 	// KeepaliveMinTime is the shortest client ping interval tolerated on the
 	// ext_proc server (default 1 s).
 	KeepaliveMinTime time.Duration
-	// IndexJumpSearch builds the KV index with kvindex.Config.JumpSearch:
-	// faster lookups of long prompts for about 1.5 times the cost of
-	// applying events and 40 to 50 more bytes per (block, worker) entry
-	// (docs/index-peers.md).
+	// IndexJumpSearch sets kvindex.Config.JumpSearch, which changes
+	// nothing: the index reads long prompts in chains (docs/index-peers.md).
+	// Kept so that configurations naming it still start.
 	IndexJumpSearch bool
 	// MaxMessages and MaxPromptBytes cap what a decision renders and
 	// tokenizes; above a cap the request is routed by load (see

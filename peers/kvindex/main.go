@@ -82,7 +82,6 @@ func runMeasure(args []string) error {
 	in := fs.String("in", "", "workload file")
 	threads := fs.Int("threads", 1, "goroutines applying and looking up")
 	minLookup := fs.Duration("min-lookup", 500*time.Millisecond, "least wall time per query case")
-	jump := fs.Bool("jump", false, "build the index with kvindex.Config.JumpSearch")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of applying and looking up to this file")
 	_ = fs.Parse(args) // ExitOnError: a bad flag exits
 	profileTo = *cpuProfile
@@ -90,7 +89,7 @@ func runMeasure(args []string) error {
 	if err != nil {
 		return err
 	}
-	res, err := measureKVIndex(w, *threads, *minLookup, *jump)
+	res, err := measureKVIndex(w, *threads, *minLookup)
 	if err != nil {
 		return err
 	}

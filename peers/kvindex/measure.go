@@ -65,8 +65,8 @@ const benchModel = "bench-model"
 // goroutines: applying (each goroutine the events of the workers i with
 // i % threads == its number, in file order), then looking up every query
 // case for at least minLookup of wall time per case.
-func measureKVIndex(w *Workload, threads int, minLookup time.Duration, jump bool) (Result, error) {
-	res := Result{Side: "kvroute", Index: kvindexName(jump), Workers: w.Workers, Threads: threads, Events: len(w.Events)}
+func measureKVIndex(w *Workload, threads int, minLookup time.Duration) (Result, error) {
+	res := Result{Side: "kvroute", Index: "kvindex.Index", Workers: w.Workers, Threads: threads, Events: len(w.Events)}
 	// Event batches are built before the clock starts, as decoded events
 	// would arrive; Apply re-hashes their tokens.
 	type item struct {
@@ -107,7 +107,7 @@ func measureKVIndex(w *Workload, threads int, minLookup time.Duration, jump bool
 	runtime.GC()
 	var before runtime.MemStats
 	runtime.ReadMemStats(&before)
-	ix := kvindex.New(kvindex.Config{JumpSearch: jump})
+	ix := kvindex.New(kvindex.Config{})
 	for _, n := range names {
 		ix.AddWorker(n, benchModel, w.BlockSize)
 	}
@@ -195,13 +195,4 @@ func lookupKVIndex(ix *kvindex.Index, name string, prompts [][]uint64, workers [
 		}
 		passes *= 2
 	}
-}
-
-// kvindexName names the kvroute series: the index as the router builds it
-// by default, and with jump search on.
-func kvindexName(jump bool) string {
-	if jump {
-		return "kvindex.Index+JumpSearch"
-	}
-	return "kvindex.Index"
 }
