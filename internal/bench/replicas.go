@@ -303,6 +303,14 @@ func (rep *ReplicaReport) compareIndexes(ctx context.Context, a, b *server.Serve
 // time, and times each from A's pool counting it to B's.
 func syncLag(ctx context.Context, a, b *server.Server, c *Client, model string, probes int, seed uint64) ([]float64, error) {
 	var lags []float64
+	// The runs' last requests may still be counted (a response's end is
+	// learned up to a few hundred milliseconds after it): a probe added
+	// while one of them is freed would not raise the count.
+	if err := poll(ctx, 10*time.Second, func() (bool, error) {
+		return activeRequests(a) == 0 && activeRequests(b) == 0, nil
+	}, "both replicas idle before the sync probes"); err != nil {
+		return nil, err
+	}
 	for p := 0; p < probes; p++ {
 		baseA, baseB := activeRequests(a), activeRequests(b)
 		it := CompletionItem(model, BlockTokens(nil, int64(seed)<<20|int64(p)+1<<40, 64), 32)
