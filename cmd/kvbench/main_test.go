@@ -42,6 +42,9 @@ func TestHelpAndUsageErrors(t *testing.T) {
 		{[]string{"up", "-help"}, 0, "-timing"},
 		{[]string{"sim", "--timing", "a100-nothing"}, 2, "neither a known name (polynomial, h100-llama3-8b) nor a profile file"},
 		{[]string{"demo", "--timing", "main_test.go"}, 2, "main_test.go: timing profile: invalid character"},
+		{[]string{"sim", "-help"}, 0, "-explain-requests"},
+		{[]string{"sim", "--explain-requests", "3"}, 1, "--explain-requests and --explain-out go together"},
+		{[]string{"sim", "--explain-requests", "-1", "--explain-out", "x"}, 1, "each value must be a request index"},
 	} {
 		var out, errb bytes.Buffer
 		code := run(context.Background(), tc.args, &out, &errb)

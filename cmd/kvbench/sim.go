@@ -45,6 +45,8 @@ type simFlags struct {
 	size        workloadSize
 	routerCost  bool
 	requestsOut string
+	explainReqs string
+	explainOut  string
 	timing      string
 	cpuProfile  string
 }
@@ -91,6 +93,10 @@ func newSimFlags(s *simFlags, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&s.requestsOut, "requests-out", "", "write every request of every run to this `file` as JSON lines: mode, load, worker, arrival, "+
 		"prompt, cached and predicted cached tokens, TTFT, and its floor (ttft_floor_ms: the same prompt alone on an idle worker with the hits it got, "+
 		"so TTFT minus floor is what queueing cost it and only more hits lower the floor)")
+	fs.StringVar(&s.explainReqs, "explain-requests", "", "explain the router's decision for these `requests` (indices in the workload's arrival order, "+
+		"as --requests-out numbers them, comma-separated) in every run, written to --explain-out: every candidate's terms, as POST /debug/explain shows them")
+	fs.StringVar(&s.explainOut, "explain-out", "", "write the decisions --explain-requests names to this `file` as JSON lines: mode, load, request, "+
+		"the simulated time of the decision (at_ms) and the explanation")
 	fs.BoolVar(&s.routerCost, "router-cost", false, "also measure the router's CPU (index match, decisions, lifecycle, load reports, KV events), "+
 		"the event rate and the index's size, apart from the engines; with --parallel 1 also the index's heap. Timings vary from run to run")
 	fs.StringVar(&s.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the runs to this `file` (go tool pprof reads it); "+
@@ -136,6 +142,10 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	explain, err := parseExplain(s.explainReqs, s.explainOut)
+	if err != nil {
+		return err
+	}
 	w, err := s.buildWorkload()
 	if err != nil {
 		return err
@@ -144,7 +154,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return s.export(w, stderr)
 	}
 	opt := vsim.SweepOptions{Fleet: s.fleet, Router: s.router, Modes: modes, Loads: loads, SLO: s.slo, Seed: s.seed, Parallel: s.parallel,
-		RouterCost: s.routerCost, Requests: s.requestsOut != ""}
+		RouterCost: s.routerCost, Requests: s.requestsOut != "", Explain: explain}
 	prog := bench.NewProgress(stderr, "sim "+w.Name, len(modes)*len(loads)).Counting("runs (one mode at one load each)")
 	opt.Progress = func(done, _ int, _ vsim.Result) { prog.Update(done, 0) }
 	stop, err := startCPUProfile(s.cpuProfile)
@@ -165,10 +175,16 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprintf(stderr, "wrote %s and its .md and .svg\n", s.jsonOut)
 	}
 	if s.requestsOut != "" {
-		if err := writeRequestRecords(s.requestsOut, rep.Records); err != nil {
+		if err := writeJSONLines(s.requestsOut, "requests out", rep.Records); err != nil {
 			return err
 		}
 		fmt.Fprintf(stderr, "wrote %s: %d requests\n", s.requestsOut, len(rep.Records))
+	}
+	if s.explainOut != "" {
+		if err := writeJSONLines(s.explainOut, "explain out", rep.Explains); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "wrote %s: %d decisions\n", s.explainOut, len(rep.Explains))
 	}
 	return ctx.Err()
 }
@@ -313,26 +329,50 @@ func parseLoads(s string) ([]float64, error) {
 	return slices.Compact(out), nil
 }
 
-// writeRequestRecords writes recs to path as JSON lines.
-func writeRequestRecords(path string, recs []vsim.RequestRecord) error {
+// parseExplain reads --explain-requests, which needs --explain-out and
+// the other way round.
+func parseExplain(list, out string) (map[int]bool, error) {
+	if (list == "") != (out == "") {
+		return nil, fmt.Errorf("--explain-requests and --explain-out go together")
+	}
+	if list == "" {
+		return nil, nil
+	}
+	m := map[int]bool{}
+	for _, f := range splitList(list) {
+		v, err := strconv.Atoi(f)
+		if err != nil || v < 0 {
+			return nil, fmt.Errorf("--explain-requests %q: each value must be a request index, 0 or more", f)
+		}
+		m[v] = true
+	}
+	if len(m) == 0 {
+		return nil, fmt.Errorf("--explain-requests is empty")
+	}
+	return m, nil
+}
+
+// writeJSONLines writes recs to path as JSON lines; what names the flag
+// in errors.
+func writeJSONLines[T any](path, what string, recs []T) error {
 	f, err := os.Create(path)
 	if err != nil {
-		return fmt.Errorf("requests out: %w", err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	bw := bufio.NewWriter(f)
 	enc := json.NewEncoder(bw)
 	for i := range recs {
 		if err := enc.Encode(&recs[i]); err != nil {
 			_ = f.Close()
-			return fmt.Errorf("requests out: %w", err)
+			return fmt.Errorf("%s: %w", what, err)
 		}
 	}
 	if err := bw.Flush(); err != nil {
 		_ = f.Close()
-		return fmt.Errorf("requests out: %w", err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	if err := f.Close(); err != nil {
-		return fmt.Errorf("requests out: %w", err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
 }

@@ -1,6 +1,9 @@
 package vsim
 
-import "github.com/kvroute/kvroute/internal/sim"
+import (
+	"github.com/kvroute/kvroute/internal/sim"
+	"github.com/kvroute/kvroute/scoring"
+)
 
 // RequestRecord is one request of a run that got its first token, for
 // `kvbench sim --requests-out`: where it went, what it found cached, its
@@ -26,6 +29,20 @@ type RequestRecord struct {
 	// is what queueing and sharing steps cost it; only more hits lower
 	// FloorMs.
 	FloorMs float64 `json:"ttft_floor_ms"`
+}
+
+// ExplainRecord is the router's explanation of one decision, for
+// `kvbench sim --explain-requests`: every candidate's terms as
+// `POST /debug/explain` shows them, at the simulated time it decided.
+type ExplainRecord struct {
+	Mode string  `json:"mode"`
+	Load float64 `json:"load"`
+	// Request is the request's index in the workload's arrival order.
+	Request int `json:"request"`
+	// AtMs is when the router decided, in simulated milliseconds from the
+	// start of the run.
+	AtMs        float64             `json:"at_ms"`
+	Explanation scoring.Explanation `json:"explanation"`
 }
 
 // floorMillis is the time to first token of a prompt of prompt tokens,

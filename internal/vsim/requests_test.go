@@ -76,3 +76,41 @@ func TestFloorMillis(t *testing.T) {
 		t.Errorf("a full hit costs %g ms; the last token is still computed", all)
 	}
 }
+
+// TestSweepExplainsTheNamedDecisions: a sweep asked to explain two
+// requests records each of their decisions once per run, naming the
+// worker the request went to, and routes exactly as without it.
+func TestSweepExplainsTheNamedDecisions(t *testing.T) {
+	w := smallAgent(t)
+	o := SweepOptions{Fleet: smallFleet(), Router: scoring.DefaultOptions(), Modes: []string{"kv"},
+		Loads: []float64{1, 4}, SLO: 2 * time.Second, Seed: 1, Requests: true}
+	plain, err := Sweep(w, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Explain = map[int]bool{3: true, 7: true}
+	rep, err := Sweep(w, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Explains) != 4 {
+		t.Fatalf("%d explanations, want 4 (two requests in two runs)", len(rep.Explains))
+	}
+	went := map[[2]float64]string{}
+	for _, r := range rep.Records {
+		went[[2]float64{r.Load, float64(r.Request)}] = r.Worker
+	}
+	for _, e := range rep.Explains {
+		if !o.Explain[e.Request] || e.Mode != "kv" || len(e.Explanation.Workers) != smallFleet().Workers || e.Explanation.PromptTokens == 0 {
+			t.Fatalf("explanation %+v", e)
+		}
+		if want := went[[2]float64{e.Load, float64(e.Request)}]; e.Explanation.Chosen != want {
+			t.Fatalf("request %d at load %g: explanation chose %s, the run sent it to %s", e.Request, e.Load, e.Explanation.Chosen, want)
+		}
+	}
+	for i := range plain.Sweep["kv"] {
+		if a, b := plain.Sweep["kv"][i], rep.Sweep["kv"][i]; a.HitRate != b.HitRate || a.TTFT != b.TTFT {
+			t.Fatalf("load %g: explaining changed the run: %+v against %+v", a.Load, b, a)
+		}
+	}
+}

@@ -96,6 +96,9 @@ type Result struct {
 	// Records holds one record per request that got its first token, in
 	// the order first tokens came, when the run was asked to keep them.
 	Records []RequestRecord `json:"-"`
+	// Explains holds the router's explanation of each decision the run
+	// was asked to explain, in the order they were made.
+	Explains []ExplainRecord `json:"-"`
 }
 
 // reqState is one turn in flight.
@@ -151,8 +154,11 @@ type runner struct {
 
 	ttft, itl, e2e []float64
 	// keepRequests asks for a RequestRecord per first token in requests.
-	keepRequests         bool
-	requests             []RequestRecord
+	keepRequests bool
+	requests     []RequestRecord
+	// explain names the requests whose decisions go to explains.
+	explain              map[int]bool
+	explains             []ExplainRecord
 	promptTok, cachedTok int
 	// first-turn share of promptTok and cachedTok
 	firstPromptTok, firstCachedTok int
@@ -185,19 +191,26 @@ const (
 )
 
 func runMeasured(w *Workload, fleet Fleet, opts scoring.Options, load float64, seed uint64, what measure) (Result, error) {
-	return runRecorded(w, fleet, opts, load, seed, what, false)
+	return runRecorded(w, fleet, opts, load, seed, what, recording{})
 }
 
-// runRecorded is runMeasured that, with keep, also records every request
-// (Result.Requests).
-func runRecorded(w *Workload, fleet Fleet, opts scoring.Options, load float64, seed uint64, what measure, keep bool) (Result, error) {
+// recording says what a run records beside its Result: every request
+// (Result.Records), and the decisions of the requests in explain
+// (Result.Explains).
+type recording struct {
+	requests bool
+	explain  map[int]bool
+}
+
+// runRecorded is runMeasured that also records what rec asks for.
+func runRecorded(w *Workload, fleet Fleet, opts scoring.Options, load float64, seed uint64, what measure, rec recording) (Result, error) {
 	if !(load > 0) {
 		return Result{}, fmt.Errorf("load %g must be positive", load)
 	}
 	if fleet.Workers < 1 {
 		return Result{}, errors.New("fleet needs at least one worker")
 	}
-	r := &runner{w: w, fleet: fleet, timing: fleet.timing(), mode: opts.Mode, load: load, byID: map[string]int32{}, keepRequests: keep}
+	r := &runner{w: w, fleet: fleet, timing: fleet.timing(), mode: opts.Mode, load: load, byID: map[string]int32{}, keepRequests: rec.requests, explain: rec.explain}
 	if what != measureNone {
 		r.meter = newMeter(what == measureHeap)
 	}
@@ -415,10 +428,18 @@ func (r *runner) arrive(i int32) {
 	tc := r.meter.now()
 	cands := append([]scoring.Candidate(nil), r.cands...)
 	excluded += r.meter.since(tc)
-	r.router.Submit(req, cands, nil, func(d scoring.Decision, err error) {
+	var exp *scoring.Explanation
+	if r.explain[int(i)] {
+		exp = &scoring.Explanation{}
+	}
+	r.router.Submit(req, cands, exp, func(d scoring.Decision, err error) {
 		if err != nil {
 			r.fail(i, err)
 			return
+		}
+		if exp != nil {
+			r.explains = append(r.explains, ExplainRecord{Mode: r.mode, Load: r.load, Request: int(i),
+				AtMs: ms(r.clock.now), Explanation: *exp})
 		}
 		q := &r.reqs[i]
 		q.worker = r.byID[d.Worker]
@@ -671,6 +692,7 @@ func (r *runner) result() Result {
 	res.OverlapExact = ratio(r.exact, r.predictedN)
 	res.TTFT, res.ITL, res.E2E = bench.Summarize(r.ttft), bench.Summarize(r.itl), bench.Summarize(r.e2e)
 	res.Records = r.requests
+	res.Explains = r.explains
 	for _, w := range r.workers {
 		res.Preemptions += w.eng.Stats().Preemptions
 	}

@@ -32,6 +32,9 @@ type SweepOptions struct {
 	RouterCost bool
 	// Requests keeps every run's per-request records (Report.Records).
 	Requests bool
+	// Explain names requests, by index in the workload's arrival order,
+	// whose decisions every run explains (Report.Explains).
+	Explain map[int]bool
 }
 
 // Report is a sweep's outcome, in the JSON shape of kvbench's reports with
@@ -60,6 +63,9 @@ type Report struct {
 	// Records holds every run's per-request records, mode by mode in
 	// Order and load by load, when SweepOptions.Requests asked for them.
 	Records []RequestRecord `json:"-"`
+	// Explains holds the explanations SweepOptions.Explain asked for, in
+	// the same order.
+	Explains []ExplainRecord `json:"-"`
 }
 
 // Sweep runs every mode at every load on w and reports them with the
@@ -106,7 +112,7 @@ func Sweep(w *Workload, o SweepOptions) (*Report, error) {
 			for j := range jobs {
 				opts := o.Router
 				opts.Mode = o.Modes[j.m]
-				r, err := runRecorded(w, o.Fleet, opts, o.Loads[j.l], o.Seed, what, o.Requests)
+				r, err := runRecorded(w, o.Fleet, opts, o.Loads[j.l], o.Seed, what, recording{requests: o.Requests, explain: o.Explain})
 				results[j.m][j.l], errs[j.m*len(o.Loads)+j.l] = r, err
 				if o.Progress != nil {
 					mu.Lock()
@@ -150,7 +156,8 @@ func Sweep(w *Workload, o SweepOptions) (*Report, error) {
 			r := results[m][l]
 			rep.Sweep[name] = append(rep.Sweep[name], r.Point)
 			rep.Records = append(rep.Records, r.Records...)
-			r.Records = nil
+			rep.Explains = append(rep.Explains, r.Explains...)
+			r.Records, r.Explains = nil, nil
 			if r.RouterCost != nil {
 				if rep.RouterCost == nil {
 					rep.RouterCost = map[string][]*RouterCost{}
