@@ -37,12 +37,9 @@ func TestVLLMFirstToken(t *testing.T) {
 		t.Fatal("KVROUTE_VLLM_PYTHON and KVROUTE_ENVOY must be set: run `make test-vllm`")
 	}
 	testenv.Quiet()
-	engines := []*vllmEngine{startVLLM(t, py, tinyModel(t, py), "vllm0", "127.0.0.43", 0)}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	if err := engines[0].waitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
+	engines := startVLLMs(t, ctx, py, tinyModel(t, py), vllmSpec{"vllm0", "127.0.0.43", 0})
 	rt := startZMQLayout(t, ctx, engines)
 	defer rt.stop()
 	waitFor(t, ctx, "the engine's KV events in the index", func() bool {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/kvroute/kvroute/bridge"
 	"github.com/kvroute/kvroute/engine"
+	"github.com/kvroute/kvroute/engine/vllmzmq"
 	"github.com/kvroute/kvroute/envoy"
 	"github.com/kvroute/kvroute/envoy/proxy"
 	"github.com/kvroute/kvroute/internal/bench"
@@ -111,17 +112,9 @@ func TestVLLM(t *testing.T) {
 	testenv.Quiet()
 	start := time.Now()
 	modelDir := tinyModel(t, py)
-	engines := []*vllmEngine{
-		startVLLM(t, py, modelDir, "vllm0", "127.0.0.41", 0),
-		startVLLM(t, py, modelDir, "vllm1", "127.0.0.42", 1),
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
-	for _, e := range engines {
-		if err := e.waitReady(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	engines := startVLLMs(t, ctx, py, modelDir, vllmSpec{"vllm0", "127.0.0.41", 0}, vllmSpec{"vllm1", "127.0.0.42", 1})
 	t.Logf("two vLLM engines ready in %v", time.Since(start).Round(time.Second))
 	for _, e := range engines {
 		if l := e.metric(t, "vllm:cache_config_info"); !strings.Contains(l, fmt.Sprintf(`block_size="%d"`, vllmBlockSize)) {
@@ -357,6 +350,13 @@ func startBridgeLayout(t *testing.T, ctx context.Context, engines []*vllmEngine)
 	// engine's history from vLLM's replay socket (a warm start).
 	for i, e := range engines {
 		directChat(t, ctx, e, fmt.Sprintf("before the bridge %d %d", i, time.Now().UnixNano()))
+		// The engine publishes from a thread of its own: its batch must be
+		// out (in the replay buffer) before the bridge subscribes, or the
+		// bridge would see it live and have nothing to replay.
+		waitFor(t, ctx, e.id+"'s first batch in its replay buffer", func() bool {
+			got, err := vllmzmq.Replay(ctx, e.replayEndpoint(), 0, 5*time.Second)
+			return err == nil && len(got) > 0
+		})
 	}
 	rt := startRouter(t, ctx, cfg, engines)
 	bctx, bcancel := context.WithCancel(context.Background())
