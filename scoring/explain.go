@@ -81,13 +81,17 @@ type Terms struct {
 	// blocks after them that the router sent the worker recently and its
 	// KV events have not confirmed yet (the pending overlay). The cost
 	// credits both.
-	MatchedBlocks  int     `json:"matched_blocks"`
-	PendingBlocks  int     `json:"pending_blocks,omitempty"`
-	CachedBlocks   int     `json:"cached_blocks"`
-	ActiveBlocks   int     `json:"active_blocks"`
-	ActiveRequests int     `json:"active_requests"`
-	PrefillTokens  int     `json:"prefill_tokens"`
-	Weight         float64 `json:"weight"`
+	MatchedBlocks int `json:"matched_blocks"`
+	PendingBlocks int `json:"pending_blocks,omitempty"`
+	CachedBlocks  int `json:"cached_blocks"`
+	// ForecastLostBlocks were matched too, and are not counted: the
+	// allocations queued ahead on the worker would evict them before the
+	// request runs (the eviction forecast).
+	ForecastLostBlocks int     `json:"forecast_lost_blocks,omitempty"`
+	ActiveBlocks       int     `json:"active_blocks"`
+	ActiveRequests     int     `json:"active_requests"`
+	PrefillTokens      int     `json:"prefill_tokens"`
+	Weight             float64 `json:"weight"`
 	// The worker's modelled prefill backlog (tokens) and learned prefill
 	// model: rate in tokens/s, overhead in seconds.
 	PrefillBacklog  float64 `json:"prefill_backlog"`
@@ -107,7 +111,7 @@ type Terms struct {
 
 func termsFromLoad(l *Load) Terms {
 	return Terms{
-		Worker: l.ID, MatchedBlocks: l.MatchedBlocks - l.PendingBlocks, PendingBlocks: l.PendingBlocks, CachedBlocks: l.CachedBlocks,
+		Worker: l.ID, MatchedBlocks: l.MatchedBlocks - l.PendingBlocks, PendingBlocks: l.PendingBlocks, CachedBlocks: l.CachedBlocks, ForecastLostBlocks: l.ForecastLostBlocks,
 		ActiveBlocks: l.ActiveBlocks, ActiveRequests: l.ActiveRequests,
 		PrefillTokens: l.PrefillTokens, Weight: l.Weight,
 		PrefillBacklog: l.PrefillBacklog, PrefillRate: l.PrefillRate, PrefillOverhead: l.PrefillOverhead,

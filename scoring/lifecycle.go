@@ -50,6 +50,8 @@ type active struct {
 	// at dispatch and not seen evicted since; the deepest of them is in
 	// the worker's holding map while the request is in prefill.
 	held int
+	// matched is the overlap the request was sent for (forecast.go).
+	matched int
 }
 
 func blocksFor(tokens, blockSize int) int {
@@ -105,7 +107,7 @@ func (p *Pool) add(key, worker string, promptTokens, matchedBlocks, prefill int,
 	}
 	a := &active{key: key, w: w, hashes: slices.Clone(hashes), promptTokens: max(promptTokens, 0),
 		prefillTokens: prefill, prefillAttn: attentionWork(prefill, promptTokens-prefill),
-		lastSeen: now, addAt: now, fitX: -1}
+		lastSeen: now, addAt: now, fitX: -1, matched: matchedBlocks}
 	p.settleBacklogLocked(w, now)
 	if local {
 		a.fitX, a.fitZ = w.backlog+float64(prefill), w.backlogAttn+a.prefillAttn
@@ -177,6 +179,10 @@ func (p *Pool) clearPrefillLocked(a *active, now time.Time) bool {
 	w.prefillTokens -= a.prefillTokens
 	w.prefillAttn = max(w.prefillAttn-a.prefillAttn, 0)
 	w.prefillRequests--
+	if w.prefillRequests == 0 {
+		// Nothing queued allocates any more.
+		w.allocDue = min(w.allocDue, w.stored)
+	}
 	a.prefillTokens, a.prefillAttn = 0, 0
 	w.backlog = min(w.backlog, float64(w.prefillTokens))
 	w.backlogAttn = min(w.backlogAttn, w.prefillAttn)
@@ -239,6 +245,7 @@ func (p *Pool) free(key string) bool {
 		return false
 	}
 	a.w.finished++
+	p.stampLocked(a, p.opts.Now().UnixNano())
 	p.releaseLocked(a)
 	p.summarizeLocked(a.w)
 	delete(p.reqs, key)
@@ -261,6 +268,7 @@ func (p *Pool) releaseLocked(a *active) {
 	w.private -= a.private
 	w.requests--
 	if a.prefillTokens > 0 {
+		releaseAllocations(w, a.prefillTokens)
 		w.prefillTokens -= a.prefillTokens
 		w.prefillAttn = max(w.prefillAttn-a.prefillAttn, 0)
 		w.prefillRequests--
@@ -280,6 +288,7 @@ func (p *Pool) chargeLocked(a *active) {
 	w.requests++
 	w.adds++
 	if a.prefillTokens > 0 {
+		chargeAllocations(w, a.prefillTokens)
 		w.prefillTokens += a.prefillTokens
 		w.prefillRequests++
 		w.prefillAttn += a.prefillAttn

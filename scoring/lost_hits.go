@@ -70,7 +70,13 @@ func (p *Pool) BlocksRemoved(worker string, hashes []uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	w := p.workers[worker]
-	if w == nil || len(w.holding) == 0 {
+	if w == nil {
+		return
+	}
+	if len(w.recency) > 0 {
+		w.learnQueueSpeed(hashes)
+	}
+	if len(w.holding) == 0 {
 		return
 	}
 	var gone map[uint64]struct{}
@@ -121,6 +127,7 @@ func (p *Pool) loseHitLocked(a *active, held int, now time.Time) {
 	dn, da := prefill-a.prefillTokens, attn-a.prefillAttn
 	p.settleBacklogLocked(w, now)
 	w.prefillTokens += dn
+	chargeAllocations(w, dn)
 	w.prefillAttn += da
 	w.backlog += float64(dn)
 	w.backlogAttn += da

@@ -83,6 +83,10 @@ type Options struct {
 	// NoLearnRates keeps the prior instead of learning each worker's
 	// prefill model from its times to first token.
 	NoLearnRates bool
+	// NoEvictionForecast turns the eviction forecast off: a matched
+	// prefix counts as cached even where the allocations queued ahead on
+	// the worker would evict it before the request runs (forecast.go).
+	NoEvictionForecast bool
 	// DecodeSlowdownWeight weighs, in the latency cost, the seconds a
 	// candidate would spend recomputing prompt blocks that another
 	// candidate holds, once per request active on it: every stream on a

@@ -306,6 +306,7 @@ func (p *Pool) BlocksStored(worker string, hashes []uint64) {
 		live := w.pending.live
 		w.pending.forget(hashes)
 		w.storesBlocks = true
+		w.stored += uint64(len(hashes))
 		if len(w.awaiting) > 0 {
 			done = p.storedLocked(w, hashes, done)
 		}
@@ -334,6 +335,7 @@ func (p *Pool) CacheReset(worker string) {
 	p.mu.Lock()
 	if w := p.workers[worker]; w != nil {
 		w.pending.reset()
+		clear(w.recency)
 		done = p.resetAwaitingLocked(w, done)
 		p.summarizeLocked(w)
 	}

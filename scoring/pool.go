@@ -122,6 +122,16 @@ type worker struct {
 	// dispatch counted it as the deepest block the worker held for them
 	// (lost_hits.go).
 	holding map[uint64][]*active
+	// stored counts the device blocks the worker's events reported
+	// stored; allocDue is what it will reach once the prefills sent to
+	// the worker have allocated their blocks; recency stamps the prompt
+	// blocks of ended requests with their place in the free queue
+	// (forecast.go).
+	stored, allocDue uint64
+	recency          map[uint64]recencyStamp
+	// queueSpeed is how many places in the free queue each stored block
+	// moves a waiting block, learned from evictions (0: none seen yet).
+	queueSpeed float64
 	// static is the part of Load fixed by the spec, built on Upsert.
 	static Load
 	// sums are the worker's summaries, one per model it serves
@@ -392,6 +402,10 @@ type Load struct {
 	MatchedBlocks int `json:"matched_blocks"`
 	PendingBlocks int `json:"pending_blocks,omitempty"`
 	CachedBlocks  int `json:"cached_blocks"`
+	// ForecastLostBlocks is how many matched blocks the eviction forecast
+	// took off MatchedBlocks: the allocations queued ahead on the worker
+	// would evict them before the request runs (forecast.go).
+	ForecastLostBlocks int `json:"forecast_lost_blocks,omitempty"`
 	// Churn is the uncached prompt tokens recently routed to the worker
 	// (decayed by half every ChurnHalfLife): how fast its cache turns
 	// over. Ties go to the lowest.
@@ -607,8 +621,10 @@ func (p *Pool) resolveLocked(c *Candidate) *worker {
 func (p *Pool) fillCandidateLocked(l *Load, w *worker, c *Candidate, i int, req *Request, pending bool, now time.Time, nowNs int64, churn float64) {
 	p.fillLoadLocked(l, w, now, churn)
 	l.MatchedBlocks, l.CachedBlocks, l.index = c.MatchedBlocks, c.CachedBlocks, i
-	l.HostBlocks, l.DiskBlocks, l.PendingBlocks = c.HostBlocks, c.DiskBlocks, 0
-	if pending && !c.Stale {
+	l.HostBlocks, l.DiskBlocks, l.PendingBlocks, l.ForecastLostBlocks = c.HostBlocks, c.DiskBlocks, 0, 0
+	if lost := p.forecastLossLocked(w, req.Hashes, c.MatchedBlocks); lost > 0 && !c.Stale {
+		l.forecastLoss(lost)
+	} else if pending && !c.Stale {
 		l.addPending(w.pending.run(req.Hashes, c.MatchedBlocks, nowNs))
 	}
 }

@@ -149,10 +149,12 @@ func (p *Pool) decidePruned(req *Request, cands []Candidate, pending bool, m *KV
 			// c.w is s's worker: both were set when the arrays were
 			// last built, and nothing was removed since.
 			exact = p.fillSummaryLocked(tmp, s, sinceEpoch, churn)
-			tmp.MatchedBlocks, tmp.CachedBlocks, tmp.HostBlocks, tmp.DiskBlocks, tmp.PendingBlocks = c.MatchedBlocks, c.CachedBlocks, c.HostBlocks, c.DiskBlocks, 0
+			tmp.MatchedBlocks, tmp.CachedBlocks, tmp.HostBlocks, tmp.DiskBlocks, tmp.PendingBlocks, tmp.ForecastLostBlocks = c.MatchedBlocks, c.CachedBlocks, c.HostBlocks, c.DiskBlocks, 0, 0
 			// The overlay counts from the first block past the match; a
 			// worker none of whose entries can be that block has none.
-			if from := max(c.MatchedBlocks, 0); pending && !c.Stale && s.flags&sumPending != 0 && from < len(req.Hashes) && mayHold(&s.pendingBits, req.Hashes[from]) {
+			if lost := p.forecastLossLocked(c.w, req.Hashes, c.MatchedBlocks); lost > 0 && !c.Stale {
+				tmp.forecastLoss(lost)
+			} else if from := max(c.MatchedBlocks, 0); pending && !c.Stale && s.flags&sumPending != 0 && from < len(req.Hashes) && mayHold(&s.pendingBits, req.Hashes[from]) {
 				tmp.addPending(c.w.pending.run(req.Hashes, c.MatchedBlocks, nowNs))
 			}
 		} else {
@@ -161,8 +163,10 @@ func (p *Pool) decidePruned(req *Request, cands []Candidate, pending bool, m *KV
 				continue
 			}
 			exact = p.fillLiveLocked(tmp, w, now, churn)
-			tmp.MatchedBlocks, tmp.CachedBlocks, tmp.HostBlocks, tmp.DiskBlocks, tmp.PendingBlocks = c.MatchedBlocks, c.CachedBlocks, c.HostBlocks, c.DiskBlocks, 0
-			if pending && !c.Stale {
+			tmp.MatchedBlocks, tmp.CachedBlocks, tmp.HostBlocks, tmp.DiskBlocks, tmp.PendingBlocks, tmp.ForecastLostBlocks = c.MatchedBlocks, c.CachedBlocks, c.HostBlocks, c.DiskBlocks, 0, 0
+			if lost := p.forecastLossLocked(w, req.Hashes, c.MatchedBlocks); lost > 0 && !c.Stale {
+				tmp.forecastLoss(lost)
+			} else if pending && !c.Stale {
 				tmp.addPending(w.pending.run(req.Hashes, c.MatchedBlocks, nowNs))
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -146,6 +147,13 @@ func buildPruneFleet(t testing.TB, pc pruneCase) (*Scheduler, *fakeClock, *rand.
 			p.ObserveLocalReply(id)
 		}
 	}
+	// Engines store blocks: the eviction forecast counts them against the
+	// places the freed requests' prompts took in the free queue.
+	for i := range pc.workers {
+		if g.IntN(3) == 0 {
+			p.BlocksStored(fmt.Sprintf("w%04d", i), hashes(uint64(100+i), 0, g.IntN(300), i))
+		}
+	}
 	// Everything ages: reports go stale for some, backlogs drain, cooling
 	// and ejections may end.
 	clock.Advance(time.Duration(g.IntN(3000)) * time.Millisecond)
@@ -225,6 +233,11 @@ func checkPrunedWith(t *testing.T, r *Scheduler, g *rand.Rand, probe []uint64, n
 	kvFull, kvPruned := newKV(full.withDefaults(), src), newKV(pruned.withDefaults(), src)
 	pending := opts.PendingTTL > 0 && src == OverlapEvents
 
+	for _, l := range r.pool.appendLoads(nil, req, cands, pending) {
+		if l.ForecastLostBlocks > 0 {
+			prunedForecasts.Add(1)
+		}
+	}
 	dFull, satFull, errFull := r.decideFull(req, cands, nil, threshold, false, kvFull, pending)
 	var dPruned Decision
 	var satPruned bool
@@ -277,7 +290,14 @@ func TestPrunedPickIsTheFullPick(t *testing.T) {
 			clock.Advance(time.Duration(g2.IntN(200)) * time.Millisecond)
 		}
 	}
+	if prunedForecasts.Load() == 0 {
+		t.Error("no candidate of any fleet had a matched prefix the eviction forecast took blocks off: the comparison did not cover it")
+	}
 }
+
+// prunedForecasts counts the candidates of checkPruned's probes whose
+// overlap the eviction forecast cut.
+var prunedForecasts atomic.Int64
 
 // FuzzPrunedPick is TestPrunedPickIsTheFullPick driven by the fuzzer: a
 // fleet of 1 to 1,500 workers from a seed, four probes, each after a

@@ -19,12 +19,13 @@ type Flags struct {
 	fs            *flag.FlagSet
 	overlapWeight float64
 	decay, learn  bool
+	forecast      bool
 }
 
 // Register binds the cost and admission flags to o, whose current values
 // are the defaults shown.
 func Register(fs *flag.FlagSet, o *scoring.Options) *Flags {
-	f := &Flags{o: o, fs: fs, decay: !o.NoPrefillDecay, learn: !o.NoLearnRates}
+	f := &Flags{o: o, fs: fs, decay: !o.NoPrefillDecay, learn: !o.NoLearnRates, forecast: !o.NoEvictionForecast}
 	fs.StringVar(&o.CostModel, "cost-model", o.CostModel, "cost model of the kv modes: "+strings.Join(scoring.CostModels(), ", ")+
 		". latency predicts each worker's time to first token from its learned prefill rate; default weighs KV blocks as Dynamo does (scale × max(prefill − credit × cached, 0) + decode); weighted is a·overlap − b·kv_usage − c·waiting")
 	fs.Float64Var(&o.OverlapCredit, "kv-overlap-score-credit", o.OverlapCredit, "default cost: prefill blocks credited per device-cached block (above 1 also discounts the worker's backlog, favouring the cache more)")
@@ -41,6 +42,7 @@ func Register(fs *flag.FlagSet, o *scoring.Options) *Flags {
 	fs.Float64Var(&o.DecodeKVCost, "decode-kv-cost", o.DecodeKVCost, "cost in seconds of one engine pass reading one KV token of the worker's running requests: every pass a prompt needs until its first token also decodes the requests running beside it, so the latency cost charges passes × the worker's KV in use × this (the default is an H100 running a Llama-3-8B-shaped model; 0 turns the term off)")
 	fs.Float64Var(&o.PrefillContextCost, "prefill-context-cost", o.PrefillContextCost, "prior cost in seconds of one prompt token attending to one cached or earlier token, before it is learned (the default is an H100 running a Llama-3-8B-shaped model; 0 leaves cached context out of the cost)")
 	fs.BoolVar(&f.learn, "learn-prefill-rate", f.learn, "learn each worker's prefill rate, overhead, context cost and shared-pass cost from its times to first token (false: keep the priors)")
+	fs.BoolVar(&f.forecast, "eviction-forecast", f.forecast, "count a worker's matched prefix as lost where the prefills queued ahead of the request would evict it first: each ended request marks its prompt's place in the worker's least-recently-used free queue, and the blocks the worker stored since move it to the front (false: a matched prefix always counts as cached)")
 	fs.Float64Var(&o.DecodeSlowdownWeight, "decode-slowdown-weight", o.DecodeSlowdownWeight, "latency cost: per request active on the worker, weight of the seconds it would spend recomputing prompt blocks another worker holds (keeps sessions on their holders under overload; 0: off)")
 	fs.Float64Var(&o.CacheChurnWeight, "cache-churn-weight", o.CacheChurnWeight, "latency cost: weight of a request's uncached tokens, in seconds of prefill, times the worker's recent uncached tokens (halved every minute) over the candidates' mean: sends what evicts where caches turned over least (0: off)")
 	fs.Float64Var(&o.DuplicatePrefillWeight, "duplicate-prefill-weight", o.DuplicatePrefillWeight, "latency cost: weight of the seconds spent computing prompt blocks another worker already holds or is computing (0: off)")
@@ -60,7 +62,7 @@ func Register(fs *flag.FlagSet, o *scoring.Options) *Flags {
 // deprecated flag was used. It returns an error for an invalid value.
 func (f *Flags) Finish(note io.Writer) error {
 	o := f.o
-	o.NoPrefillDecay, o.NoLearnRates = !f.decay, !f.learn
+	o.NoPrefillDecay, o.NoLearnRates, o.NoEvictionForecast = !f.decay, !f.learn, !f.forecast
 	if f.overlapWeight >= 0 {
 		if note != nil {
 			fmt.Fprintf(note, "note: --kv-overlap-score-weight is deprecated; it sets --prefill-load-scale %g and --kv-overlap-score-credit 1\n", f.overlapWeight)
