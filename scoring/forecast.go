@@ -4,55 +4,204 @@ package scoring
 // only if it is still there when the request runs, and a request that
 // waits behind other prefills runs after they have allocated their blocks.
 // Engines allocate from a free queue in least-recently-used order (vLLM's
-// free block queue; a freed request's blocks join its tail, deepest
-// first), so a prefix no running request uses is evicted once the
-// allocations since it was freed exceed the blocks that were ahead of it
-// in that queue. A decision that counted such a prefix as cached sends a
-// request to a worker that will compute it again, behind a queue it was
-// not charged for.
+// free block queue): a request's blocks join its tail when it ends,
+// deepest first; an allocation takes the block at its head, evicting what
+// that block cached; a hit takes its blocks out of the middle until the
+// request ends. A decision that counted a prefix as cached that the
+// allocations queued ahead will evict sends a request to a worker that
+// will compute it again, behind a queue it was not charged for.
 //
-// The pool forecasts that loss at pick time from what it already sees:
+// The pool keeps, per worker, a shadow of that queue at the grain of
+// requests (freeQueue): a segment per ended request, in the order they
+// ended, after the blocks that were free before any (untracked). What the
+// pool sees moves it:
 //
-//   - stored, per worker, counts the device blocks its KV events reported
-//     stored: the engine's allocations, as far as its events tell;
-//   - allocDue is the value stored will reach once the prefills sent to
-//     the worker have allocated their uncached blocks, so allocDue −
-//     stored is the allocations queued ahead of a new request;
-//   - when a request ends, recency stamps its deepest prompt block, the
-//     deepest block of the hit it was sent for and every 16th block with
-//     their place in the free queue then (the worker's free blocks, plus
-//     the request's blocks freed before them) and the stored count.
+//   - a request's end appends its blocks as a segment, and stamps its
+//     deepest prompt block, the deepest block of the hit it was sent for
+//     and every 16th prompt block with their segment and place in it
+//     (recency);
+//   - the blocks the worker's events report stored are allocations: they
+//     come off the head;
+//   - a request sent for a hit takes the hit's blocks out of the segment
+//     its deepest block's stamp names (from that block to the root);
+//   - an eviction the events report of a stamped block puts the head at
+//     that block: the shadow follows the engine whenever it has drifted
+//     (allocations the events did not show, blocks another router's
+//     requests freed).
 //
-// The queue also moves where a hit takes a free block out of its middle,
-// which the stored count does not see; so each worker learns how far its
-// queue moves per stored block from the stamped blocks its events report
-// evicted (the stamp's place over the blocks stored until then).
-//
-// A candidate whose matched prefix ends on a block that no active request
-// holds has that block at its stamp's place (or the place of the stamp
-// above it, less the blocks between) less the blocks stored since, times
-// that speed; the allocations queued ahead evict it, and the blocks
-// before it, deepest first, as far as they reach past it. The candidate's
-// overlap shrinks by that many blocks, so its uncached tokens, its
-// predicted time and the duplicate-prefill term (which compares holders'
-// prefixes) all see the loss. A stamp whose block should already be gone,
-// yet the index still holds, is wrong about the queue (hits and frees in
-// the middle reorder it) and forecasts nothing. The forecast reads only
-// the worker's own state under the pool's lock, so the full and the
-// pruned decision make the same one.
+// allocDue is the value the worker's stored count will reach once the
+// prefills sent to it have allocated their uncached blocks, so allocDue −
+// stored is the allocations queued ahead of a new request. A candidate
+// whose matched prefix ends on a block that no active request holds, and
+// whose place in the shadow is known, loses, deepest first, as many
+// blocks as those allocations reach past that place: its overlap shrinks
+// by them, so its uncached tokens, its predicted time and the
+// duplicate-prefill term (which compares holders' prefixes) all see the
+// loss. The forecast reads only the worker's own state under the pool's
+// lock, so the full and the pruned decision make the same one.
 
-// recencyStamp is where a prompt block stood in its worker's free queue
-// when the last request counted as using it ended.
+// recencyStamp is where a prompt block stands in its worker's shadow free
+// queue: the segment of the request that freed it last and its place in
+// it, counted from the segment's deepest block.
 type recencyStamp struct {
-	// pos is the number of blocks ahead of it in the free queue then.
-	pos int64
-	// at is the worker's stored count then.
-	at uint64
+	seg uint64
+	off int32
 }
 
-// maxRecencyStamps bounds one worker's stamps; past it, the stamps whose
-// blocks are gone by their own count are dropped, then any.
-const maxRecencyStamps = 1 << 14
+// freeSegment is one ended request's blocks in the shadow free queue.
+type freeSegment struct {
+	// blocks is the request's blocks, prompt and output, when it ended.
+	blocks int32
+	// popped blocks are gone from its deepest end (allocations), removed
+	// blocks from its root end (hits).
+	popped, removed int32
+}
+
+func (s *freeSegment) alive() int32 { return max(s.blocks-s.popped-s.removed, 0) }
+
+// freeQueue is a worker's shadow free queue. The zero value is not yet
+// started: start seeds it with the worker's capacity.
+type freeQueue struct {
+	started bool
+	// untracked is the free blocks ahead of every segment.
+	untracked int64
+	// segs are the live segments, oldest first; segs[i] has id base+i.
+	segs []freeSegment
+	base uint64
+	// alive is untracked plus every segment's alive blocks.
+	alive int64
+}
+
+// Bounds of the shadow: segments past maxFreeSegments merge into the
+// untracked blocks, oldest first; stamps past maxRecencyStamps are
+// dropped, those of gone segments first.
+const (
+	maxFreeSegments  = 1 << 12
+	maxRecencyStamps = 1 << 14
+)
+
+// stampStride: besides a request's deepest prompt block and the deepest
+// block of its hit, every stampStride-th prompt block is stamped, so that
+// a later prompt that parts from this one between two of those still
+// finds a stamp at most stampStride−1 blocks above its matched prefix's
+// end.
+const stampStride = 16
+
+// start seeds an unstarted queue with capacity free blocks.
+func (q *freeQueue) start(capacity int) {
+	if q.started || capacity <= 0 {
+		return
+	}
+	q.started = true
+	q.untracked, q.alive = int64(capacity), int64(capacity)
+}
+
+// reset empties the queue into capacity untracked free blocks: the
+// engine's cache was cleared.
+func (q *freeQueue) reset(capacity int) {
+	q.base += uint64(len(q.segs))
+	q.segs = q.segs[:0]
+	q.started = false
+	q.untracked, q.alive = 0, 0
+	q.start(capacity)
+}
+
+// dropHead drops the oldest segment.
+func (q *freeQueue) dropHead() {
+	q.alive -= int64(q.segs[0].alive())
+	q.segs = q.segs[1:]
+	q.base++
+	if cap(q.segs) > 64 && len(q.segs) < cap(q.segs)/4 {
+		q.segs = append([]freeSegment(nil), q.segs...)
+	}
+}
+
+// pop takes n blocks off the head.
+func (q *freeQueue) pop(n int64) {
+	take := min(n, q.untracked)
+	q.untracked -= take
+	q.alive -= take
+	n -= take
+	for n > 0 && len(q.segs) > 0 {
+		s := &q.segs[0]
+		if a := int64(s.alive()); a > n {
+			s.popped += int32(n)
+			q.alive -= n
+			return
+		} else {
+			n -= a
+		}
+		q.dropHead()
+	}
+}
+
+// push appends an ended request's blocks and returns their segment's id.
+// The queue never holds more than capacity blocks: what is beyond it was
+// allocated unseen, from the head.
+func (q *freeQueue) push(blocks, capacity int) uint64 {
+	if len(q.segs) >= maxFreeSegments {
+		s := q.segs[0]
+		a := int64(s.alive())
+		q.dropHead()
+		q.untracked += a
+		q.alive += a
+	}
+	q.segs = append(q.segs, freeSegment{blocks: int32(blocks)})
+	q.alive += int64(blocks)
+	if over := q.alive - int64(capacity); capacity > 0 && over > 0 {
+		q.pop(over)
+	}
+	return q.base + uint64(len(q.segs)-1)
+}
+
+// segment returns the live segment id, or nil.
+func (q *freeQueue) segment(id uint64) *freeSegment {
+	if id < q.base || id-q.base >= uint64(len(q.segs)) {
+		return nil
+	}
+	return &q.segs[id-q.base]
+}
+
+// place is how many free blocks are ahead of the block at st, and whether
+// the block is in the queue by the shadow's count. A block the shadow has
+// already allocated, which the caller knows is still cached, is at the
+// head: the shadow ran ahead of the engine.
+func (q *freeQueue) place(st recencyStamp) (int64, bool) {
+	if st.seg < q.base {
+		return 0, true
+	}
+	s := q.segment(st.seg)
+	if s == nil || st.off >= s.blocks-s.removed {
+		return 0, false
+	}
+	if st.off < s.popped {
+		return 0, true
+	}
+	ahead := q.untracked
+	for i := range q.segs[:st.seg-q.base] {
+		ahead += int64(q.segs[i].alive())
+	}
+	return ahead + int64(st.off-s.popped), true
+}
+
+// stampOf resolves the stamp of a prompt's block matched−1: its own, or
+// the stride stamp above it, whose request freed the blocks after it down
+// to this one just before it.
+func (w *worker) stampOf(hashes []uint64, matched int) (recencyStamp, bool) {
+	if st, ok := w.recency[hashes[matched-1]]; ok {
+		return st, true
+	}
+	j := matched/stampStride*stampStride - 1
+	if j < 0 {
+		return recencyStamp{}, false
+	}
+	st, ok := w.recency[hashes[j]]
+	if !ok {
+		return recencyStamp{}, false
+	}
+	st.off -= int32(matched - 1 - j)
+	return st, st.off >= 0
+}
 
 // queuedAllocations is the blocks the prefills sent to w will still
 // allocate, as far as its events have not reported them stored.
@@ -63,13 +212,6 @@ func (w *worker) queuedAllocations() int64 {
 	return 0
 }
 
-// stampStride: besides a request's deepest prompt block and the deepest
-// block of its hit, every stampStride-th prompt block is stamped, so that
-// a later prompt that parts from this one between two of those still
-// finds a stamp at most stampStride−1 blocks above its matched prefix's
-// end.
-const stampStride = 16
-
 // forecastLossLocked is how many of the prompt's first matched blocks on w
 // the allocations queued ahead of it would evict before it runs.
 func (p *Pool) forecastLossLocked(w *worker, hashes []uint64, matched int) int {
@@ -77,66 +219,56 @@ func (p *Pool) forecastLossLocked(w *worker, hashes []uint64, matched int) int {
 		return 0
 	}
 	n := w.queuedAllocations()
-	if n <= 0 {
+	if n <= 0 || w.blockRefs.count(hashes[matched-1]) > 0 {
+		// Nothing queued, or in use by an active request.
 		return 0
 	}
-	last := hashes[matched-1]
-	if w.blockRefs.count(last) > 0 {
-		// In use by an active request: not in the free queue.
-		return 0
-	}
-	st, ok := w.recency[last]
+	st, ok := w.stampOf(hashes, matched)
 	if !ok {
-		// The stamp above it: the request that freed it freed the
-		// blocks after it, down to this one, just before it.
-		j := matched/stampStride*stampStride - 1
-		if j < 0 {
-			return 0
-		}
-		if st, ok = w.recency[hashes[j]]; !ok {
-			return 0
-		}
-		st.pos -= int64(matched - 1 - j)
+		return 0
 	}
-	pos := st.pos - int64(w.speed()*float64(w.stored-st.at))
-	if pos < 0 || n <= pos {
+	pos, ok := w.free.place(st)
+	if !ok || n <= pos {
 		return 0
 	}
 	return int(min(n-pos, int64(matched)))
 }
 
-// stampLocked records, as a ends, where its prompt blocks join w's free
-// queue: its deepest, the deepest of the hit it was sent for, and every
-// stampStride-th. now is the pool's clock; a's blocks still count as in
-// use.
-func (p *Pool) stampLocked(a *active, now int64) {
+// capacityLocked is w's KV capacity in blocks: its fresh report's, or its
+// spec's.
+func (p *Pool) capacityLocked(w *worker, now int64) int {
+	if w.hasReport && w.report.KVTotalBlocks > 0 && now-w.reportAt.UnixNano() <= int64(p.opts.StaleReportAge) {
+		return w.report.KVTotalBlocks
+	}
+	return w.kvTotalBlocks
+}
+
+// freedLocked appends a's blocks to its worker's shadow free queue as a
+// ends, and stamps its deepest prompt block, the deepest block of its hit
+// and every stampStride-th.
+func (p *Pool) freedLocked(a *active, now int64) {
 	w := a.w
-	if p.opts.NoEvictionForecast || len(a.hashes) == 0 {
+	if p.opts.NoEvictionForecast || len(a.hashes) == 0 || a.prefillTokens > 0 {
+		// A request that ends before its first token never held its
+		// prompt: the blocks it had begun to allocate are not known.
 		return
 	}
-	capacity := w.kvTotalBlocks
-	fresh := w.hasReport && now-w.reportAt.UnixNano() <= int64(p.opts.StaleReportAge)
-	used := w.activeBlocks()
-	if fresh {
-		if w.report.KVTotalBlocks > 0 {
-			capacity = w.report.KVTotalBlocks
-		}
-		used = max(used, w.report.KVUsedBlocks)
-	}
+	capacity := p.capacityLocked(w, now)
 	if capacity <= 0 {
 		return
 	}
+	w.free.start(capacity)
+	total := max(blocksFor(a.promptTokens+a.outputTokens, w.blockSize), len(a.hashes))
+	seg := w.free.push(total, capacity)
 	if w.recency == nil {
 		w.recency = make(map[uint64]recencyStamp)
 	} else if len(w.recency)+len(a.hashes)/stampStride+2 > maxRecencyStamps {
 		w.pruneStamps()
 	}
-	free := max(capacity-used, 0)
-	// The request's blocks join the queue deepest first: block j has
-	// the free blocks and its blocks after j ahead of it.
-	total := max(blocksFor(a.promptTokens+a.outputTokens, w.blockSize), len(a.hashes))
+	// The blocks join the queue deepest first: block j has the
+	// request's blocks after it ahead of it in its segment.
 	stamp := func(j int) {
-		w.recency[a.hashes[j]] = recencyStamp{pos: int64(free + total - 1 - j), at: w.stored}
+		w.recency[a.hashes[j]] = recencyStamp{seg: seg, off: int32(total - 1 - j)}
 	}
 	for j := stampStride - 1; j < len(a.hashes)-1; j += stampStride {
 		stamp(j)
@@ -147,50 +279,60 @@ func (p *Pool) stampLocked(a *active, now int64) {
 	}
 }
 
-// speed is queueSpeed, 1 until an eviction taught it.
-func (w *worker) speed() float64 {
-	if w.queueSpeed > 0 {
-		return w.queueSpeed
+// hitLocked takes the first matched blocks of hashes, which a request just
+// sent to w counted as held, out of w's shadow free queue: the engine
+// holds them for the request until it ends. Call it before the request's
+// blocks count as in use.
+func (p *Pool) hitLocked(w *worker, hashes []uint64, matched int) {
+	if len(w.recency) == 0 || matched <= 0 || matched > len(hashes) || w.blockRefs.count(hashes[matched-1]) > 0 {
+		return
 	}
-	return 1
+	st, ok := w.stampOf(hashes, matched)
+	if !ok {
+		return
+	}
+	s := w.free.segment(st.seg)
+	if s == nil || st.off < s.popped {
+		return
+	}
+	if r := s.blocks - st.off; r > s.removed {
+		before := s.alive()
+		s.removed = r
+		w.free.alive -= int64(before - s.alive())
+	}
 }
 
-// Bounds and weight of a queueSpeed sample.
-const (
-	minQueueSpeed, maxQueueSpeed = 0.5, 4.0
-	queueSpeedWeight             = 0.1
-)
-
-// learnQueueSpeed takes, from the stamped blocks the worker's events just
-// removed, how far the free queue really moved per stored block: a block
-// evicted had its stamp's place ahead of it consumed by the blocks stored
-// since and by the hits and frees in the middle of the queue, which the
-// stored count does not see. Their stamps go.
-func (w *worker) learnQueueSpeed(hashes []uint64) {
+// evictedLocked puts the head of w's shadow free queue past the stamped
+// blocks among hashes, which the worker's events report evicted.
+func (w *worker) evictedLocked(hashes []uint64) {
 	for _, h := range hashes {
 		st, ok := w.recency[h]
 		if !ok {
 			continue
 		}
 		delete(w.recency, h)
-		d := w.stored - st.at
-		if d == 0 || st.pos <= 0 {
+		s := w.free.segment(st.seg)
+		if s == nil || st.off < s.popped || st.off >= s.blocks-s.removed {
 			continue
 		}
-		x := min(max(float64(st.pos)/float64(d), minQueueSpeed), maxQueueSpeed)
-		if w.queueSpeed == 0 {
-			w.queueSpeed = x
-		} else {
-			w.queueSpeed += queueSpeedWeight * (x - w.queueSpeed)
+		q := &w.free
+		q.alive -= q.untracked
+		q.untracked = 0
+		for q.base < st.seg {
+			q.dropHead()
 		}
+		s = &q.segs[0]
+		before := s.alive()
+		s.popped = st.off + 1
+		q.alive -= int64(before - s.alive())
 	}
 }
 
-// pruneStamps drops the stamps whose blocks are gone by their own count,
-// and, if that is not enough, enough others to halve the map.
+// pruneStamps drops the stamps of gone segments, and, if that is not
+// enough, enough others to halve the map.
 func (w *worker) pruneStamps() {
 	for h, st := range w.recency {
-		if float64(st.pos) < w.speed()*float64(w.stored-st.at) {
+		if st.seg < w.free.base {
 			delete(w.recency, h)
 		}
 	}
@@ -200,6 +342,16 @@ func (w *worker) pruneStamps() {
 		}
 		delete(w.recency, h)
 	}
+}
+
+// blockSize is worker id's block size, 0 if unknown.
+func (p *Pool) blockSize(id string) int {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if w := p.workers[id]; w != nil {
+		return w.blockSize
+	}
+	return 0
 }
 
 // forecastLoss takes lost blocks off l's device overlap.

@@ -79,10 +79,10 @@ func TestEvictionForecastTakesWhatTheQueueAheadEvicts(t *testing.T) {
 	}
 }
 
-// Evictions of stamped blocks teach the worker how far its free queue
-// moves per stored block; the forecast scales the blocks stored since a
-// stamp by it.
-func TestEvictionForecastLearnsTheQueueSpeed(t *testing.T) {
+// The shadow free queue follows the engine: an eviction the events report
+// of a stamped block puts the head at that block, and a hit takes its
+// blocks out of the middle; both move the prompts behind them up.
+func TestEvictionForecastFollowsEvictionsAndHits(t *testing.T) {
 	clock := newFakeClock()
 	p := NewPool(testOptions(clock, 1))
 	if err := p.Upsert(spec("w0")); err != nil {
@@ -98,23 +98,71 @@ func TestEvictionForecastLearnsTheQueueSpeed(t *testing.T) {
 		p.PrefillDone(id)
 		p.Free(id)
 	}
-	// a's deepest block took place 936 with 64 blocks stored; b's took
-	// 936 with 128. After 404 more (468 since a's), a's deepest is
-	// evicted: the queue moved two places per stored block.
-	p.BlocksStored("w0", hashes(7, 0, 404, 2))
-	p.BlocksRemoved("w0", []uint64{a[63]})
-	p.mu.RLock()
-	speed := p.workers["w0"].speed()
-	p.mu.RUnlock()
-	if speed != 2 {
-		t.Fatalf("queue speed %v, want 2", speed)
-	}
-	// b's deepest block: 936 − 2 × 404 = 128 places left; a prefill of
-	// 129 blocks queued ahead evicts it.
-	if err := p.Add(&Request{ID: "next", Model: "m", PromptTokens: 129 * 16, Hashes: hashes(8, 0, 129, 3)}, "w0", 0); err != nil {
+	// 872 free blocks, then a's 64, then b's: b's deepest block is 936th.
+	if err := p.Add(&Request{ID: "next", Model: "m", PromptTokens: 937 * 16, Hashes: hashes(8, 0, 937, 3)}, "w0", 0); err != nil {
 		t.Fatal(err)
 	}
 	if l := forecastLoad(t, p, b, 64); l.ForecastLostBlocks != 1 {
-		t.Fatalf("b after the queue moved at speed 2: lost %d blocks, want 1", l.ForecastLostBlocks)
+		t.Fatalf("937 blocks queued ahead of b's 936th place: lost %d, want 1", l.ForecastLostBlocks)
+	}
+	p.Free("next")
+	// The engine evicts a's deepest block: the 872 blocks ahead of it
+	// are gone too, and b's deepest is 63rd.
+	p.BlocksRemoved("w0", []uint64{a[63]})
+	// A hit on a's first 32 blocks takes them out: b's deepest is 31st.
+	if err := p.Add(&Request{ID: "hit", Model: "m", PromptTokens: 32 * 16, Hashes: a[:32]}, "w0", 32); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Add(&Request{ID: "next2", Model: "m", PromptTokens: 64 * 16, Hashes: hashes(9, 0, 64, 4)}, "w0", 0); err != nil {
+		t.Fatal(err)
+	}
+	if l := forecastLoad(t, p, b, 64); l.ForecastLostBlocks != 33 {
+		t.Fatalf("64 blocks queued ahead of b's 31st place: lost %d, want 33", l.ForecastLostBlocks)
+	}
+}
+
+// forecastMetrics counts Metrics.HitForecastLost.
+type forecastMetrics struct {
+	NopMetrics
+	tokens int
+}
+
+func (m *forecastMetrics) HitForecastLost(n int) { m.tokens += n }
+
+// A routed request whose worker's queue will evict part of its hit is sent
+// for what is left, and the tokens the forecast took off are counted.
+func TestRoutedForecastCountsTheTokensItTookOff(t *testing.T) {
+	clock := newFakeClock()
+	m := &forecastMetrics{}
+	o := testOptions(clock, 1)
+	o.Metrics = m
+	o.QueueThreshold = 0 // the big prefill saturates the only worker
+	r := newTestScheduler(t, o, 1)
+	p := r.Pool()
+	old := hashes(3, 64, 0, 0)
+	if err := p.Add(&Request{ID: "old", Model: "m", PromptTokens: 64 * 16, Hashes: old}, "w0", 0); err != nil {
+		t.Fatal(err)
+	}
+	p.BlocksStored("w0", old)
+	p.PrefillDone("old")
+	p.Free("old")
+	if err := p.Add(&Request{ID: "big", Model: "m", PromptTokens: 950 * 16, Hashes: hashes(5, 0, 950, 1)}, "w0", 0); err != nil {
+		t.Fatal(err)
+	}
+	probe := append(append([]uint64{}, old...), hashes(4, 0, 16, 9)...)
+	cs := p.AppendCandidates(nil, "m")
+	cs[0].MatchedBlocks = 64
+	d, err := r.Route(t.Context(), &Request{ID: "next", Model: "m", PromptTokens: 16 * len(probe), Hashes: probe}, cs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.MatchedBlocks != 50 || d.ForecastLostBlocks != 14 {
+		t.Fatalf("decision %+v: want 50 blocks matched, 14 forecast lost", d)
+	}
+	if m.tokens != 14*16 {
+		t.Fatalf("HitForecastLost counted %d tokens, want %d", m.tokens, 14*16)
+	}
+	if got, want := mustLoad(t, p, "w0").PrefillTokens, 950*16+30*16; got != want {
+		t.Fatalf("prefill in flight %d tokens, want %d (the request computes what it will not find)", got, want)
 	}
 }

@@ -114,6 +114,7 @@ func (p *Pool) add(key, worker string, promptTokens, matchedBlocks, prefill int,
 		a.fitW = decodeKVWork(a.fitX, p.kvUsedBlocksLocked(w, now)*w.spec.BlockSize, w.spec.MaxNumBatchedTokens)
 		a.fitShared = w.requests > 0
 	}
+	p.hitLocked(w, a.hashes, min(matchedBlocks, indexed))
 	p.chargeLocked(a)
 	p.addChurnLocked(w, prefill, now)
 	p.claimPendingLocked(a, indexed, now)
@@ -245,7 +246,7 @@ func (p *Pool) free(key string) bool {
 		return false
 	}
 	a.w.finished++
-	p.stampLocked(a, p.opts.Now().UnixNano())
+	p.freedLocked(a, p.opts.Now().UnixNano())
 	p.releaseLocked(a)
 	p.summarizeLocked(a.w)
 	delete(p.reqs, key)

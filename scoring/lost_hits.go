@@ -74,7 +74,7 @@ func (p *Pool) BlocksRemoved(worker string, hashes []uint64) {
 		return
 	}
 	if len(w.recency) > 0 {
-		w.learnQueueSpeed(hashes)
+		w.evictedLocked(hashes)
 	}
 	if len(w.holding) == 0 {
 		return

@@ -37,6 +37,10 @@ type Metrics interface {
 	// HitLost counts prompt tokens a local request was sent for as cached
 	// that its worker evicted before the request ran (lost_hits.go).
 	HitLost(tokens int)
+	// HitForecastLost counts matched prompt tokens a decision did not
+	// count as cached on the chosen worker: the eviction forecast expected
+	// the prefills queued ahead there to evict them first (forecast.go).
+	HitForecastLost(tokens int)
 }
 
 // NopMetrics discards every counter. Embed it to implement part of Metrics.
@@ -79,3 +83,6 @@ func (NopMetrics) FirstToken(string) {}
 
 // HitLost implements Metrics.
 func (NopMetrics) HitLost(int) {}
+
+// HitForecastLost implements Metrics.
+func (NopMetrics) HitForecastLost(int) {}

@@ -307,6 +307,7 @@ func (p *Pool) BlocksStored(worker string, hashes []uint64) {
 		w.pending.forget(hashes)
 		w.storesBlocks = true
 		w.stored += uint64(len(hashes))
+		w.free.pop(int64(len(hashes)))
 		if len(w.awaiting) > 0 {
 			done = p.storedLocked(w, hashes, done)
 		}
@@ -336,6 +337,7 @@ func (p *Pool) CacheReset(worker string) {
 	if w := p.workers[worker]; w != nil {
 		w.pending.reset()
 		clear(w.recency)
+		w.free.reset(p.capacityLocked(w, p.opts.Now().UnixNano()))
 		done = p.resetAwaitingLocked(w, done)
 		p.summarizeLocked(w)
 	}

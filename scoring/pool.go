@@ -124,14 +124,12 @@ type worker struct {
 	holding map[uint64][]*active
 	// stored counts the device blocks the worker's events reported
 	// stored; allocDue is what it will reach once the prefills sent to
-	// the worker have allocated their blocks; recency stamps the prompt
-	// blocks of ended requests with their place in the free queue
-	// (forecast.go).
+	// the worker have allocated their blocks; free is the shadow of its
+	// free queue, and recency stamps the prompt blocks of ended requests
+	// with their place in it (forecast.go).
 	stored, allocDue uint64
 	recency          map[uint64]recencyStamp
-	// queueSpeed is how many places in the free queue each stored block
-	// moves a waiting block, learned from evictions (0: none seen yet).
-	queueSpeed float64
+	free             freeQueue
 	// static is the part of Load fixed by the spec, built on Upsert.
 	static Load
 	// sums are the worker's summaries, one per model it serves

@@ -86,8 +86,8 @@ type loadParts struct {
 type pruneRecord struct {
 	parts loadParts
 	// index is the candidate's in the caller's slice.
-	index          int32
-	matched, pends int32
+	index                int32
+	matched, pends, lost int32
 	// cached is the candidate's CachedBlocks, the scan's tie-break.
 	cached int
 	tier   tier
@@ -179,7 +179,7 @@ func (p *Pool) decidePruned(req *Request, cands []Candidate, pending bool, m *KV
 		// Set field by field: zeroing a record first costs as much again.
 		recs = recs[:len(recs)+1]
 		rec := &recs[len(recs)-1]
-		rec.index, rec.matched, rec.pends, rec.tier, rec.exact, rec.cached = int32(i), int32(tmp.MatchedBlocks), int32(tmp.PendingBlocks), t, exact, c.CachedBlocks
+		rec.index, rec.matched, rec.pends, rec.lost, rec.tier, rec.exact, rec.cached = int32(i), int32(tmp.MatchedBlocks), int32(tmp.PendingBlocks), int32(tmp.ForecastLostBlocks), t, exact, c.CachedBlocks
 		m.cost.parts(req, tmp, &rec.parts)
 	}
 	if len(recs) == 0 {
@@ -243,7 +243,7 @@ func (p *Pool) decidePruned(req *Request, cands []Candidate, pending bool, m *KV
 	rec := &recs[chosen]
 	w := p.resolveLocked(&cands[rec.index])
 	return Decision{Worker: w.static.ID, Cluster: w.static.Cluster, Address: w.static.Address, Index: int(rec.index),
-		MatchedBlocks: int(rec.matched), PendingBlocks: int(rec.pends)}, false, nil
+		MatchedBlocks: int(rec.matched), PendingBlocks: int(rec.pends), ForecastLostBlocks: int(rec.lost)}, false, nil
 }
 
 // fillLiveLocked sets what a cost model, the tier, the aggregates and the

@@ -117,13 +117,16 @@ func buildPruneFleet(t testing.TB, pc pruneCase) (*Scheduler, *fakeClock, *rand.
 			if dense && j == 0 {
 				continue
 			}
-			switch g.IntN(4) {
+			switch g.IntN(5) {
 			case 0:
 				p.PrefillDone(req.ID)
 			case 1:
 				p.PrefillDone(req.ID)
 				p.Progress(req.ID, g.IntN(200))
 			case 2:
+				p.Free(req.ID)
+			case 3:
+				p.Progress(req.ID, g.IntN(200))
 				p.Free(req.ID)
 			}
 		}

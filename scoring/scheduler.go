@@ -186,7 +186,7 @@ func (r *Scheduler) decideFull(req *Request, cands []Candidate, exp *Explanation
 	}
 	l := &loads[idx]
 	return Decision{Worker: l.ID, Cluster: l.Cluster, Address: l.Address, Index: l.index,
-		MatchedBlocks: l.MatchedBlocks, PendingBlocks: l.PendingBlocks}, false, nil
+		MatchedBlocks: l.MatchedBlocks, PendingBlocks: l.PendingBlocks, ForecastLostBlocks: l.ForecastLostBlocks}, false, nil
 }
 
 // allSaturated reports whether every worker has more than threshold ×
@@ -219,6 +219,9 @@ func (r *Scheduler) commit(req *Request, d Decision) error {
 		r.opts.Recorder.Record(d.Worker, req.Hashes)
 	}
 	r.opts.Metrics.Routed(r.Mode().Name(), d.Worker)
+	if d.ForecastLostBlocks > 0 {
+		r.opts.Metrics.HitForecastLost(d.ForecastLostBlocks * r.pool.blockSize(d.Worker))
+	}
 	return nil
 }
 

@@ -74,4 +74,8 @@ type Decision struct {
 	// PendingBlocks is the part of MatchedBlocks that the router sent the
 	// worker recently and its KV events have not confirmed yet.
 	PendingBlocks int
+	// ForecastLostBlocks were matched after MatchedBlocks and are not
+	// counted: the eviction forecast expects the allocations queued ahead
+	// on the worker to evict them first (forecast.go).
+	ForecastLostBlocks int
 }

@@ -31,6 +31,7 @@ type Metrics struct {
 	expired       prometheus.Counter
 	firstToken    *prometheus.CounterVec
 	hitsLost      prometheus.Counter
+	hitsForecast  prometheus.Counter
 	loadRejected  prometheus.Counter
 	syncRejected  prometheus.Counter
 	syncDropped   prometheus.Counter
@@ -97,6 +98,8 @@ func newMetrics(reg *prometheus.Registry, r *Server) *Metrics {
 			Help: "Requests force-freed for exceeding the maximum request age."}),
 		hitsLost: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_predicted_hit_tokens_lost_total",
 			Help: "Prompt tokens a request was routed for as cached that its worker evicted before the request ran (seen in the worker's KV events); the request's prefill and the worker's backlog grew by them."}),
+		hitsForecast: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_forecast_evicted_hit_tokens_total",
+			Help: "Matched prompt tokens a decision did not count as cached on the chosen worker, because the eviction forecast expected the prefills queued ahead there to evict them before the request runs (--eviction-forecast)."}),
 		firstToken: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvroute_first_tokens_total",
 			Help: "Routed requests whose prefill ended, by the signal that ended it: kv_event (the worker's BlockStored for the prompt's last block), response_body (the first response chunk), response_headers (the headers, with no body shown and no block awaited; untimed), event_gap (a gap in the worker's events after the response started; untimed)."}, []string{"signal"}),
 		loadRejected: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvroute_load_reports_rejected_total",
@@ -133,7 +136,7 @@ func newMetrics(reg *prometheus.Registry, r *Server) *Metrics {
 			Help: "KV block size a worker's engine states in its events where it differs from the worker's record; the router routes with it."}, []string{"worker"}),
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.phase, m.overlap, m.cachedTokens, m.byLoad, m.finished, m.routed, m.queued,
-		m.queueWait, m.shed, m.expired, m.firstToken, m.hitsLost, m.loadRejected, m.syncRejected, m.syncDropped, m.batches, m.events, m.blocks, m.sequence,
+		m.queueWait, m.shed, m.expired, m.firstToken, m.hitsLost, m.hitsForecast, m.loadRejected, m.syncRejected, m.syncDropped, m.batches, m.events, m.blocks, m.sequence,
 		m.streams, m.streamsActive, m.streamErrors, m.exchanges, m.streamExchanges, m.observations, m.immediate, m.badRecords, m.unknownPublishers, m.engineBlockSize, &stateCollector{r: r}} {
 		f(c)
 	}
@@ -219,10 +222,13 @@ func (m *Metrics) Expired(n int)               { m.expired.Add(float64(n)) }
 func (m *Metrics) FirstToken(signal string) { m.firstToken.WithLabelValues(signal).Inc() }
 
 // HitLost implements scoring.Metrics.
-func (m *Metrics) HitLost(tokens int)  { m.hitsLost.Add(float64(tokens)) }
-func (m *Metrics) LoadReportRejected() { m.loadRejected.Inc() }
-func (m *Metrics) SyncRejected()       { m.syncRejected.Inc() }
-func (m *Metrics) SyncDropped()        { m.syncDropped.Inc() }
+func (m *Metrics) HitLost(tokens int) { m.hitsLost.Add(float64(tokens)) }
+
+// HitForecastLost implements scoring.Metrics.
+func (m *Metrics) HitForecastLost(tokens int) { m.hitsForecast.Add(float64(tokens)) }
+func (m *Metrics) LoadReportRejected()        { m.loadRejected.Inc() }
+func (m *Metrics) SyncRejected()              { m.syncRejected.Inc() }
+func (m *Metrics) SyncDropped()               { m.syncDropped.Inc() }
 
 // kvevents.Metrics
 
