@@ -14,6 +14,18 @@ func forecastLoad(t *testing.T, p *Pool, hs []uint64, matched int) Load {
 	return ls[0]
 }
 
+// served runs a request over hs on w0 from dispatch to its end: its
+// blocks stored, its first token, its end.
+func served(t *testing.T, p *Pool, id string, hs []uint64) {
+	t.Helper()
+	if err := p.Add(&Request{ID: id, Model: "m", PromptTokens: 16 * len(hs), Hashes: hs}, "w0", 0); err != nil {
+		t.Fatal(err)
+	}
+	p.BlocksStored("w0", hs)
+	p.PrefillDone(id)
+	p.Free(id)
+}
+
 // A 64-block prompt ends on w0 (1,000 blocks): its deepest block joins the
 // free queue behind the 936 free blocks, each block above it one place
 // further back. A prefill queued since allocates 950 blocks: the 14
@@ -31,12 +43,7 @@ func TestEvictionForecastTakesWhatTheQueueAheadEvicts(t *testing.T) {
 			t.Fatal(err)
 		}
 		old := hashes(3, 64, 0, 0)
-		if err := p.Add(&Request{ID: "old", Model: "m", PromptTokens: 64 * 16, Hashes: old}, "w0", 0); err != nil {
-			t.Fatal(err)
-		}
-		p.BlocksStored("w0", old)
-		p.PrefillDone("old")
-		p.Free("old")
+		served(t, p, "old", old)
 		probe := append(append([]uint64{}, old...), hashes(4, 0, 16, 9)...)
 		if l := forecastLoad(t, p, probe, 64); l.MatchedBlocks != 64 || l.ForecastLostBlocks != 0 {
 			t.Fatalf("off=%v, nothing queued: matched %d, lost %d; want 64, 0", off, l.MatchedBlocks, l.ForecastLostBlocks)
@@ -90,13 +97,7 @@ func TestEvictionForecastFollowsEvictionsAndHits(t *testing.T) {
 	}
 	a, b := hashes(3, 64, 0, 0), hashes(6, 64, 0, 0)
 	for i, hs := range [][]uint64{a, b} {
-		id := string(rune('a' + i))
-		if err := p.Add(&Request{ID: id, Model: "m", PromptTokens: 64 * 16, Hashes: hs}, "w0", 0); err != nil {
-			t.Fatal(err)
-		}
-		p.BlocksStored("w0", hs)
-		p.PrefillDone(id)
-		p.Free(id)
+		served(t, p, string(rune('a'+i)), hs)
 	}
 	// 872 free blocks, then a's 64, then b's: b's deepest block is 936th.
 	if err := p.Add(&Request{ID: "next", Model: "m", PromptTokens: 937 * 16, Hashes: hashes(8, 0, 937, 3)}, "w0", 0); err != nil {
@@ -140,12 +141,7 @@ func TestRoutedForecastCountsTheTokensItTookOff(t *testing.T) {
 	r := newTestScheduler(t, o, 1)
 	p := r.Pool()
 	old := hashes(3, 64, 0, 0)
-	if err := p.Add(&Request{ID: "old", Model: "m", PromptTokens: 64 * 16, Hashes: old}, "w0", 0); err != nil {
-		t.Fatal(err)
-	}
-	p.BlocksStored("w0", old)
-	p.PrefillDone("old")
-	p.Free("old")
+	served(t, p, "old", old)
 	if err := p.Add(&Request{ID: "big", Model: "m", PromptTokens: 950 * 16, Hashes: hashes(5, 0, 950, 1)}, "w0", 0); err != nil {
 		t.Fatal(err)
 	}
