@@ -215,11 +215,13 @@ func (w *worker) queuedAllocations() int64 {
 // forecastLossLocked is how many of the prompt's first matched blocks on w
 // the allocations queued ahead of it would evict before it runs.
 func (p *Pool) forecastLossLocked(w *worker, hashes []uint64, matched int) int {
-	if len(w.recency) == 0 || matched <= 0 || matched > len(hashes) {
+	// Most candidates match nothing or have nothing queued: they cost
+	// no more than a read of the worker's hot fields.
+	if matched <= 0 || matched > len(hashes) {
 		return 0
 	}
 	n := w.queuedAllocations()
-	if n <= 0 || w.blockRefs.count(hashes[matched-1]) > 0 {
+	if n <= 0 || len(w.recency) == 0 || w.blockRefs.count(hashes[matched-1]) > 0 {
 		// Nothing queued, or in use by an active request.
 		return 0
 	}

@@ -72,6 +72,11 @@ type worker struct {
 	requests        int
 	prefillTokens   int
 	prefillRequests int
+	// stored counts the device blocks the worker's events reported
+	// stored; allocDue is what it will reach once the prefills sent to
+	// the worker have allocated their blocks (forecast.go): a pick reads
+	// them for every candidate that matched.
+	stored, allocDue uint64
 	// refs is blockRefs.len(), kept with it: the table's header is a
 	// cache line of its own.
 	refs int
@@ -122,14 +127,11 @@ type worker struct {
 	// dispatch counted it as the deepest block the worker held for them
 	// (lost_hits.go).
 	holding map[uint64][]*active
-	// stored counts the device blocks the worker's events reported
-	// stored; allocDue is what it will reach once the prefills sent to
-	// the worker have allocated their blocks; free is the shadow of its
-	// free queue, and recency stamps the prompt blocks of ended requests
-	// with their place in it (forecast.go).
-	stored, allocDue uint64
-	recency          map[uint64]recencyStamp
-	free             freeQueue
+	// free is the shadow of the worker's free queue, and recency stamps
+	// the prompt blocks of ended requests with their place in it
+	// (forecast.go).
+	recency map[uint64]recencyStamp
+	free    freeQueue
 	// static is the part of Load fixed by the spec, built on Upsert.
 	static Load
 	// sums are the worker's summaries, one per model it serves
