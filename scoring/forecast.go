@@ -72,13 +72,9 @@ type freeQueue struct {
 	alive int64
 }
 
-// Bounds of the shadow: segments past maxFreeSegments merge into the
-// untracked blocks, oldest first; stamps past maxRecencyStamps are
-// dropped, those of gone segments first.
-const (
-	maxFreeSegments  = 1 << 12
-	maxRecencyStamps = 1 << 14
-)
+// maxFreeSegments bounds the shadow: segments past it merge into the
+// untracked blocks, oldest first. Stamps are bounded by stampLimit.
+const maxFreeSegments = 1 << 12
 
 // stampStride: besides a request's deepest prompt block and the deepest
 // block of its hit, every stampStride-th prompt block is stamped, so that
@@ -264,8 +260,8 @@ func (p *Pool) freedLocked(a *active, now int64) {
 	seg := w.free.push(total, capacity)
 	if w.recency == nil {
 		w.recency = make(map[uint64]recencyStamp)
-	} else if len(w.recency)+len(a.hashes)/stampStride+2 > maxRecencyStamps {
-		w.pruneStamps()
+	} else if limit := w.stampLimit(capacity); len(w.recency)+len(a.hashes)/stampStride+2 > limit {
+		w.pruneStamps(limit / 2)
 	}
 	// The blocks join the queue deepest first: block j has the
 	// request's blocks after it ahead of it in its segment.
@@ -330,16 +326,25 @@ func (w *worker) evictedLocked(hashes []uint64) {
 	}
 }
 
-// pruneStamps drops the stamps of gone segments, and, if that is not
-// enough, enough others to halve the map.
-func (w *worker) pruneStamps() {
+// stampLimit bounds w's stamps: twice what the queue's live blocks and
+// segments can hold (one per stampStride blocks, two more per segment),
+// so that a worker keeps a few tens of kilobytes of them, not whatever it
+// ever served.
+func (w *worker) stampLimit(capacity int) int {
+	return 2*(capacity/stampStride+2*len(w.free.segs)) + 256
+}
+
+// pruneStamps drops the stamps whose blocks are out of the shadow queue
+// (allocated, taken by a hit, or in a dropped segment) and, if that is not
+// enough, others until at most keep are left.
+func (w *worker) pruneStamps(keep int) {
 	for h, st := range w.recency {
-		if st.seg < w.free.base {
+		if s := w.free.segment(st.seg); s == nil || st.off < s.popped || st.off >= s.blocks-s.removed {
 			delete(w.recency, h)
 		}
 	}
 	for h := range w.recency {
-		if len(w.recency) <= maxRecencyStamps/2 {
+		if len(w.recency) <= keep {
 			break
 		}
 		delete(w.recency, h)

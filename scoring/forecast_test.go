@@ -1,6 +1,9 @@
 package scoring
 
-import "testing"
+import (
+	"fmt"
+	"testing"
+)
 
 // forecastLoad is w0's Load for a request over hs with matched blocks held
 // there.
@@ -160,5 +163,24 @@ func TestRoutedForecastCountsTheTokensItTookOff(t *testing.T) {
 	}
 	if got, want := mustLoad(t, p, "w0").PrefillTokens, 950*16+30*16; got != want {
 		t.Fatalf("prefill in flight %d tokens, want %d (the request computes what it will not find)", got, want)
+	}
+}
+
+// A worker that served many requests keeps stamps for what its shadow
+// queue can still hold, not for everything it ever served.
+func TestEvictionForecastStampsStayBounded(t *testing.T) {
+	p := NewPool(testOptions(newFakeClock(), 1))
+	if err := p.Upsert(spec("w0")); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2000 {
+		served(t, p, fmt.Sprint("r", i), hashes(uint64(10+i), 64, 0, 0))
+	}
+	p.mu.RLock()
+	w := p.workers["w0"]
+	n, limit := len(w.recency), w.stampLimit(1000)
+	p.mu.RUnlock()
+	if n == 0 || n > limit {
+		t.Fatalf("%d stamps after 2,000 requests, want 1 to %d", n, limit)
 	}
 }
