@@ -196,7 +196,8 @@ func (ix *Index) applyStored(w *workerState, e *vllmwire.BlockStored, st *ApplyS
 	// after it or starts a chain (chains.go).
 	at, hasAt := parentAt, !root
 	if medium == 0 {
-		ix.sink ^= w.device.touch(ix.keys)
+		w.device.reserve(len(ix.keys)) // before prefetching: growing moves every slot
+		ix.at = w.device.prefetchHomes(ix.keys, ix.at)
 		// One event's blocks that had equal holder sets share the result.
 		t.begin(false)
 		defer t.end()
@@ -310,7 +311,7 @@ func (ix *Index) applyRemoved(w *workerState, e *vllmwire.BlockRemoved, st *Appl
 	// Two passes: engine keys out of the worker's table (prefetched), then
 	// the cells they held. A cell stays held until its own turn, so the
 	// first drops free no cell the later ones need.
-	ix.sink ^= w.device.touch(ix.keys)
+	ix.at = w.device.prefetchHomes(ix.keys, ix.at)
 	cells := ix.scratch[:0]
 	for _, key := range ix.keys {
 		at, ok := w.device.remove(key)
