@@ -154,26 +154,4 @@ func (t *oaTable) resize(size int) {
 	}
 }
 
-// prefetchHomes asks the CPU to start loading the home bucket of every key
-// and the bucket after it (where a key lands when its home is full) without
-// waiting for them, so that a batch's cache misses are all in flight at
-// once instead of paid one by one by the updates that follow. at is
-// scratch space; prefetchHomes returns it.
-func (t *oaTable) prefetchHomes(keys []uint64, at []int) []int {
-	at = at[:0]
-	n := len(t.slots)
-	for _, k := range keys {
-		h := t.home(k)
-		next := h + bucketSlots
-		if next == n {
-			next = 0
-		}
-		at = append(at, h, next)
-	}
-	if len(at) > 0 {
-		prefetchSlots(t.slots, at)
-	}
-	return at
-}
-
 func (t *oaTable) bytes() int { return len(t.slots) * 16 }
