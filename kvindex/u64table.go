@@ -3,16 +3,16 @@ package kvindex
 // u64Table maps uint64 keys to uint64 values: a worker's engine hash key
 // to the place of its block's cell. Key 0 lives beside the slots.
 //
-// It is extendible hashing over segments of 256 oaSlots (4 KB, buckets of
+// It is extendible hashing over segments of 512 oaSlots (8 KB, buckets of
 // four as in oaTable, linear probing within the segment, backward-shift
 // deletion): the top bits of a key's mix pick a directory entry, which
 // names a segment; the bits after those pick the home bucket in it. A full
-// segment splits in two by its next bit, moving at most 224 keys between
+// segment splits in two by its next bit, moving at most 448 keys between
 // two pages that are in cache. One big slice instead rehashes every key
 // into fresh pages, which the kernel zeroes, each time it grows: most of
 // the cost of storing blocks while a fleet's caches fill. Here growing
-// moves each key about once and leaves no garbage. A segment holds 112 to
-// 224 keys once split, 18 to 37 bytes a key. The table rebuilds itself
+// moves each key about once and leaves no garbage. A segment holds 224 to
+// 448 keys once split, 18 to 37 bytes a key. The table rebuilds itself
 // smaller when under a quarter of that load.
 type u64Table struct {
 	dir     []uint32 // 1<<depth entries, each a segment number
@@ -24,10 +24,10 @@ type u64Table struct {
 }
 
 const (
-	segSlots   = 256
+	segSlots   = 512
 	segBuckets = segSlots / bucketSlots
 	segMaxKeys = segSlots * 7 / 8 // a segment this full splits before taking another key
-	segHomeSh  = 64 - 6           // segBuckets = 1<<6
+	segHomeSh  = 64 - 7           // segBuckets = 1<<7
 )
 
 // A u64Seg is one segment: the keys whose mix starts with the segment's
