@@ -1,5 +1,7 @@
 package kvindex
 
+import "unsafe"
+
 // u64Table maps uint64 keys to uint64 values: a worker's engine hash key
 // to the place of its block's cell. Key 0 lives beside the slots.
 //
@@ -15,74 +17,85 @@ package kvindex
 // 448 keys once split, 18 to 37 bytes a key. The table rebuilds itself
 // smaller when under a quarter of that load.
 type u64Table struct {
-	dir     []uint32 // 1<<depth entries, each a segment number
-	segs    []u64Seg
-	depth   uint8 // global depth: the mix bits dir is indexed by
-	count   int   // keys in segments
+	dir     []dirEntry // 1<<depth entries
+	counts  []int32    // keys in each segment, by number
+	depth   uint8      // global depth: the mix bits dir is indexed by
+	count   int        // keys in segments
 	zero    uint64
 	hasZero bool
+	// over holds the keys a full segment could not take because splitting
+	// it would have grown the directory past maxDirPerSeg entries per
+	// segment: keys whose mixes share that many leading bits, which only
+	// keys chosen to collide have. nil until then.
+	over map[uint64]*uint64
 }
 
-const (
-	segSlots   = 512
-	segBuckets = segSlots / bucketSlots
-	segMaxKeys = segSlots * 7 / 8 // a segment this full splits before taking another key
-	segHomeSh  = 64 - 7           // segBuckets = 1<<7
-)
+// maxDirPerSeg bounds the directory: a full segment whose split would
+// take it past this many entries per segment overflows into a map
+// instead.
+const maxDirPerSeg = 64
 
-// A u64Seg is one segment: the keys whose mix starts with the segment's
-// depth bits, 2^(global depth - depth) consecutive directory entries.
-type u64Seg struct {
-	// A slice, not a pointer to an array: taking &slots[i] of a pointer
-	// makes the compiler check it for nil by loading slots[0], a cache
-	// miss of its own.
-	slots []oaSlot
-	count int32
+// A dirEntry names the segment of the keys whose mixes start with its
+// index, with what a lookup needs, so that it costs one load before the
+// slot's: the segment's slots, its number and its depth (the leading bits
+// its keys share; the segment has 2^(global depth - depth) consecutive
+// entries).
+type dirEntry struct {
+	// slots is the segment's first slot: read through at, not a *[N]oaSlot,
+	// whose indexing makes the compiler check it for nil by loading slot
+	// 0, a cache miss of its own.
+	slots unsafe.Pointer
+	id    uint32
 	depth uint8
 }
 
+// at returns slot i < segSlots of the segment.
+func (e *dirEntry) at(i int) *oaSlot { return (*oaSlot)(unsafe.Add(e.slots, uintptr(i)*16)) }
+
+const (
+	segSlots   = 512
+	segMaxKeys = segSlots * 7 / 8 // a segment this full splits before taking another key
+	segHomeSh  = 64 - 7           // segSlots/bucketSlots = 1<<7 buckets
+)
+
+func newSegment() unsafe.Pointer { return unsafe.Pointer(new([segSlots]oaSlot)) }
+
 func newU64Table() *u64Table {
-	return &u64Table{dir: []uint32{0}, segs: []u64Seg{{slots: make([]oaSlot, segSlots)}}}
+	return &u64Table{dir: []dirEntry{{slots: newSegment()}}, counts: []int32{0}}
 }
 
-// mixKey spreads engine keys, which need not be uniform, over all 64 bits
-// (MurmurHash3's finalizer, a bijection): the directory and the home
-// bucket read different bits of it.
-func mixKey(k uint64) uint64 {
-	k ^= k >> 33
-	k *= 0xff51afd7ed558ccd
-	k ^= k >> 33
-	k *= 0xc4ceb9fe1a85ec53
-	k ^= k >> 33
-	return k
-}
+// mixKey spreads engine keys, which need not be uniform, over the high
+// bits (Fibonacci hashing, as oaTable.home, a bijection): the directory
+// reads the top ones, the home bucket the ones after those.
+func mixKey(k uint64) uint64 { return k * 0x9e3779b97f4a7c15 }
 
-// seg returns the segment number of the key whose mix is m.
-func (t *u64Table) seg(m uint64) uint32 { return t.dir[m>>(64-t.depth)] }
+// entry returns the directory entry of the key whose mix is m.
+func (t *u64Table) entry(m uint64) *dirEntry { return &t.dir[m>>(64-t.depth)] }
 
-// home is the first slot of m's bucket in a segment of the given depth.
+// segHome is the first slot of m's bucket in a segment of the given depth.
 func segHome(m uint64, depth uint8) int { return int((m<<depth)>>segHomeSh) * bucketSlots }
 
 // len returns the number of keys.
 func (t *u64Table) len() int {
+	n := t.count + len(t.over)
 	if t.hasZero {
-		return t.count + 1
+		n++
 	}
-	return t.count
+	return n
 }
 
 // find returns key's segment and slot index, or -1.
-func (t *u64Table) find(key uint64) (*u64Seg, int) {
+func (t *u64Table) find(key uint64) (*dirEntry, int) {
 	m := mixKey(key)
-	sg := &t.segs[t.seg(m)]
-	i := segHome(m, sg.depth)
+	e := t.entry(m)
+	i := segHome(m, e.depth)
 	for {
-		k := sg.slots[i].key
+		k := e.at(i).key
 		if k == key {
-			return sg, i
+			return e, i
 		}
 		if k == 0 {
-			return sg, -1
+			return e, -1
 		}
 		i = (i + 1) & (segSlots - 1)
 	}
@@ -92,8 +105,11 @@ func (t *u64Table) get(key uint64) (uint64, bool) {
 	if key == 0 {
 		return t.zero, t.hasZero
 	}
-	if sg, i := t.find(key); i >= 0 {
-		return sg.slots[i].val, true
+	if e, i := t.find(key); i >= 0 {
+		return e.at(i).val, true
+	}
+	if v, ok := t.over[key]; ok {
+		return *v, true
 	}
 	return 0, false
 }
@@ -119,11 +135,11 @@ func (t *u64Table) slot(key uint64) (v *uint64, had bool) {
 	}
 	m := mixKey(key)
 	for {
-		id := t.seg(m)
-		sg := &t.segs[id]
-		i := segHome(m, sg.depth)
+		e := t.entry(m)
+		i := segHome(m, e.depth)
+		var s *oaSlot
 		for {
-			s := &sg.slots[i]
+			s = e.at(i)
 			if s.key == key {
 				return &s.val, true
 			}
@@ -132,26 +148,39 @@ func (t *u64Table) slot(key uint64) (v *uint64, had bool) {
 			}
 			i = (i + 1) & (segSlots - 1)
 		}
-		if sg.count < segMaxKeys {
-			s := &sg.slots[i]
+		if t.over != nil {
+			if v, ok := t.over[key]; ok {
+				return v, true
+			}
+		}
+		if c := &t.counts[e.id]; *c < segMaxKeys {
 			s.key = key // its val is 0: emptied slots are zeroed
-			sg.count++
+			*c++
 			t.count++
 			return &s.val, false
 		}
-		t.split(id, m)
+		if e.depth == t.depth && 2*len(t.dir) > maxDirPerSeg*len(t.counts) {
+			if t.over == nil {
+				t.over = map[uint64]*uint64{}
+			}
+			v := new(uint64)
+			t.over[key] = v
+			return v, false
+		}
+		t.split(m)
 	}
 }
 
-// split divides the full segment id, whose keys include the mix m, by the
-// next bit of their mixes, doubling the directory first if the segment
-// spans a single entry.
-func (t *u64Table) split(id uint32, m uint64) {
-	d := t.segs[id].depth
+// split divides the full segment of the key whose mix is m by the next
+// bit of its keys' mixes, doubling the directory first if the segment has
+// a single entry.
+func (t *u64Table) split(m uint64) {
+	e := *t.entry(m)
+	d := e.depth
 	if d == t.depth {
-		dir := make([]uint32, 2*len(t.dir))
-		for j, s := range t.dir {
-			dir[2*j], dir[2*j+1] = s, s
+		dir := make([]dirEntry, 2*len(t.dir))
+		for j, x := range t.dir {
+			dir[2*j], dir[2*j+1] = x, x
 		}
 		t.dir = dir
 		t.depth++
@@ -159,37 +188,41 @@ func (t *u64Table) split(id uint32, m uint64) {
 	// The segment's entries: 2^(depth-d) from the one m's top bits pick.
 	span := 1 << (t.depth - d)
 	start := int(m>>(64-t.depth)) &^ (span - 1)
-	nid := uint32(len(t.segs))
-	t.segs = append(t.segs, u64Seg{slots: make([]oaSlot, segSlots), depth: d + 1})
-	for j := start + span/2; j < start+span; j++ {
-		t.dir[j] = nid
+	lo := dirEntry{slots: e.slots, id: e.id, depth: d + 1}
+	hi := dirEntry{slots: newSegment(), id: uint32(len(t.counts)), depth: d + 1}
+	t.counts = append(t.counts, 0)
+	for j := start; j < start+span; j++ {
+		if j < start+span/2 {
+			t.dir[j] = lo
+		} else {
+			t.dir[j] = hi
+		}
 	}
-	lo, hi := &t.segs[id], &t.segs[nid]
-	var old [segSlots]oaSlot
-	copy(old[:], lo.slots)
-	clear(lo.slots)
-	lo.count, lo.depth = 0, d+1
+	seg := (*[segSlots]oaSlot)(e.slots)
+	old := *seg
+	clear(seg[:])
+	t.counts[lo.id] = 0
 	for _, s := range old {
 		if s.key == 0 {
 			continue
 		}
-		sg, m := lo, mixKey(s.key)
+		to, m := &lo, mixKey(s.key)
 		if (m<<d)>>63 == 1 {
-			sg = hi
+			to = &hi
 		}
-		sg.insertNew(s, m)
+		t.insertNew(to, s, m)
 	}
 }
 
-// insertNew puts s, whose key the segment lacks, in the segment, which has
-// room for it.
-func (sg *u64Seg) insertNew(s oaSlot, m uint64) {
-	i := segHome(m, sg.depth)
-	for sg.slots[i].key != 0 {
+// insertNew puts s, whose key the segment of e lacks, in that segment,
+// which has room for it.
+func (t *u64Table) insertNew(e *dirEntry, s oaSlot, m uint64) {
+	i := segHome(m, e.depth)
+	for e.at(i).key != 0 {
 		i = (i + 1) & (segSlots - 1)
 	}
-	sg.slots[i] = s
-	sg.count++
+	*e.at(i) = s
+	t.counts[e.id]++
 }
 
 // remove deletes key and returns its value, if it was there.
@@ -199,41 +232,45 @@ func (t *u64Table) remove(key uint64) (uint64, bool) {
 		t.zero, t.hasZero = 0, false
 		return v, had
 	}
-	sg, i := t.find(key)
-	if i < 0 {
+	var v uint64
+	if e, i := t.find(key); i >= 0 {
+		v = e.at(i).val
+		e.deleteAt(i)
+		t.counts[e.id]--
+		t.count--
+	} else if p, ok := t.over[key]; ok {
+		v = *p
+		delete(t.over, key)
+	} else {
 		return 0, false
 	}
-	v := sg.slots[i].val
-	sg.deleteAt(i)
-	t.count--
 	// Rebuilding at a quarter of the least load a split leaves gives
 	// segments at least twice as full, so churn does not rebuild it again.
-	if len(t.segs) > 1 && t.count*8 < len(t.segs)*segMaxKeys {
+	if len(t.counts) > 1 && (t.count+len(t.over))*8 < len(t.counts)*segMaxKeys {
 		t.rebuild()
 	}
 	return v, true
 }
 
-// deleteAt empties slot i and moves back every later entry of its probe
-// run that could no longer be reached across the hole (oaTable.deleteAt
-// within one segment).
-func (sg *u64Seg) deleteAt(i int) {
-	sg.count--
+// deleteAt empties slot i of e's segment and moves back every later entry
+// of its probe run that could no longer be reached across the hole
+// (oaTable.deleteAt within one segment).
+func (e *dirEntry) deleteAt(i int) {
 	j := i
 	for {
 		j = (j + 1) & (segSlots - 1)
-		s := sg.slots[j]
+		s := *e.at(j)
 		if s.key == 0 {
 			break
 		}
-		h := segHome(mixKey(s.key), sg.depth)
+		h := segHome(mixKey(s.key), e.depth)
 		// s stays if its home lies cyclically in (i, j].
 		if (i < j && (h <= i || h > j)) || (i > j && h <= i && h > j) {
-			sg.slots[i] = s
+			*e.at(i) = s
 			i = j
 		}
 	}
-	sg.slots[i] = oaSlot{}
+	*e.at(i) = oaSlot{}
 }
 
 // rebuild replaces the segments with as few as the keys need.
@@ -249,13 +286,16 @@ func (t *u64Table) each(fn func(key, val uint64)) {
 		fn(0, t.zero)
 	}
 	for j := 0; j < len(t.dir); {
-		sg := &t.segs[t.dir[j]]
-		for _, s := range sg.slots {
+		e := &t.dir[j]
+		for _, s := range (*[segSlots]oaSlot)(e.slots) {
 			if s.key != 0 {
 				fn(s.key, s.val)
 			}
 		}
-		j += 1 << (t.depth - sg.depth)
+		j += 1 << (t.depth - e.depth)
+	}
+	for k, v := range t.over {
+		fn(k, *v)
 	}
 }
 
@@ -267,13 +307,15 @@ func (t *u64Table) prefetch(keys []uint64, at []*oaSlot) []*oaSlot {
 	at = at[:0]
 	for _, k := range keys {
 		m := mixKey(k)
-		sg := &t.segs[t.seg(m)]
-		h := segHome(m, sg.depth)
-		at = append(at, &sg.slots[h], &sg.slots[(h+bucketSlots)&(segSlots-1)])
+		e := t.entry(m)
+		h := segHome(m, e.depth)
+		at = append(at, e.at(h), e.at((h+bucketSlots)&(segSlots-1)))
 	}
 	prefetchPtrs(at)
 	return at
 }
 
 // bytes is the memory of the segments and the directory.
-func (t *u64Table) bytes() int { return len(t.segs)*(segSlots*16+32) + len(t.dir)*4 }
+func (t *u64Table) bytes() int {
+	return len(t.counts)*(segSlots*16+4) + len(t.dir)*int(unsafe.Sizeof(dirEntry{})) + len(t.over)*48
+}
