@@ -93,16 +93,10 @@ func (c *chainTable) place(key, parent uint64, hasParent bool, hint int) uint64 
 			return cellRef(uint32(parent>>32), next)
 		}
 	}
-	// A block not right after its parent's cell is mostly new: look for a
-	// chain it starts through the table's tags, which stay in cache where
-	// its slots would not. A first block is often held (a shared system
-	// prompt): its slot is the one read to find it.
-	if hasParent {
-		if i := c.findTagged(key); i >= 0 {
-			return c.slots[i].val
-		}
-	} else if ref, ok := c.start(key); ok {
-		return ref
+	// Most blocks placed are new: look for a chain they start through the
+	// table's tags, which stay in cache where its slots would not.
+	if i := c.findTagged(key); i >= 0 {
+		return c.slots[i].val
 	}
 	c.cells++
 	if hasParent && int(uint32(parent))+1 == len(ch.cells) {
