@@ -65,7 +65,7 @@ func cellRef(ch uint32, off int) uint64 { return uint64(ch)<<32 | uint64(uint32(
 const chainMaxLoad = 60
 
 func newChainTable(hint int) *chainTable {
-	return &chainTable{oaTable: newOATable(hint, chainMaxLoad).withTags(), holderSets: newHolderSets()}
+	return &chainTable{oaTable: newOATable(hint, chainMaxLoad), holderSets: newHolderSets()}
 }
 
 // cell returns the cell at ref.
@@ -93,10 +93,8 @@ func (c *chainTable) place(key, parent uint64, hasParent bool, hint int) uint64 
 			return cellRef(uint32(parent>>32), next)
 		}
 	}
-	// Most blocks placed are new: look for a chain they start through the
-	// table's tags, which stay in cache where its slots would not.
-	if i := c.findTagged(key); i >= 0 {
-		return c.slots[i].val
+	if ref, ok := c.start(key); ok {
+		return ref
 	}
 	c.cells++
 	if hasParent && int(uint32(parent))+1 == len(ch.cells) {

@@ -17,11 +17,7 @@ import "math/bits"
 // chainTable) memory per key is between 21 and 32 bytes, at 60 % (holderTable) between 27
 // and 40.
 type oaTable struct {
-	slots []oaSlot
-	// tags, if not nil, holds a byte of each slot's key (tagOf, 0 for an
-	// empty slot): 1/16 of the slots' memory, so that findAbsent, which
-	// reads only tags for a key the table lacks, mostly hits the cache.
-	tags    []uint8
+	slots   []oaSlot
 	count   int
 	min     int // size it never shrinks below
 	maxLoad int // percent of slots in use that makes it grow
@@ -57,34 +53,6 @@ func (t *oaTable) home(key uint64) int {
 	return int(hi) * bucketSlots
 }
 
-func tagOf(key uint64) uint8 { return uint8(key) | 1 }
-
-// withTags returns t keeping tags.
-func (t oaTable) withTags() oaTable {
-	t.tags = make([]uint8, len(t.slots))
-	return t
-}
-
-// findTagged is find through the tags, for a table that keeps them: a key
-// the table lacks costs the tags of its probe run, not its slots.
-func (t *oaTable) findTagged(key uint64) int {
-	n := len(t.tags)
-	tag := tagOf(key)
-	i := t.home(key)
-	for {
-		g := t.tags[i]
-		if g == 0 {
-			return -1
-		}
-		if g == tag && t.slots[i].key == key {
-			return i
-		}
-		if i++; i == n {
-			i = 0
-		}
-	}
-}
-
 // find returns key's slot index, or -1.
 func (t *oaTable) find(key uint64) int {
 	n := len(t.slots)
@@ -117,9 +85,6 @@ func (t *oaTable) upsert(key uint64) (s *oaSlot, inserted bool) {
 		}
 		if s.key == 0 {
 			s.key = key
-			if t.tags != nil {
-				t.tags[i] = tagOf(key)
-			}
 			t.count++
 			return s, true
 		}
@@ -147,16 +112,10 @@ func (t *oaTable) deleteAt(i int) {
 		// s stays if its home lies cyclically in (i, j].
 		if (i < j && (h <= i || h > j)) || (i > j && h <= i && h > j) {
 			t.slots[i] = s
-			if t.tags != nil {
-				t.tags[i] = t.tags[j]
-			}
 			i = j
 		}
 	}
 	t.slots[i] = oaSlot{}
-	if t.tags != nil {
-		t.tags[i] = 0
-	}
 	// Shrinking at a third of the maximum leaves the halved table well
 	// below it, so churn at the boundary does not resize back and forth.
 	if len(t.slots) > t.min && t.count*300 < len(t.slots)*t.maxLoad {
@@ -181,9 +140,6 @@ func (t *oaTable) reserve(n int) {
 func (t *oaTable) resize(size int) {
 	old := t.slots
 	t.slots = make([]oaSlot, size)
-	if t.tags != nil {
-		t.tags = make([]uint8, size)
-	}
 	for _, s := range old {
 		if s.key == 0 {
 			continue
@@ -195,10 +151,7 @@ func (t *oaTable) resize(size int) {
 			}
 		}
 		t.slots[i] = s
-		if t.tags != nil {
-			t.tags[i] = tagOf(s.key)
-		}
 	}
 }
 
-func (t *oaTable) bytes() int { return len(t.slots)*16 + len(t.tags) }
+func (t *oaTable) bytes() int { return len(t.slots) * 16 }
