@@ -10,7 +10,7 @@ import "unsafe"
 // deletion): the top bits of a key's mix pick a directory entry, which
 // names a segment; the bits after those pick the home bucket in it. A full
 // segment splits in two by its next bit, moving at most 448 keys between
-// two pages that are in cache. One big slice instead rehashes every key
+// two segments that are in cache. One big slice instead rehashes every key
 // into fresh pages, which the kernel zeroes, each time it grows: most of
 // the cost of storing blocks while a fleet's caches fill. Here growing
 // moves each key about once and leaves no garbage. A segment holds 224 to
@@ -206,11 +206,11 @@ func (t *u64Table) split(m uint64) {
 		if s.key == 0 {
 			continue
 		}
-		to, m := &lo, mixKey(s.key)
-		if (m<<d)>>63 == 1 {
+		to, sm := &lo, mixKey(s.key)
+		if (sm<<d)>>63 == 1 {
 			to = &hi
 		}
-		t.insertNew(to, s, m)
+		t.insertNew(to, s, sm)
 	}
 }
 
