@@ -196,13 +196,15 @@ func (ix *Index) applyStored(w *workerState, e *vllmwire.BlockStored, st *ApplyS
 	// after it or starts a chain (chains.go).
 	at, hasAt := parentAt, !root
 	if medium == 0 {
-		ix.sink ^= w.device.touch(ix.keys)
 		// One event's blocks that had equal holder sets share the result.
 		t.begin(false)
 		defer t.end()
 	}
 	for i, key := range ix.keys {
 		r := ix.scratch[i]
+		if medium == 0 {
+			ix.prefetchKeys(w.device, i)
+		}
 		at, hasAt = t.place(r, at, hasAt, len(ix.keys)-i), true
 		if medium != 0 {
 			oe, ok := w.offDevice[key]
@@ -310,9 +312,9 @@ func (ix *Index) applyRemoved(w *workerState, e *vllmwire.BlockRemoved, st *Appl
 	// Two passes: engine keys out of the worker's table (prefetched), then
 	// the cells they held. A cell stays held until its own turn, so the
 	// first drops free no cell the later ones need.
-	ix.sink ^= w.device.touch(ix.keys)
 	cells := ix.scratch[:0]
-	for _, key := range ix.keys {
+	for i, key := range ix.keys {
+		ix.prefetchKeys(w.device, i)
 		at, ok := w.device.remove(key)
 		if !ok {
 			st.UnknownRemoved++
@@ -332,6 +334,27 @@ func (ix *Index) applyRemoved(w *workerState, e *vllmwire.BlockRemoved, st *Appl
 	t.end()
 	st.RemovedBlocks += len(cells)
 	ix.scratch = cells
+}
+
+// prefetchAhead is how far ahead of the engine key being applied the
+// worker's table is prefetched: enough keys to cover a cache miss, few
+// enough to be in flight together (prefetching a whole event's keys at
+// once measured slower).
+const prefetchAhead = 16
+
+// prefetchKeys, called for every i in order, prefetches the home buckets
+// of ix.keys in chunks, a chunk ahead of i.
+func (ix *Index) prefetchKeys(t *u64Table, i int) {
+	if i%prefetchAhead != 0 {
+		return
+	}
+	lo := i + prefetchAhead
+	if i == 0 {
+		lo = 0
+	}
+	if hi := min(i+2*prefetchAhead, len(ix.keys)); lo < hi {
+		ix.at = t.prefetch(ix.keys[lo:hi], ix.at)
+	}
 }
 
 func engineKeys(hs []vllmwire.EngineHash, dst []uint64) []uint64 {

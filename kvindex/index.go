@@ -32,6 +32,7 @@ type Index struct {
 	tab         *chainTable    // router hash -> slots of the workers holding it
 	scratch     []uint64       // router hashes of the event being applied
 	keys        []uint64       // engine keys of the event being applied
+	at          []*oaSlot      // slots being prefetched for the event being applied
 	sink        uint64         // keeps prefetching loads alive
 	gen         uint64         // bumped when a worker is added or removed
 	cands       candidateCache

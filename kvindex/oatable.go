@@ -2,20 +2,20 @@ package kvindex
 
 import "math/bits"
 
-// oaTable is the open-addressing core under holderTable, chainTable and
-// u64Table: 16-byte slots of key and value, linear probing, key 0 marking an empty slot,
-// backward-shift deletion (no tombstones, so heavy churn does not degrade
-// it). Slots come in buckets of four, one 64-byte cache line: a key's home
-// is the first slot of a bucket, so the one line a lookup loads holds the
-// key unless its bucket has overflowed. Measured on the Match benchmark's
-// million keys, 2 % of keys lie past their home bucket at 42 % load and 8 %
-// at 63 %; probing from any slot left 16 % outside their home's line at
-// 63 %. Sizes are not powers of two: the home bucket is the high half of
-// key·φ times the number of buckets. The table grows by half when maxLoad
+// oaTable is the open-addressing core under holderTable and chainTable
+// (u64Table's segments use its slots and buckets): 16-byte slots of key
+// and value, linear probing, key 0 marking an empty slot, backward-shift
+// deletion (no tombstones, so heavy churn does not degrade it). Slots come
+// in buckets of four, one 64-byte cache line: a key's home is the first
+// slot of a bucket, so the one line a lookup loads holds the key unless
+// its bucket has overflowed. Measured on the Match benchmark's million
+// keys, 2 % of keys lie past their home bucket at 42 % load and 8 % at
+// 63 %; probing from any slot left 16 % outside their home's line at 63 %.
+// Sizes are not powers of two: the home bucket is the high half of key·φ
+// times the number of buckets. The table grows by half when maxLoad
 // percent full and halves when under a third of that, so after the first
-// growth its load stays between 2/3 and all of maxLoad: at 75 % (u64Table,
-// chainTable) memory per key is between 21 and 32 bytes, at 60 % (holderTable) between 27
-// and 40.
+// growth its load stays between 2/3 and all of maxLoad: at 60 %
+// (holderTable, chainTable) memory per key is between 27 and 40 bytes.
 type oaTable struct {
 	slots   []oaSlot
 	count   int
@@ -123,20 +123,6 @@ func (t *oaTable) deleteAt(i int) {
 	}
 }
 
-// reserve grows the table, once, to hold n more keys without resizing.
-// Bulk loads need it: keys that arrive in home order (another table's
-// slot order) would otherwise all land in the front of a table still too
-// small for them and probe quadratically.
-func (t *oaTable) reserve(n int) {
-	size := len(t.slots)
-	for (t.count+n)*100 > size*t.maxLoad {
-		size = grownSize(size)
-	}
-	if size != len(t.slots) {
-		t.resize(size)
-	}
-}
-
 func (t *oaTable) resize(size int) {
 	old := t.slots
 	t.slots = make([]oaSlot, size)
@@ -152,16 +138,6 @@ func (t *oaTable) resize(size int) {
 		}
 		t.slots[i] = s
 	}
-}
-
-// touch loads the home slot of every key so that the cache misses of a
-// batch overlap instead of being paid one by one by the updates that
-// follow. The result only keeps the loads from being optimised away.
-func (t *oaTable) touch(keys []uint64) (sink uint64) {
-	for _, k := range keys {
-		sink ^= t.slots[t.home(k)].key
-	}
-	return sink
 }
 
 func (t *oaTable) bytes() int { return len(t.slots) * 16 }

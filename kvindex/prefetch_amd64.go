@@ -19,3 +19,8 @@ func prefetchLines(base unsafe.Pointer, at *int, n int)
 func prefetchWords(words []uint64, at []int) {
 	prefetchLines(unsafe.Pointer(unsafe.SliceData(words)), unsafe.SliceData(at), len(at))
 }
+
+// prefetchPtrs issues PREFETCHT0 for each of slots.
+//
+//go:noescape
+func prefetchPtrs(slots []*oaSlot)

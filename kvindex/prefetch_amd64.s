@@ -16,3 +16,18 @@ loop:
 	JNZ	loop
 done:
 	RET
+
+// func prefetchPtrs(slots []*oaSlot)
+TEXT ·prefetchPtrs(SB), NOSPLIT|NOFRAME, $0-24
+	MOVQ	slots_base+0(FP), BX
+	MOVQ	slots_len+8(FP), CX
+	TESTQ	CX, CX
+	JLE	pdone
+ploop:
+	MOVQ	(BX), DX
+	PREFETCHT0	(DX)
+	ADDQ	$8, BX
+	DECQ	CX
+	JNZ	ploop
+pdone:
+	RET

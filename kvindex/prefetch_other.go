@@ -23,3 +23,13 @@ func prefetchWords(words []uint64, at []int) (sink uint64) {
 	}
 	return sink
 }
+
+// prefetchPtrs loads the key of each of slots, as prefetchSlots.
+//
+//go:noinline
+func prefetchPtrs(slots []*oaSlot) (sink uint64) {
+	for _, s := range slots {
+		sink ^= s.key
+	}
+	return sink
+}

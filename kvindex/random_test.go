@@ -578,7 +578,57 @@ func TestU64TableAgreesWithMap(t *testing.T) {
 			}
 		}
 	}
-	if len(tb.slots) > 1024 {
-		t.Fatalf("table did not shrink: %d slots for %d keys", len(tb.slots), tb.len())
+	if len(tb.counts) > 4 {
+		t.Fatalf("table did not shrink: %d segments for %d keys", len(tb.counts), tb.len())
+	}
+}
+
+// TestU64TableBoundsItsDirectory checks that keys whose mixes share their
+// leading bits, which would split one segment without end, stay exact
+// and keep the directory small.
+func TestU64TableBoundsItsDirectory(t *testing.T) {
+	// inv is the inverse of mixKey's multiplier: mixKey(i*inv) == i.
+	inv := uint64(0x9e3779b97f4a7c15)
+	for range 6 {
+		inv *= 2 - 0x9e3779b97f4a7c15*inv
+	}
+	if mixKey(inv) != 1 {
+		t.Fatalf("mixKey(inv) = %#x, want 1", mixKey(inv))
+	}
+	tb := newU64Table()
+	const n = 5000
+	for i := uint64(1); i <= n; i++ {
+		if _, had := tb.put(i*inv, i); had {
+			t.Fatalf("put(%d) found it there", i)
+		}
+	}
+	if tb.len() != n {
+		t.Fatalf("len %d, want %d", tb.len(), n)
+	}
+	if len(tb.dir) > maxDirPerSeg*len(tb.counts) {
+		t.Fatalf("directory of %d entries for %d segments", len(tb.dir), len(tb.counts))
+	}
+	for i := uint64(1); i <= n; i++ {
+		if v, ok := tb.get(i * inv); !ok || v != i {
+			t.Fatalf("get(%d) = %d,%v", i, v, ok)
+		}
+	}
+	seen := 0
+	tb.each(func(k, v uint64) {
+		if k != v*inv {
+			t.Fatalf("each gave %#x=%d", k, v)
+		}
+		seen++
+	})
+	if seen != n {
+		t.Fatalf("each visited %d keys, want %d", seen, n)
+	}
+	for i := uint64(1); i <= n; i++ {
+		if v, ok := tb.remove(i * inv); !ok || v != i {
+			t.Fatalf("remove(%d) = %d,%v", i, v, ok)
+		}
+	}
+	if tb.len() != 0 || len(tb.counts) != 1 {
+		t.Fatalf("emptied table: len %d, %d segments", tb.len(), len(tb.counts))
 	}
 }

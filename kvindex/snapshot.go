@@ -391,7 +391,6 @@ func (ix *Index) LoadSnapshot(s *Snapshot) LoadStats {
 		}
 		ix.purge(w)
 		w.stale = sw.Stale
-		w.device.reserve(len(sw.Device))
 		t.begin(true)
 		for _, e := range sw.Device {
 			at := cellOf(e[1])
