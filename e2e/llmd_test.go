@@ -88,6 +88,9 @@ func TestLLMDInferenceSim(t *testing.T) {
 			followups++
 			if tr.servedBy == prev[tr.session] && tr.cached > 0 {
 				stayed++
+			} else {
+				t.Logf("session %d turn %d (%d prompt tokens): served by %s after %s, predicted %d cached, engine cached %d",
+					tr.session, tr.index, tr.prompt, tr.servedBy, prev[tr.session], tr.predicted, tr.cached)
 			}
 		}
 		prev[tr.session] = tr.servedBy
@@ -102,7 +105,24 @@ func TestLLMDInferenceSim(t *testing.T) {
 			t.Errorf("no request served by a worker with map layout %v", mapFmt)
 		}
 	}
-	if float64(stayed) < 0.95*float64(followups) {
+	// A follow-up stays with its prefix unless its holder is busier: the
+	// latency cost charges every request running there for the slowdown
+	// the newcomer brings, and when the chats happen to pile onto one
+	// engine, a cold prefill on a quieter one can be cheaper. Every move
+	// must be such a trade, and most follow-ups must stay.
+	if stayed < followups {
+		t.Logf("router metrics:\n%s", routerMetrics(t, r, "kvroute_forecast_evicted_hit_tokens_total", "kvroute_predicted_hit_tokens_lost_total", "kvroute_scoring_routed_total"))
+	}
+	for _, m := range movedDecisions(t, r) {
+		h, c := m.Workers[0], m.Workers[1]
+		t.Logf("moved %s (%d prompt tokens) from %s (%d blocks matched, %d running, cost %.1f ms) to %s (%d matched, %d running, cost %.1f ms)",
+			m.RequestID, m.PromptTokens, h.Worker, h.MatchedBlocks+h.PendingBlocks, h.ActiveRequests, h.Logit*1e3,
+			c.Worker, c.MatchedBlocks+c.PendingBlocks, c.ActiveRequests, c.Logit*1e3)
+		if h.ActiveRequests <= c.ActiveRequests {
+			t.Errorf("request %s left its prefix's worker %s for %s, which was no less busy (%d running against %d)", m.RequestID, h.Worker, c.Worker, c.ActiveRequests, h.ActiveRequests)
+		}
+	}
+	if float64(stayed) < 0.85*float64(followups) {
 		t.Errorf("only %d of %d follow-ups landed on their prefix's worker with a cache hit", stayed, followups)
 	}
 	if st := r.EngineFeeds().Stats(); st.LoadReports.Load() == 0 || st.UnknownPublisher.Load() != 0 {
@@ -194,6 +214,77 @@ func TestLLMDInferenceSim(t *testing.T) {
 		return r.EngineFeeds().Stats().ScrapeErrors.Load() > scrapeErrs
 	})
 	t.Logf("killed %s (served %d of %d); %d requests after it all succeeded elsewhere", workers[victim].id, count[ew[victim].Address], len(turns), len(after))
+}
+
+// movedDecisions returns, from the router's request log, every decision
+// that sent a request away from the worker holding most of its prompt:
+// Workers holds that worker's terms, then the chosen one's.
+func movedDecisions(t *testing.T, r *server.Server) []scoring.Explanation {
+	t.Helper()
+	resp, err := http.Get("http://" + r.AdminAddr() + "/debug/requests?limit=200")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Requests []struct {
+			Explanation *struct {
+				Decision *scoring.Explanation `json:"decision"`
+			} `json:"explanation"`
+		} `json:"requests"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatalf("/debug/requests: %v", err)
+	}
+	held := func(w scoring.Terms) int { return w.MatchedBlocks + w.PendingBlocks }
+	var moved []scoring.Explanation
+	decisions := 0
+	for _, rec := range out.Requests {
+		if rec.Explanation == nil || rec.Explanation.Decision == nil {
+			continue
+		}
+		e := *rec.Explanation.Decision
+		decisions++
+		holder, chosen := -1, -1
+		for i, w := range e.Workers {
+			if holder < 0 || held(w) > held(e.Workers[holder]) {
+				holder = i
+			}
+			if w.Worker == e.Chosen {
+				chosen = i
+			}
+		}
+		if holder >= 0 && chosen >= 0 && held(e.Workers[chosen]) < held(e.Workers[holder]) {
+			e.Workers = []scoring.Terms{e.Workers[holder], e.Workers[chosen]}
+			moved = append(moved, e)
+		}
+	}
+	if decisions == 0 {
+		t.Fatal("the router's request log holds no decision with its terms")
+	}
+	return moved
+}
+
+// routerMetrics is the lines of the router's /metrics that start with any
+// of the prefixes.
+func routerMetrics(t *testing.T, r *server.Server, prefixes ...string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + r.HTTPAddr() + "/metrics")
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var out []string
+	for _, l := range strings.Split(string(raw), "\n") {
+		for _, p := range prefixes {
+			if strings.HasPrefix(l, p) {
+				out = append(out, l)
+				break
+			}
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // reportedLoad is a worker's running requests and KV blocks in use in the
