@@ -57,9 +57,6 @@ type StepResult struct {
 	DecodeKVTokens int
 	// Scheduled is the number of requests in the batch.
 	Scheduled int
-	// ActiveKVTokens is the number of tokens whose KV the running requests
-	// hold after the step: p = ActiveKVTokens / total KV tokens.
-	ActiveKVTokens int
 	// Preempted counts requests preempted in the step.
 	Preempted int
 	// Outputs holds one entry per request that sampled a token.
@@ -416,11 +413,6 @@ func (e *Engine) execute(res *StepResult) {
 		res.Outputs = append(res.Outputs, out)
 	}
 	res.Scheduled = len(e.sched)
-	// Requests that finished in this step held their KV while it ran, so
-	// they count towards the step's occupancy before they leave.
-	for _, r := range e.running {
-		res.ActiveKVTokens += r.numComputed
-	}
 	if finished {
 		e.running = slices.DeleteFunc(e.running, func(r *request) bool { return r.finished })
 	}

@@ -337,19 +337,22 @@ func parentOr(ev Event) int64 {
 	return 0
 }
 
-// A request holds its KV until the step that finishes it ends, so that
-// step's occupancy (and so its decode time) still counts it.
+// A request that decodes its last token in a step still holds its KV
+// while that step runs, so the step's decode time counts it.
 func TestFinishingStepCountsTheFinishingRequestsKV(t *testing.T) {
 	e, _ := newTestEngine(t, EngineConfig{NumGPUBlocks: 64, BlockSize: 16})
-	if err := e.Add(1, seq(0, 32), 1); err != nil {
+	if err := e.Add(1, seq(0, 32), 2); err != nil {
 		t.Fatal(err)
+	}
+	if res := e.Step(); len(res.Outputs) != 1 || res.Outputs[0].Finished || res.DecodeTokens != 0 {
+		t.Fatalf("first step %+v, want the prompt's first token", res)
 	}
 	res := e.Step()
 	if len(res.Outputs) != 1 || !res.Outputs[0].Finished {
 		t.Fatalf("outputs %+v, want one finished", res.Outputs)
 	}
-	if res.ActiveKVTokens != 32 {
-		t.Fatalf("ActiveKVTokens %d, want the finishing request's 32", res.ActiveKVTokens)
+	if res.DecodeTokens != 1 || res.DecodeKVTokens != 32 {
+		t.Fatalf("decode tokens %d over %d KV tokens, want 1 over the finishing request's 32", res.DecodeTokens, res.DecodeKVTokens)
 	}
 	if e.HasWork() {
 		t.Fatal("finished request still running")

@@ -251,7 +251,7 @@ func TestPolynomialIsTheDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := &StepResult{Scheduled: 3, PrefillTokens: 3000, PrefillAttention: 1e7, PrefillContext: 9000, DecodeTokens: 2, DecodeKVTokens: 7000, ActiveKVTokens: 40000}
+	res := &StepResult{Scheduled: 3, PrefillTokens: 3000, PrefillAttention: 1e7, PrefillContext: 9000, DecodeTokens: 2, DecodeKVTokens: 7000}
 	want := StepMillis(res, 1<<20)
 	for _, got := range []float64{tm.StepMillis(res, 1<<20), named.StepMillis(res, 1<<20)} {
 		if got != want {

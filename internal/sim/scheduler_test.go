@@ -29,8 +29,14 @@ func TestTimingPolynomial(t *testing.T) {
 	}
 	m := NewTimingModel(nil, 10, 0, 1)
 	res := &StepResult{Scheduled: 2, PrefillTokens: 1000, DecodeTokens: 1}
-	if d, want := m.StepDuration(res, 100), (PrefillMillis(1000)+DecodeMillis(0))/10; math.Abs(d.Seconds()*1000-want) > 1e-3 {
+	if d, want := m.StepDuration(res, 100), (PrefillMillis(1000)+DecodeMillis(0.01))/10; math.Abs(d.Seconds()*1000-want) > 1e-3 {
 		t.Fatalf("speedup 10: %v, want %vms", d, want)
+	}
+	// p is the decoding requests' KV after the step, whatever the
+	// prefilling requests hold.
+	mixed := &StepResult{Scheduled: 3, PrefillTokens: 8192, PrefillContext: 50000, DecodeTokens: 2, DecodeKVTokens: 9998}
+	if got, want := StepMillis(mixed, 100000), PrefillMillis(8192)+DecodeMillis(0.1); math.Abs(got-want) > 1e-9 {
+		t.Fatalf("mixed step %v ms, want %v", got, want)
 	}
 	// A step that only prefills pays no decode_ms, as in Dynamo's replay.
 	prefillOnly := &StepResult{Scheduled: 1, PrefillTokens: 1000}
@@ -43,7 +49,7 @@ func TestTimingPolynomial(t *testing.T) {
 		if a != b {
 			t.Fatal("jitter with the same seed differs")
 		}
-		base := (PrefillMillis(1000) + DecodeMillis(0)) * 1e6
+		base := (PrefillMillis(1000) + DecodeMillis(0.01)) * 1e6
 		if f := float64(a) / base; f < 0.8-1e-9 || f > 1.2+1e-9 {
 			t.Fatalf("jitter factor %v outside [0.8, 1.2]", f)
 		}

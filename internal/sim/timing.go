@@ -29,11 +29,16 @@ const TimingPolynomial = "polynomial"
 //	decode_ms(p)  = max(1, −25.74·p² + 54.01·p + 5.74)
 //
 // where T is the step's uncached prefill tokens and p the fraction of KV
-// capacity (in tokens) held by running requests. A step that only
-// prefills costs prefill_ms(T) alone, as in Dynamo's replay (ai-dynamo
-// 1.6.1: a lone 36,640-token prompt in 8,192-token chunks takes
-// 4·prefill_ms(8192) + prefill_ms(3872) = 758.2 ms). Cached context costs
-// nothing: use it to compare with Dynamo's own replay.
+// capacity (in tokens) held by the requests that decode in the step: a
+// prompt being prefilled does not count, not even its chunks already
+// computed. A step that only prefills costs prefill_ms(T) alone. Both
+// match Dynamo's replay (ai-dynamo 1.6.1, one worker of 5,632 64-token
+// blocks): a lone 36,640-token prompt in 8,192-token chunks takes
+// 4·prefill_ms(8192) + prefill_ms(3872) = 758.2 ms, and a 60,000-token
+// prompt arriving while one request decodes after a 2,048-token prompt
+// takes 1,292.7 ms, its eight passes each paying that request's decode_ms.
+// Cached context costs nothing: use it to compare with Dynamo's own
+// replay.
 type Polynomial struct{}
 
 // StepMillis is the package's StepMillis.
@@ -86,7 +91,7 @@ func StepMillis(res *StepResult, totalKVTokens int) float64 {
 	}
 	p := 0.0
 	if totalKVTokens > 0 {
-		p = float64(res.ActiveKVTokens) / float64(totalKVTokens)
+		p = float64(res.DecodeKVTokens+res.DecodeTokens) / float64(totalKVTokens)
 	}
 	ms := PrefillMillis(res.PrefillTokens)
 	if res.DecodeTokens > 0 {

@@ -15,6 +15,7 @@ const (
 	evKV                   // a KV event batch reaches the index (a = worker, b = batch)
 	evReport               // a worker publishes a load report (a = worker)
 	evTick                 // the router's timers: queue max wait, request age
+	evStart                // an idle worker starts its next step (a = worker)
 )
 
 // event is one entry of the simulation's agenda. seq breaks ties in the

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvroute/kvroute/internal/bench"
 	"github.com/kvroute/kvroute/internal/sim"
+	"github.com/kvroute/kvroute/scoring"
 )
 
 // exported writes w as a Mooncake trace with sessions at blockSize and
@@ -103,5 +104,53 @@ func TestDeltaTurnsAppendToTheHistory(t *testing.T) {
 	}
 	if _, err := SessionTraceWorkload("t", sessions, 64, "weka"); err == nil {
 		t.Error("an unknown format accepted")
+	}
+}
+
+// Replayed under the polynomial, small traces give the TTFTs Dynamo's own
+// replay reports for them (ai-dynamo 1.6.1, run_trace_replay, offline,
+// round robin over one mocker worker of 5,632 blocks of 64 tokens, 8,192
+// batched tokens): requests that arrive together share the engine's first
+// step, and a long prompt's passes beside a decoding request pay that
+// request's decode_ms, not one inflated by the prompt's own KV.
+func TestTracesMatchDynamosReplay(t *testing.T) {
+	req := func(start time.Duration, input, output int, first int64) bench.TraceSession {
+		ids := make([]int64, (input+511)/512)
+		for i := range ids {
+			ids[i] = first + int64(i)
+		}
+		return bench.TraceSession{Start: start, Turns: []bench.SessionTurn{{InputLength: input, OutputLength: output, HashIDs: ids}}}
+	}
+	for _, tc := range []struct {
+		name     string
+		sessions []bench.TraceSession
+		dynamo   []float64 // each request's TTFT in ms, in arrival order
+	}{
+		{"three prompts at once", []bench.TraceSession{req(0, 2048, 100, 0), req(0, 2048, 100, 100), req(0, 2048, 100, 200)},
+			[]float64{125.680652, 125.680652, 125.680652}},
+		{"a long prompt beside a decode", []bench.TraceSession{req(0, 2048, 3000, 0), req(time.Second, 60000, 10, 100)},
+			[]float64{49.362902, 1292.725161}},
+	} {
+		w, err := SessionTraceWorkload(tc.name, tc.sessions, 512, FormatMooncake)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := DefaultFleet()
+		f.Workers = 1
+		f.Engine.MaxNumBatchedTokens = 8192
+		o := scoring.DefaultOptions()
+		rep, err := Sweep(w, SweepOptions{Fleet: f, Router: o, Modes: []string{"round_robin"}, Loads: []float64{1},
+			SLO: 2 * time.Second, Seed: 1, Requests: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rep.Records) != len(tc.dynamo) {
+			t.Fatalf("%s: %d records, want %d", tc.name, len(rep.Records), len(tc.dynamo))
+		}
+		for _, r := range rep.Records {
+			if want := tc.dynamo[r.Request]; math.Abs(r.TTFTMs-want) > 0.01 {
+				t.Errorf("%s: request %d: TTFT %.3f ms, Dynamo's replay %.3f ms", tc.name, r.Request, r.TTFTMs, want)
+			}
+		}
 	}
 }

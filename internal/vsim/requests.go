@@ -62,7 +62,7 @@ func floorMillis(t sim.Timing, cfg sim.EngineConfig, prompt, cached int) float64
 	for uncached > 0 {
 		c := min(uncached, budget)
 		res := sim.StepResult{Scheduled: 1, PrefillTokens: c, PrefillContext: done,
-			PrefillAttention: float64(c) * (float64(done) + float64(c)/2), ActiveKVTokens: done + c}
+			PrefillAttention: float64(c) * (float64(done) + float64(c)/2)}
 		ms += t.StepMillis(&res, total)
 		done += c
 		uncached -= c

@@ -344,6 +344,8 @@ func (r *runner) loop() {
 			r.deliver(e.a)
 		case evStepDone:
 			r.stepDone(e.a)
+		case evStart:
+			r.startStep(e.a)
 		case evKV:
 			r.applyBatch(e.a, e.b)
 		case evReport:
@@ -533,7 +535,11 @@ func (r *runner) deliver(i int32) {
 		return
 	}
 	if !w.busy {
-		r.startStep(q.worker)
+		// The step starts once every event of this instant has run, so
+		// that requests arriving together share it, as an engine's
+		// scheduler takes all that is waiting when it builds a batch.
+		w.busy = true
+		r.clock.at(r.clock.now, evStart, q.worker, 0)
 	}
 }
 
