@@ -51,6 +51,7 @@ type chainTable struct {
 	chains     []chain
 	free       []uint32 // numbers of freed chains
 	unlinked   int      // chains whose unlinked is set
+	forkCap    int      // the capacity of all chains' forks
 	held       int      // cells whose set is not empty
 	cells      int      // cells in all chains
 	cellCap    int      // their capacity
@@ -209,7 +210,9 @@ func (c *chainTable) link(id uint32, parent uint64) {
 	pid := uint32(parent >> 32)
 	p := &c.chains[pid]
 	c.chains[id].up, c.chains[id].upAt = pid+1, uint32(len(p.forks))
+	c.forkCap -= cap(p.forks)
 	p.forks = append(p.forks, fork{id: id, off: uint32(parent)})
+	c.forkCap += cap(p.forks)
 }
 
 // cutFork drops fork i of chain pid, which becomes unlinked.
@@ -297,6 +300,7 @@ func (c *chainTable) settle(ref uint64) {
 		if ch.unlinked {
 			c.unlinked--
 		}
+		c.forkCap -= cap(ch.forks)
 		c.chains[id] = chain{}
 		c.free = append(c.free, id)
 	case ch.pins == 0 && ch.cells[len(ch.cells)-1].set == 0:
@@ -339,11 +343,7 @@ func (c *chainTable) cellsByHash() map[uint64]uint64 {
 
 // bytes is the memory of the table, the chains and the big sets.
 func (c *chainTable) bytes() int {
-	forks := 0
-	for _, ch := range c.chains {
-		forks += cap(ch.forks)
-	}
-	return c.oaTable.bytes() + c.cellCap*16 + cap(c.chains)*int(unsafe.Sizeof(chain{})) + forks*int(unsafe.Sizeof(fork{})) + c.sets.bytes()
+	return c.oaTable.bytes() + c.cellCap*16 + cap(c.chains)*int(unsafe.Sizeof(chain{})) + c.forkCap*int(unsafe.Sizeof(fork{})) + c.sets.bytes()
 }
 
 // walkChains is walk over a chainTable: it sets depth[s] for every member s

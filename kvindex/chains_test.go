@@ -63,8 +63,9 @@ func checkChains(t *testing.T, c *chainTable, parent func(uint64) uint64, want f
 		}
 		cells += len(ch.cells)
 	}
-	unlinked := 0
+	unlinked, forkCap := 0, 0
 	for id, ch := range c.chains {
+		forkCap += cap(ch.forks)
 		if free[uint32(id)] {
 			if ch.forks != nil || ch.up != 0 || ch.unlinked {
 				t.Fatalf("freed chain %d keeps links", id)
@@ -100,8 +101,8 @@ func checkChains(t *testing.T, c *chainTable, parent func(uint64) uint64, want f
 			}
 		}
 	}
-	if unlinked != c.unlinked {
-		t.Fatalf("%d chains are unlinked, counted %d", unlinked, c.unlinked)
+	if unlinked != c.unlinked || forkCap != c.forkCap {
+		t.Fatalf("%d chains are unlinked and forks have room for %d, counted %d and %d", unlinked, forkCap, c.unlinked, c.forkCap)
 	}
 	if cells != c.cells || len(c.chains)-len(free) != c.count || held != c.held {
 		t.Fatalf("%d cells (%d held) in %d chains, counted %d (%d held), table %d", cells, held, len(c.chains)-len(free), c.cells, c.held, c.count)
