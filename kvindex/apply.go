@@ -188,9 +188,13 @@ func (ix *Index) applyStored(w *workerState, e *vllmwire.BlockStored, st *ApplyS
 			prev = Seed(w.model, lora, salt)
 		}
 	}
-	ix.scratch = HashBlocksMM(prev, e.TokenIDs, e.BlockSize, mmKeys, ix.scratch[:0])
 	ix.keys = engineKeys(e.BlockHashes, ix.keys[:0])
 	medium := mediaBit(e.Medium)
+	if medium == 0 {
+		// The first keys' buckets load while the blocks are hashed.
+		ix.prefetchKeys(w.device, 0)
+	}
+	ix.scratch = HashBlocksMM(prev, e.TokenIDs, e.BlockSize, mmKeys, ix.scratch[:0])
 	t := ix.tab
 	// at is the cell of the block before the next, whose cell is right
 	// after it or starts a chain (chains.go).
@@ -202,7 +206,7 @@ func (ix *Index) applyStored(w *workerState, e *vllmwire.BlockStored, st *ApplyS
 	}
 	for i, key := range ix.keys {
 		r := ix.scratch[i]
-		if medium == 0 {
+		if medium == 0 && i > 0 {
 			ix.prefetchKeys(w.device, i)
 		}
 		at, hasAt = t.place(r, at, hasAt, len(ix.keys)-i), true

@@ -34,11 +34,24 @@ import "unsafe"
 // two by an interior removal; trailing empty cells are cut off when no
 // off-device entry holds the chain. It is not safe for concurrent writes;
 // Index guards it.
+//
+// A block stored right after its parent, where the parent's cell ends
+// its chain, either has no cell yet or starts a chain of its own. To
+// spare that case the table probe, each chain lists its forks: the chains
+// whose first block's parent has its cell in it (a chain made by place
+// with a parent is linked to it). When the parent's chain has no forks,
+// and no chain is unlinked (a chain whose first block's parent is unknown
+// or lost its cell: a snapshot's blocks, which come without parents, or a
+// fork whose parent's cell was cut or freed), the block has no cell, and
+// place appends it without a probe. A probe that finds an unlinked chain
+// whose parent it knows links it again.
 type chainTable struct {
 	oaTable    // the router hash of each chain's first cell -> its place
 	holderSets // the big sets and a batch's changes
 	chains     []chain
 	free       []uint32 // numbers of freed chains
+	unlinked   int      // chains whose unlinked is set
+	forkCap    int      // the capacity of all chains' forks
 	held       int      // cells whose set is not empty
 	cells      int      // cells in all chains
 	cellCap    int      // their capacity
@@ -54,7 +67,18 @@ type chain struct {
 	cells []cell
 	refs  int64 // entries holding a cell of the chain (a fleet's worth may exceed 2^31)
 	pins  int64 // of those, off-device ones
+	forks []fork
+	// up is 1 + the number of the chain holding the cell of the first
+	// block's parent, 0 when the chain is not linked to one; upAt is its
+	// place in that chain's forks.
+	up, upAt uint32
+	// unlinked: the first block may have a parent whose cell the chain
+	// is not linked to (counted in chainTable.unlinked).
+	unlinked bool
 }
+
+// A fork is a chain whose first block's parent has its cell at off.
+type fork struct{ id, off uint32 }
 
 // A cellRef is a cell's place: its chain's number in the high 32 bits,
 // its offset in the low ones.
@@ -81,37 +105,76 @@ func (c *chainTable) start(key uint64) (ref uint64, ok bool) {
 
 // place returns the place of key's cell, making one if key has none.
 // parent is the place of the cell of key's parent block, when hasParent:
-// key's cell is right after it or starts a chain. A cell it makes goes
-// right after parent if that ends its chain, else starts a new chain with
-// room for hint cells. The caller must hold or pin a cell it makes before
-// the table changes again.
+// key's cell is right after it or starts a chain; without a parent key
+// is the first block of a prompt. A cell it makes goes right after parent
+// if that ends its chain, else starts a new chain with room for hint
+// cells. The caller must hold or pin a cell it makes before the table
+// changes again.
 func (c *chainTable) place(key, parent uint64, hasParent bool, hint int) uint64 {
-	var ch *chain
 	if hasParent {
-		ch = &c.chains[parent>>32]
-		if next := int(uint32(parent)) + 1; next < len(ch.cells) && ch.cells[next].hash == key {
-			return cellRef(uint32(parent>>32), next)
+		pid, next := uint32(parent>>32), int(uint32(parent))+1
+		ch := &c.chains[pid]
+		if next < len(ch.cells) {
+			if ch.cells[next].hash == key {
+				return cellRef(pid, next)
+			}
+		} else {
+			// The parent ends its chain: key's cell, if any, starts a
+			// fork of it, and there is none to look for when the chain has
+			// no forks and every chain is linked.
+			if c.unlinked > 0 || len(ch.forks) > 0 {
+				if ref, ok := c.start(key); ok {
+					c.adopt(uint32(ref>>32), parent, true)
+					return ref
+				}
+			}
+			c.cells++
+			if len(ch.cells) == cap(ch.cells) {
+				// Room for the rest of the event, and at least a quarter
+				// more: an engine that stores a generation's blocks one
+				// event each (vLLM while decoding) must not copy the chain
+				// every time.
+				c.cellCap -= cap(ch.cells)
+				grown := make([]cell, len(ch.cells), len(ch.cells)+max(hint, len(ch.cells)/4, 1))
+				copy(grown, ch.cells)
+				ch.cells = grown
+				c.cellCap += cap(grown)
+			}
+			ch.cells = append(ch.cells, cell{hash: key})
+			return cellRef(pid, next)
 		}
 	}
-	if ref, ok := c.start(key); ok {
-		return ref
+	s, found := c.insert(key)
+	if found {
+		c.adopt(uint32(s.val>>32), parent, hasParent)
+		return s.val
 	}
+	id := c.newChain(key, hint)
+	if hasParent {
+		c.link(id, parent)
+	}
+	s.val = cellRef(id, 0)
+	return s.val
+}
+
+// placeUnlinked is place for a block whose parent is unknown (a
+// snapshot's): a chain it makes is unlinked.
+func (c *chainTable) placeUnlinked(key uint64) uint64 {
+	s, found := c.insert(key)
+	if found {
+		return s.val
+	}
+	id := c.newChain(key, 1)
+	c.chains[id].unlinked = true
+	c.unlinked++
+	s.val = cellRef(id, 0)
+	return s.val
+}
+
+// newChain makes a chain of key's cell, with room for hint cells, and
+// returns its number; the caller puts it in the table.
+func (c *chainTable) newChain(key uint64, hint int) uint32 {
 	c.cells++
-	if hasParent && int(uint32(parent))+1 == len(ch.cells) {
-		if len(ch.cells) == cap(ch.cells) {
-			// Room for the rest of the event, and at least a quarter
-			// more: an engine that stores a generation's blocks one event
-			// each (vLLM while decoding) must not copy the chain every
-			// time.
-			c.cellCap -= cap(ch.cells)
-			grown := make([]cell, len(ch.cells), len(ch.cells)+max(hint, len(ch.cells)/4, 1))
-			copy(grown, ch.cells)
-			ch.cells = grown
-			c.cellCap += cap(grown)
-		}
-		ch.cells = append(ch.cells, cell{hash: key})
-		return cellRef(uint32(parent>>32), len(ch.cells)-1)
-	}
 	var id uint32
 	if n := len(c.free); n > 0 {
 		id = c.free[n-1]
@@ -124,9 +187,53 @@ func (c *chainTable) place(key, parent uint64, hasParent bool, hint int) uint64 
 	cells[0].hash = key
 	c.chains[id] = chain{cells: cells}
 	c.cellCap += cap(cells)
-	s, _ := c.upsert(key)
-	s.val = cellRef(id, 0)
-	return s.val
+	return id
+}
+
+// adopt is told that chain id starts with a block whose parent's cell is
+// at parent (when hasParent) or that has no parent: an unlinked chain is
+// linked to it, or marked as a root.
+func (c *chainTable) adopt(id uint32, parent uint64, hasParent bool) {
+	ch := &c.chains[id]
+	if !ch.unlinked {
+		return
+	}
+	ch.unlinked = false
+	c.unlinked--
+	if hasParent {
+		c.link(id, parent)
+	}
+}
+
+// link records chain id as a fork of the chain of the cell at parent.
+func (c *chainTable) link(id uint32, parent uint64) {
+	pid := uint32(parent >> 32)
+	p := &c.chains[pid]
+	c.chains[id].up, c.chains[id].upAt = pid+1, uint32(len(p.forks))
+	c.forkCap -= cap(p.forks)
+	p.forks = append(p.forks, fork{id: id, off: uint32(parent)})
+	c.forkCap += cap(p.forks)
+}
+
+// cutFork drops fork i of chain pid, which becomes unlinked.
+func (c *chainTable) cutFork(pid uint32, i int) {
+	p := &c.chains[pid]
+	f := p.forks[i]
+	c.dropFork(p, i)
+	k := &c.chains[f.id]
+	k.up, k.unlinked = 0, true
+	c.unlinked++
+}
+
+// dropFork removes fork i from p's forks, moving the last one into its
+// place.
+func (c *chainTable) dropFork(p *chain, i int) {
+	last := len(p.forks) - 1
+	if i != last {
+		p.forks[i] = p.forks[last]
+		c.chains[p.forks[i].id].upAt = uint32(i)
+	}
+	p.forks = p.forks[:last]
 }
 
 // hold records one more device entry of worker slot at the cell at ref:
@@ -184,6 +291,16 @@ func (c *chainTable) settle(ref uint64) {
 		c.deleteAt(c.find(ch.cells[0].hash))
 		c.cells -= len(ch.cells)
 		c.cellCap -= cap(ch.cells)
+		for i := len(ch.forks) - 1; i >= 0; i-- {
+			c.cutFork(id, i)
+		}
+		if ch.up != 0 {
+			c.dropFork(&c.chains[ch.up-1], int(ch.upAt))
+		}
+		if ch.unlinked {
+			c.unlinked--
+		}
+		c.forkCap -= cap(ch.forks)
 		c.chains[id] = chain{}
 		c.free = append(c.free, id)
 	case ch.pins == 0 && ch.cells[len(ch.cells)-1].set == 0:
@@ -193,6 +310,12 @@ func (c *chainTable) settle(ref uint64) {
 		}
 		c.cells -= len(ch.cells) - n
 		ch.cells = ch.cells[:n]
+		// Forks whose parent's cell is cut lose their link.
+		for i := len(ch.forks) - 1; i >= 0; i-- {
+			if int(ch.forks[i].off) >= n {
+				c.cutFork(id, i)
+			}
+		}
 	}
 }
 
@@ -220,7 +343,7 @@ func (c *chainTable) cellsByHash() map[uint64]uint64 {
 
 // bytes is the memory of the table, the chains and the big sets.
 func (c *chainTable) bytes() int {
-	return c.oaTable.bytes() + c.cellCap*16 + cap(c.chains)*int(unsafe.Sizeof(chain{})) + c.sets.bytes()
+	return c.oaTable.bytes() + c.cellCap*16 + cap(c.chains)*int(unsafe.Sizeof(chain{})) + c.forkCap*int(unsafe.Sizeof(fork{})) + c.sets.bytes()
 }
 
 // walkChains is walk over a chainTable: it sets depth[s] for every member s

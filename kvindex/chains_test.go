@@ -12,7 +12,10 @@ import (
 // cell that does not start its chain follows its parent's (parent gives a
 // block's parent hash, 0 for none: nil skips the check); counts agree;
 // refs and pins are what want says they should be (nil skips that); a
-// chain no off-device entry pins ends with a held cell.
+// chain no off-device entry pins ends with a held cell; the forks agree
+// with the links (and with parent: a linked chain's first block follows
+// the cell it is linked to, a chain neither linked nor unlinked starts at
+// the root), and the unlinked chains are counted.
 func checkChains(t *testing.T, c *chainTable, parent func(uint64) uint64, want func(id uint32) (refs, pins int64)) {
 	t.Helper()
 	seen := map[uint64]bool{}
@@ -59,6 +62,47 @@ func checkChains(t *testing.T, c *chainTable, parent func(uint64) uint64, want f
 			t.Fatalf("chain %d ends with an empty cell", id)
 		}
 		cells += len(ch.cells)
+	}
+	unlinked, forkCap := 0, 0
+	for id, ch := range c.chains {
+		forkCap += cap(ch.forks)
+		if free[uint32(id)] {
+			if ch.forks != nil || ch.up != 0 || ch.unlinked {
+				t.Fatalf("freed chain %d keeps links", id)
+			}
+			continue
+		}
+		if ch.unlinked {
+			unlinked++
+			if ch.up != 0 {
+				t.Fatalf("chain %d is unlinked and linked to chain %d", id, ch.up-1)
+			}
+		}
+		first := ch.cells[0].hash
+		switch {
+		case ch.up != 0:
+			pid := ch.up - 1
+			if free[pid] || int(ch.upAt) >= len(c.chains[pid].forks) || c.chains[pid].forks[ch.upAt].id != uint32(id) {
+				t.Fatalf("chain %d is linked to chain %d as fork %d, which does not list it", id, pid, ch.upAt)
+			}
+			off := c.chains[pid].forks[ch.upAt].off
+			if int(off) >= len(c.chains[pid].cells) {
+				t.Fatalf("chain %d is linked to cell %d of chain %d, which has %d", id, off, pid, len(c.chains[pid].cells))
+			}
+			if parent != nil && parent(first) != c.chains[pid].cells[off].hash {
+				t.Fatalf("chain %d (first block %d, parent %d) is linked to cell %d of chain %d, block %d", id, first, parent(first), off, pid, c.chains[pid].cells[off].hash)
+			}
+		case !ch.unlinked && parent != nil && parent(first) != 0:
+			t.Fatalf("chain %d starts with %d, whose parent is %d, and is neither linked nor unlinked", id, first, parent(first))
+		}
+		for i, f := range ch.forks {
+			if k := c.chains[f.id]; free[f.id] || k.up != uint32(id)+1 || k.upAt != uint32(i) {
+				t.Fatalf("chain %d lists chain %d as fork %d, which is linked to %d as %d", id, f.id, i, k.up, k.upAt)
+			}
+		}
+	}
+	if unlinked != c.unlinked || forkCap != c.forkCap {
+		t.Fatalf("%d chains are unlinked and forks have room for %d, counted %d and %d", unlinked, forkCap, c.unlinked, c.forkCap)
 	}
 	if cells != c.cells || len(c.chains)-len(free) != c.count || held != c.held {
 		t.Fatalf("%d cells (%d held) in %d chains, counted %d (%d held), table %d", cells, held, len(c.chains)-len(free), c.cells, c.held, c.count)
@@ -184,7 +228,7 @@ func testChainTable(t *testing.T, seed uint64) {
 				h := hash(rng.IntN(docs), rng.IntN(docLen))
 				ref, ok := all[h]
 				if !ok {
-					ref = c.place(h, 0, false, 1)
+					ref = c.placeUnlinked(h)
 					all[h] = ref
 				}
 				hold(h, ref, s)
@@ -346,4 +390,96 @@ func TestChainGrowsGeometrically(t *testing.T) {
 		t.Fatalf("%d spare cells after 20000", spare)
 	}
 	checkChains(t, c, nil, nil)
+}
+
+// TestForkLinksFollowCutsFreesAndSnapshots: a chain made after a cell of
+// another is linked to it as a fork, and stays linked while that cell
+// does; cutting the cell or freeing its chain (whose number is then
+// reused) unlinks the fork, and storing the fork's first block after its
+// parent again finds the fork, with no second cell, and links it again.
+// Blocks placed without a parent, as a snapshot's are, stay unlinked until
+// stored after their parent or as a root.
+func TestForkLinksFollowCutsFreesAndSnapshots(t *testing.T) {
+	c := newChainTable(0)
+	parentOf := map[uint64]uint64{}
+	refs := map[uint64]uint64{}
+	store := func(slot int, parent uint64, hashes ...uint64) {
+		t.Helper()
+		at, hasAt := refs[parent]
+		if parent != 0 && !hasAt {
+			t.Fatalf("parent %d has no cell", parent)
+		}
+		prev := parent
+		for i, h := range hashes {
+			parentOf[h], prev = prev, h
+			at, hasAt = c.place(h, at, hasAt, len(hashes)-i), true
+			c.hold(at, slot)
+			refs[h] = at
+		}
+	}
+	drop := func(slot int, hashes ...uint64) {
+		for _, h := range hashes {
+			c.release(refs[h], slot, true)
+		}
+	}
+	check := func(what string, unlinked int) {
+		t.Helper()
+		checkChains(t, c, func(h uint64) uint64 { return parentOf[h] }, nil)
+		if c.unlinked != unlinked {
+			t.Fatalf("%s: %d chains unlinked, want %d", what, c.unlinked, unlinked)
+		}
+	}
+	store(0, 0, 1, 2, 3, 4) // chain 0
+	store(1, 0, 1, 2)
+	store(1, 2, 10, 11) // chain 1, a fork of chain 0 at cell 1
+	check("a fork", 0)
+	if b := c.chains[1]; b.up != 1 || len(c.chains[0].forks) != 1 || c.chains[0].forks[0] != (fork{id: 1, off: 1}) {
+		t.Fatalf("chain 1 is linked to %d, chain 0's forks are %v", b.up, c.chains[0].forks)
+	}
+	drop(0, 4, 3)
+	check("a cut that keeps the parent's cell", 0)
+	if len(c.chains[0].cells) != 2 || c.chains[1].up != 1 {
+		t.Fatalf("chain 0 has %d cells, chain 1 is linked to %d", len(c.chains[0].cells), c.chains[1].up)
+	}
+	drop(0, 2)
+	drop(1, 2)
+	check("a cut of the parent's cell", 1)
+	if len(c.chains[0].cells) != 1 || c.chains[1].up != 0 {
+		t.Fatalf("chain 0 has %d cells, chain 1 is linked to %d", len(c.chains[0].cells), c.chains[1].up)
+	}
+	store(0, 1, 2)
+	store(0, 2, 10)
+	check("the fork stored again after its parent", 0)
+	if refs[10] != cellRef(1, 0) || len(c.chains) != 2 {
+		t.Fatalf("block 10 is at %x, %d chains", refs[10], len(c.chains))
+	}
+	// Chain 0 freed while its fork is held: the fork is unlinked, and the
+	// next chain made takes number 0.
+	drop(0, 1, 2)
+	drop(1, 1)
+	check("the parent's chain freed", 1)
+	store(2, 0, 20, 21, 22)
+	if refs[20] != cellRef(0, 0) {
+		t.Fatalf("a new chain is at %x, not in freed chain 0", refs[20])
+	}
+	check("its number reused", 1)
+	store(3, 0, 1, 2)
+	store(3, 2, 10)
+	check("the fork stored after its parent's new cell", 0)
+	if refs[10] != cellRef(1, 0) || c.chains[1].up != uint32(refs[2]>>32)+1 {
+		t.Fatalf("block 10 is at %x, linked to %d; its parent is at %x", refs[10], c.chains[1].up, refs[2])
+	}
+	// A snapshot's blocks: one under a known block, one a root.
+	parentOf[30], parentOf[40] = 22, 0
+	refs[30], refs[40] = c.placeUnlinked(30), c.placeUnlinked(40)
+	c.hold(refs[30], 4)
+	c.hold(refs[40], 4)
+	check("a snapshot's blocks", 2)
+	store(2, 22, 30)
+	check("a snapshot's block stored after its parent", 1)
+	store(2, 0, 40, 41)
+	check("a snapshot's block stored as a root", 0)
+	if len(c.chains[uint32(refs[40]>>32)].cells) != 2 {
+		t.Fatalf("block 41 did not go after 40")
+	}
 }

@@ -37,7 +37,7 @@ func (m *evictRef) match(w string, prompt []uint64) (blocks, cached int) {
 
 // checkIndexChains checks the index's chain invariants, counting what
 // holds each chain from every worker's engine keys.
-func checkIndexChains(t *testing.T, ix *Index) {
+func checkIndexChains(t *testing.T, ix *Index, parent func(uint64) uint64) {
 	t.Helper()
 	refs := map[uint32][2]int64{}
 	for _, w := range ix.slots {
@@ -56,7 +56,7 @@ func checkIndexChains(t *testing.T, ix *Index) {
 			refs[uint32(oe.at>>32)] = r
 		}
 	}
-	checkChains(t, ix.tab, nil, func(id uint32) (int64, int64) { return refs[id][0], refs[id][1] })
+	checkChains(t, ix.tab, parent, func(id uint32) (int64, int64) { return refs[id][0], refs[id][1] })
 }
 
 // TestMatchAgreesWithReferenceOnEvictionStreams drives the index with
@@ -98,6 +98,10 @@ func TestMatchAgreesWithReferenceOnEvictionStreams(t *testing.T) {
 				held[i], cpuTo[i] = make([]int, docs), make([]int, docs)
 			}
 			compared, deep, offParents := 0, 0, 0
+			// parentOf is every stored block's parent (0: a root), for
+			// the chains' links.
+			parentOf := map[uint64]uint64{}
+			parent := func(h uint64) uint64 { return parentOf[h] }
 			for step := 0; step < 3000; step++ {
 				wi := rng.IntN(nWorkers)
 				w := workers[wi]
@@ -175,7 +179,7 @@ func TestMatchAgreesWithReferenceOnEvictionStreams(t *testing.T) {
 						}
 					}
 					ix.LoadSnapshot(s)
-					checkIndexChains(t, ix)
+					checkIndexChains(t, ix, parent)
 					continue
 				}
 				st := ix.Apply(w, vllmwire.EventBatch{Events: []vllmwire.Event{ev}})
@@ -209,6 +213,13 @@ func TestMatchAgreesWithReferenceOnEvictionStreams(t *testing.T) {
 					}
 					for i, r := range HashBlocks(prev, e.TokenIDs, testBS, nil) {
 						into[e.BlockHashes[i].Key()] = r
+						if i == 0 && e.ParentBlockHash == nil {
+							parentOf[r] = 0
+						} else if i == 0 {
+							parentOf[r] = prev
+						} else {
+							parentOf[r] = into[e.BlockHashes[i-1].Key()]
+						}
 					}
 				case vllmwire.BlockRemoved:
 					for _, h := range e.BlockHashes {
@@ -217,7 +228,7 @@ func TestMatchAgreesWithReferenceOnEvictionStreams(t *testing.T) {
 				case vllmwire.AllBlocksCleared:
 					ref.device[w], ref.off[w] = map[uint64]uint64{}, map[uint64]uint64{}
 				}
-				checkIndexChains(t, ix)
+				checkIndexChains(t, ix, parent)
 
 				if step%5 != 0 {
 					continue
@@ -276,7 +287,7 @@ func TestInteriorRemovalEndsTheMatchUntilStoredAgain(t *testing.T) {
 	if r := ix.Match(promptHashes(1, 30), []string{"w"}, nil)[0]; r.Blocks != 30 {
 		t.Fatalf("parents stored on the device: matched %d, want 30", r.Blocks)
 	}
-	checkIndexChains(t, ix)
+	checkIndexChains(t, ix, nil)
 }
 
 func TestSnapshotLoadedWorkerMatchesAsItsSource(t *testing.T) {
@@ -301,7 +312,7 @@ func TestSnapshotLoadedWorkerMatchesAsItsSource(t *testing.T) {
 	}
 	ix.Apply("u", vllmwire.EventBatch{Events: []vllmwire.Event{storeEv(0, 0, 35)}})
 	ix.LoadSnapshot(s)
-	checkIndexChains(t, ix)
+	checkIndexChains(t, ix, nil)
 	res := ix.Match(promptHashes(0, 40), []string{"w", "v", "u"}, nil)
 	if res[0].Blocks != 10 || res[1].Blocks != 30 || res[2].Blocks != 35 {
 		t.Fatalf("loaded workers matched %d and %d, the live one %d; want 10, 30, 35", res[0].Blocks, res[1].Blocks, res[2].Blocks)
@@ -314,7 +325,7 @@ func TestSnapshotLoadedWorkerMatchesAsItsSource(t *testing.T) {
 	ix.Apply("w", vllmwire.EventBatch{Events: []vllmwire.Event{vllmwire.AllBlocksCleared{}}})
 	ix.Apply("u", vllmwire.EventBatch{Events: []vllmwire.Event{vllmwire.AllBlocksCleared{}}})
 	ix.Apply("v", vllmwire.EventBatch{Events: []vllmwire.Event{vllmwire.AllBlocksCleared{}}})
-	checkIndexChains(t, ix)
+	checkIndexChains(t, ix, nil)
 	if ix.tab.cells != 0 || ix.tab.count != 0 {
 		t.Fatalf("cleared index keeps %d cells, %d table entries", ix.tab.cells, ix.tab.count)
 	}

@@ -94,6 +94,35 @@ func (t *oaTable) upsert(key uint64) (s *oaSlot, inserted bool) {
 	}
 }
 
+// insert returns key's slot and true if key is there, else the slot it
+// now has (value 0) and false. Unlike upsert it grows the table only when
+// it adds the key.
+func (t *oaTable) insert(key uint64) (s *oaSlot, found bool) {
+	n := len(t.slots)
+	i := t.home(key)
+	for {
+		s := &t.slots[i]
+		if s.key == key {
+			return s, true
+		}
+		if s.key == 0 {
+			break
+		}
+		if i++; i == n {
+			i = 0
+		}
+	}
+	if (t.count+1)*100 > n*t.maxLoad {
+		t.resize(grownSize(n))
+		s, _ = t.upsert(key)
+		return s, false
+	}
+	s = &t.slots[i]
+	s.key = key
+	t.count++
+	return s, false
+}
+
 // deleteAt empties slot i and moves back every later entry of its probe
 // run that could no longer be reached across the hole.
 func (t *oaTable) deleteAt(i int) {

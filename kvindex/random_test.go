@@ -632,3 +632,87 @@ func TestU64TableBoundsItsDirectory(t *testing.T) {
 		t.Fatalf("emptied table: len %d, %d segments", tb.len(), len(tb.counts))
 	}
 }
+
+// checkU64Table checks u64Table's layout: every key lies in the segment
+// its directory entry names, with no empty slot between its home and it,
+// and the counts agree.
+func checkU64Table(t *testing.T, tb *u64Table) {
+	t.Helper()
+	total := 0
+	for j := 0; j < len(tb.dir); {
+		e := &tb.dir[j]
+		n := 0
+		for i := 0; i < segSlots; i++ {
+			k := e.at(i).key
+			if k == 0 {
+				continue
+			}
+			n++
+			if got := tb.entry(mixKey(k)); got.slots != e.slots {
+				t.Fatalf("key %#x lies in segment %d, its directory entry names %d", k, e.id, got.id)
+			}
+			for h := segHome(k); h != i; h = (h + 1) & (segSlots - 1) {
+				if e.at(h).key == 0 {
+					t.Fatalf("key %#x at slot %d of segment %d: slot %d, between its home %d and it, is empty", k, i, e.id, h, segHome(k))
+				}
+			}
+		}
+		if int(tb.counts[e.id]) != n {
+			t.Fatalf("segment %d holds %d keys, counted %d", e.id, n, tb.counts[e.id])
+		}
+		total += n
+		j += 1 << (tb.depth - e.depth)
+	}
+	if total != tb.count {
+		t.Fatalf("segments hold %d keys, counted %d", total, tb.count)
+	}
+}
+
+// TestU64TableSplitsKeepProbeRuns checks the layout after every split of
+// segments that removals have left with holes, on random keys and on
+// sequence numbers.
+func TestU64TableSplitsKeepProbeRuns(t *testing.T) {
+	for _, random := range []bool{true, false} {
+		t.Run(fmt.Sprint("random=", random), func(t *testing.T) { testU64TableSplits(t, random) })
+	}
+}
+
+func testU64TableSplits(t *testing.T, random bool) {
+	rng := rand.New(rand.NewPCG(8, 9))
+	tb := newU64Table()
+	next := uint64(0)
+	var keys []uint64
+	splits := 0
+	for step := 0; step < 60000; step++ {
+		if len(keys) > 0 && rng.IntN(3) == 0 {
+			i := rng.IntN(len(keys))
+			if _, ok := tb.remove(keys[i]); !ok {
+				t.Fatalf("step %d: key %#x is missing", step, keys[i])
+			}
+			keys[i] = keys[len(keys)-1]
+			keys = keys[:len(keys)-1]
+			continue
+		}
+		next++
+		k := next
+		if random {
+			k = rng.Uint64() | 1
+		}
+		segs := len(tb.counts)
+		tb.put(k, k)
+		keys = append(keys, k)
+		if len(tb.counts) > segs {
+			splits++
+			checkU64Table(t, tb)
+		}
+	}
+	checkU64Table(t, tb)
+	for _, k := range keys {
+		if v, ok := tb.get(k); !ok || v != k {
+			t.Fatalf("get(%#x) = %#x, %v", k, v, ok)
+		}
+	}
+	if splits < 40 {
+		t.Fatalf("only %d splits: the test does not exercise them", splits)
+	}
+}

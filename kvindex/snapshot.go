@@ -378,7 +378,7 @@ func (ix *Index) LoadSnapshot(s *Snapshot) LoadStats {
 				return at
 			}
 		}
-		at := t.place(r, 0, false, 1)
+		at := t.placeUnlinked(r)
 		cells[r] = at
 		return at
 	}
