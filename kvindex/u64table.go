@@ -8,14 +8,12 @@ import "unsafe"
 // It is extendible hashing over segments of 512 oaSlots (8 KB, buckets of
 // four as in oaTable, linear probing within the segment, backward-shift
 // deletion): the top bits of a key's mix pick a directory entry, which
-// names a segment; the top bits of a second mix pick the home bucket in
-// it, whatever the segment's depth. A full segment splits in two by its
-// next bit: the keys that go move to their home bucket in the new
-// segment, the ones that stay move only if a hole the others left lies
-// between their home and them. One big slice instead rehashes every key
+// names a segment; the bits after those pick the home bucket in it. A full
+// segment splits in two by its next bit, moving at most 448 keys between
+// two segments that are in cache. One big slice instead rehashes every key
 // into fresh pages, which the kernel zeroes, each time it grows: most of
-// the cost of storing blocks while a fleet's caches fill. Here a split
-// moves about half of a segment's keys, and growing leaves no garbage. A segment holds 224 to
+// the cost of storing blocks while a fleet's caches fill. Here growing
+// moves each key about once and leaves no garbage. A segment holds 224 to
 // 448 keys once split, 18 to 37 bytes a key. The table rebuilds itself
 // smaller when under a quarter of that load.
 type u64Table struct {
@@ -74,13 +72,8 @@ func mixKey(k uint64) uint64 { return k * 0x9e3779b97f4a7c15 }
 // entry returns the directory entry of the key whose mix is m.
 func (t *u64Table) entry(m uint64) *dirEntry { return &t.dir[m>>(64-t.depth)] }
 
-// segHome is the first slot of key's home bucket in its segment: bits
-// 25 to 31 of its mix, which the directory, whose depth stays far below
-// 25, does not read, so that a split leaves it as it was. They depend on
-// the key's low 39 bits.
-func segHome(key uint64) int { return int((mixKey(key)<<homeShift)>>segHomeSh) * bucketSlots }
-
-const homeShift = 25
+// segHome is the first slot of m's bucket in a segment of the given depth.
+func segHome(m uint64, depth uint8) int { return int((m<<depth)>>segHomeSh) * bucketSlots }
 
 // len returns the number of keys.
 func (t *u64Table) len() int {
@@ -93,8 +86,9 @@ func (t *u64Table) len() int {
 
 // find returns key's segment and slot index, or -1.
 func (t *u64Table) find(key uint64) (*dirEntry, int) {
-	e := t.entry(mixKey(key))
-	i := segHome(key)
+	m := mixKey(key)
+	e := t.entry(m)
+	i := segHome(m, e.depth)
 	for {
 		k := e.at(i).key
 		if k == key {
@@ -142,7 +136,7 @@ func (t *u64Table) slot(key uint64) (v *uint64, had bool) {
 	m := mixKey(key)
 	for {
 		e := t.entry(m)
-		i := segHome(key)
+		i := segHome(m, e.depth)
 		var s *oaSlot
 		for {
 			s = e.at(i)
@@ -204,47 +198,31 @@ func (t *u64Table) split(m uint64) {
 			t.dir[j] = hi
 		}
 	}
-	// Keys whose next mix bit is 1 go to their home in hi. The others
-	// stay unless a hole lies between their home and them: then they move
-	// back to the first empty slot from their home. Slots are visited in
-	// probe order from one that was empty, which no probe run crosses.
 	seg := (*[segSlots]oaSlot)(e.slots)
-	e0 := 0
-	for seg[e0].key != 0 {
-		e0++
-	}
-	hole, moved := e0, int32(0) // the last empty slot passed
-	for n := 1; n < segSlots; n++ {
-		j := (e0 + n) & (segSlots - 1)
-		s := seg[j]
+	old := *seg
+	clear(seg[:])
+	t.counts[lo.id] = 0
+	for _, s := range old {
 		if s.key == 0 {
-			hole = j
 			continue
 		}
-		h := segHome(s.key)
-		if (mixKey(s.key)<<d)>>63 == 1 {
-			i := h
-			for hi.at(i).key != 0 {
-				i = (i + 1) & (segSlots - 1)
-			}
-			*hi.at(i) = s
-			seg[j] = oaSlot{}
-			hole = j
-			moved++
-			continue
+		to, sm := &lo, mixKey(s.key)
+		if (sm<<d)>>63 == 1 {
+			to = &hi
 		}
-		if (hole-h)&(segSlots-1) < (j-h)&(segSlots-1) {
-			seg[j] = oaSlot{}
-			i := h
-			for seg[i].key != 0 {
-				i = (i + 1) & (segSlots - 1)
-			}
-			seg[i] = s
-			hole = j
-		}
+		t.insertNew(to, s, sm)
 	}
-	t.counts[lo.id] -= moved
-	t.counts[hi.id] = moved
+}
+
+// insertNew puts s, whose key the segment of e lacks, in that segment,
+// which has room for it.
+func (t *u64Table) insertNew(e *dirEntry, s oaSlot, m uint64) {
+	i := segHome(m, e.depth)
+	for e.at(i).key != 0 {
+		i = (i + 1) & (segSlots - 1)
+	}
+	*e.at(i) = s
+	t.counts[e.id]++
 }
 
 // remove deletes key and returns its value, if it was there.
@@ -285,7 +263,7 @@ func (e *dirEntry) deleteAt(i int) {
 		if s.key == 0 {
 			break
 		}
-		h := segHome(s.key)
+		h := segHome(mixKey(s.key), e.depth)
 		// s stays if its home lies cyclically in (i, j].
 		if (i < j && (h <= i || h > j)) || (i > j && h <= i && h > j) {
 			*e.at(i) = s
@@ -328,8 +306,9 @@ func (t *u64Table) each(fn func(key, val uint64)) {
 func (t *u64Table) prefetch(keys []uint64, at []*oaSlot) []*oaSlot {
 	at = at[:0]
 	for _, k := range keys {
-		e := t.entry(mixKey(k))
-		h := segHome(k)
+		m := mixKey(k)
+		e := t.entry(m)
+		h := segHome(m, e.depth)
 		at = append(at, e.at(h), e.at((h+bucketSlots)&(segSlots-1)))
 	}
 	prefetchPtrs(at)
