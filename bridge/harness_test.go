@@ -3,6 +3,7 @@ package bridge
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -149,18 +150,39 @@ type engineSide struct {
 
 func newEngineSide(t testing.TB, ranks, bufferSteps int) *engineSide {
 	t.Helper()
-	es := &engineSide{eventsPort: freePorts(t, ranks), replayPort: freePorts(t, ranks), bufferSteps: bufferSteps}
-	es.start(t, ranks)
-	t.Cleanup(es.stop)
-	return es
+	// The ports are free when chosen but not held: the two ranges may
+	// meet, or another test may bind one first, so a bind that fails is
+	// tried again on fresh ports.
+	err := errors.New("the events and replay port ranges overlapped every time")
+	for attempt := 0; attempt < 5; attempt++ {
+		es := &engineSide{eventsPort: freePorts(t, ranks), replayPort: freePorts(t, ranks), bufferSteps: bufferSteps}
+		if es.replayPort < es.eventsPort+ranks && es.eventsPort < es.replayPort+ranks {
+			continue
+		}
+		if err = es.bind(ranks); err == nil {
+			t.Cleanup(es.stop)
+			return es
+		}
+		es.stop()
+	}
+	t.Fatalf("engine publishers: %v", err)
+	return nil
 }
 
 func (es *engineSide) endpoints() (events, replay string) {
 	return fmt.Sprintf("tcp://127.0.0.1:%d", es.eventsPort), fmt.Sprintf("tcp://127.0.0.1:%d", es.replayPort)
 }
 
+// start binds the engine's publishers again on the same ports, as a
+// restarted engine does.
 func (es *engineSide) start(t testing.TB, ranks int) {
 	t.Helper()
+	if err := es.bind(ranks); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (es *engineSide) bind(ranks int) error {
 	ev, rep := es.endpoints()
 	es.pubs = nil
 	for r := 0; r < ranks; r++ {
@@ -169,10 +191,11 @@ func (es *engineSide) start(t testing.TB, ranks int) {
 			BufferSteps: es.bufferSteps, Logger: quiet(),
 		})
 		if err != nil {
-			t.Fatalf("engine publisher rank %d: %v", r, err)
+			return fmt.Errorf("engine publisher rank %d: %w", r, err)
 		}
 		es.pubs = append(es.pubs, p)
 	}
+	return nil
 }
 
 func (es *engineSide) stop() {
