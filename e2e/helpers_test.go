@@ -195,11 +195,6 @@ func (s *system) metric(t *testing.T, name string, labels ...string) float64 {
 // holds it, was stamped after t0.
 func (s *system) reportsSince(t *testing.T, t0 time.Time) int {
 	t.Helper()
-	resp, err := http.Get(s.AdminURL() + "/debug/workers?verbose=1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
 	var dw struct {
 		Workers []struct {
 			Load *struct {
@@ -209,7 +204,7 @@ func (s *system) reportsSince(t *testing.T, t0 time.Time) int {
 			} `json:"load"`
 		} `json:"workers"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&dw); err != nil {
+	if err := getJSON(s.AdminURL()+"/debug/workers?verbose=1", &dw); err != nil {
 		t.Fatal(err)
 	}
 	n := 0

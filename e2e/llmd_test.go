@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -221,11 +220,6 @@ func TestLLMDInferenceSim(t *testing.T) {
 // Workers holds that worker's terms, then the chosen one's.
 func movedDecisions(t *testing.T, r *server.Server) []scoring.Explanation {
 	t.Helper()
-	resp, err := http.Get("http://" + r.AdminAddr() + "/debug/requests?limit=200")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
 	var out struct {
 		Requests []struct {
 			Explanation *struct {
@@ -233,8 +227,8 @@ func movedDecisions(t *testing.T, r *server.Server) []scoring.Explanation {
 			} `json:"explanation"`
 		} `json:"requests"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		t.Fatalf("/debug/requests: %v", err)
+	if err := getJSON("http://"+r.AdminAddr()+"/debug/requests?limit=200", &out); err != nil {
+		t.Fatal(err)
 	}
 	held := func(w scoring.Terms) int { return w.MatchedBlocks + w.PendingBlocks }
 	var moved []scoring.Explanation
@@ -291,11 +285,6 @@ func routerMetrics(t *testing.T, r *server.Server, prefixes ...string) string {
 // load report the router holds (from the engine's /metrics).
 func reportedLoad(t *testing.T, r *server.Server, id string) (running, used int) {
 	t.Helper()
-	resp, err := http.Get("http://" + r.AdminAddr() + "/debug/workers?verbose=1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
 	var out struct {
 		Workers []struct {
 			Record struct {
@@ -309,7 +298,7 @@ func reportedLoad(t *testing.T, r *server.Server, id string) (running, used int)
 			} `json:"load"`
 		} `json:"workers"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+	if err := getJSON("http://"+r.AdminAddr()+"/debug/workers?verbose=1", &out); err != nil {
 		t.Fatal(err)
 	}
 	for _, w := range out.Workers {

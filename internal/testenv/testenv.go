@@ -9,11 +9,14 @@
 package testenv
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log"
 	"net"
 	"net/url"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -123,41 +126,74 @@ type Etcd struct {
 // and closes it when t ends.
 func StartEtcd(t testing.TB) *Etcd {
 	t.Helper()
+	// The ports were free when chosen but are not held until etcd binds
+	// them: the two may coincide, or another test may take one first, so
+	// a bind that fails starts over on fresh ports.
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		client, peer := FreePort(t), FreePort(t)
+		if client == peer {
+			continue
+		}
+		e := &Etcd{cfg: etcdConfig(t, client, peer)}
+		e.Endpoints = []string{e.cfg.ListenClientUrls[0].String()}
+		if e.Server, err = e.startErr(); err != nil {
+			if errors.Is(err, syscall.EADDRINUSE) || strings.Contains(err.Error(), "address already in use") {
+				continue
+			}
+			t.Fatalf("embedded etcd: %v", err)
+		}
+		t.Cleanup(func() {
+			if !e.stopped {
+				e.Server.Close()
+			}
+		})
+		return e
+	}
+	t.Fatalf("embedded etcd: no two free ports after 5 tries: %v", err)
+	return nil
+}
+
+// etcdConfig is a single-member etcd on the two loopback ports, its data
+// in a fresh temporary directory.
+func etcdConfig(t testing.TB, client, peer int) *embed.Config {
+	t.Helper()
 	cfg := embed.NewConfig()
 	cfg.Dir = t.TempDir()
 	cfg.Logger = "zap"
 	cfg.LogLevel = "error"
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	clientURL := mustURL(t, fmt.Sprintf("http://127.0.0.1:%d", FreePort(t)))
-	peerURL := mustURL(t, fmt.Sprintf("http://127.0.0.1:%d", FreePort(t)))
+	clientURL := mustURL(t, fmt.Sprintf("http://127.0.0.1:%d", client))
+	peerURL := mustURL(t, fmt.Sprintf("http://127.0.0.1:%d", peer))
 	cfg.ListenClientUrls = []url.URL{clientURL}
 	cfg.AdvertiseClientUrls = []url.URL{clientURL}
 	cfg.ListenPeerUrls = []url.URL{peerURL}
 	cfg.AdvertisePeerUrls = []url.URL{peerURL}
 	cfg.InitialCluster = cfg.Name + "=" + peerURL.String()
-	e := &Etcd{Endpoints: []string{clientURL.String()}, cfg: cfg}
-	e.Server = e.start(t)
-	t.Cleanup(func() {
-		if !e.stopped {
-			e.Server.Close()
-		}
-	})
-	return e
+	return cfg
 }
 
 func (e *Etcd) start(t testing.TB) *embed.Etcd {
 	t.Helper()
-	srv, err := embed.StartEtcd(e.cfg)
+	srv, err := e.startErr()
 	if err != nil {
 		t.Fatalf("embedded etcd: %v", err)
+	}
+	return srv
+}
+
+func (e *Etcd) startErr() (*embed.Etcd, error) {
+	srv, err := embed.StartEtcd(e.cfg)
+	if err != nil {
+		return nil, err
 	}
 	select {
 	case <-srv.Server.ReadyNotify():
 	case <-time.After(30 * time.Second):
 		srv.Close()
-		t.Fatalf("embedded etcd not ready after 30s")
+		return nil, errors.New("not ready after 30s")
 	}
-	return srv
+	return srv, nil
 }
 
 // Client returns a client of e (its own logging off: it would print every
