@@ -231,10 +231,12 @@ func (ix *Index) applyStored(w *workerState, e *vllmwire.BlockStored, st *ApplyS
 			continue
 		}
 		v, ok := w.device.slot(key) // hold and dropDevice leave w.device be
-		old := *v
-		if ok && old == at {
-			st.DuplicateBlocks++
-			continue
+		var old uint64
+		if ok {
+			if old = *v; old == at {
+				st.DuplicateBlocks++
+				continue
+			}
 		}
 		had := t.hold(at, w.idx)
 		*v = at

@@ -1,6 +1,9 @@
 package kvindex
 
-import "sync"
+import (
+	"sync"
+	"unsafe"
+)
 
 // Config tunes an Index. The zero value works.
 type Config struct {
@@ -27,14 +30,14 @@ type Index struct {
 	mu          sync.RWMutex
 	cfg         Config
 	workers     map[string]*workerState
-	slots       []*workerState // by dense index; nil when free
-	hot         []workerHot    // by dense index: what Match reads of each worker
-	tab         *chainTable    // router hash -> slots of the workers holding it
-	scratch     []uint64       // router hashes of the event being applied
-	keys        []uint64       // engine keys of the event being applied
-	at          []*oaSlot      // slots being prefetched for the event being applied
-	sink        uint64         // keeps prefetching loads alive
-	gen         uint64         // bumped when a worker is added or removed
+	slots       []*workerState   // by dense index; nil when free
+	hot         []workerHot      // by dense index: what Match reads of each worker
+	tab         *chainTable      // router hash -> slots of the workers holding it
+	scratch     []uint64         // router hashes of the event being applied
+	keys        []uint64         // engine keys of the event being applied
+	at          []unsafe.Pointer // tags and slots being prefetched for the event being applied
+	sink        uint64           // keeps prefetching loads alive
+	gen         uint64           // bumped when a worker is added or removed
 	cands       candidateCache
 	results     templateCache // the last candidate list's results (results.go)
 	nOff        int           // workers whose hot entry says off

@@ -20,7 +20,7 @@ func prefetchWords(words []uint64, at []int) {
 	prefetchLines(unsafe.Pointer(unsafe.SliceData(words)), unsafe.SliceData(at), len(at))
 }
 
-// prefetchPtrs issues PREFETCHT0 for each of slots.
+// prefetchPtrs issues PREFETCHT0 for each of ptrs.
 //
 //go:noescape
-func prefetchPtrs(slots []*oaSlot)
+func prefetchPtrs(ptrs []unsafe.Pointer)

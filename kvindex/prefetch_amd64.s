@@ -17,10 +17,10 @@ loop:
 done:
 	RET
 
-// func prefetchPtrs(slots []*oaSlot)
+// func prefetchPtrs(ptrs []unsafe.Pointer)
 TEXT ·prefetchPtrs(SB), NOSPLIT|NOFRAME, $0-24
-	MOVQ	slots_base+0(FP), BX
-	MOVQ	slots_len+8(FP), CX
+	MOVQ	ptrs_base+0(FP), BX
+	MOVQ	ptrs_len+8(FP), CX
 	TESTQ	CX, CX
 	JLE	pdone
 ploop:

@@ -2,6 +2,8 @@
 
 package kvindex
 
+import "unsafe"
+
 // prefetchSlots loads the first key of slots[at[i]] for every i, back to
 // back, so that their cache misses at least overlap with each other; only
 // amd64 has a prefetch that does not wait (prefetch_amd64.s).
@@ -24,12 +26,12 @@ func prefetchWords(words []uint64, at []int) (sink uint64) {
 	return sink
 }
 
-// prefetchPtrs loads the key of each of slots, as prefetchSlots.
+// prefetchPtrs loads the first byte of each of ptrs, as prefetchSlots.
 //
 //go:noinline
-func prefetchPtrs(slots []*oaSlot) (sink uint64) {
-	for _, s := range slots {
-		sink ^= s.key
+func prefetchPtrs(ptrs []unsafe.Pointer) (sink uint64) {
+	for _, p := range ptrs {
+		sink ^= uint64(*(*byte)(p))
 	}
 	return sink
 }

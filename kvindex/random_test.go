@@ -583,6 +583,60 @@ func TestU64TableAgreesWithMap(t *testing.T) {
 	}
 }
 
+// TestU64TableChurnRehashesDeletedTags keeps one segment at 300 keys
+// under churn: deleted tags pile up where groups are full, and the
+// segment must clear them by rehashing in place, not split, staying exact.
+func TestU64TableChurnRehashesDeletedTags(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	tb := newU64Table()
+	ref := map[uint64]uint64{}
+	var keys []uint64
+	for len(keys) < 300 {
+		k := rng.Uint64() | 1
+		tb.put(k, k+1)
+		ref[k] = k + 1
+		keys = append(keys, k)
+	}
+	sawDead := false
+	for step := range 200000 {
+		j := rng.IntN(len(keys))
+		if v, ok := tb.remove(keys[j]); !ok || v != ref[keys[j]] {
+			t.Fatalf("step %d: remove(%#x) = %d,%v want %d", step, keys[j], v, ok, ref[keys[j]])
+		}
+		delete(ref, keys[j])
+		k := rng.Uint64() | 1
+		if _, had := tb.put(k, uint64(step)); had {
+			t.Fatalf("step %d: put(%#x) found it there", step, k)
+		}
+		ref[k], keys[j] = uint64(step), k
+		if len(tb.counts) != 1 {
+			t.Fatalf("step %d: %d segments for %d keys", step, len(tb.counts), tb.len())
+		}
+		if tb.counts[0]+tb.dead[0] > segMaxUsed {
+			t.Fatalf("step %d: %d keys and %d deleted tags", step, tb.counts[0], tb.dead[0])
+		}
+		sawDead = sawDead || tb.dead[0] > segMaxUsed/8
+	}
+	if !sawDead {
+		t.Fatal("churn left no deleted tags: the test does not reach rehashing")
+	}
+	for k, v := range ref {
+		if got, ok := tb.get(k); !ok || got != v {
+			t.Fatalf("get(%#x) = %d,%v want %d", k, got, ok, v)
+		}
+	}
+	n := 0
+	tb.each(func(k, v uint64) {
+		n++
+		if ref[k] != v {
+			t.Fatalf("each gave %#x=%d, want %d", k, v, ref[k])
+		}
+	})
+	if n != len(ref) || tb.len() != len(ref) {
+		t.Fatalf("each visited %d keys, len %d, want %d", n, tb.len(), len(ref))
+	}
+}
+
 // TestU64TableBoundsItsDirectory checks that keys whose mixes share their
 // leading bits, which would split one segment without end, stay exact
 // and keep the directory small.

@@ -1,26 +1,44 @@
 package kvindex
 
-import "unsafe"
+import (
+	"math/bits"
+	"unsafe"
+)
 
 // u64Table maps uint64 keys to uint64 values: a worker's engine hash key
 // to the place of its block's cell. Key 0 lives beside the slots.
 //
-// It is extendible hashing over segments of 512 oaSlots (8 KB, buckets of
-// four as in oaTable, linear probing within the segment, backward-shift
-// deletion): the top bits of a key's mix pick a directory entry, which
-// names a segment; the bits after those pick the home bucket in it. A full
-// segment splits in two by its next bit, moving at most 448 keys between
-// two segments that are in cache. One big slice instead rehashes every key
-// into fresh pages, which the kernel zeroes, each time it grows: most of
-// the cost of storing blocks while a fleet's caches fill. Here growing
-// moves each key about once and leaves no garbage. A segment holds 224 to
-// 448 keys once split, 18 to 37 bytes a key. The table rebuilds itself
-// smaller when under a quarter of that load.
+// It is extendible hashing over segments of 512 oaSlots (8 KB): the top
+// bits of a key's mix pick a directory entry, which names a segment; the
+// bits after those pick the home group of eight slots in it. Beside the
+// slots, every slot has a tag byte (empty, deleted, or seven bits of a
+// second hash of its key), and a segment's 512 tags lie together in one
+// array per table, 64 bytes a segment, so that the tags of a whole table
+// stay in the cache where its slots do not: a probe reads its group's
+// eight tags as one word and touches a slot only where a tag matches.
+// Storing a key the table lacks (most of applying) then reads no slot at
+// all, only writes one; removing one reads the one slot it empties.
+// Probing goes on group by group until a group with an empty tag; a
+// removal leaves a deleted tag only where its group had no empty one
+// (where a probe may have passed through), so churn leaves few.
+//
+// A full segment splits in two by its next bit, moving at most 448 keys
+// between two segments that are in cache; one with many deleted tags is
+// rehashed in place instead. One big slice instead rehashes every key into
+// fresh pages, which the kernel zeroes, each time it grows: most of the
+// cost of storing blocks while a fleet's caches fill. Here growing moves
+// each key about once and leaves no garbage. A segment holds 224 to 448
+// keys once split, 19 to 38 bytes a key. The table rebuilds itself smaller
+// when under a quarter of that load.
 type u64Table struct {
-	dir     []dirEntry // 1<<depth entries
-	counts  []int32    // keys in each segment, by number
-	depth   uint8      // global depth: the mix bits dir is indexed by
-	count   int        // keys in segments
+	dir    []dirEntry // 1<<depth entries
+	counts []int32    // keys in each segment, by number
+	dead   []int32    // deleted tags in each segment, by number
+	// tags holds each segment's 512 tags, segGroups words by number;
+	// byte j of word g (j counted from the low end) tags slot 8g+j.
+	tags    []uint64
+	depth   uint8 // global depth: the mix bits dir is indexed by
+	count   int   // keys in segments
 	zero    uint64
 	hasZero bool
 	// over holds the keys a full segment could not take because splitting
@@ -37,7 +55,7 @@ const maxDirPerSeg = 64
 
 // A dirEntry names the segment of the keys whose mixes start with its
 // index, with what a lookup needs, so that it costs one load before the
-// slot's: the segment's slots, its number and its depth (the leading bits
+// tags': the segment's slots, its number and its depth (the leading bits
 // its keys share; the segment has 2^(global depth - depth) consecutive
 // entries).
 type dirEntry struct {
@@ -54,26 +72,66 @@ func (e *dirEntry) at(i int) *oaSlot { return (*oaSlot)(unsafe.Add(e.slots, uint
 
 const (
 	segSlots   = 512
-	segMaxKeys = segSlots * 7 / 8 // a segment this full splits before taking another key
-	segHomeSh  = 64 - 7           // segSlots/bucketSlots = 1<<7 buckets
+	segGroups  = segSlots / 8
+	segMaxUsed = segSlots * 7 / 8 // keys and deleted tags a segment holds before it splits
+	segGroupSh = 64 - 6           // segGroups = 1<<6
+
+	tagEmpty   = 0x00
+	tagDeleted = 0x01 // a full slot's tag has the high bit set
+	tagLSB     = 0x0101010101010101
+	tagMSB     = 0x8080808080808080
 )
 
 func newSegment() unsafe.Pointer { return unsafe.Pointer(new([segSlots]oaSlot)) }
 
 func newU64Table() *u64Table {
-	return &u64Table{dir: []dirEntry{{slots: newSegment()}}, counts: []int32{0}}
+	return &u64Table{
+		dir:    []dirEntry{{slots: newSegment()}},
+		counts: []int32{0}, dead: []int32{0}, tags: make([]uint64, segGroups),
+	}
 }
 
 // mixKey spreads engine keys, which need not be uniform, over the high
 // bits (Fibonacci hashing, as oaTable.home, a bijection): the directory
-// reads the top ones, the home bucket the ones after those.
+// reads the top ones, the home group the ones after those.
 func mixKey(k uint64) uint64 { return k * 0x9e3779b97f4a7c15 }
+
+// tagOf is key's tag: seven bits of a second hash, independent of the
+// mix's leading bits, with the high bit set.
+func tagOf(k uint64) uint64 { return (k^k>>29)*0xbf58476d1ce4e5b9>>57 | 0x80 }
+
+// matchTag has the high bit of each byte of w equal to tag set, and
+// possibly of bytes above one that is: callers compare the key.
+func matchTag(w, tag uint64) uint64 {
+	x := w ^ tag*tagLSB
+	return (x - tagLSB) &^ x & tagMSB
+}
+
+// hasEmpty reports whether a byte of w is empty.
+func hasEmpty(w uint64) bool { return (w-tagLSB)&^w&tagMSB != 0 }
+
+// matchFree has the high bit of each empty or deleted byte of w set.
+func matchFree(w uint64) uint64 { return ^w & tagMSB }
+
+// firstByte is the byte whose high bit is mask's lowest set bit.
+func firstByte(mask uint64) int { return bits.TrailingZeros64(mask) >> 3 }
 
 // entry returns the directory entry of the key whose mix is m.
 func (t *u64Table) entry(m uint64) *dirEntry { return &t.dir[m>>(64-t.depth)] }
 
-// segHome is the first slot of m's bucket in a segment of the given depth.
-func segHome(m uint64, depth uint8) int { return int((m<<depth)>>segHomeSh) * bucketSlots }
+// segGroup is m's home group in a segment of the given depth.
+func segGroup(m uint64, depth uint8) int { return int((m << depth) >> segGroupSh) }
+
+// segTags returns the tags of segment id.
+func (t *u64Table) segTags(id uint32) *[segGroups]uint64 {
+	return (*[segGroups]uint64)(t.tags[int(id)*segGroups:])
+}
+
+// setTag sets slot i's tag in tags.
+func setTag(tags *[segGroups]uint64, i int, tag uint64) {
+	w, sh := &tags[i>>3], uint(i&7)*8
+	*w = *w&^(0xff<<sh) | tag<<sh
+}
 
 // len returns the number of keys.
 func (t *u64Table) len() int {
@@ -88,16 +146,17 @@ func (t *u64Table) len() int {
 func (t *u64Table) find(key uint64) (*dirEntry, int) {
 	m := mixKey(key)
 	e := t.entry(m)
-	i := segHome(m, e.depth)
-	for {
-		k := e.at(i).key
-		if k == key {
-			return e, i
+	tags, tag := t.segTags(e.id), tagOf(key)
+	for g := segGroup(m, e.depth); ; g = (g + 1) & (segGroups - 1) {
+		w := tags[g]
+		for mm := matchTag(w, tag); mm != 0; mm &= mm - 1 {
+			if i := g*8 + firstByte(mm); e.at(i).key == key {
+				return e, i
+			}
 		}
-		if k == 0 {
+		if hasEmpty(w) {
 			return e, -1
 		}
-		i = (i + 1) & (segSlots - 1)
 	}
 }
 
@@ -133,41 +192,56 @@ func (t *u64Table) slot(key uint64) (v *uint64, had bool) {
 		}
 		return &t.zero, had
 	}
-	m := mixKey(key)
+	m, tag := mixKey(key), tagOf(key)
 	for {
 		e := t.entry(m)
-		i := segHome(m, e.depth)
-		var s *oaSlot
-		for {
-			s = e.at(i)
-			if s.key == key {
-				return &s.val, true
+		tags := t.segTags(e.id)
+		free := -1 // the first empty or deleted slot on key's probe path
+		for g := segGroup(m, e.depth); ; g = (g + 1) & (segGroups - 1) {
+			w := tags[g]
+			for mm := matchTag(w, tag); mm != 0; mm &= mm - 1 {
+				if s := e.at(g*8 + firstByte(mm)); s.key == key {
+					return &s.val, true
+				}
 			}
-			if s.key == 0 {
+			if f := matchFree(w); free < 0 && f != 0 {
+				free = g*8 + firstByte(f)
+			}
+			if hasEmpty(w) {
 				break
 			}
-			i = (i + 1) & (segSlots - 1)
 		}
 		if t.over != nil {
 			if v, ok := t.over[key]; ok {
 				return v, true
 			}
 		}
-		if c := &t.counts[e.id]; *c < segMaxKeys {
-			s.key = key // its val is 0: emptied slots are zeroed
-			*c++
+		id := e.id
+		reuse := tags[free>>3]>>(uint(free&7)*8)&0xff == tagDeleted
+		if reuse || t.counts[id]+t.dead[id] < segMaxUsed {
+			if reuse {
+				t.dead[id]--
+			}
+			setTag(tags, free, tag)
+			s := e.at(free)
+			*s = oaSlot{key: key}
+			t.counts[id]++
 			t.count++
 			return &s.val, false
 		}
-		if e.depth == t.depth && 2*len(t.dir) > maxDirPerSeg*len(t.counts) {
+		switch {
+		case t.dead[id] >= segMaxUsed/4:
+			t.rehash(e)
+		case e.depth == t.depth && 2*len(t.dir) > maxDirPerSeg*len(t.counts):
 			if t.over == nil {
 				t.over = map[uint64]*uint64{}
 			}
 			v := new(uint64)
 			t.over[key] = v
 			return v, false
+		default:
+			t.split(m)
 		}
-		t.split(m)
 	}
 }
 
@@ -191,6 +265,8 @@ func (t *u64Table) split(m uint64) {
 	lo := dirEntry{slots: e.slots, id: e.id, depth: d + 1}
 	hi := dirEntry{slots: newSegment(), id: uint32(len(t.counts)), depth: d + 1}
 	t.counts = append(t.counts, 0)
+	t.dead = append(t.dead, 0)
+	t.tags = append(t.tags, make([]uint64, segGroups)...)
 	for j := start; j < start+span; j++ {
 		if j < start+span/2 {
 			t.dir[j] = lo
@@ -198,29 +274,51 @@ func (t *u64Table) split(m uint64) {
 			t.dir[j] = hi
 		}
 	}
-	seg := (*[segSlots]oaSlot)(e.slots)
-	old := *seg
-	clear(seg[:])
-	t.counts[lo.id] = 0
-	for _, s := range old {
-		if s.key == 0 {
-			continue
-		}
-		to, sm := &lo, mixKey(s.key)
+	t.refill(&e, func(sm uint64) *dirEntry {
 		if (sm<<d)>>63 == 1 {
-			to = &hi
+			return &hi
 		}
-		t.insertNew(to, s, sm)
+		return &lo
+	})
+}
+
+// rehash puts the keys of e's segment back in it, which clears its
+// deleted tags.
+func (t *u64Table) rehash(e *dirEntry) {
+	ee := *e
+	t.refill(&ee, func(uint64) *dirEntry { return &ee })
+}
+
+// refill empties e's segment and inserts its keys again, each in the
+// segment to picks by its mix.
+func (t *u64Table) refill(e *dirEntry, to func(m uint64) *dirEntry) {
+	seg := (*[segSlots]oaSlot)(e.slots)
+	old, oldTags := *seg, *t.segTags(e.id)
+	clear(seg[:])
+	clear(t.segTags(e.id)[:])
+	t.counts[e.id], t.dead[e.id] = 0, 0
+	for g, w := range oldTags {
+		for full := w & tagMSB; full != 0; full &= full - 1 {
+			b := firstByte(full)
+			s := old[g*8+b]
+			sm := mixKey(s.key)
+			t.insertNew(to(sm), s, sm, w>>(uint(b)*8)&0xff)
+		}
 	}
 }
 
-// insertNew puts s, whose key the segment of e lacks, in that segment,
-// which has room for it.
-func (t *u64Table) insertNew(e *dirEntry, s oaSlot, m uint64) {
-	i := segHome(m, e.depth)
-	for e.at(i).key != 0 {
-		i = (i + 1) & (segSlots - 1)
+// insertNew puts s, whose key the segment of e lacks, with its tag in
+// that segment, which has room for it and no deleted tags.
+func (t *u64Table) insertNew(e *dirEntry, s oaSlot, m, tag uint64) {
+	tags := t.segTags(e.id)
+	g := segGroup(m, e.depth)
+	f := matchFree(tags[g])
+	for f == 0 {
+		g = (g + 1) & (segGroups - 1)
+		f = matchFree(tags[g])
 	}
+	i := g*8 + firstByte(f)
+	setTag(tags, i, tag)
 	*e.at(i) = s
 	t.counts[e.id]++
 }
@@ -235,7 +333,16 @@ func (t *u64Table) remove(key uint64) (uint64, bool) {
 	var v uint64
 	if e, i := t.find(key); i >= 0 {
 		v = e.at(i).val
-		e.deleteAt(i)
+		// A group with an empty tag ends every probe that reaches it, so
+		// none went on past it to a key beyond: the slot can be empty
+		// again. Otherwise a probe may pass it, and it is only deleted.
+		tags := t.segTags(e.id)
+		if hasEmpty(tags[i>>3]) {
+			setTag(tags, i, tagEmpty)
+		} else {
+			setTag(tags, i, tagDeleted)
+			t.dead[e.id]++
+		}
 		t.counts[e.id]--
 		t.count--
 	} else if p, ok := t.over[key]; ok {
@@ -246,31 +353,10 @@ func (t *u64Table) remove(key uint64) (uint64, bool) {
 	}
 	// Rebuilding at a quarter of the least load a split leaves gives
 	// segments at least twice as full, so churn does not rebuild it again.
-	if len(t.counts) > 1 && (t.count+len(t.over))*8 < len(t.counts)*segMaxKeys {
+	if len(t.counts) > 1 && (t.count+len(t.over))*8 < len(t.counts)*segMaxUsed {
 		t.rebuild()
 	}
 	return v, true
-}
-
-// deleteAt empties slot i of e's segment and moves back every later entry
-// of its probe run that could no longer be reached across the hole
-// (oaTable.deleteAt within one segment).
-func (e *dirEntry) deleteAt(i int) {
-	j := i
-	for {
-		j = (j + 1) & (segSlots - 1)
-		s := *e.at(j)
-		if s.key == 0 {
-			break
-		}
-		h := segHome(mixKey(s.key), e.depth)
-		// s stays if its home lies cyclically in (i, j].
-		if (i < j && (h <= i || h > j)) || (i > j && h <= i && h > j) {
-			*e.at(i) = s
-			i = j
-		}
-	}
-	*e.at(i) = oaSlot{}
 }
 
 // rebuild replaces the segments with as few as the keys need.
@@ -287,8 +373,9 @@ func (t *u64Table) each(fn func(key, val uint64)) {
 	}
 	for j := 0; j < len(t.dir); {
 		e := &t.dir[j]
-		for _, s := range (*[segSlots]oaSlot)(e.slots) {
-			if s.key != 0 {
+		tags := t.segTags(e.id)
+		for i, s := range (*[segSlots]oaSlot)(e.slots) {
+			if tags[i>>3]>>(uint(i&7)*8)&0x80 != 0 {
 				fn(s.key, s.val)
 			}
 		}
@@ -299,17 +386,17 @@ func (t *u64Table) each(fn func(key, val uint64)) {
 	}
 }
 
-// prefetch asks the CPU to start loading the home bucket of every key, and
-// the bucket after it, without waiting for them, so that a batch's cache
+// prefetch asks the CPU to start loading the tags of every key's home
+// group, and the group's slots, without waiting for them, so that a batch's cache
 // misses are all in flight at once instead of paid one by one by the
 // updates that follow. at is scratch space; prefetch returns it.
-func (t *u64Table) prefetch(keys []uint64, at []*oaSlot) []*oaSlot {
+func (t *u64Table) prefetch(keys []uint64, at []unsafe.Pointer) []unsafe.Pointer {
 	at = at[:0]
 	for _, k := range keys {
 		m := mixKey(k)
 		e := t.entry(m)
-		h := segHome(m, e.depth)
-		at = append(at, e.at(h), e.at((h+bucketSlots)&(segSlots-1)))
+		g := segGroup(m, e.depth)
+		at = append(at, unsafe.Pointer(&t.segTags(e.id)[g]), unsafe.Pointer(e.at(g*8)), unsafe.Pointer(e.at(g*8+4)))
 	}
 	prefetchPtrs(at)
 	return at
@@ -317,5 +404,5 @@ func (t *u64Table) prefetch(keys []uint64, at []*oaSlot) []*oaSlot {
 
 // bytes is the memory of the segments and the directory.
 func (t *u64Table) bytes() int {
-	return len(t.counts)*(segSlots*16+4) + len(t.dir)*int(unsafe.Sizeof(dirEntry{})) + len(t.over)*48
+	return len(t.counts)*(segSlots*17+8) + len(t.dir)*int(unsafe.Sizeof(dirEntry{})) + len(t.over)*48
 }
