@@ -576,6 +576,7 @@ func TestU64TableAgreesWithMap(t *testing.T) {
 			if n != len(ref) {
 				t.Fatalf("step %d: each visited %d keys, want %d", step, n, len(ref))
 			}
+			checkOverflow(t, tb)
 		}
 	}
 	if len(tb.counts) > 4 {
@@ -583,21 +584,21 @@ func TestU64TableAgreesWithMap(t *testing.T) {
 	}
 }
 
-// TestU64TableChurnRehashesDeletedTags keeps one segment at 300 keys
-// under churn: deleted tags pile up where groups are full, and the
-// segment must clear them by rehashing in place, not split, staying exact.
-func TestU64TableChurnRehashesDeletedTags(t *testing.T) {
+// TestU64TableChurnKeepsOneSegment keeps one segment at 420 of its 448
+// keys under churn: removals leave no tombstones, so it must never split,
+// stay exact, and keep every group's overflow count equal to the keys
+// whose probes pass it.
+func TestU64TableChurnKeepsOneSegment(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	tb := newU64Table()
 	ref := map[uint64]uint64{}
 	var keys []uint64
-	for len(keys) < 300 {
+	for len(keys) < 420 {
 		k := rng.Uint64() | 1
 		tb.put(k, k+1)
 		ref[k] = k + 1
 		keys = append(keys, k)
 	}
-	sawDead := false
 	for step := range 200000 {
 		j := rng.IntN(len(keys))
 		if v, ok := tb.remove(keys[j]); !ok || v != ref[keys[j]] {
@@ -612,14 +613,11 @@ func TestU64TableChurnRehashesDeletedTags(t *testing.T) {
 		if len(tb.counts) != 1 {
 			t.Fatalf("step %d: %d segments for %d keys", step, len(tb.counts), tb.len())
 		}
-		if tb.counts[0]+tb.dead[0] > segMaxUsed {
-			t.Fatalf("step %d: %d keys and %d deleted tags", step, tb.counts[0], tb.dead[0])
+		if step%997 == 0 {
+			checkOverflow(t, tb)
 		}
-		sawDead = sawDead || tb.dead[0] > segMaxUsed/8
 	}
-	if !sawDead {
-		t.Fatal("churn left no deleted tags: the test does not reach rehashing")
-	}
+	checkOverflow(t, tb)
 	for k, v := range ref {
 		if got, ok := tb.get(k); !ok || got != v {
 			t.Fatalf("get(%#x) = %d,%v want %d", k, got, ok, v)
@@ -634,6 +632,30 @@ func TestU64TableChurnRehashesDeletedTags(t *testing.T) {
 	})
 	if n != len(ref) || tb.len() != len(ref) {
 		t.Fatalf("each visited %d keys, len %d, want %d", n, tb.len(), len(ref))
+	}
+}
+
+// checkOverflow recounts, in every segment, the keys that probed past
+// each group and compares them with its overflow counts.
+func checkOverflow(t *testing.T, tb *u64Table) {
+	t.Helper()
+	for j := 0; j < len(tb.dir); j += 1 << (tb.depth - tb.dir[j].depth) {
+		e := &tb.dir[j]
+		var want [segGroups]int
+		tags := tb.segTags(e.id)
+		for i := range segSlots {
+			if tags[i>>3]>>(uint(i&7)*8)&0x80 == 0 {
+				continue
+			}
+			for g := segGroup(mixKey(e.at(i).key), e.depth); g != i>>3; g = (g + 1) & (segGroups - 1) {
+				want[g]++
+			}
+		}
+		for g, got := range tb.segOvf(e.id) {
+			if int(got) != want[g] && (got != ovfSticky || want[g] < ovfSticky) {
+				t.Fatalf("segment %d group %d: overflow %d, %d keys passed it", e.id, g, got, want[g])
+			}
+		}
 	}
 }
 

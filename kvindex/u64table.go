@@ -11,32 +11,34 @@ import (
 // It is extendible hashing over segments of 512 oaSlots (8 KB): the top
 // bits of a key's mix pick a directory entry, which names a segment; the
 // bits after those pick the home group of eight slots in it. Beside the
-// slots, every slot has a tag byte (empty, deleted, or seven bits of a
-// second hash of its key), and a segment's 512 tags lie together in one
-// array per table, 64 bytes a segment, so that the tags of a whole table
-// stay in the cache where its slots do not: a probe reads its group's
-// eight tags as one word and touches a slot only where a tag matches.
-// Storing a key the table lacks (most of applying) then reads no slot at
-// all, only writes one; removing one reads the one slot it empties.
-// Probing goes on group by group until a group with an empty tag; a
-// removal leaves a deleted tag only where its group had no empty one
-// (where a probe may have passed through), so churn leaves few.
+// slots, every slot has a tag byte (empty, or seven bits of a second hash
+// of its key), and every group an overflow count: how many keys probed
+// past it to a later group. A segment's tags (512 bytes)
+// and counts (64) lie in two arrays per table, so that the tags and
+// counts of a whole table stay in the cache where its slots do not. A
+// probe reads its group's eight tags as one word, touches a slot only
+// where a tag matches, and goes on to the next group only while the
+// group's overflow count is not 0. Storing a key the table lacks (most
+// of applying) reads no slot at all, only writes one; removing one reads
+// the one slot it empties, and leaves no tombstone: it counts down the
+// groups its key had passed. (An overflow count that reaches 255 stays
+// there until the segment is next refilled.)
 //
 // A full segment splits in two by its next bit, moving at most 448 keys
-// between two segments that are in cache; one with many deleted tags is
-// rehashed in place instead. One big slice instead rehashes every key into
-// fresh pages, which the kernel zeroes, each time it grows: most of the
-// cost of storing blocks while a fleet's caches fill. Here growing moves
-// each key about once and leaves no garbage. A segment holds 224 to 448
-// keys once split, 19 to 38 bytes a key. The table rebuilds itself smaller
-// when under a quarter of that load.
+// between two segments that are in cache. One big slice instead rehashes
+// every key into fresh pages, which the kernel zeroes, each time it grows:
+// most of the cost of storing blocks while a fleet's caches fill. Here
+// growing moves each key about once and leaves no garbage. A segment holds
+// 224 to 448 keys once split, 19 to 39 bytes a key. The table rebuilds
+// itself smaller when under a quarter of that load.
 type u64Table struct {
 	dir    []dirEntry // 1<<depth entries
 	counts []int32    // keys in each segment, by number
-	dead   []int32    // deleted tags in each segment, by number
 	// tags holds each segment's 512 tags, segGroups words by number;
 	// byte j of word g (j counted from the low end) tags slot 8g+j.
-	tags    []uint64
+	tags []uint64
+	// ovf holds each segment's overflow counts, segGroups bytes by number.
+	ovf     []uint8
 	depth   uint8 // global depth: the mix bits dir is indexed by
 	count   int   // keys in segments
 	zero    uint64
@@ -73,13 +75,12 @@ func (e *dirEntry) at(i int) *oaSlot { return (*oaSlot)(unsafe.Add(e.slots, uint
 const (
 	segSlots   = 512
 	segGroups  = segSlots / 8
-	segMaxUsed = segSlots * 7 / 8 // keys and deleted tags a segment holds before it splits
+	segMaxKeys = segSlots * 7 / 8 // a segment this full splits before taking another key
 	segGroupSh = 64 - 6           // segGroups = 1<<6
 
-	tagEmpty   = 0x00
-	tagDeleted = 0x01 // a full slot's tag has the high bit set
-	tagLSB     = 0x0101010101010101
-	tagMSB     = 0x8080808080808080
+	tagLSB    = 0x0101010101010101
+	tagMSB    = 0x8080808080808080 // an empty slot's tag is 0, a full one's has the high bit set
+	ovfSticky = 0xff               // an overflow count this high no longer counts down
 )
 
 func newSegment() unsafe.Pointer { return unsafe.Pointer(new([segSlots]oaSlot)) }
@@ -87,7 +88,7 @@ func newSegment() unsafe.Pointer { return unsafe.Pointer(new([segSlots]oaSlot)) 
 func newU64Table() *u64Table {
 	return &u64Table{
 		dir:    []dirEntry{{slots: newSegment()}},
-		counts: []int32{0}, dead: []int32{0}, tags: make([]uint64, segGroups),
+		counts: []int32{0}, tags: make([]uint64, segGroups), ovf: make([]uint8, segGroups),
 	}
 }
 
@@ -107,11 +108,8 @@ func matchTag(w, tag uint64) uint64 {
 	return (x - tagLSB) &^ x & tagMSB
 }
 
-// hasEmpty reports whether a byte of w is empty.
-func hasEmpty(w uint64) bool { return (w-tagLSB)&^w&tagMSB != 0 }
-
-// matchFree has the high bit of each empty or deleted byte of w set.
-func matchFree(w uint64) uint64 { return ^w & tagMSB }
+// matchEmpty has the high bit of each empty byte of w set.
+func matchEmpty(w uint64) uint64 { return ^w & tagMSB }
 
 // firstByte is the byte whose high bit is mask's lowest set bit.
 func firstByte(mask uint64) int { return bits.TrailingZeros64(mask) >> 3 }
@@ -125,6 +123,11 @@ func segGroup(m uint64, depth uint8) int { return int((m << depth) >> segGroupSh
 // segTags returns the tags of segment id.
 func (t *u64Table) segTags(id uint32) *[segGroups]uint64 {
 	return (*[segGroups]uint64)(t.tags[int(id)*segGroups:])
+}
+
+// segOvf returns the overflow counts of segment id.
+func (t *u64Table) segOvf(id uint32) *[segGroups]uint8 {
+	return (*[segGroups]uint8)(t.ovf[int(id)*segGroups:])
 }
 
 // setTag sets slot i's tag in tags.
@@ -146,18 +149,20 @@ func (t *u64Table) len() int {
 func (t *u64Table) find(key uint64) (*dirEntry, int) {
 	m := mixKey(key)
 	e := t.entry(m)
-	tags, tag := t.segTags(e.id), tagOf(key)
-	for g := segGroup(m, e.depth); ; g = (g + 1) & (segGroups - 1) {
-		w := tags[g]
-		for mm := matchTag(w, tag); mm != 0; mm &= mm - 1 {
+	tags, ovf, tag := t.segTags(e.id), t.segOvf(e.id), tagOf(key)
+	g := segGroup(m, e.depth)
+	for range segGroups {
+		for mm := matchTag(tags[g], tag); mm != 0; mm &= mm - 1 {
 			if i := g*8 + firstByte(mm); e.at(i).key == key {
 				return e, i
 			}
 		}
-		if hasEmpty(w) {
-			return e, -1
+		if ovf[g] == 0 {
+			break
 		}
+		g = (g + 1) & (segGroups - 1)
 	}
+	return e, -1
 }
 
 func (t *u64Table) get(key uint64) (uint64, bool) {
@@ -195,53 +200,40 @@ func (t *u64Table) slot(key uint64) (v *uint64, had bool) {
 	m, tag := mixKey(key), tagOf(key)
 	for {
 		e := t.entry(m)
-		tags := t.segTags(e.id)
-		free := -1 // the first empty or deleted slot on key's probe path
-		for g := segGroup(m, e.depth); ; g = (g + 1) & (segGroups - 1) {
-			w := tags[g]
-			for mm := matchTag(w, tag); mm != 0; mm &= mm - 1 {
+		tags, ovf := t.segTags(e.id), t.segOvf(e.id)
+		g := segGroup(m, e.depth)
+		for range segGroups { // every group's count may be above 0
+			for mm := matchTag(tags[g], tag); mm != 0; mm &= mm - 1 {
 				if s := e.at(g*8 + firstByte(mm)); s.key == key {
 					return &s.val, true
 				}
 			}
-			if f := matchFree(w); free < 0 && f != 0 {
-				free = g*8 + firstByte(f)
-			}
-			if hasEmpty(w) {
+			if ovf[g] == 0 {
 				break
 			}
+			g = (g + 1) & (segGroups - 1)
 		}
 		if t.over != nil {
 			if v, ok := t.over[key]; ok {
 				return v, true
 			}
 		}
-		id := e.id
-		reuse := tags[free>>3]>>(uint(free&7)*8)&0xff == tagDeleted
-		if reuse || t.counts[id]+t.dead[id] < segMaxUsed {
-			if reuse {
-				t.dead[id]--
-			}
-			setTag(tags, free, tag)
-			s := e.at(free)
-			*s = oaSlot{key: key}
-			t.counts[id]++
+		if t.counts[e.id] < segMaxKeys {
+			r := segRef{e: e, tags: tags, ovf: ovf}
+			s := r.insert(oaSlot{key: key}, m, tag)
+			t.counts[e.id]++
 			t.count++
 			return &s.val, false
 		}
-		switch {
-		case t.dead[id] >= segMaxUsed/4:
-			t.rehash(e)
-		case e.depth == t.depth && 2*len(t.dir) > maxDirPerSeg*len(t.counts):
+		if e.depth == t.depth && 2*len(t.dir) > maxDirPerSeg*len(t.counts) {
 			if t.over == nil {
 				t.over = map[uint64]*uint64{}
 			}
 			v := new(uint64)
 			t.over[key] = v
 			return v, false
-		default:
-			t.split(m)
 		}
+		t.split(m)
 	}
 }
 
@@ -265,8 +257,8 @@ func (t *u64Table) split(m uint64) {
 	lo := dirEntry{slots: e.slots, id: e.id, depth: d + 1}
 	hi := dirEntry{slots: newSegment(), id: uint32(len(t.counts)), depth: d + 1}
 	t.counts = append(t.counts, 0)
-	t.dead = append(t.dead, 0)
 	t.tags = append(t.tags, make([]uint64, segGroups)...)
+	t.ovf = append(t.ovf, make([]uint8, segGroups)...)
 	for j := start; j < start+span; j++ {
 		if j < start+span/2 {
 			t.dir[j] = lo
@@ -274,53 +266,57 @@ func (t *u64Table) split(m uint64) {
 			t.dir[j] = hi
 		}
 	}
-	t.refill(&e, func(sm uint64) *dirEntry {
-		if (sm<<d)>>63 == 1 {
-			return &hi
-		}
-		return &lo
-	})
-}
-
-// rehash puts the keys of e's segment back in it, which clears its
-// deleted tags.
-func (t *u64Table) rehash(e *dirEntry) {
-	ee := *e
-	t.refill(&ee, func(uint64) *dirEntry { return &ee })
-}
-
-// refill empties e's segment and inserts its keys again, each in the
-// segment to picks by its mix.
-func (t *u64Table) refill(e *dirEntry, to func(m uint64) *dirEntry) {
 	seg := (*[segSlots]oaSlot)(e.slots)
 	old, oldTags := *seg, *t.segTags(e.id)
 	clear(seg[:])
 	clear(t.segTags(e.id)[:])
-	t.counts[e.id], t.dead[e.id] = 0, 0
+	clear(t.segOvf(e.id)[:])
+	t.counts[e.id] = 0
+	into := [2]segRef{t.ref(&lo), t.ref(&hi)}
 	for g, w := range oldTags {
 		for full := w & tagMSB; full != 0; full &= full - 1 {
 			b := firstByte(full)
 			s := old[g*8+b]
 			sm := mixKey(s.key)
-			t.insertNew(to(sm), s, sm, w>>(uint(b)*8)&0xff)
+			into[(sm<<d)>>63].insert(s, sm, w>>(uint(b)*8)&0xff)
 		}
 	}
+	t.counts[lo.id], t.counts[hi.id] = into[0].n, into[1].n
 }
 
-// insertNew puts s, whose key the segment of e lacks, with its tag in
-// that segment, which has room for it and no deleted tags.
-func (t *u64Table) insertNew(e *dirEntry, s oaSlot, m, tag uint64) {
-	tags := t.segTags(e.id)
-	g := segGroup(m, e.depth)
-	f := matchFree(tags[g])
+// A segRef is a segment with its tags and overflow counts, and a count of
+// the keys insert put in it.
+type segRef struct {
+	e    *dirEntry
+	tags *[segGroups]uint64
+	ovf  *[segGroups]uint8
+	n    int32
+}
+
+func (t *u64Table) ref(e *dirEntry) segRef {
+	return segRef{e: e, tags: t.segTags(e.id), ovf: t.segOvf(e.id)}
+}
+
+// insert puts s, whose key the segment lacks and whose mix is m, with its
+// tag in the first group from its home with an empty slot, counting it in
+// the overflow of the groups before, and returns the slot. The segment
+// must have room for it.
+func (r *segRef) insert(s oaSlot, m, tag uint64) *oaSlot {
+	g := segGroup(m, r.e.depth)
+	f := matchEmpty(r.tags[g])
 	for f == 0 {
+		if r.ovf[g] != ovfSticky {
+			r.ovf[g]++
+		}
 		g = (g + 1) & (segGroups - 1)
-		f = matchFree(tags[g])
+		f = matchEmpty(r.tags[g])
 	}
 	i := g*8 + firstByte(f)
-	setTag(tags, i, tag)
-	*e.at(i) = s
-	t.counts[e.id]++
+	setTag(r.tags, i, tag)
+	p := r.e.at(i)
+	*p = s
+	r.n++
+	return p
 }
 
 // remove deletes key and returns its value, if it was there.
@@ -333,16 +329,13 @@ func (t *u64Table) remove(key uint64) (uint64, bool) {
 	var v uint64
 	if e, i := t.find(key); i >= 0 {
 		v = e.at(i).val
-		// A group with an empty tag ends every probe that reaches it, so
-		// none went on past it to a key beyond: the slot can be empty
-		// again. Otherwise a probe may pass it, and it is only deleted.
-		tags := t.segTags(e.id)
-		if hasEmpty(tags[i>>3]) {
-			setTag(tags, i, tagEmpty)
-		} else {
-			setTag(tags, i, tagDeleted)
-			t.dead[e.id]++
+		ovf := t.segOvf(e.id)
+		for g := segGroup(mixKey(key), e.depth); g != i>>3; g = (g + 1) & (segGroups - 1) {
+			if ovf[g] != ovfSticky {
+				ovf[g]--
+			}
 		}
+		setTag(t.segTags(e.id), i, 0)
 		t.counts[e.id]--
 		t.count--
 	} else if p, ok := t.over[key]; ok {
@@ -353,7 +346,7 @@ func (t *u64Table) remove(key uint64) (uint64, bool) {
 	}
 	// Rebuilding at a quarter of the least load a split leaves gives
 	// segments at least twice as full, so churn does not rebuild it again.
-	if len(t.counts) > 1 && (t.count+len(t.over))*8 < len(t.counts)*segMaxUsed {
+	if len(t.counts) > 1 && (t.count+len(t.over))*8 < len(t.counts)*segMaxKeys {
 		t.rebuild()
 	}
 	return v, true
@@ -404,5 +397,5 @@ func (t *u64Table) prefetch(keys []uint64, at []unsafe.Pointer) []unsafe.Pointer
 
 // bytes is the memory of the segments and the directory.
 func (t *u64Table) bytes() int {
-	return len(t.counts)*(segSlots*17+8) + len(t.dir)*int(unsafe.Sizeof(dirEntry{})) + len(t.over)*48
+	return len(t.counts)*(segSlots*16+segSlots+segGroups+4) + len(t.dir)*int(unsafe.Sizeof(dirEntry{})) + len(t.over)*48
 }
