@@ -642,7 +642,7 @@ func checkOverflow(t *testing.T, tb *u64Table) {
 	for j := 0; j < len(tb.dir); j += 1 << (tb.depth - tb.dir[j].depth) {
 		e := &tb.dir[j]
 		var want [segGroups]int
-		tags := tb.segTags(e.id)
+		tags := &e.meta.tags
 		for i := range segSlots {
 			if tags[i>>3]>>(uint(i&7)*8)&0x80 == 0 {
 				continue
@@ -651,7 +651,7 @@ func checkOverflow(t *testing.T, tb *u64Table) {
 				want[g]++
 			}
 		}
-		for g, got := range tb.segOvf(e.id) {
+		for g, got := range e.meta.ovf {
 			if int(got) != want[g] && (got != ovfSticky || want[g] < ovfSticky) {
 				t.Fatalf("segment %d group %d: overflow %d, %d keys passed it", e.id, g, got, want[g])
 			}

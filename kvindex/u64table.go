@@ -13,16 +13,19 @@ import (
 // bits after those pick the home group of eight slots in it. Beside the
 // slots, every slot has a tag byte (empty, or seven bits of a second hash
 // of its key), and every group an overflow count: how many keys probed
-// past it to a later group. A segment's tags (512 bytes)
-// and counts (64) lie in two arrays per table, so that the tags and
-// counts of a whole table stay in the cache where its slots do not. A
-// probe reads its group's eight tags as one word, touches a slot only
-// where a tag matches, and goes on to the next group only while the
-// group's overflow count is not 0. Storing a key the table lacks (most
-// of applying) reads no slot at all, only writes one; removing one reads
-// the one slot it empties, and leaves no tombstone: it counts down the
-// groups its key had passed. (An overflow count that reaches 255 stays
-// there until the segment is next refilled.)
+// past it to a later group. A segment's tags and counts (576 bytes) lie
+// apart from its slots, so that those of a whole table stay in the cache
+// where its slots do not. A probe reads its group's eight tags as one
+// word, touches a slot only where a tag matches, and goes on to the next
+// group only while the group's overflow count is not 0. Storing a key the
+// table lacks reads no slot, only writes one; removing one reads the one
+// slot it empties and leaves no tombstone: it counts down the groups its
+// key had passed. (An overflow count that reaches 255 stays there until
+// the segment is next refilled.) Beside the slot a key's probe always
+// touches, that is one more cache line per key, the tags': a gain where
+// the slots would have taken two lines or the tags are cached and the
+// slots not (large events into large tables), a small loss where both
+// are cold (single blocks into tables nobody touched for a while).
 //
 // A full segment splits in two by its next bit, moving at most 448 keys
 // between two segments that are in cache. One big slice instead rehashes
@@ -32,15 +35,10 @@ import (
 // 224 to 448 keys once split, 19 to 39 bytes a key. The table rebuilds
 // itself smaller when under a quarter of that load.
 type u64Table struct {
-	dir    []dirEntry // 1<<depth entries
-	counts []int32    // keys in each segment, by number
-	// tags holds each segment's 512 tags, segGroups words by number;
-	// byte j of word g (j counted from the low end) tags slot 8g+j.
-	tags []uint64
-	// ovf holds each segment's overflow counts, segGroups bytes by number.
-	ovf     []uint8
-	depth   uint8 // global depth: the mix bits dir is indexed by
-	count   int   // keys in segments
+	dir     []dirEntry // 1<<depth entries
+	counts  []int32    // keys in each segment, by number
+	depth   uint8      // global depth: the mix bits dir is indexed by
+	count   int        // keys in segments
 	zero    uint64
 	hasZero bool
 	// over holds the keys a full segment could not take because splitting
@@ -65,8 +63,17 @@ type dirEntry struct {
 	// whose indexing makes the compiler check it for nil by loading slot
 	// 0, a cache miss of its own.
 	slots unsafe.Pointer
+	meta  *segMeta
 	id    uint32
 	depth uint8
+}
+
+// segMeta is a segment's tags and overflow counts, 576 bytes: byte j of
+// tags[g] (j counted from the low end) tags slot 8g+j, and ovf[g] counts
+// the keys that probed past group g.
+type segMeta struct {
+	tags [segGroups]uint64
+	ovf  [segGroups]uint8
 }
 
 // at returns slot i < segSlots of the segment.
@@ -87,8 +94,8 @@ func newSegment() unsafe.Pointer { return unsafe.Pointer(new([segSlots]oaSlot)) 
 
 func newU64Table() *u64Table {
 	return &u64Table{
-		dir:    []dirEntry{{slots: newSegment()}},
-		counts: []int32{0}, tags: make([]uint64, segGroups), ovf: make([]uint8, segGroups),
+		dir:    []dirEntry{{slots: newSegment(), meta: new(segMeta)}},
+		counts: []int32{0},
 	}
 }
 
@@ -120,16 +127,6 @@ func (t *u64Table) entry(m uint64) *dirEntry { return &t.dir[m>>(64-t.depth)] }
 // segGroup is m's home group in a segment of the given depth.
 func segGroup(m uint64, depth uint8) int { return int((m << depth) >> segGroupSh) }
 
-// segTags returns the tags of segment id.
-func (t *u64Table) segTags(id uint32) *[segGroups]uint64 {
-	return (*[segGroups]uint64)(t.tags[int(id)*segGroups:])
-}
-
-// segOvf returns the overflow counts of segment id.
-func (t *u64Table) segOvf(id uint32) *[segGroups]uint8 {
-	return (*[segGroups]uint8)(t.ovf[int(id)*segGroups:])
-}
-
 // setTag sets slot i's tag in tags.
 func setTag(tags *[segGroups]uint64, i int, tag uint64) {
 	w, sh := &tags[i>>3], uint(i&7)*8
@@ -149,7 +146,7 @@ func (t *u64Table) len() int {
 func (t *u64Table) find(key uint64) (*dirEntry, int) {
 	m := mixKey(key)
 	e := t.entry(m)
-	tags, ovf, tag := t.segTags(e.id), t.segOvf(e.id), tagOf(key)
+	tags, ovf, tag := &e.meta.tags, &e.meta.ovf, tagOf(key)
 	g := segGroup(m, e.depth)
 	for range segGroups {
 		for mm := matchTag(tags[g], tag); mm != 0; mm &= mm - 1 {
@@ -198,9 +195,29 @@ func (t *u64Table) slot(key uint64) (v *uint64, had bool) {
 		return &t.zero, had
 	}
 	m, tag := mixKey(key), tagOf(key)
+	// Most keys are new and their home group has room and was never
+	// passed: one tag word read, one slot written.
+	if e := t.entry(m); t.over == nil {
+		g := segGroup(m, e.depth)
+		w := e.meta.tags[g]
+		for mm := matchTag(w, tag); mm != 0; mm &= mm - 1 {
+			if s := e.at(g*8 + firstByte(mm)); s.key == key {
+				return &s.val, true
+			}
+		}
+		if f := matchEmpty(w); f != 0 && e.meta.ovf[g] == 0 && t.counts[e.id] < segMaxKeys {
+			b := firstByte(f)
+			e.meta.tags[g] = w | tag<<(uint(b)*8)
+			s := e.at(g*8 + b)
+			*s = oaSlot{key: key}
+			t.counts[e.id]++
+			t.count++
+			return &s.val, false
+		}
+	}
 	for {
 		e := t.entry(m)
-		tags, ovf := t.segTags(e.id), t.segOvf(e.id)
+		tags, ovf := &e.meta.tags, &e.meta.ovf
 		g := segGroup(m, e.depth)
 		for range segGroups { // every group's count may be above 0
 			for mm := matchTag(tags[g], tag); mm != 0; mm &= mm - 1 {
@@ -219,7 +236,7 @@ func (t *u64Table) slot(key uint64) (v *uint64, had bool) {
 			}
 		}
 		if t.counts[e.id] < segMaxKeys {
-			r := segRef{e: e, tags: tags, ovf: ovf}
+			r := segRef{e: e}
 			s := r.insert(oaSlot{key: key}, m, tag)
 			t.counts[e.id]++
 			t.count++
@@ -254,11 +271,9 @@ func (t *u64Table) split(m uint64) {
 	// The segment's entries: 2^(depth-d) from the one m's top bits pick.
 	span := 1 << (t.depth - d)
 	start := int(m>>(64-t.depth)) &^ (span - 1)
-	lo := dirEntry{slots: e.slots, id: e.id, depth: d + 1}
-	hi := dirEntry{slots: newSegment(), id: uint32(len(t.counts)), depth: d + 1}
+	lo := dirEntry{slots: e.slots, meta: e.meta, id: e.id, depth: d + 1}
+	hi := dirEntry{slots: newSegment(), meta: new(segMeta), id: uint32(len(t.counts)), depth: d + 1}
 	t.counts = append(t.counts, 0)
-	t.tags = append(t.tags, make([]uint64, segGroups)...)
-	t.ovf = append(t.ovf, make([]uint8, segGroups)...)
 	for j := start; j < start+span; j++ {
 		if j < start+span/2 {
 			t.dir[j] = lo
@@ -267,12 +282,11 @@ func (t *u64Table) split(m uint64) {
 		}
 	}
 	seg := (*[segSlots]oaSlot)(e.slots)
-	old, oldTags := *seg, *t.segTags(e.id)
+	old, oldTags := *seg, e.meta.tags
 	clear(seg[:])
-	clear(t.segTags(e.id)[:])
-	clear(t.segOvf(e.id)[:])
+	*e.meta = segMeta{}
 	t.counts[e.id] = 0
-	into := [2]segRef{t.ref(&lo), t.ref(&hi)}
+	into := [2]segRef{{e: &lo}, {e: &hi}}
 	for g, w := range oldTags {
 		for full := w & tagMSB; full != 0; full &= full - 1 {
 			b := firstByte(full)
@@ -284,17 +298,10 @@ func (t *u64Table) split(m uint64) {
 	t.counts[lo.id], t.counts[hi.id] = into[0].n, into[1].n
 }
 
-// A segRef is a segment with its tags and overflow counts, and a count of
-// the keys insert put in it.
+// A segRef is a segment and a count of the keys insert put in it.
 type segRef struct {
-	e    *dirEntry
-	tags *[segGroups]uint64
-	ovf  *[segGroups]uint8
-	n    int32
-}
-
-func (t *u64Table) ref(e *dirEntry) segRef {
-	return segRef{e: e, tags: t.segTags(e.id), ovf: t.segOvf(e.id)}
+	e *dirEntry
+	n int32
 }
 
 // insert puts s, whose key the segment lacks and whose mix is m, with its
@@ -302,17 +309,18 @@ func (t *u64Table) ref(e *dirEntry) segRef {
 // the overflow of the groups before, and returns the slot. The segment
 // must have room for it.
 func (r *segRef) insert(s oaSlot, m, tag uint64) *oaSlot {
+	md := r.e.meta
 	g := segGroup(m, r.e.depth)
-	f := matchEmpty(r.tags[g])
+	f := matchEmpty(md.tags[g])
 	for f == 0 {
-		if r.ovf[g] != ovfSticky {
-			r.ovf[g]++
+		if md.ovf[g] != ovfSticky {
+			md.ovf[g]++
 		}
 		g = (g + 1) & (segGroups - 1)
-		f = matchEmpty(r.tags[g])
+		f = matchEmpty(md.tags[g])
 	}
 	i := g*8 + firstByte(f)
-	setTag(r.tags, i, tag)
+	setTag(&md.tags, i, tag)
 	p := r.e.at(i)
 	*p = s
 	r.n++
@@ -329,13 +337,13 @@ func (t *u64Table) remove(key uint64) (uint64, bool) {
 	var v uint64
 	if e, i := t.find(key); i >= 0 {
 		v = e.at(i).val
-		ovf := t.segOvf(e.id)
+		ovf := &e.meta.ovf
 		for g := segGroup(mixKey(key), e.depth); g != i>>3; g = (g + 1) & (segGroups - 1) {
 			if ovf[g] != ovfSticky {
 				ovf[g]--
 			}
 		}
-		setTag(t.segTags(e.id), i, 0)
+		setTag(&e.meta.tags, i, 0)
 		t.counts[e.id]--
 		t.count--
 	} else if p, ok := t.over[key]; ok {
@@ -366,7 +374,7 @@ func (t *u64Table) each(fn func(key, val uint64)) {
 	}
 	for j := 0; j < len(t.dir); {
 		e := &t.dir[j]
-		tags := t.segTags(e.id)
+		tags := &e.meta.tags
 		for i, s := range (*[segSlots]oaSlot)(e.slots) {
 			if tags[i>>3]>>(uint(i&7)*8)&0x80 != 0 {
 				fn(s.key, s.val)
@@ -389,7 +397,7 @@ func (t *u64Table) prefetch(keys []uint64, at []unsafe.Pointer) []unsafe.Pointer
 		m := mixKey(k)
 		e := t.entry(m)
 		g := segGroup(m, e.depth)
-		at = append(at, unsafe.Pointer(&t.segTags(e.id)[g]), unsafe.Pointer(e.at(g*8)), unsafe.Pointer(e.at(g*8+4)))
+		at = append(at, unsafe.Pointer(&e.meta.tags[g]), unsafe.Pointer(e.at(g*8)), unsafe.Pointer(e.at(g*8+4)))
 	}
 	prefetchPtrs(at)
 	return at
@@ -397,5 +405,5 @@ func (t *u64Table) prefetch(keys []uint64, at []unsafe.Pointer) []unsafe.Pointer
 
 // bytes is the memory of the segments and the directory.
 func (t *u64Table) bytes() int {
-	return len(t.counts)*(segSlots*16+segSlots+segGroups+4) + len(t.dir)*int(unsafe.Sizeof(dirEntry{})) + len(t.over)*48
+	return len(t.counts)*(segSlots*16+int(unsafe.Sizeof(segMeta{}))+4) + len(t.dir)*int(unsafe.Sizeof(dirEntry{})) + len(t.over)*48
 }
