@@ -27,6 +27,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvroute/kvroute/internal/inbox"
 	"github.com/kvroute/kvroute/kvevents/vllmwire"
 	"github.com/kvroute/kvroute/kvindex"
 )
@@ -102,7 +103,7 @@ type Config struct {
 // delivery.
 type Core struct {
 	cfg   Config
-	in    chan Delivery
+	in    *inbox.Queue[Delivery]
 	done  chan struct{}
 	calls chan func()
 	// seqs holds the last sequence number per worker; floor, per worker,
@@ -152,7 +153,7 @@ func New(cfg Config) *Core {
 	}
 	return &Core{
 		cfg:     cfg,
-		in:      make(chan Delivery, cfg.Buffer),
+		in:      inbox.New[Delivery](cfg.Buffer),
 		done:    make(chan struct{}),
 		calls:   make(chan func()),
 		seqs:    map[string]uint64{},
@@ -201,19 +202,46 @@ func (c *Core) run(ctx context.Context) {
 		case <-c.cfg.Hold:
 		}
 	}
+	var batch []Delivery
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case d := <-c.in:
-			c.handle(d)
-			if d.Cursor > 0 {
-				c.cursor.Store(d.Cursor)
+		case <-c.in.Ready():
+			// Everything queued at once: one wake-up for a burst, not
+			// one per batch.
+			batch = c.in.Take(batch)
+			for i, d := range batch {
+				c.handle(d)
+				if d.Cursor > 0 {
+					c.cursor.Store(d.Cursor)
+				}
+				batch[i] = Delivery{}
+				if !c.between(ctx) {
+					return
+				}
 			}
 		case fn := <-c.calls:
 			fn()
 		case cl := <-c.claims:
 			c.claim(cl)
+		}
+	}
+}
+
+// between runs, between two deliveries of a take, what the loop would
+// have run there (a Do, a claim) and reports whether the loop goes on.
+func (c *Core) between(ctx context.Context) bool {
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case fn := <-c.calls:
+			fn()
+		case cl := <-c.claims:
+			c.claim(cl)
+		default:
+			return true
 		}
 	}
 }
@@ -225,27 +253,18 @@ var ErrStopped = errors.New("kv events: core stopped")
 // error is returned) or the core has stopped (ErrStopped). Transports that
 // must not lose a batch (the durable stream, ZMQ feeds) use it.
 func (c *Core) Deliver(ctx context.Context, d Delivery) error {
-	select {
-	case c.in <- d:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-c.done:
+	if err := c.in.Put(ctx, c.done, d); errors.Is(err, inbox.ErrStopped) {
 		return ErrStopped
+	} else if err != nil {
+		return err
 	}
+	return nil
 }
 
 // Offer queues d unless the buffer is full, and reports whether it did. A
 // dropped batch shows as a gap at the worker's next one; the NATS core
 // subscription uses it, as NATS itself drops for a slow consumer.
-func (c *Core) Offer(d Delivery) bool {
-	select {
-	case c.in <- d:
-		return true
-	default:
-		return false
-	}
-}
+func (c *Core) Offer(d Delivery) bool { return c.in.Offer(d) }
 
 // Do runs fn on the loop, between two deliveries, and returns when it has
 // run: fn sees the index and the sequence numbers (worker → last applied)

@@ -36,7 +36,7 @@ var mayImport = map[string][]string{
 	"envoy":       {},
 	"envoy/proxy": {},
 
-	"kvevents":           {"kvindex", "kvevents/vllmwire"},
+	"kvevents":           {"kvindex", "kvevents/vllmwire", "internal/inbox"},
 	"kvevents/vllmwire":  {},
 	"bus":                {"fleet", "kvevents", "kvevents/vllmwire"},
 	"discovery":          {"fleet"},
@@ -57,6 +57,7 @@ var mayImport = map[string][]string{
 	"internal/cli":         {"internal/envflag"},
 	"internal/envflag":     {},
 	"internal/importrules": {},
+	"internal/inbox":       {},
 
 	// Test support: imported by tests, e2e and the peer harnesses only
 	// (TestProductDoesNotCarryTestSupport).
@@ -69,7 +70,7 @@ var mayImport = map[string][]string{
 	"e2e/operator":    nil,
 	"peers/compare":   nil,
 	"peers/tokenizer": {"tokenizer"},
-	"peers/kvindex":   {"kvindex", "kvevents/vllmwire"},
+	"peers/kvindex":   {"kvindex", "kvevents/vllmwire", "internal/inbox"},
 }
 
 // testTooling lists the trees that only test or measure: the test helpers

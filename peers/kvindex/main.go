@@ -80,7 +80,7 @@ func genFile(cfg GenConfig, path string) error {
 func runMeasure(args []string) error {
 	fs := flag.NewFlagSet("measure", flag.ExitOnError)
 	in := fs.String("in", "", "workload file")
-	threads := fs.Int("threads", 1, "goroutines applying and looking up")
+	threads := fs.Int("threads", 1, "goroutines queueing events for the one that applies them, and looking up")
 	minLookup := fs.Duration("min-lookup", 500*time.Millisecond, "least wall time per query case")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of applying and looking up to this file")
 	_ = fs.Parse(args) // ExitOnError: a bad flag exits

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"runtime"
@@ -9,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kvroute/kvroute/internal/inbox"
 	"github.com/kvroute/kvroute/kvevents/vllmwire"
 	"github.com/kvroute/kvroute/kvindex"
 )
@@ -61,10 +63,15 @@ func workerName(i int) string { return fmt.Sprint("w", i) }
 
 const benchModel = "bench-model"
 
-// measureKVIndex drives kvindex.Index with the workload on threads
-// goroutines: applying (each goroutine the events of the workers i with
-// i % threads == its number, in file order), then looking up every query
-// case for at least minLookup of wall time per case.
+// coreBuffer is the event core's default queue (kvevents.Config.Buffer).
+const coreBuffer = 4096
+
+// measureKVIndex drives kvindex.Index with the workload as kvroute's event
+// core does: threads goroutines, like transports, queue the events (each
+// those of the workers i with i % threads == its number, in file order)
+// into the core's queue, and one goroutine takes and applies them. Then it
+// looks up every query case on threads goroutines for at least minLookup
+// of wall time per case.
 func measureKVIndex(w *Workload, threads int, minLookup time.Duration) (Result, error) {
 	res := Result{Side: "kvroute", Index: "kvindex.Index", Workers: w.Workers, Threads: threads, Events: len(w.Events)}
 	// Event batches are built before the clock starts, as decoded events
@@ -124,18 +131,33 @@ func measureKVIndex(w *Workload, threads int, minLookup time.Duration) (Result, 
 	}
 	var failed sync.Map
 	cpu0, wall0 := cpuSeconds(), time.Now()
-	var wg sync.WaitGroup
-	for _, lane := range lanes {
-		wg.Go(func() {
-			for _, it := range lane {
+	applied := make(chan struct{})
+	q := inbox.New[item](coreBuffer)
+	go func() {
+		defer close(applied)
+		var batch []item
+		for n := 0; n < len(w.Events); {
+			<-q.Ready()
+			batch = q.Take(batch)
+			for _, it := range batch {
 				st := ix.Apply(it.worker, it.batch)
 				if st.UnknownParent+st.UnknownRemoved+st.Malformed > 0 {
 					failed.Store(it.worker, st)
 				}
 			}
+			n += len(batch)
+		}
+	}()
+	var wg sync.WaitGroup
+	for _, lane := range lanes {
+		wg.Go(func() {
+			for _, it := range lane {
+				_ = q.Put(context.Background(), nil, it)
+			}
 		})
 	}
 	wg.Wait()
+	<-applied
 	res.ApplyWall = time.Since(wall0).Seconds()
 	res.ApplyCPU = cpuSeconds() - cpu0
 	bad := 0
