@@ -303,6 +303,10 @@ func (c *Core) Resume(ctx context.Context, worker string) (seq uint64, ok bool) 
 // Done is closed once the loop has stopped after its context ended.
 func (c *Core) Done() <-chan struct{} { return c.done }
 
+// Queued is the number of deliveries waiting for the loop: at Config.Buffer
+// Offer drops and Deliver waits.
+func (c *Core) Queued() int { return c.in.Len() }
+
 // Stats returns the running totals.
 func (c *Core) Stats() Stats {
 	s := &c.stats

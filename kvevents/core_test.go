@@ -114,6 +114,9 @@ func TestCoreHoldSeedAndResume(t *testing.T) {
 	if core.Stats().Batches != 0 {
 		t.Fatal("a held core applied a batch")
 	}
+	if n := core.Queued(); n != 2 {
+		t.Fatalf("a held core has %d deliveries queued, want the 2 delivered", n)
+	}
 	core.Seed(map[string]uint64{"w": 4})
 	close(hold)
 	if seq, ok := core.Resume(ctx, "w"); !ok || seq != 4 {
@@ -121,6 +124,9 @@ func TestCoreHoldSeedAndResume(t *testing.T) {
 	}
 	deliver(5)
 	settle(t, core, 3)
+	if n := core.Queued(); n != 0 {
+		t.Fatalf("%d deliveries still queued after all were handled", n)
+	}
 	if got := view(ix, "w", 0, 6); len(got.held) != 1 || got.held[0] != 5 || got.stale {
 		t.Fatalf("view = %+v, want only batch 5: 3 and 4 are the snapshot's", got)
 	}

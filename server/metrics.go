@@ -278,12 +278,13 @@ var (
 	descPass     = prometheus.NewDesc("kvroute_worker_prefill_shared_pass_seconds", "Extra time of each prefill pass run beside other active requests on the worker, as learned: what sharing the engine adds beyond the KV the decodes read.", []string{"worker"}, nil)
 	descChurn    = prometheus.NewDesc("kvroute_worker_cache_churn_tokens", "Uncached prompt tokens routed to the worker lately, halved every minute: how fast its cache turns over.", []string{"worker"}, nil)
 	descQueue    = prometheus.NewDesc("kvroute_queue_depth", "Requests waiting in the admission queue.", nil, nil)
+	descEvQueue  = prometheus.NewDesc("kvroute_kv_event_queue_depth", "KV event batches waiting to be applied to the index; when full, the NATS subscription drops batches (gaps) and the other transports wait.", nil, nil)
 	descMode     = prometheus.NewDesc("kvroute_router_mode", "The router mode in use (value 1).", []string{"mode"}, nil)
 	descReadyDsc = prometheus.NewDesc("kvroute_ready", "1 when the router is ready to route.", nil, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descEntries, descBlocks, descBytes, descApprox, descWorkers, descActive, descActBlk, descPrefill, descRate, descOverhead, descBacklog, descContext, descPass, descChurn, descQueue, descMode, descReadyDsc} {
+	for _, d := range []*prometheus.Desc{descEntries, descBlocks, descBytes, descApprox, descWorkers, descActive, descActBlk, descPrefill, descRate, descOverhead, descBacklog, descContext, descPass, descChurn, descQueue, descEvQueue, descMode, descReadyDsc} {
 		ch <- d
 	}
 }
@@ -295,6 +296,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descBlocks, prometheus.GaugeValue, float64(st.Blocks))
 	ch <- prometheus.MustNewConstMetric(descBytes, prometheus.GaugeValue, float64(st.Bytes))
 	ch <- prometheus.MustNewConstMetric(descApprox, prometheus.GaugeValue, float64(r.approx.Len()))
+	if r.events != nil {
+		ch <- prometheus.MustNewConstMetric(descEvQueue, prometheus.GaugeValue, float64(r.events.Queued()))
+	}
 	stale := 0
 	for _, w := range st.PerWorker {
 		if w.Stale {

@@ -260,7 +260,7 @@ func TestRouterEventsOverNATSChangeTheNextDecision(t *testing.T) {
 		text := get(t, base+"/metrics", 200)
 		for _, want := range []string{`kvroute_requests_total{mode="kv",model="Qwen/Qwen3-8B",outcome="routed",worker="` + target + `"}`,
 			"kvroute_decision_duration_seconds_bucket", `kvroute_kv_events_total{outcome="applied",type="BlockStored"} 1`,
-			"kvroute_index_entries", `kvroute_workers{state="ready"} 3`, "kvroute_extproc_streams_total",
+			"kvroute_index_entries", "kvroute_kv_event_queue_depth 0", `kvroute_workers{state="ready"} 3`, "kvroute_extproc_streams_total",
 			`kvroute_worker_prefill_rate_tokens_per_second{worker="w2"}`, `kvroute_worker_prefill_backlog_tokens{worker="w2"}`,
 			`kvroute_worker_prefill_context_seconds{worker="w2"}`, `kvroute_worker_prefill_shared_pass_seconds{worker="w2"}`, `kvroute_worker_cache_churn_tokens{worker="w2"}`} {
 			if !strings.Contains(text, want) {
