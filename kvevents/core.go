@@ -231,18 +231,28 @@ func (c *Core) run(ctx context.Context) {
 
 // between runs, between two deliveries of a take, what the loop would
 // have run there (a Do, a claim) and reports whether the loop goes on.
+// One channel per select: a select of one case and a default looks at an
+// empty channel without locking it.
 func (c *Core) between(ctx context.Context) bool {
 	for {
 		select {
 		case <-ctx.Done():
 			return false
+		default:
+		}
+		select {
 		case fn := <-c.calls:
 			fn()
+			continue
+		default:
+		}
+		select {
 		case cl := <-c.claims:
 			c.claim(cl)
+			continue
 		default:
-			return true
 		}
+		return true
 	}
 }
 
