@@ -38,7 +38,9 @@ func BenchmarkCoreDeliver(b *testing.B) {
 	}
 	// payloads[w][k] stores set k of worker w and removes set k-1, so that
 	// the index holds one set per worker.
-	hash := func(w, k, j int) vllmwire.EngineHash { return vllmwire.HashUint(uint64(w)<<32 | uint64(k)<<8 | uint64(j) + 1) }
+	hash := func(w, k, j int) vllmwire.EngineHash {
+		return vllmwire.HashUint(uint64(w)<<32 | uint64(k)<<8 | uint64(j) + 1)
+	}
 	payloads := make([][][]byte, workers)
 	for w := range payloads {
 		for k := range ring {

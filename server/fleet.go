@@ -18,15 +18,16 @@ type roster struct {
 	blockSize int // overrides the records' block size when > 0
 	log       *slog.Logger
 	// listeners are the parts of the router that mirror the fleet: the
-	// scoring pool, the KV index, the approximate index, the xDS pusher.
-	// The roster calls them under its lock, so calls arrive in discovery
-	// order.
+	// scoring pool, the xDS pusher, the engine feeds, a cold start's
+	// resync. The roster calls them under its lock, so calls arrive in
+	// discovery order.
 	listeners []fleet.Sink
 	// kept are listeners whose state outlives a lease flap: on a removal
 	// they hear of it only after flapGrace, and not at all when the same
 	// worker (same model, block size and address) comes back first. The
 	// KV index is one: an etcd lease that lapses and is re-granted would
-	// otherwise purge every block the worker still holds.
+	// otherwise purge every block the worker still holds. They hear of an
+	// upsert before the listeners (upsert).
 	kept      []fleet.Sink
 	flapGrace time.Duration
 
@@ -110,12 +111,7 @@ func (f *roster) learnBlockSize(id string, n int) bool {
 	}
 	f.engineBlock[id] = n
 	spec := f.spec(rec)
-	for _, l := range f.listeners {
-		l.Upsert(spec)
-	}
-	for _, l := range f.kept {
-		l.Upsert(spec)
-	}
+	f.upsert(spec)
 	f.log.Warn("the worker's engine uses another KV block size than its record says; routing with the engine's",
 		"worker", id, "configured_block_size", configured, "engine_block_size", n)
 	if f.learned != nil {
@@ -133,6 +129,20 @@ func (f *roster) forgetBlockSize(id string) {
 	delete(f.engineBlock, id)
 	if f.learned != nil {
 		f.learned(id, 0)
+	}
+}
+
+// upsert tells every listener of spec: the kept ones (the KV indexes)
+// first, so that the index knows the worker before a listener starts its
+// events (an engine feed) or asks for them (a cold start's resync): the
+// event core drops a batch for a worker the index does not know. Caller
+// holds mu.
+func (f *roster) upsert(spec fleet.Worker) {
+	for _, l := range f.kept {
+		l.Upsert(spec)
+	}
+	for _, l := range f.listeners {
+		l.Upsert(spec)
 	}
 }
 
@@ -155,12 +165,7 @@ func (f *roster) Upsert(rec fleet.Worker) {
 			}
 		}
 	}
-	for _, l := range f.listeners {
-		l.Upsert(spec)
-	}
-	for _, l := range f.kept {
-		l.Upsert(spec)
-	}
+	f.upsert(spec)
 	if !known {
 		f.log.Info("worker added", "worker", rec.ID, "model", rec.Model, "address", rec.Address, "cluster", rec.ClusterName())
 	} else if fmt.Sprint(old) != fmt.Sprint(rec) {

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/kvroute/kvroute/fleet"
+	"github.com/kvroute/kvroute/kvindex"
 )
 
 // specListener keeps the last spec each worker was upserted with.
@@ -50,5 +51,38 @@ func TestFleetLearnsTheEnginesBlockSize(t *testing.T) {
 	f.Upsert(rec)
 	if pool["w"].BlockSize != 16 {
 		t.Fatalf("a worker that came back starts from its record's block size, got %d", pool["w"].BlockSize)
+	}
+}
+
+// indexFirst is a listener that checks, when told of a worker, that the
+// KV index already knows it, as an engine feed or a cold start's resync
+// needs: the event core drops a batch for a worker the index lacks.
+type indexFirst struct {
+	ix     *kvindex.Index
+	missed []string
+}
+
+func (l *indexFirst) Upsert(w fleet.Worker) {
+	if !l.ix.HasWorker(w.ID) {
+		l.missed = append(l.missed, w.ID)
+	}
+}
+func (l *indexFirst) Remove(string) {}
+
+// Every way a worker reaches the roster (discovery, the engine's block
+// size, a restored state file) tells the index before the other listeners.
+func TestFleetTellsTheIndexFirst(t *testing.T) {
+	ix := kvindex.New(kvindex.Config{})
+	check := &indexFirst{ix: ix}
+	f := &roster{log: slog.New(slog.DiscardHandler), records: map[string]fleet.Worker{},
+		listeners: []fleet.Sink{check}, kept: []fleet.Sink{indexListener{ix}}}
+	f.Upsert(fleet.Worker{ID: "w", Model: "m", Address: "10.0.0.1:8000", BlockSize: 16})
+	f.learnBlockSize("w", 32)
+	f.restore([]fleet.Worker{{ID: "r", Model: "m", Address: "10.0.0.2:8000", BlockSize: 16}})
+	if len(check.missed) > 0 {
+		t.Fatalf("listeners heard of %v before the index knew them", check.missed)
+	}
+	if !ix.HasWorker("r") {
+		t.Fatal("the restored worker is not in the index")
 	}
 }

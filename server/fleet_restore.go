@@ -22,12 +22,7 @@ func (f *roster) restore(recs []fleet.Worker) {
 		f.records[rec.ID] = rec
 		f.restored[rec.ID] = true
 		spec := f.spec(rec)
-		for _, l := range f.listeners {
-			l.Upsert(spec)
-		}
-		for _, l := range f.kept {
-			l.Upsert(spec)
-		}
+		f.upsert(spec)
 	}
 }
 
