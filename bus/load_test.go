@@ -125,7 +125,7 @@ func TestRestartedWorkerLosesItsCreditAtItsFirstLoadReport(t *testing.T) {
 		}
 	}
 	prompt := promptHashes(1, 6)
-	held := func() int { return ix.Match(prompt, []string{"w0"}, nil)[0].Blocks }
+	held := func() int { return int(ix.Match(prompt, []string{"w0"}, nil)[0].Blocks) }
 
 	// The first process: three batches, its reports counting them.
 	for seq := range 3 {

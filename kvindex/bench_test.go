@@ -176,7 +176,7 @@ func BenchmarkMatch(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				out = f.ix.Match(tc.prompts[i%len(tc.prompts)], f.workers, out)
 				for _, r := range out {
-					matched = max(matched, r.Blocks)
+					matched = max(matched, int(r.Blocks))
 				}
 			}
 			b.StopTimer()

@@ -238,7 +238,7 @@ func TestMatchAgreesWithReferenceOnEvictionStreams(t *testing.T) {
 				got := ix.Match(prompt, workers, nil)
 				for i, r := range got {
 					wb, wc := ref.match(workers[i], prompt)
-					if r.Blocks != wb || r.Cached != wc {
+					if int(r.Blocks) != wb || int(r.Cached) != wc {
 						t.Fatalf("step %d: %s matched %d cached %d, reference %d cached %d", step, workers[i], r.Blocks, r.Cached, wb, wc)
 					}
 					if wb > 20 {
@@ -259,7 +259,7 @@ func TestInteriorRemovalEndsTheMatchUntilStoredAgain(t *testing.T) {
 	ix.AddWorker("w", testModel, testBS)
 	ix.Apply("w", vllmwire.EventBatch{Events: []vllmwire.Event{storeEv(0, 0, 40)}})
 	prompt := promptHashes(0, 40)
-	match := func() int { return ix.Match(prompt, []string{"w"}, nil)[0].Blocks }
+	match := func() int { return int(ix.Match(prompt, []string{"w"}, nil)[0].Blocks) }
 	if n := match(); n != 40 {
 		t.Fatalf("whole chain: matched %d, want 40", n)
 	}

@@ -322,7 +322,8 @@ func (ix *Index) Match(hashes []uint64, candidates []string, out []MatchResult) 
 	if ix.nOff > 0 {
 		for i, s := range slots {
 			if s >= 0 && ix.hot[s].off {
-				out[i].HostBlocks, out[i].DiskBlocks = ix.slots[s].offTiers(hashes[out[i].Blocks:])
+				h, d := ix.slots[s].offTiers(hashes[out[i].Blocks:])
+				out[i].HostBlocks, out[i].DiskBlocks = int32(h), int32(d)
 			}
 		}
 	}

@@ -273,10 +273,10 @@ func TestApplySemantics(t *testing.T) {
 				if r.Worker != cands[i] {
 					t.Errorf("result %d is for %q, want %q", i, r.Worker, cands[i])
 				}
-				if r.Blocks != tt.want[r.Worker] {
+				if int(r.Blocks) != tt.want[r.Worker] {
 					t.Errorf("%s matched %d blocks, want %d", r.Worker, r.Blocks, tt.want[r.Worker])
 				}
-				if c, ok := tt.cached[r.Worker]; ok && r.Cached != c {
+				if c, ok := tt.cached[r.Worker]; ok && int(r.Cached) != c {
 					t.Errorf("%s caches %d blocks, want %d", r.Worker, r.Cached, c)
 				}
 				if r.Known != (r.Worker != "ghost") {
@@ -311,7 +311,7 @@ func TestMatchWithNilCandidatesCoversEveryWorker(t *testing.T) {
 		if r.Worker == "b" {
 			want = 3
 		}
-		if r.Blocks != want || !r.Known {
+		if int(r.Blocks) != want || !r.Known {
 			t.Errorf("%+v, want %d blocks", r, want)
 		}
 	}
@@ -376,7 +376,7 @@ func TestManyWorkersSpanSeveralWords(t *testing.T) {
 	}
 	res := ix.Match(promptHashes(1, 8), names, nil)
 	for i, r := range res {
-		if r.Blocks != 1+i%7 {
+		if int(r.Blocks) != 1+i%7 {
 			t.Fatalf("%s matched %d, want %d", r.Worker, r.Blocks, 1+i%7)
 		}
 	}
@@ -395,7 +395,7 @@ func TestMatchCountsOffloadedTiersAfterTheDevicePrefix(t *testing.T) {
 	check := func(what string, blocks, host, disk int) {
 		t.Helper()
 		got := ix.Match(prompt, []string{"w0", "w1"}, nil)
-		if got[0].Blocks != blocks || got[0].HostBlocks != host || got[0].DiskBlocks != disk {
+		if int(got[0].Blocks) != blocks || int(got[0].HostBlocks) != host || int(got[0].DiskBlocks) != disk {
 			t.Fatalf("%s: w0 device %d host %d disk %d, want %d %d %d", what, got[0].Blocks, got[0].HostBlocks, got[0].DiskBlocks, blocks, host, disk)
 		}
 		if got[1].HostBlocks != 0 || got[1].DiskBlocks != 0 {

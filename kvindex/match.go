@@ -8,14 +8,14 @@ type MatchResult struct {
 	// Worker is the worker id (the candidate at the same position).
 	Worker string
 	// Blocks is the number of consecutive leading prompt blocks held.
-	Blocks int
+	Blocks int32
 	// Cached is the worker's total device blocks, for tie-breaks.
-	Cached int
+	Cached int32
 	// HostBlocks and DiskBlocks count the blocks right after the device
 	// prefix that the worker holds in host memory, then on other media
 	// (disk): offloaded KV that loads faster than it computes. The
 	// approximate index leaves them 0.
-	HostBlocks, DiskBlocks int
+	HostBlocks, DiskBlocks int32
 	// Known is false when the index has no such worker; Blocks and Cached
 	// are then 0.
 	Known bool
@@ -30,8 +30,8 @@ type MatchResult struct {
 // forwarding: for 64 candidates that was most of Match's fixed cost.
 func (r *MatchResult) reset(worker string, known, stale bool, cached, blocks int) {
 	r.Worker = worker
-	r.Blocks = blocks
-	r.Cached = cached
+	r.Blocks = int32(blocks)
+	r.Cached = int32(cached)
 	r.HostBlocks = 0
 	r.DiskBlocks = 0
 	r.Known = known

@@ -166,7 +166,7 @@ func testAgainstReference(t *testing.T, seed uint64, nworkers, steps int) {
 				if wb > 0 {
 					nonzero++
 				}
-				if r.Blocks != wb || r.Cached != wc {
+				if int(r.Blocks) != wb || int(r.Cached) != wc {
 					t.Fatalf("step %d: %s matched %d cached %d, reference %d cached %d",
 						step, r.Worker, r.Blocks, r.Cached, wb, wc)
 				}
@@ -229,7 +229,7 @@ func TestConcurrentApplyAndMatch(t *testing.T) {
 				}
 				out = ix.Match(prompt, cands, out)
 				for _, r := range out {
-					if r.Blocks < 0 || r.Blocks > len(prompt) || r.Blocks > r.Cached {
+					if int(r.Blocks) < 0 || int(r.Blocks) > len(prompt) || int(r.Blocks) > int(r.Cached) {
 						t.Errorf("impossible result %+v", r)
 						return
 					}
@@ -257,7 +257,7 @@ func TestConcurrentApplyAndMatch(t *testing.T) {
 	readers.Wait()
 	res := ix.Match(prompt, []string{"w0", "w1", "w2", "w3", "churn"}, nil)
 	for i := 0; i < writers; i++ {
-		if res[i].Blocks != 4+i || res[i].Cached != 4+i {
+		if int(res[i].Blocks) != 4+i || int(res[i].Cached) != 4+i {
 			t.Errorf("w%d ends with %+v, want %d blocks", i, res[i], 4+i)
 		}
 	}

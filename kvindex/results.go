@@ -63,7 +63,7 @@ func (c *templateCache) update(slot int, h workerHot) {
 		return
 	}
 	r := &t.out[t.pos[slot]]
-	r.Cached, r.Stale = h.blocks, h.stale
+	r.Cached, r.Stale = int32(h.blocks), h.stale
 }
 
 // fill writes the results of the template's candidates, whose depths by
@@ -75,7 +75,7 @@ func (t *resultTemplate) fill(out []MatchResult, depth, touched []int32) {
 	if touched != nil {
 		for _, s := range touched {
 			if p := pos[s]; p >= 0 {
-				out[p].Blocks = int(depth[s])
+				out[p].Blocks = depth[s]
 			}
 		}
 		return
@@ -83,7 +83,7 @@ func (t *resultTemplate) fill(out []MatchResult, depth, touched []int32) {
 	for s, d := range depth {
 		if d != 0 {
 			if p := pos[s]; p >= 0 {
-				out[p].Blocks = int(d)
+				out[p].Blocks = d
 			}
 		}
 	}

@@ -386,11 +386,11 @@ func (p *Picker) overlap(ctx context.Context, r *scoring.Scheduler, pl *plan, sa
 				// A stale view (a gap in the worker's events, awaiting its
 				// resync) may hold blocks the worker evicted: its overlap is
 				// unknown, so it gets no credit rather than a wrong one.
-				pl.cands[j].CachedBlocks, pl.cands[j].Stale = res[k].Cached, true
+				pl.cands[j].CachedBlocks, pl.cands[j].Stale = int(res[k].Cached), true
 				continue
 			}
-			pl.cands[j].MatchedBlocks, pl.cands[j].CachedBlocks = res[k].Blocks, res[k].Cached
-			pl.cands[j].HostBlocks, pl.cands[j].DiskBlocks = res[k].HostBlocks, res[k].DiskBlocks
+			pl.cands[j].MatchedBlocks, pl.cands[j].CachedBlocks = int(res[k].Blocks), int(res[k].Cached)
+			pl.cands[j].HostBlocks, pl.cands[j].DiskBlocks = int(res[k].HostBlocks), int(res[k].DiskBlocks)
 		}
 	}
 	return nil

@@ -176,7 +176,7 @@ func TestDurableEventsRecoverFromSnapshotThenStream(t *testing.T) {
 	if st := b.events.Stats(); st.Gaps != 0 || st.Restarts != 0 || st.Duplicates != 1 {
 		t.Fatalf("recovered replica's consumer %+v, want no gap or restart and the repeated batch skipped", st)
 	}
-	if got, want := b.Index().Match(kvindex.HashBlocks(kvindex.Seed(model, "", ""), p.tokens, 16, nil), []string{"w1"}, nil)[0].Blocks, 4*per; got != want {
+	if got, want := b.Index().Match(kvindex.HashBlocks(kvindex.Seed(model, "", ""), p.tokens, 16, nil), []string{"w1"}, nil)[0].Blocks, int32(4*per); got != want {
 		t.Fatalf("recovered replica matches %d blocks of the prompt on w1, want %d", got, want)
 	}
 

@@ -278,31 +278,32 @@ func answerIndexQuery(ix kvindex.Matcher, targets []indexTarget, q indexQuery) i
 		}
 		res = ix.Match(hashes, ids, res)
 		for k, j := range group {
-			m, t := res[k], targets[j]
+			m, t, id := res[k], targets[j], ids[k]
 			if !m.Known {
 				continue
 			}
 			if m.Stale {
-				out.StaleWorkers = append(out.StaleWorkers, m.Worker)
+				out.StaleWorkers = append(out.StaleWorkers, id)
 				continue
 			}
-			for len(out.Frequencies) < m.Blocks {
+			blocks, host, disk := int(m.Blocks), int(m.HostBlocks), int(m.DiskBlocks)
+			for len(out.Frequencies) < blocks {
 				out.Frequencies = append(out.Frequencies, 0)
 			}
-			for b := range m.Blocks {
+			for b := range blocks {
 				out.Frequencies[b]++
 			}
-			if m.Blocks+m.HostBlocks+m.DiskBlocks == 0 {
+			if blocks+host+disk == 0 {
 				continue
 			}
 			dp := strconv.Itoa(t.spec.DPRank)
-			gpu := m.Blocks * t.blockSize
-			cpu := gpu + m.HostBlocks*t.blockSize
-			disk := cpu + m.DiskBlocks*t.blockSize
+			gpu := blocks * t.blockSize
+			cpu := gpu + host*t.blockSize
+			dsk := cpu + disk*t.blockSize
 			if gpu > 0 {
-				out.Scores[m.Worker] = map[string]int{dp: gpu}
+				out.Scores[id] = map[string]int{dp: gpu}
 			}
-			out.Instances[m.Worker] = instanceTiers{LongestMatched: disk, GPU: gpu, DP: map[string]int{dp: gpu}, CPU: cpu, Disk: disk}
+			out.Instances[id] = instanceTiers{LongestMatched: dsk, GPU: gpu, DP: map[string]int{dp: gpu}, CPU: cpu, Disk: dsk}
 		}
 	}
 	sort.Strings(out.StaleWorkers)

@@ -22,7 +22,7 @@ func TestWorkerRegisteredUnderANewLeaseLosesItsCredit(t *testing.T) {
 		if res[0].Stale {
 			return 0
 		}
-		return res[0].Blocks
+		return int(res[0].Blocks)
 	}
 	if got := credit(); got != rig.blocks {
 		t.Fatalf("w9 credited with %d blocks before the restart, want %d", got, rig.blocks)

@@ -78,7 +78,7 @@ func TestWarmStartLoadsPeerIndexThenLiveTail(t *testing.T) {
 	if st := b.events.Stats(); st.Gaps != 0 || st.Restarts != 0 || st.Duplicates != 1 {
 		t.Fatalf("warm replica's consumer %+v, want no gap or restart and the repeated batch skipped", st)
 	}
-	if got, want := b.Index().Match(kvindex.HashBlocks(kvindex.Seed(model, "", ""), tokens, 16, nil), []string{"w1"}, nil)[0].Blocks, 3*per; got != want {
+	if got, want := b.Index().Match(kvindex.HashBlocks(kvindex.Seed(model, "", ""), tokens, 16, nil), []string{"w1"}, nil)[0].Blocks, int32(3*per); got != want {
 		t.Fatalf("warm replica matches %d blocks of the prompt on w1, want %d", got, want)
 	}
 }
@@ -190,7 +190,7 @@ func TestWarmStartOverZMQResumesAfterThePeersSnapshot(t *testing.T) {
 	if st := b.events.Stats(); st.Fresh != 0 || st.Gaps != 0 || st.Restarts != 0 {
 		t.Fatalf("warm replica's event core %+v: want no fresh start, gap or restart", st)
 	}
-	if got, want := b.Index().Match(kvindex.HashBlocks(kvindex.Seed(model, "", ""), tokens, 16, nil), []string{"w1"}, nil)[0].Blocks, 3*per; got != want {
+	if got, want := b.Index().Match(kvindex.HashBlocks(kvindex.Seed(model, "", ""), tokens, 16, nil), []string{"w1"}, nil)[0].Blocks, int32(3*per); got != want {
 		t.Fatalf("warm replica matches %d blocks of the prompt on w1, want %d", got, want)
 	}
 }

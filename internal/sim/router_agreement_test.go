@@ -56,7 +56,7 @@ func TestRouterIndexAgreesWithTheEngine(t *testing.T) {
 		if res[0].Stale {
 			t.Fatal("index marks the worker stale")
 		}
-		return res[0].Blocks * 16
+		return int(res[0].Blocks) * 16
 	}
 	run := func(prompt []int32) int {
 		_, body := post(t, w.URL()+"/v1/completions", `{"prompt":`+string(mustJSON(prompt))+`,"max_tokens":1}`)
@@ -141,7 +141,7 @@ func newRouterView(t *testing.T, url, ns string, workers ...string) *routerView 
 // of the worker is stale.
 func (v *routerView) match(worker string, prompt []int32) (int, bool) {
 	res := v.ix.Match(kvindex.HashBlocks(v.seed, toUint32(prompt), 16, nil), []string{worker}, nil)
-	return res[0].Blocks * 16, res[0].Stale
+	return int(res[0].Blocks) * 16, res[0].Stale
 }
 
 func (v *routerView) waitFor(t *testing.T, what, worker string, prompt []int32, want int) {

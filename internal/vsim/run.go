@@ -420,8 +420,8 @@ func (r *runner) arrive(i int32) {
 		r.match = m.Match(q.hashes, r.ids, r.match)
 		excluded = r.meter.add(callMatch, tm, 0)
 		for k := range r.cands {
-			r.cands[k].MatchedBlocks, r.cands[k].CachedBlocks = r.match[k].Blocks, r.match[k].Cached
-			r.cands[k].HostBlocks, r.cands[k].DiskBlocks = r.match[k].HostBlocks, r.match[k].DiskBlocks
+			r.cands[k].MatchedBlocks, r.cands[k].CachedBlocks = int(r.match[k].Blocks), int(r.match[k].Cached)
+			r.cands[k].HostBlocks, r.cands[k].DiskBlocks = int(r.match[k].HostBlocks), int(r.match[k].DiskBlocks)
 			r.cands[k].Stale = r.match[k].Stale
 		}
 	}
