@@ -216,17 +216,7 @@ func (a *Approx) Match(hashes []uint64, candidates []string, out []MatchResult) 
 	}
 	defer a.mu.RUnlock()
 	var bufs matchBufs
-	var slots []int32
-	if candidates == nil {
-		slots = bufs.refs(len(a.workers))[:0]
-		for i, w := range a.slots {
-			if w != nil {
-				slots = append(slots, int32(i))
-			}
-		}
-	} else {
-		slots = a.cands.resolve(a.gen, len(a.slots), candidates, a.slotOf).slots
-	}
+	slots := a.cands.resolve(a.gen, len(a.slots), candidates, a.slotOf).slots
 	walked := bufs.mask(len(a.slots))
 	for _, s := range slots {
 		if s >= 0 {
@@ -237,15 +227,10 @@ func (a *Approx) Match(hashes []uint64, candidates []string, out []MatchResult) 
 	out = resize(out, len(slots))
 	for i, s := range slots {
 		if s < 0 {
-			out[i].reset(candidates[i], false, false, 0, 0)
+			out[i].reset(false, false, 0, 0)
 			continue
 		}
-		w := a.slots[s]
-		name := w.id
-		if candidates != nil {
-			name = candidates[i]
-		}
-		out[i].reset(name, true, false, len(w.held), int(depth[s]))
+		out[i].reset(true, false, len(a.slots[s].held), int(depth[s]))
 	}
 	bufs.release()
 	return out

@@ -97,9 +97,9 @@ func TestApproxRemoveWorker(t *testing.T) {
 	a.Record("w0", p)
 	a.Record("w1", p[:2])
 	a.RemoveWorker("w0")
-	res := a.Match(p, nil, nil)
-	if len(res) != 1 || res[0].Worker != "w1" || res[0].Blocks != 2 {
-		t.Fatalf("results = %+v", res)
+	res := a.Match(p, []string{"w0", "w1"}, nil)
+	if len(res) != 2 || res[0].Known || res[0].Blocks != 0 || !res[1].Known || res[1].Blocks != 2 {
+		t.Fatalf("results = %+v, want w0 unknown and w1 holding 2 blocks", res)
 	}
 	if a.Len() != 2 {
 		t.Fatalf("Len = %d, want 2", a.Len())

@@ -22,8 +22,9 @@ func Example() {
 	}}})
 
 	hashes := kvindex.HashBlocks(kvindex.Seed("Qwen/Qwen3-8B", "", ""), prompt, 4, nil)
-	for _, r := range ix.Match(hashes, []string{"w0", "w1"}, nil) {
-		fmt.Printf("%s: %d of %d blocks\n", r.Worker, r.Blocks, len(hashes))
+	workers := []string{"w0", "w1"}
+	for i, r := range ix.Match(hashes, workers, nil) {
+		fmt.Printf("%s: %d of %d blocks\n", workers[i], r.Blocks, len(hashes))
 	}
 	// Output:
 	// w0: 2 of 3 blocks

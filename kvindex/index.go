@@ -286,38 +286,22 @@ func (ix *Index) Match(hashes []uint64, candidates []string, out []MatchResult) 
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	var bufs matchBufs
-	var slots []int32
-	var tmpl *resultTemplate
 	walked := bufs.mask(len(ix.slots))
-	if candidates == nil {
-		slots = bufs.refs(len(ix.workers))[:0]
-		for i, w := range ix.slots {
-			if w != nil {
-				slots = append(slots, int32(i))
-				walked[i>>6] |= 1 << (i & 63)
-			}
-		}
-	} else {
-		rc := ix.cands.resolve(ix.gen, len(ix.slots), candidates, ix.slotOf)
-		slots = rc.slots
-		if tmpl = ix.results.get(rc, candidates, ix.hot); tmpl.dup {
-			tmpl = nil
-		}
-		copy(walked, rc.mask) // the walk changes it
+	rc := ix.cands.resolve(ix.gen, len(ix.slots), candidates, ix.slotOf)
+	slots := rc.slots
+	tmpl := ix.results.get(rc, ix.hot)
+	if tmpl.dup {
+		tmpl = nil
 	}
+	copy(walked, rc.mask) // the walk changes it
 	// On a large fleet the walk lists the candidates it found any blocks
 	// for, so that the template's results need not be looked through.
 	depth, touched := matchChains(ix.tab, len(ix.slots), hashes, walked, &bufs, tmpl != nil && len(ix.slots) > len(bufs.depth1))
 	out = resize(out, len(slots))
 	if tmpl != nil {
 		tmpl.fill(out, depth, touched)
-	} else if candidates != nil {
-		fillResults(out, slots, candidates, ix.hot, depth)
 	} else {
-		for i, s := range slots {
-			h := &ix.hot[s]
-			out[i].reset(ix.slots[s].id, true, h.stale, h.blocks, int(depth[s]))
-		}
+		fillResults(out, slots, ix.hot, depth)
 	}
 	if ix.nOff > 0 {
 		for i, s := range slots {
@@ -327,7 +311,7 @@ func (ix *Index) Match(hashes []uint64, candidates []string, out []MatchResult) 
 			}
 		}
 	}
-	bufs.release() // after the last use of slots, which may be pooled
+	bufs.release() // after the last use of depth, which may be pooled
 	return out
 }
 
@@ -335,15 +319,15 @@ func (ix *Index) Match(hashes []uint64, candidates []string, out []MatchResult) 
 // everything it reads in locals, so that on 1,000 candidates the compiler
 // keeps them in registers instead of reloading them from the Index after
 // every store to out.
-func fillResults(out []MatchResult, slots []int32, candidates []string, hot []workerHot, depth []int32) {
-	out, candidates = out[:len(slots)], candidates[:len(slots)]
+func fillResults(out []MatchResult, slots []int32, hot []workerHot, depth []int32) {
+	out = out[:len(slots)]
 	for i, s := range slots {
 		if s < 0 {
-			out[i].reset(candidates[i], false, false, 0, 0)
+			out[i].reset(false, false, 0, 0)
 			continue
 		}
 		h := &hot[s]
-		out[i].reset(candidates[i], true, h.stale, h.blocks, int(depth[s]))
+		out[i].reset(true, h.stale, h.blocks, int(depth[s]))
 	}
 }
 

@@ -270,17 +270,15 @@ func TestApplySemantics(t *testing.T) {
 				t.Fatalf("got %d results for %d candidates", len(res), len(cands))
 			}
 			for i, r := range res {
-				if r.Worker != cands[i] {
-					t.Errorf("result %d is for %q, want %q", i, r.Worker, cands[i])
+				w := cands[i]
+				if int(r.Blocks) != tt.want[w] {
+					t.Errorf("%s matched %d blocks, want %d", w, r.Blocks, tt.want[w])
 				}
-				if int(r.Blocks) != tt.want[r.Worker] {
-					t.Errorf("%s matched %d blocks, want %d", r.Worker, r.Blocks, tt.want[r.Worker])
+				if c, ok := tt.cached[w]; ok && int(r.Cached) != c {
+					t.Errorf("%s caches %d blocks, want %d", w, r.Cached, c)
 				}
-				if c, ok := tt.cached[r.Worker]; ok && int(r.Cached) != c {
-					t.Errorf("%s caches %d blocks, want %d", r.Worker, r.Cached, c)
-				}
-				if r.Known != (r.Worker != "ghost") {
-					t.Errorf("%s known = %v", r.Worker, r.Known)
+				if r.Known != (w != "ghost") {
+					t.Errorf("%s known = %v", w, r.Known)
 				}
 			}
 			for _, w := range []string{"w0", "w1"} {
@@ -293,27 +291,6 @@ func TestApplySemantics(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-func TestMatchWithNilCandidatesCoversEveryWorker(t *testing.T) {
-	ix := New(Config{})
-	for _, w := range []string{"a", "b", "c"} {
-		ix.AddWorker(w, testModel, testBS)
-	}
-	ix.Apply("b", vllmwire.EventBatch{Events: []vllmwire.Event{storeEv(1, 0, 3)}})
-	res := ix.Match(promptHashes(1, 3), nil, nil)
-	if len(res) != 3 {
-		t.Fatalf("got %d results, want 3", len(res))
-	}
-	for _, r := range res {
-		want := 0
-		if r.Worker == "b" {
-			want = 3
-		}
-		if int(r.Blocks) != want || !r.Known {
-			t.Errorf("%+v, want %d blocks", r, want)
-		}
 	}
 }
 
@@ -377,7 +354,7 @@ func TestManyWorkersSpanSeveralWords(t *testing.T) {
 	res := ix.Match(promptHashes(1, 8), names, nil)
 	for i, r := range res {
 		if int(r.Blocks) != 1+i%7 {
-			t.Fatalf("%s matched %d, want %d", r.Worker, r.Blocks, 1+i%7)
+			t.Fatalf("%s matched %d, want %d", names[i], r.Blocks, 1+i%7)
 		}
 	}
 }
@@ -444,7 +421,7 @@ func TestMatchSeesPoolChangesThroughTheSameCandidateSlice(t *testing.T) {
 	// The caller writes other names into the same backing array.
 	cands[0], cands[1] = "b", "nobody"
 	out = ix.Match(prompt, cands, out)
-	if out[0].Worker != "b" || out[0].Blocks != 2 || out[1].Known {
+	if !out[0].Known || out[0].Blocks != 2 || out[1].Known {
 		t.Fatalf("after the names changed = %+v", out)
 	}
 	// Stale and Cached follow the worker's state, not the cached list's.
@@ -455,10 +432,10 @@ func TestMatchSeesPoolChangesThroughTheSameCandidateSlice(t *testing.T) {
 	}
 	// Results the caller changed are overwritten; events that change a
 	// worker's counts show in the next answer for the same list.
-	out[0].Blocks, out[0].HostBlocks, out[1].Worker = 99, 5, "x"
+	out[0].Blocks, out[0].HostBlocks, out[1].Known = 99, 5, true
 	ix.Apply("b", vllmwire.EventBatch{Events: []vllmwire.Event{vllmwire.AllBlocksCleared{}, storeEv(1, 0, 3), storeEv(2, 0, 4)}})
 	out = ix.Match(prompt, cands, out)
-	if out[0].Stale || out[0].Cached != 7 || out[0].Blocks != 3 || out[0].HostBlocks != 0 || out[1].Worker != "nobody" {
+	if out[0].Stale || out[0].Cached != 7 || out[0].Blocks != 3 || out[0].HostBlocks != 0 || out[1].Known {
 		t.Fatalf("after b cleared and stored = %+v", out)
 	}
 	// A worker named twice gets its answer twice.

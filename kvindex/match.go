@@ -4,9 +4,10 @@ import "sync"
 
 // MatchResult is one worker's answer to a Match: how many leading blocks of
 // the prompt it holds on the device tier, and how many it holds in all.
+// The worker is the candidate at the same position. A result is 20 bytes
+// with no pointer: over a large fleet, writing the results is most of a
+// lookup.
 type MatchResult struct {
-	// Worker is the worker id (the candidate at the same position).
-	Worker string
 	// Blocks is the number of consecutive leading prompt blocks held.
 	Blocks int32
 	// Cached is the worker's total device blocks, for tie-breaks.
@@ -28,8 +29,7 @@ type MatchResult struct {
 // composite literal through the slice instead builds it on the stack with
 // narrow stores and copies it with wide loads, which stall on store
 // forwarding: for 64 candidates that was most of Match's fixed cost.
-func (r *MatchResult) reset(worker string, known, stale bool, cached, blocks int) {
-	r.Worker = worker
+func (r *MatchResult) reset(known, stale bool, cached, blocks int) {
 	r.Blocks = int32(blocks)
 	r.Cached = int32(cached)
 	r.HostBlocks = 0
@@ -43,7 +43,7 @@ func (r *MatchResult) reset(worker string, known, stale bool, cached, blocks int
 type Matcher interface {
 	// Match writes into out (resized to len(candidates), reusing its
 	// storage) one result per candidate, aligned with candidates, and
-	// returns it. A nil candidates slice means every known worker.
+	// returns it.
 	Match(hashes []uint64, candidates []string, out []MatchResult) []MatchResult
 }
 
@@ -83,14 +83,12 @@ func matchChains(t *chainTable, nslots int, hashes []uint64, walked []uint64, bu
 // 64 workers (256 in the mask), from a pool beyond, so that Match does not
 // allocate however large the fleet. release returns the pooled part.
 type matchBufs struct {
-	refs1  [64]int32
 	depth1 [64]int32
 	mask1  [4]uint64
 	large  *largeBufs
 }
 
 type largeBufs struct {
-	refs    []int32
 	depth   []int32
 	walked  []uint64
 	touched []int32
@@ -103,16 +101,6 @@ func (b *matchBufs) pooled() *largeBufs {
 		b.large = largePool.Get().(*largeBufs)
 	}
 	return b.large
-}
-
-// refs returns room for n slot numbers.
-func (b *matchBufs) refs(n int) []int32 {
-	if n <= len(b.refs1) {
-		return b.refs1[:n]
-	}
-	l := b.pooled()
-	l.refs = resize(l.refs, n)
-	return l.refs
 }
 
 // depth returns room for n depths.
