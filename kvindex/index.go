@@ -100,6 +100,8 @@ type workerState struct {
 	// device maps each device-tier engine hash key to the place of its
 	// block's cell (chains.go), which holds the router hash.
 	device *u64Table
+	// capacity is the device table's reservation (Reserve), in blocks.
+	capacity int
 	// offDevice holds blocks stored in other media (CPU, disk): engine key
 	// to router hash, the place of its cell and a bitmask of media.
 	offDevice map[uint64]offEntry
@@ -201,6 +203,39 @@ func (ix *Index) AddWorker(id, model string, blockSize int) {
 	ix.gen++
 }
 
+// MaxReserveBlocks bounds Reserve: 2^20 blocks (16M tokens in 16-token
+// blocks) is more KV cache than one engine rank holds today, and about
+// 36 MB of table.
+const MaxReserveBlocks = 1 << 20
+
+// Reserve tells the index that worker's engine caches up to blocks KV
+// blocks on the device (vLLM's num_gpu_blocks), so that its table of the
+// worker's blocks is sized for them once, instead of growing while the
+// cache fills: a table holding fewer slots is rebuilt to that size, and no
+// longer shrinks below it when the cache empties. A larger table is kept.
+// blocks beyond MaxReserveBlocks count as MaxReserveBlocks; 0 or less, and
+// an unregistered worker, change nothing. Calling it again with the same
+// capacity costs a read lock.
+func (ix *Index) Reserve(worker string, blocks int) {
+	blocks = min(blocks, MaxReserveBlocks)
+	if blocks <= 0 {
+		return
+	}
+	ix.mu.RLock()
+	w := ix.workers[worker]
+	same := w == nil || w.capacity == blocks
+	ix.mu.RUnlock()
+	if same {
+		return
+	}
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if w := ix.workers[worker]; w != nil && w.capacity != blocks {
+		w.capacity = blocks
+		w.device.reserve(blocks)
+	}
+}
+
 // RemoveWorker forgets a worker and every block it held.
 func (ix *Index) RemoveWorker(id string) {
 	ix.mu.Lock()
@@ -232,7 +267,7 @@ func (ix *Index) purge(w *workerState) {
 		ix.tab.unpin(oe.at)
 	}
 	ix.tab.end()
-	w.device = newU64Table()
+	w.device = newU64TableFor(w.capacity)
 	w.offDevice = map[uint64]offEntry{}
 	w.offRouter = map[uint64][2]uint32{}
 	w.dups = map[uint64]uint32{}

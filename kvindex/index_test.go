@@ -445,3 +445,35 @@ func TestMatchSeesPoolChangesThroughTheSameCandidateSlice(t *testing.T) {
 		t.Fatalf("a worker named twice = %+v", out)
 	}
 }
+
+// TestReserveSizesTheWorkersTable checks Reserve on the index: the
+// worker's table is sized for the capacity, keeps its blocks, keeps the
+// size when the engine clears its cache, and ignores nonsense.
+func TestReserveSizesTheWorkersTable(t *testing.T) {
+	ix := New(Config{})
+	ix.AddWorker("w", testModel, testBS)
+	ix.Apply("w", vllmwire.EventBatch{Events: []vllmwire.Event{storeEv(1, 0, 4)}})
+	segs := func() int { return len(ix.workers["w"].device.counts) }
+	ix.Reserve("w", 3000)
+	if segs() != 8 {
+		t.Fatalf("Reserve(3000): %d segments, want 8", segs())
+	}
+	prompt := HashBlocks(Seed(testModel, "", ""), doc(1, 4), testBS, nil)
+	if got := ix.Match(prompt, []string{"w"}, nil); got[0].Blocks != 4 {
+		t.Fatalf("after Reserve the worker matches %d blocks, want 4", got[0].Blocks)
+	}
+	ix.Apply("w", vllmwire.EventBatch{Events: []vllmwire.Event{vllmwire.AllBlocksCleared{}}})
+	if segs() != 8 {
+		t.Fatalf("after a clear: %d segments, want the 8 reserved", segs())
+	}
+	ix.Reserve("w", 0)
+	ix.Reserve("w", -5)
+	ix.Reserve("nobody", 3000)
+	if segs() != 8 || ix.workers["w"].capacity != 3000 {
+		t.Fatalf("Reserve(0), Reserve(-5) changed the table: %d segments, capacity %d", segs(), ix.workers["w"].capacity)
+	}
+	ix.Reserve("w", 1<<40)
+	if c := ix.workers["w"].capacity; c != MaxReserveBlocks {
+		t.Fatalf("Reserve(2^40): capacity %d, want MaxReserveBlocks", c)
+	}
+}

@@ -114,6 +114,11 @@ func testAgainstReference(t *testing.T, seed uint64, nworkers, steps int) {
 	nonzero := 0
 	for step := 0; step < steps; step++ {
 		w := workers[rng.IntN(len(workers))]
+		if rng.IntN(200) == 0 {
+			// A capacity learnt (or changed) mid-stream resizes the
+			// worker's table under its blocks and changes no answer.
+			ix.Reserve(w, rng.IntN(5000))
+		}
 		var ev vllmwire.Event
 		switch p := rng.IntN(100); {
 		case p < 55:
@@ -704,5 +709,74 @@ func TestU64TableBoundsItsDirectory(t *testing.T) {
 	}
 	if tb.len() != 0 || len(tb.counts) != 1 {
 		t.Fatalf("emptied table: len %d, %d segments", tb.len(), len(tb.counts))
+	}
+}
+
+// TestU64TableReserve checks a table sized for a cache's capacity: it
+// takes that many keys with few splits, stays exact while a grown table is
+// resized under its keys, and does not shrink below its reservation when
+// emptied.
+func TestU64TableReserve(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	tb := newU64Table()
+	tb.reserve(3000)
+	if len(tb.counts) != 8 || tb.floor != 8 {
+		t.Fatalf("reserve(3000): %d segments, floor %d; want 8 and 8", len(tb.counts), tb.floor)
+	}
+	ref := map[uint64]uint64{}
+	for len(ref) < 3000 {
+		k := rng.Uint64()
+		tb.put(k, k^1)
+		ref[k] = k ^ 1
+	}
+	// 3,000 keys over 8 segments average 375 a segment; a split happens
+	// only where one drew more than 448.
+	if len(tb.counts) > 10 {
+		t.Fatalf("3000 keys in a table reserved for them split it into %d segments", len(tb.counts))
+	}
+	checkOverflow(t, tb)
+	agree := func(when string) {
+		t.Helper()
+		if tb.len() != len(ref) {
+			t.Fatalf("%s: len %d, want %d", when, tb.len(), len(ref))
+		}
+		for k, v := range ref {
+			if got, ok := tb.get(k); !ok || got != v {
+				t.Fatalf("%s: get(%#x) = %d,%v want %d", when, k, got, ok, v)
+			}
+		}
+	}
+	agree("filled")
+	// A larger reservation moves the keys into a table of that size.
+	tb.reserve(20000)
+	if len(tb.counts) != 64 || tb.floor != 64 {
+		t.Fatalf("reserve(20000): %d segments, floor %d; want 64 and 64", len(tb.counts), tb.floor)
+	}
+	agree("resized")
+	checkOverflow(t, tb)
+	// A smaller one keeps the table and lowers the floor.
+	tb.reserve(6000)
+	if len(tb.counts) != 64 || tb.floor != 16 {
+		t.Fatalf("reserve(6000) after 20000: %d segments, floor %d; want 64 and 16", len(tb.counts), tb.floor)
+	}
+	for k := range ref {
+		if _, ok := tb.remove(k); !ok {
+			t.Fatalf("remove(%#x) missed", k)
+		}
+		delete(ref, k)
+	}
+	if tb.len() != 0 || len(tb.counts) != 16 {
+		t.Fatalf("emptied: len %d, %d segments; want 0 and the 16 reserved", tb.len(), len(tb.counts))
+	}
+	// Refilled, it is still exact.
+	for len(ref) < 5000 {
+		k := rng.Uint64()
+		tb.put(k, k+7)
+		ref[k] = k + 7
+	}
+	agree("refilled")
+	checkOverflow(t, tb)
+	if nt := newU64TableFor(0); len(nt.counts) != 1 || nt.floor != 0 {
+		t.Fatalf("newU64TableFor(0): %d segments, floor %d", len(nt.counts), nt.floor)
 	}
 }

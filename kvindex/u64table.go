@@ -34,6 +34,10 @@ import (
 // growing moves each key about once and leaves no garbage. A segment holds
 // 224 to 448 keys once split, 19 to 39 bytes a key. The table rebuilds
 // itself smaller when under a quarter of that load.
+//
+// A table told how many keys it will hold (reserve: a worker's cache
+// capacity) starts with that many segments already split, so that filling
+// it moves no key; it never rebuilds itself below that size.
 type u64Table struct {
 	dir     []dirEntry // 1<<depth entries
 	counts  []int32    // keys in each segment, by number
@@ -41,6 +45,9 @@ type u64Table struct {
 	count   int        // keys in segments
 	zero    uint64
 	hasZero bool
+	// floor is the number of segments reserve asked for: the table does
+	// not shrink below it. 0 or 1: none.
+	floor int
 	// over holds the keys a full segment could not take because splitting
 	// it would have grown the directory past maxDirPerSeg entries per
 	// segment: keys whose mixes share that many leading bits, which only
@@ -97,6 +104,48 @@ func newU64Table() *u64Table {
 		dir:    []dirEntry{{slots: newSegment(), meta: new(segMeta)}},
 		counts: []int32{0},
 	}
+}
+
+// segReserveKeys is the mean load reserve plans a segment for: three
+// quarters full, so that the keys a segment gets by chance above the mean
+// seldom reach segMaxKeys.
+const segReserveKeys = segSlots * 3 / 4
+
+// newU64TableFor returns an empty table with room for n keys: 2^d
+// segments, each of depth d.
+func newU64TableFor(n int) *u64Table {
+	d := reserveDepth(n)
+	if d == 0 {
+		return newU64Table()
+	}
+	t := &u64Table{depth: d, dir: make([]dirEntry, 1<<d), counts: make([]int32, 1<<d), floor: 1 << d}
+	for j := range t.dir {
+		t.dir[j] = dirEntry{slots: newSegment(), meta: new(segMeta), id: uint32(j), depth: d}
+	}
+	return t
+}
+
+// reserveDepth is the least d such that 2^d segments plan for n keys.
+func reserveDepth(n int) uint8 {
+	d := uint8(0)
+	for (1<<d)*segReserveKeys < n {
+		d++
+	}
+	return d
+}
+
+// reserve makes room for n keys: a table with fewer segments than n keys
+// plan for is rebuilt to that size, its keys moved once. It does not
+// shrink the table; from then on the table shrinks to no fewer segments.
+func (t *u64Table) reserve(n int) {
+	segs := 1 << reserveDepth(n)
+	if segs <= len(t.counts) {
+		t.floor = segs
+		return
+	}
+	nt := newU64TableFor(n)
+	t.each(func(k, v uint64) { nt.put(k, v) })
+	*t = *nt
 }
 
 // mixKey spreads engine keys, which need not be uniform, over the high
@@ -354,15 +403,19 @@ func (t *u64Table) remove(key uint64) (uint64, bool) {
 	}
 	// Rebuilding at a quarter of the least load a split leaves gives
 	// segments at least twice as full, so churn does not rebuild it again.
-	if len(t.counts) > 1 && (t.count+len(t.over))*8 < len(t.counts)*segMaxKeys {
+	if len(t.counts) > max(t.floor, 1) && (t.count+len(t.over))*8 < len(t.counts)*segMaxKeys {
 		t.rebuild()
 	}
 	return v, true
 }
 
-// rebuild replaces the segments with as few as the keys need.
+// rebuild replaces the segments with as few as the keys need, and at
+// least the reserved ones.
 func (t *u64Table) rebuild() {
 	nt := newU64Table()
+	if t.floor > 1 {
+		nt = newU64TableFor(t.floor * segReserveKeys)
+	}
 	t.each(func(k, v uint64) { nt.put(k, v) })
 	*t = *nt
 }
