@@ -236,6 +236,17 @@ func (ix *Index) Reserve(worker string, blocks int) {
 	}
 }
 
+// Capacity returns the capacity Reserve last gave worker's table, in
+// blocks (0: none).
+func (ix *Index) Capacity(worker string) int {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	if w := ix.workers[worker]; w != nil {
+		return w.capacity
+	}
+	return 0
+}
+
 // RemoveWorker forgets a worker and every block it held.
 func (ix *Index) RemoveWorker(id string) {
 	ix.mu.Lock()

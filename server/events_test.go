@@ -2,6 +2,7 @@ package server
 
 import (
 	"testing"
+	"time"
 
 	"github.com/kvroute/kvroute/bus"
 )
@@ -33,6 +34,21 @@ func TestLoadComesFromTheNamedSourceOnly(t *testing.T) {
 			}
 			if (r.EngineFeeds() != nil) == tt.subscribe {
 				t.Fatalf("engine feeds running: %v, want %v", r.EngineFeeds() != nil, !tt.subscribe)
+			}
+			if !tt.subscribe {
+				return
+			}
+			// The capacity a report states sizes the worker's table in the
+			// KV index, over the record's.
+			if err := r.nc.Publish(bus.LoadSubject(cfg.Namespace, "w0"), []byte(`{"running":1,"kv_used_blocks":10,"kv_total_blocks":6000}`)); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for r.index.Capacity("w0") != 6000 {
+				if time.Now().After(deadline) {
+					t.Fatalf("the KV index reserved %d blocks for w0 after its load report said 6000 (its record 4096)", r.index.Capacity("w0"))
+				}
+				time.Sleep(10 * time.Millisecond)
 			}
 		})
 	}

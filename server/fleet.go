@@ -274,6 +274,25 @@ type indexListener struct{ ix *kvindex.Index }
 
 func (l indexListener) Upsert(spec fleet.Worker) {
 	l.ix.AddWorker(spec.ID, spec.Model, spec.BlockSize)
+	l.ix.Reserve(spec.ID, spec.KVTotalBlocks)
+}
+
+// reservingLoad hands load reports to the pool and tells the KV index the
+// capacity each engine reports (num_gpu_blocks), so that the worker's
+// table is sized once for a full cache instead of growing as it fills.
+type reservingLoad struct {
+	pool interface {
+		SetLoadReport(worker string, r fleet.LoadReport) error
+	}
+	ix *kvindex.Index
+}
+
+func (l reservingLoad) SetLoadReport(worker string, r fleet.LoadReport) error {
+	if err := l.pool.SetLoadReport(worker, r); err != nil {
+		return err
+	}
+	l.ix.Reserve(worker, r.KVTotalBlocks)
+	return nil
 }
 func (l indexListener) Remove(id string) { l.ix.RemoveWorker(id) }
 

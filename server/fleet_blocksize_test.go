@@ -6,6 +6,7 @@ import (
 
 	"github.com/kvroute/kvroute/fleet"
 	"github.com/kvroute/kvroute/kvindex"
+	"github.com/kvroute/kvroute/scoring"
 )
 
 // specListener keeps the last spec each worker was upserted with.
@@ -84,5 +85,38 @@ func TestFleetTellsTheIndexFirst(t *testing.T) {
 	}
 	if !ix.HasWorker("r") {
 		t.Fatal("the restored worker is not in the index")
+	}
+}
+
+// acceptingPool takes every load report.
+type acceptingPool struct{}
+
+func (acceptingPool) SetLoadReport(string, fleet.LoadReport) error { return nil }
+
+// refusingPool fails every load report, as the pool does for a worker it
+// does not hold.
+type refusingPool struct{}
+
+func (refusingPool) SetLoadReport(string, fleet.LoadReport) error { return scoring.ErrUnknownWorker }
+
+// A worker's KV capacity, from its record or its engine's load reports,
+// reaches the KV index; a report the pool refuses does not.
+func TestCapacityReachesTheIndex(t *testing.T) {
+	ix := kvindex.New(kvindex.Config{})
+	indexListener{ix}.Upsert(fleet.Worker{ID: "w", Model: "m", BlockSize: 16, KVTotalBlocks: 3000})
+	if c := ix.Capacity("w"); c != 3000 {
+		t.Fatalf("capacity from the record: %d, want 3000", c)
+	}
+	if err := (reservingLoad{refusingPool{}, ix}).SetLoadReport("w", fleet.LoadReport{KVTotalBlocks: 5000}); err == nil {
+		t.Fatal("the pool's error was not returned")
+	}
+	if c := ix.Capacity("w"); c != 3000 {
+		t.Fatalf("a refused report changed the capacity to %d", c)
+	}
+	if err := (reservingLoad{acceptingPool{}, ix}).SetLoadReport("w", fleet.LoadReport{KVTotalBlocks: 5000}); err != nil {
+		t.Fatal(err)
+	}
+	if c := ix.Capacity("w"); c != 5000 {
+		t.Fatalf("capacity from the engine's report: %d, want 5000", c)
 	}
 }
