@@ -47,7 +47,7 @@ func runCompare(args []string) error {
 			return fmt.Errorf("compare: no preset for %q workers", f)
 		}
 		path := filepath.Join(*dir, fmt.Sprintf("index-peers-w%d.bin", n))
-		if _, err := os.Stat(path); err != nil {
+		if !currentFile(path) {
 			if err := genFile(presets[n], path); err != nil {
 				return err
 			}
@@ -187,4 +187,17 @@ func median(rs []Result, f func(Result) float64) float64 {
 		return v[len(v)/2]
 	}
 	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+}
+
+// currentFile reports whether path is a workload file of this version:
+// one written by an older gen is written again.
+func currentFile(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer func() { _ = f.Close() }()
+	head := make([]byte, len(magic))
+	_, err = io.ReadFull(f, head)
+	return err == nil && string(head) == magic
 }

@@ -11,8 +11,8 @@ import (
 // The workload file, little-endian throughout, read by this program and by
 // the Rust harness in peers/dynamo-index (src/workload.rs) alike:
 //
-//	header   magic "KVIPEER1" (8 bytes)
-//	         u32 block_size, u32 workers, u32 contents, u32 events,
+//	header   magic "KVIPEER2" (8 bytes)
+//	         u32 block_size, u32 workers, u32 capacity, u32 contents, u32 events,
 //	         u32 queries, u64 final_entries
 //	contents contents × block_size × u32 token ids: block contents, by index
 //	events   per event: u8 kind (1 stored, 2 removed), u32 worker, u32 n, then
@@ -24,9 +24,10 @@ import (
 //
 // A block's tokens are its content's; an event's or a prompt's tokens are
 // its blocks' contents in order. Engine hashes are never 0.
-// final_entries is the number of (block, worker) pairs held after the last
-// event.
-const magic = "KVIPEER1"
+// capacity is each worker's KV cache in blocks, as an engine states it
+// (vLLM's num_gpu_blocks). final_entries is the number of (block, worker)
+// pairs held after the last event.
+const magic = "KVIPEER2"
 
 const (
 	kindStored  = 1
@@ -46,6 +47,7 @@ var caseNames = [...]string{"full", "early", "system"}
 type Workload struct {
 	BlockSize    int
 	Workers      int
+	Capacity     int        // KV blocks per worker
 	Contents     [][]uint32 // token ids of each block content
 	Events       []Event
 	Queries      []Query
@@ -94,6 +96,7 @@ func (w *Workload) Write(path string) error {
 	buf = append(buf, magic...)
 	put32(uint32(w.BlockSize))
 	put32(uint32(w.Workers))
+	put32(uint32(w.Capacity))
 	put32(uint32(len(w.Contents)))
 	put32(uint32(len(w.Events)))
 	put32(uint32(len(w.Queries)))
@@ -144,9 +147,9 @@ func Read(path string) (*Workload, error) {
 	}
 	r := &byteReader{b: data}
 	if string(r.next(len(magic))) != magic {
-		return nil, fmt.Errorf("%s: not a workload file (magic)", path)
+		return nil, fmt.Errorf("%s: not a workload file of this version (magic %q); delete it and run gen again", path, magic)
 	}
-	w := &Workload{BlockSize: int(r.u32()), Workers: int(r.u32())}
+	w := &Workload{BlockSize: int(r.u32()), Workers: int(r.u32()), Capacity: int(r.u32())}
 	nContents, nEvents, nQueries := int(r.u32()), int(r.u32()), int(r.u32())
 	w.FinalEntries = int(r.u64())
 	if r.err != nil || w.BlockSize <= 0 || w.BlockSize > 1<<16 {

@@ -116,7 +116,10 @@ func measureKVIndex(w *Workload, threads int, minLookup time.Duration) (Result, 
 	runtime.ReadMemStats(&before)
 	ix := kvindex.New(kvindex.Config{})
 	for _, n := range names {
+		// As kvroute does when a worker's record or load report states
+		// its engine's capacity (num_gpu_blocks).
 		ix.AddWorker(n, benchModel, w.BlockSize)
+		ix.Reserve(n, w.Capacity)
 	}
 	if profileTo != "" {
 		f, err := os.Create(profileTo)

@@ -47,7 +47,7 @@ type genWorker struct {
 // worker's latest request extended by a turn (two in ten).
 func Generate(cfg GenConfig) *Workload {
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x6b76726f757465))
-	w := &Workload{BlockSize: cfg.BlockSize, Workers: cfg.Workers}
+	w := &Workload{BlockSize: cfg.BlockSize, Workers: cfg.Workers, Capacity: cfg.Capacity}
 	nContents := systemPrompts*systemBlocks + contentPool
 	w.Contents = make([][]uint32, nContents)
 	for i := range w.Contents {

@@ -67,11 +67,14 @@ impl Reader<'_> {
 pub fn read(path: &str) -> Result<Workload, String> {
     let data = fs::read(path).map_err(|e| format!("{path}: {e}"))?;
     let mut r = Reader { b: &data };
-    if r.take(8)? != b"KVIPEER1" {
-        return Err(format!("{path}: not a workload file"));
+    if r.take(8)? != b"KVIPEER2" {
+        return Err(format!("{path}: not a workload file of this version"));
     }
     let block_size = r.u32()?;
     let workers = r.u32()?;
+    // Each worker's KV capacity in blocks: Dynamo's indexes take no
+    // capacity, so it is read and not used.
+    let _capacity = r.u32()?;
     let (n_contents, n_events, n_queries) = (r.u32()? as usize, r.u32()?, r.u32()?);
     let final_entries = r.u64()?;
     let mut contents = Vec::with_capacity(n_contents);
