@@ -265,6 +265,7 @@ func (r *runner) setup(opts scoring.Options, seed uint64) error {
 			return err
 		}
 		r.index.AddWorker(id, r.fleet.Model, ec.BlockSize)
+		r.index.Reserve(id, ec.NumGPUBlocks) // as the router does from the record
 		r.byID[id] = int32(i)
 		r.workers = append(r.workers, ws)
 		// Reports are staggered so the fleet's do not all land at once.
