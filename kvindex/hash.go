@@ -61,6 +61,13 @@ func HashBlocks(seed uint64, tokens []uint32, blockSize int, dst []uint64) []uin
 		}
 		return dst
 	}
+	if blockSize == 16 {
+		for i := 0; i < n; i++ {
+			prev = nonZero(hashBlock16(prev, (*[16]uint32)(tokens[i*16:])))
+			dst = append(dst, prev)
+		}
+		return dst
+	}
 	var buf [8 + 4*maxStackBlock]byte
 	b := buf[:8+4*blockSize]
 	for i := 0; i < n; i++ {

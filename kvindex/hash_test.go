@@ -1,6 +1,10 @@
 package kvindex
 
-import "testing"
+import (
+	"encoding/binary"
+	"math/rand/v2"
+	"testing"
+)
 
 func TestHashBlocksChainsFullBlocksOnly(t *testing.T) {
 	seed := Seed("m", "", "")
@@ -53,5 +57,49 @@ func TestHashBlocksStreamingPathMatchesStackPath(t *testing.T) {
 		if want := nonZero(xxh3Hash(buf)); got != want {
 			t.Fatalf("block size %d: %x, want %x", bs, got, want)
 		}
+	}
+}
+
+// TestHashBlock16MatchesXXH3 holds the 16-token step to xxh3 of the bytes
+// it stands for, on random and on extreme tokens and parents.
+func TestHashBlock16MatchesXXH3(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	var toks [16]uint32
+	buf := make([]byte, 72)
+	for trial := range 20000 {
+		prev := rng.Uint64()
+		for i := range toks {
+			switch trial % 4 {
+			case 0:
+				toks[i] = rng.Uint32()
+			case 1:
+				toks[i] = uint32(rng.IntN(200000)) // token ids as tokenizers give them
+			case 2:
+				toks[i] = ^uint32(0)
+				prev = ^uint64(0)
+			default:
+				toks[i], prev = 0, 0
+			}
+		}
+		binary.LittleEndian.PutUint64(buf, prev)
+		for i, tok := range toks {
+			binary.LittleEndian.PutUint32(buf[8+4*i:], tok)
+		}
+		if got, want := hashBlock16(prev, &toks), xxh3Hash(buf); got != want {
+			t.Fatalf("trial %d: hashBlock16 = %#x, xxh3 = %#x", trial, got, want)
+		}
+	}
+	// HashBlocks takes the path for block size 16 and chains it.
+	all := HashBlocks(7, doc(5, 6), 16, nil)
+	prev := uint64(7)
+	for j, h := range all {
+		b := binary.LittleEndian.AppendUint64(nil, prev)
+		for _, tok := range doc(5, 6)[16*j : 16*j+16] {
+			b = binary.LittleEndian.AppendUint32(b, tok)
+		}
+		if want := nonZero(xxh3Hash(b)); h != want {
+			t.Fatalf("block %d: %#x, want %#x", j, h, want)
+		}
+		prev = h
 	}
 }
