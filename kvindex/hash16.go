@@ -31,7 +31,7 @@ const xxhPrime64 = 0x9e3779b185ebca87
 
 // xxhLen72 is 72 × PRIME64_1 in 64-bit arithmetic, where XXH3 starts a
 // 72-byte input.
-const xxhLen72 = uint64(72*xxhPrime64 % (1 << 64))
+const xxhLen72 = uint64(72 * xxhPrime64 % (1 << 64))
 
 // xxhSecret is the first 96 bytes of XXH3's default secret (kSecret), as
 // little-endian words: those a 72-byte input reads.
