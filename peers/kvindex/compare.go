@@ -17,8 +17,9 @@ import (
 )
 
 // runCompare writes the workload files if missing, then runs rounds of
-// (kvroute, Dynamo) in alternation, each side a fresh process per
-// (workload, threads), and prints the medians as Markdown.
+// (kvroute, PositionalIndexer, radix tree) in alternation, each index in
+// a process of its own per (workload, threads, heap), and prints the
+// medians as Markdown.
 func runCompare(args []string) error {
 	fs := flag.NewFlagSet("compare", flag.ExitOnError)
 	rust := fs.String("rust", "", "the peers/dynamo-index binary")
@@ -27,7 +28,13 @@ func runCompare(args []string) error {
 	fleets := fs.String("workers", "64,1000", "fleet presets")
 	threadList := fs.String("threads", "1,2", "thread counts")
 	minLookup := fs.Duration("min-lookup", 500*time.Millisecond, "least wall time per query case")
+	heaps := fs.String("heap", "fresh,warm", "fresh: each index built in a process that never held one; warm: built and dropped once first")
 	_ = fs.Parse(args) // ExitOnError: a bad flag exits
+	for _, h := range strings.Split(*heaps, ",") {
+		if h != "fresh" && h != "warm" {
+			return fmt.Errorf("compare: -heap %q: want fresh or warm, or both comma-separated", h)
+		}
+	}
 	if *rust == "" {
 		return fmt.Errorf("compare: -rust is required")
 	}
@@ -54,28 +61,35 @@ func runCompare(args []string) error {
 		}
 		for r := 1; r <= *rounds; r++ {
 			for _, t := range strings.Split(*threadList, ",") {
-				sides := [][]string{
-					{self, "measure", "-in", path, "-threads", t, "-min-lookup", minLookup.String()},
-					{*rust, "--in", path, "--threads", t, "--min-lookup-ms", strconv.Itoa(int(minLookup.Milliseconds()))},
-				}
-				for _, argv := range sides {
-					fmt.Fprintf(os.Stderr, "round %d/%d: %s\n", r, *rounds, strings.Join(argv, " "))
-					out, err := runSide(argv)
-					if err != nil {
-						return err
+				for _, h := range strings.Split(*heaps, ",") {
+					// One process per index: indexes built in one process
+					// share its allocator, and one built after another reuses
+					// the memory the first freed.
+					ms := strconv.Itoa(int(minLookup.Milliseconds()))
+					sides := [][]string{
+						{self, "measure", "-in", path, "-threads", t, "-min-lookup", minLookup.String(), "-heap", h},
+						{*rust, "--in", path, "--threads", t, "--min-lookup-ms", ms, "--index", "positional", "--heap", h},
+						{*rust, "--in", path, "--threads", t, "--min-lookup-ms", ms, "--index", "radix", "--heap", h},
 					}
-					if _, err := raw.Write(out); err != nil {
-						return err
-					}
-					dec := json.NewDecoder(bytes.NewReader(out))
-					for {
-						var res Result
-						if err := dec.Decode(&res); err == io.EOF {
-							break
-						} else if err != nil {
-							return fmt.Errorf("%s: %w", argv[0], err)
+					for _, argv := range sides {
+						fmt.Fprintf(os.Stderr, "round %d/%d: %s\n", r, *rounds, strings.Join(argv, " "))
+						out, err := runSide(argv)
+						if err != nil {
+							return err
 						}
-						all = append(all, res)
+						if _, err := raw.Write(out); err != nil {
+							return err
+						}
+						dec := json.NewDecoder(bytes.NewReader(out))
+						for {
+							var res Result
+							if err := dec.Decode(&res); err == io.EOF {
+								break
+							} else if err != nil {
+								return fmt.Errorf("%s: %w", argv[0], err)
+							}
+							all = append(all, res)
+						}
 					}
 				}
 			}
@@ -95,8 +109,8 @@ func runSide(argv []string) ([]byte, error) {
 }
 
 type seriesKey struct {
-	side, index      string
-	workers, threads int
+	side, index, heap string
+	workers, threads  int
 }
 
 // writeTable prints one row per (fleet, threads, index): medians over
@@ -107,21 +121,24 @@ func writeTable(w io.Writer, all []Result) error {
 	groups := map[seriesKey][]Result{}
 	var keys []seriesKey
 	for _, r := range all {
-		k := seriesKey{r.Side, r.Index, r.Workers, r.Threads}
+		k := seriesKey{r.Side, r.Index, r.Heap, r.Workers, r.Threads}
 		if _, ok := groups[k]; !ok {
 			keys = append(keys, k)
 		}
 		groups[k] = append(groups[k], r)
 	}
 	slices.SortStableFunc(keys, func(a, b seriesKey) int {
+		if a.heap != b.heap {
+			return strings.Compare(a.heap, b.heap) // fresh before warm
+		}
 		if a.workers != b.workers {
 			return a.workers - b.workers
 		}
 		return a.threads - b.threads
 	})
 	bw := bufio.NewWriter(w)
-	fmt.Fprintf(bw, "| workers | threads | index | apply: events/CPU-s | blocks/CPU-s | events/CPU-s incl. hashing | lookup µs CPU: full | early | system | bytes/entry | rounds |\n")
-	fmt.Fprintf(bw, "|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(bw, "| heap | workers | threads | index | apply: events/CPU-s | blocks/CPU-s | events/CPU-s incl. hashing | lookup µs CPU: full | early | system | bytes/entry | rounds |\n")
+	fmt.Fprintf(bw, "|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	type row struct {
 		events, blocks, hashed float64
 		lookup                 [3]float64
@@ -142,26 +159,26 @@ func writeTable(w io.Writer, all []Result) error {
 			})
 		}
 		rows[k] = rw
-		fmt.Fprintf(bw, "| %d | %d | %s %s | %.0f | %.0f | %.0f | %.2f | %.2f | %.2f | %.0f | %d |\n",
-			k.workers, k.threads, k.side, k.index, rw.events, rw.blocks, rw.hashed, rw.lookup[0], rw.lookup[1], rw.lookup[2], rw.bytes, len(rs))
+		fmt.Fprintf(bw, "| %s | %d | %d | %s %s | %.0f | %.0f | %.0f | %.2f | %.2f | %.2f | %.0f | %d |\n",
+			k.heap, k.workers, k.threads, k.side, k.index, rw.events, rw.blocks, rw.hashed, rw.lookup[0], rw.lookup[1], rw.lookup[2], rw.bytes, len(rs))
 	}
 	fmt.Fprintf(bw, "\nkvroute against each Dynamo index (>1: kvroute ahead; apply and memory as kvroute/dynamo and dynamo/kvroute, lookups as dynamo/kvroute):\n\n")
-	fmt.Fprintf(bw, "| workers | threads | kvroute | against | apply | apply incl. hashing | lookup full | early | system | memory |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(bw, "| heap | workers | threads | kvroute | against | apply | apply incl. hashing | lookup full | early | system | memory |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, k := range keys {
 		if k.side != "dynamo" {
 			continue
 		}
-		ours, ok := rows[seriesKey{"kvroute", "kvindex.Index", k.workers, k.threads}]
+		ours, ok := rows[seriesKey{"kvroute", "kvindex.Index", k.heap, k.workers, k.threads}]
 		if !ok {
 			continue
 		}
 		d := rows[k]
-		fmt.Fprintf(bw, "| %d | %d | kvindex.Index | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", k.workers, k.threads, k.index,
+		fmt.Fprintf(bw, "| %s | %d | %d | kvindex.Index | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", k.heap, k.workers, k.threads, k.index,
 			ours.events/d.events, ours.hashed/d.hashed, d.lookup[0]/ours.lookup[0], d.lookup[1]/ours.lookup[1], d.lookup[2]/ours.lookup[2], d.bytes/ours.bytes)
 	}
 	// Same bytes in, same matches out.
 	for _, k := range keys {
-		ref := groups[seriesKey{"kvroute", "kvindex.Index", k.workers, k.threads}]
+		ref := groups[seriesKey{"kvroute", "kvindex.Index", k.heap, k.workers, k.threads}]
 		for _, r := range groups[k] {
 			for c := range r.Lookups {
 				if len(ref) > 0 && r.Lookups[c].Checksum != ref[0].Lookups[c].Checksum {

@@ -83,13 +83,17 @@ func runMeasure(args []string) error {
 	threads := fs.Int("threads", 1, "goroutines queueing events for the one that applies them, and looking up")
 	minLookup := fs.Duration("min-lookup", 500*time.Millisecond, "least wall time per query case")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of applying and looking up to this file")
+	heap := fs.String("heap", "fresh", "fresh: build the index in a process that never held one; warm: build and drop it once before the clock")
 	_ = fs.Parse(args) // ExitOnError: a bad flag exits
 	profileTo = *cpuProfile
 	w, err := Read(*in)
 	if err != nil {
 		return err
 	}
-	res, err := measureKVIndex(w, *threads, *minLookup)
+	if *heap != "fresh" && *heap != "warm" {
+		return fmt.Errorf("measure: -heap %q: want fresh or warm", *heap)
+	}
+	res, err := measureKVIndex(w, *threads, *minLookup, *heap == "warm")
 	if err != nil {
 		return err
 	}
