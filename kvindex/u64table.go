@@ -289,6 +289,9 @@ func (t *u64Table) slot(key uint64) (v *uint64, had bool) {
 			s := r.insert(oaSlot{key: key}, m, tag)
 			t.counts[e.id]++
 			t.count++
+			// A store, where &s.val alone would make the compiler check s
+			// for nil with a load, which waits for the slot's line.
+			s.val = 0
 			return &s.val, false
 		}
 		if e.depth == t.depth && 2*len(t.dir) > maxDirPerSeg*len(t.counts) {
@@ -441,7 +444,8 @@ func (t *u64Table) each(fn func(key, val uint64)) {
 }
 
 // prefetch asks the CPU to start loading the tags of every key's home
-// group, and the group's slots, without waiting for them, so that a batch's cache
+// group, its overflow count (a line of its own, which every store reads)
+// and the group's slots, without waiting for them, so that a batch's cache
 // misses are all in flight at once instead of paid one by one by the
 // updates that follow. at is scratch space; prefetch returns it.
 func (t *u64Table) prefetch(keys []uint64, at []unsafe.Pointer) []unsafe.Pointer {
@@ -450,7 +454,7 @@ func (t *u64Table) prefetch(keys []uint64, at []unsafe.Pointer) []unsafe.Pointer
 		m := mixKey(k)
 		e := t.entry(m)
 		g := segGroup(m, e.depth)
-		at = append(at, unsafe.Pointer(&e.meta.tags[g]), unsafe.Pointer(e.at(g*8)), unsafe.Pointer(e.at(g*8+4)))
+		at = append(at, unsafe.Pointer(&e.meta.tags[g]), unsafe.Pointer(&e.meta.ovf[g]), unsafe.Pointer(e.at(g*8)), unsafe.Pointer(e.at(g*8+4)))
 	}
 	prefetchPtrs(at)
 	return at
