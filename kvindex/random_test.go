@@ -644,18 +644,17 @@ func checkOverflow(t *testing.T, tb *u64Table) {
 	t.Helper()
 	for j := 0; j < len(tb.dir); j += 1 << (tb.depth - tb.dir[j].depth) {
 		e := &tb.dir[j]
-		var want [segGroups]int
-		tags := &e.meta.tags
-		for i := range segSlots {
-			if tags[i>>3]>>(uint(i&7)*8)&0x80 == 0 {
+		var want [wideGroups]int
+		for i := range int(e.groups) * 8 {
+			if *e.tags(i >> 3)>>(uint(i&7)*8)&0x80 == 0 {
 				continue
 			}
-			for g := segGroup(mixKey(e.at(i).key), e.depth); g != i>>3; g = (g + 1) & (segGroups - 1) {
+			for g := e.home(mixKey(e.at(i).key)); g != i>>3; g = e.next(g) {
 				want[g]++
 			}
 		}
-		for g, got := range e.meta.ovf {
-			if int(got) != want[g] && (got != ovfSticky || want[g] < ovfSticky) {
+		for g := range int(e.groups) {
+			if got := *e.ovf(g); int(got) != want[g] && (got != ovfSticky || want[g] < ovfSticky) {
 				t.Fatalf("segment %d group %d: overflow %d, %d keys passed it", e.id, g, got, want[g])
 			}
 		}
@@ -720,8 +719,8 @@ func TestU64TableReserve(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	tb := newU64Table()
 	tb.reserve(3000)
-	if len(tb.counts) != 8 || tb.floor != 8 {
-		t.Fatalf("reserve(3000): %d segments, floor %d; want 8 and 8", len(tb.counts), tb.floor)
+	if len(tb.counts) != 8 || tb.floor != 8 || tb.dir[0].groups != wideGroups {
+		t.Fatalf("reserve(3000): %d segments of %d groups, floor %d; want 8 of %d and 8", len(tb.counts), tb.dir[0].groups, tb.floor, wideGroups)
 	}
 	ref := map[uint64]uint64{}
 	for len(ref) < 3000 {
@@ -729,8 +728,8 @@ func TestU64TableReserve(t *testing.T) {
 		tb.put(k, k^1)
 		ref[k] = k ^ 1
 	}
-	// 3,000 keys over 8 segments average 375 a segment; a split happens
-	// only where one drew more than 448.
+	// 3,000 keys over 8 segments of 768 slots average 375 a segment; a
+	// split happens only where one drew more than 672.
 	if len(tb.counts) > 10 {
 		t.Fatalf("3000 keys in a table reserved for them split it into %d segments", len(tb.counts))
 	}
@@ -749,8 +748,8 @@ func TestU64TableReserve(t *testing.T) {
 	agree("filled")
 	// A larger reservation moves the keys into a table of that size.
 	tb.reserve(20000)
-	if len(tb.counts) != 64 || tb.floor != 64 {
-		t.Fatalf("reserve(20000): %d segments, floor %d; want 64 and 64", len(tb.counts), tb.floor)
+	if len(tb.counts) != 64 || tb.floor != 64 || tb.dir[0].groups != segGroups {
+		t.Fatalf("reserve(20000): %d segments of %d groups, floor %d; want 64 of %d and 64", len(tb.counts), tb.dir[0].groups, tb.floor, segGroups)
 	}
 	agree("resized")
 	checkOverflow(t, tb)
@@ -778,5 +777,25 @@ func TestU64TableReserve(t *testing.T) {
 	checkOverflow(t, tb)
 	if nt := newU64TableFor(0); len(nt.counts) != 1 || nt.floor != 0 {
 		t.Fatalf("newU64TableFor(0): %d segments, floor %d", len(nt.counts), nt.floor)
+	}
+}
+
+// TestReservePlanStaysUnderTwoThirds checks the layouts reserve picks: at
+// most 65 % full for the capacity asked, and no more slots than the
+// smaller of the two shapes that are.
+func TestReservePlanStaysUnderTwoThirds(t *testing.T) {
+	for n := 1; n < 1<<21; n = n*5/4 + 1 {
+		d, groups := reservePlan(n)
+		slots := (1 << d) * int(groups) * 8
+		if n*100 > slots*65 {
+			t.Fatalf("reservePlan(%d): %d segments of %d groups, %d %% full", n, 1<<d, groups, n*100/slots)
+		}
+		for _, g := range []int{segGroups, wideGroups} {
+			for dd := 0; dd < int(d)+2; dd++ {
+				if s := (1 << dd) * g * 8; s < slots && s*65 >= n*100 {
+					t.Fatalf("reservePlan(%d) = %d slots; %d segments of %d groups (%d slots) would do", n, slots, 1<<dd, g, s)
+				}
+			}
+		}
 	}
 }

@@ -36,8 +36,13 @@ import (
 // itself smaller when under a quarter of that load.
 //
 // A table told how many keys it will hold (reserve: a worker's cache
-// capacity) starts with that many segments already split, so that filling
-// it moves no key; it never rebuilds itself below that size.
+// capacity) starts with its segments already split, so that filling it
+// moves no key, and never rebuilds itself below that size. reservePlan
+// keeps it at most 65 % full: fuller, a fifth of new keys find their home
+// group full and land on a line the prefetch did not load. Where 2^d
+// segments of 512 slots would be fuller and 2^(d+1) much emptier, it
+// takes 2^d segments of 768 slots (96 groups, 12 KB; their home group is
+// the 32 mix bits after the depth scaled to 96).
 type u64Table struct {
 	dir     []dirEntry // 1<<depth entries
 	counts  []int32    // keys in each segment, by number
@@ -45,9 +50,10 @@ type u64Table struct {
 	count   int        // keys in segments
 	zero    uint64
 	hasZero bool
-	// floor is the number of segments reserve asked for: the table does
-	// not shrink below it. 0 or 1: none.
-	floor int
+	// reserved is the keys reserve last planned the table for (0: none),
+	// and floor the segments of that plan: the table does not shrink
+	// below them.
+	reserved, floor int
 	// over holds the keys a full segment could not take because splitting
 	// it would have grown the directory past maxDirPerSeg entries per
 	// segment: keys whose mixes share that many leading bits, which only
@@ -70,77 +76,118 @@ type dirEntry struct {
 	// whose indexing makes the compiler check it for nil by loading slot
 	// 0, a cache miss of its own.
 	slots unsafe.Pointer
-	meta  *segMeta
-	id    uint32
-	depth uint8
+	// meta is the segment's tags, a word per group (byte j of group g's
+	// word, counted from the low end, tags slot 8g+j), then its overflow
+	// counts, a byte per group (how many keys probed past it): 576 bytes
+	// for segGroups groups, 864 for wideGroups.
+	meta   unsafe.Pointer
+	id     uint32
+	depth  uint8
+	groups uint8 // groups of eight slots: segGroups, or wideGroups in a table reserve sized
 }
 
-// segMeta is a segment's tags and overflow counts, 576 bytes: byte j of
-// tags[g] (j counted from the low end) tags slot 8g+j, and ovf[g] counts
-// the keys that probed past group g.
-type segMeta struct {
-	tags [segGroups]uint64
-	ovf  [segGroups]uint8
+// tags returns group g's tag word.
+func (e *dirEntry) tags(g int) *uint64 { return (*uint64)(unsafe.Add(e.meta, g*8)) }
+
+// ovf returns group g's overflow count.
+func (e *dirEntry) ovf(g int) *uint8 { return (*uint8)(unsafe.Add(e.meta, int(e.groups)*8+g)) }
+
+// metaWords is the size of a segment's meta, in words.
+func metaWords(groups uint8) int { return int(groups) + int(groups)/8 }
+
+// newMeta returns zeroed meta for a segment of the given groups.
+func newMeta(groups uint8) unsafe.Pointer {
+	return unsafe.Pointer(unsafe.SliceData(make([]uint64, metaWords(groups))))
 }
 
-// at returns slot i < segSlots of the segment.
+// at returns slot i < 8 × groups of the segment.
 func (e *dirEntry) at(i int) *oaSlot { return (*oaSlot)(unsafe.Add(e.slots, uintptr(i)*16)) }
 
+// home is the home group in the segment of the key whose mix is m: the
+// 32 bits after the segment's depth, scaled to its groups (for segGroups,
+// the 6 bits after the depth).
+func (e *dirEntry) home(m uint64) int {
+	if e.groups == segGroups {
+		return int(m << e.depth >> (64 - 6))
+	}
+	return int((m << e.depth >> 32) * uint64(e.groups) >> 32)
+}
+
+// next is the group after g, wrapping.
+func (e *dirEntry) next(g int) int {
+	if g++; g == int(e.groups) {
+		return 0
+	}
+	return g
+}
+
+// maxKeys is the keys the segment takes before it splits: seven eighths
+// of its slots.
+func (e *dirEntry) maxKeys() int32 { return int32(e.groups) * 7 }
+
 const (
-	segSlots   = 512
-	segGroups  = segSlots / 8
-	segMaxKeys = segSlots * 7 / 8 // a segment this full splits before taking another key
-	segGroupSh = 64 - 6           // segGroups = 1<<6
+	segGroups  = 64 // a segment's groups as the table grows: 512 slots, 8 KB
+	wideGroups = 96 // those of a segment reserve sizes wider: 768 slots
 
 	tagLSB    = 0x0101010101010101
 	tagMSB    = 0x8080808080808080 // an empty slot's tag is 0, a full one's has the high bit set
 	ovfSticky = 0xff               // an overflow count this high no longer counts down
 )
 
-func newSegment() unsafe.Pointer { return unsafe.Pointer(new([segSlots]oaSlot)) }
+// newSegment returns the slots of a segment of the given groups.
+func newSegment(groups uint8) unsafe.Pointer {
+	return unsafe.Pointer(unsafe.SliceData(make([]oaSlot, int(groups)*8)))
+}
 
 func newU64Table() *u64Table {
 	return &u64Table{
-		dir:    []dirEntry{{slots: newSegment(), meta: new(segMeta)}},
+		dir:    []dirEntry{{slots: newSegment(segGroups), meta: newMeta(segGroups), groups: segGroups}},
 		counts: []int32{0},
 	}
 }
 
-// segReserveKeys is the mean load reserve plans a segment for: three
-// quarters full, so that the keys a segment gets by chance above the mean
-// seldom reach segMaxKeys.
-const segReserveKeys = segSlots * 3 / 4
+// reservePlan returns how reserve lays out a table for n keys: 2^d
+// segments of the given groups, the fewest slots that hold n keys at
+// most 65 % full. Fuller, a fifth of new keys or more find their home
+// group full and land on a line the prefetch did not load; segments of
+// 96 groups fill the gap between 2^d and 2^(d+1) segments of 64.
+func reservePlan(n int) (d uint8, groups uint8) {
+	fits := func(g int) (uint8, int) {
+		d := uint8(0)
+		for (1<<d)*g*8*65 < n*100 {
+			d++
+		}
+		return d, (1 << d) * g * 8
+	}
+	d, slots := fits(segGroups)
+	if dw, wide := fits(wideGroups); wide < slots {
+		return dw, wideGroups
+	}
+	return d, segGroups
+}
 
-// newU64TableFor returns an empty table with room for n keys: 2^d
-// segments, each of depth d.
+// newU64TableFor returns an empty table with room for n keys, as
+// reservePlan lays it out.
 func newU64TableFor(n int) *u64Table {
-	d := reserveDepth(n)
-	if d == 0 {
+	d, groups := reservePlan(n)
+	if d == 0 && groups == segGroups {
 		return newU64Table()
 	}
-	t := &u64Table{depth: d, dir: make([]dirEntry, 1<<d), counts: make([]int32, 1<<d), floor: 1 << d}
+	t := &u64Table{depth: d, dir: make([]dirEntry, 1<<d), counts: make([]int32, 1<<d), floor: 1 << d, reserved: n}
 	for j := range t.dir {
-		t.dir[j] = dirEntry{slots: newSegment(), meta: new(segMeta), id: uint32(j), depth: d}
+		t.dir[j] = dirEntry{slots: newSegment(groups), meta: newMeta(groups), id: uint32(j), depth: d, groups: groups}
 	}
 	return t
 }
 
-// reserveDepth is the least d such that 2^d segments plan for n keys.
-func reserveDepth(n int) uint8 {
-	d := uint8(0)
-	for (1<<d)*segReserveKeys < n {
-		d++
-	}
-	return d
-}
-
-// reserve makes room for n keys: a table with fewer segments than n keys
-// plan for is rebuilt to that size, its keys moved once. It does not
-// shrink the table; from then on the table shrinks to no fewer segments.
+// reserve makes room for n keys: a table with fewer slots than
+// reservePlan gives n is rebuilt to that plan, its keys moved once. It
+// does not shrink the table; from then on the table shrinks to no less
+// than the plan.
 func (t *u64Table) reserve(n int) {
-	segs := 1 << reserveDepth(n)
-	if segs <= len(t.counts) {
-		t.floor = segs
+	d, groups := reservePlan(n)
+	if (1<<d)*int(groups) <= len(t.counts)*int(t.dir[0].groups) {
+		t.reserved, t.floor = n, 1<<d
 		return
 	}
 	nt := newU64TableFor(n)
@@ -173,12 +220,9 @@ func firstByte(mask uint64) int { return bits.TrailingZeros64(mask) >> 3 }
 // entry returns the directory entry of the key whose mix is m.
 func (t *u64Table) entry(m uint64) *dirEntry { return &t.dir[m>>(64-t.depth)] }
 
-// segGroup is m's home group in a segment of the given depth.
-func segGroup(m uint64, depth uint8) int { return int((m << depth) >> segGroupSh) }
-
 // setTag sets slot i's tag in tags.
-func setTag(tags *[segGroups]uint64, i int, tag uint64) {
-	w, sh := &tags[i>>3], uint(i&7)*8
+func setTag(e *dirEntry, i int, tag uint64) {
+	w, sh := e.tags(i>>3), uint(i&7)*8
 	*w = *w&^(0xff<<sh) | tag<<sh
 }
 
@@ -195,18 +239,18 @@ func (t *u64Table) len() int {
 func (t *u64Table) find(key uint64) (*dirEntry, int) {
 	m := mixKey(key)
 	e := t.entry(m)
-	tags, ovf, tag := &e.meta.tags, &e.meta.ovf, tagOf(key)
-	g := segGroup(m, e.depth)
-	for range segGroups {
-		for mm := matchTag(tags[g], tag); mm != 0; mm &= mm - 1 {
+	tag := tagOf(key)
+	g := e.home(m)
+	for range e.groups {
+		for mm := matchTag(*e.tags(g), tag); mm != 0; mm &= mm - 1 {
 			if i := g*8 + firstByte(mm); e.at(i).key == key {
 				return e, i
 			}
 		}
-		if ovf[g] == 0 {
+		if *e.ovf(g) == 0 {
 			break
 		}
-		g = (g + 1) & (segGroups - 1)
+		g = e.next(g)
 	}
 	return e, -1
 }
@@ -247,16 +291,16 @@ func (t *u64Table) slot(key uint64) (v *uint64, had bool) {
 	// Most keys are new and their home group has room and was never
 	// passed: one tag word read, one slot written.
 	if e := t.entry(m); t.over == nil {
-		g := segGroup(m, e.depth)
-		w := e.meta.tags[g]
+		g := e.home(m)
+		w := *e.tags(g)
 		for mm := matchTag(w, tag); mm != 0; mm &= mm - 1 {
 			if s := e.at(g*8 + firstByte(mm)); s.key == key {
 				return &s.val, true
 			}
 		}
-		if f := matchEmpty(w); f != 0 && e.meta.ovf[g] == 0 && t.counts[e.id] < segMaxKeys {
+		if f := matchEmpty(w); f != 0 && *e.ovf(g) == 0 && t.counts[e.id] < e.maxKeys() {
 			b := firstByte(f)
-			e.meta.tags[g] = w | tag<<(uint(b)*8)
+			*e.tags(g) = w | tag<<(uint(b)*8)
 			s := e.at(g*8 + b)
 			*s = oaSlot{key: key}
 			t.counts[e.id]++
@@ -266,25 +310,24 @@ func (t *u64Table) slot(key uint64) (v *uint64, had bool) {
 	}
 	for {
 		e := t.entry(m)
-		tags, ovf := &e.meta.tags, &e.meta.ovf
-		g := segGroup(m, e.depth)
-		for range segGroups { // every group's count may be above 0
-			for mm := matchTag(tags[g], tag); mm != 0; mm &= mm - 1 {
+		g := e.home(m)
+		for range e.groups { // every group's count may be above 0
+			for mm := matchTag(*e.tags(g), tag); mm != 0; mm &= mm - 1 {
 				if s := e.at(g*8 + firstByte(mm)); s.key == key {
 					return &s.val, true
 				}
 			}
-			if ovf[g] == 0 {
+			if *e.ovf(g) == 0 {
 				break
 			}
-			g = (g + 1) & (segGroups - 1)
+			g = e.next(g)
 		}
 		if t.over != nil {
 			if v, ok := t.over[key]; ok {
 				return v, true
 			}
 		}
-		if t.counts[e.id] < segMaxKeys {
+		if t.counts[e.id] < e.maxKeys() {
 			r := segRef{e: e}
 			s := r.insert(oaSlot{key: key}, m, tag)
 			t.counts[e.id]++
@@ -323,8 +366,8 @@ func (t *u64Table) split(m uint64) {
 	// The segment's entries: 2^(depth-d) from the one m's top bits pick.
 	span := 1 << (t.depth - d)
 	start := int(m>>(64-t.depth)) &^ (span - 1)
-	lo := dirEntry{slots: e.slots, meta: e.meta, id: e.id, depth: d + 1}
-	hi := dirEntry{slots: newSegment(), meta: new(segMeta), id: uint32(len(t.counts)), depth: d + 1}
+	lo := dirEntry{slots: e.slots, meta: e.meta, id: e.id, depth: d + 1, groups: e.groups}
+	hi := dirEntry{slots: newSegment(e.groups), meta: newMeta(e.groups), id: uint32(len(t.counts)), depth: d + 1, groups: e.groups}
 	t.counts = append(t.counts, 0)
 	for j := start; j < start+span; j++ {
 		if j < start+span/2 {
@@ -333,13 +376,17 @@ func (t *u64Table) split(m uint64) {
 			t.dir[j] = hi
 		}
 	}
-	seg := (*[segSlots]oaSlot)(e.slots)
-	old, oldTags := *seg, e.meta.tags
-	clear(seg[:])
-	*e.meta = segMeta{}
+	seg := unsafe.Slice((*oaSlot)(e.slots), int(e.groups)*8)
+	var oldSlots [wideGroups * 8]oaSlot
+	var oldTags [wideGroups]uint64
+	meta := unsafe.Slice((*uint64)(e.meta), metaWords(e.groups))
+	old := oldSlots[:copy(oldSlots[:], seg)]
+	copy(oldTags[:], meta[:e.groups])
+	clear(seg)
+	clear(meta)
 	t.counts[e.id] = 0
 	into := [2]segRef{{e: &lo}, {e: &hi}}
-	for g, w := range oldTags {
+	for g, w := range oldTags[:e.groups] {
 		for full := w & tagMSB; full != 0; full &= full - 1 {
 			b := firstByte(full)
 			s := old[g*8+b]
@@ -361,18 +408,18 @@ type segRef struct {
 // the overflow of the groups before, and returns the slot. The segment
 // must have room for it.
 func (r *segRef) insert(s oaSlot, m, tag uint64) *oaSlot {
-	md := r.e.meta
-	g := segGroup(m, r.e.depth)
-	f := matchEmpty(md.tags[g])
+	e := r.e
+	g := e.home(m)
+	f := matchEmpty(*e.tags(g))
 	for f == 0 {
-		if md.ovf[g] != ovfSticky {
-			md.ovf[g]++
+		if o := e.ovf(g); *o != ovfSticky {
+			*o++
 		}
-		g = (g + 1) & (segGroups - 1)
-		f = matchEmpty(md.tags[g])
+		g = e.next(g)
+		f = matchEmpty(*e.tags(g))
 	}
 	i := g*8 + firstByte(f)
-	setTag(&md.tags, i, tag)
+	setTag(e, i, tag)
 	p := r.e.at(i)
 	*p = s
 	r.n++
@@ -389,13 +436,12 @@ func (t *u64Table) remove(key uint64) (uint64, bool) {
 	var v uint64
 	if e, i := t.find(key); i >= 0 {
 		v = e.at(i).val
-		ovf := &e.meta.ovf
-		for g := segGroup(mixKey(key), e.depth); g != i>>3; g = (g + 1) & (segGroups - 1) {
-			if ovf[g] != ovfSticky {
-				ovf[g]--
+		for g := e.home(mixKey(key)); g != i>>3; g = e.next(g) {
+			if o := e.ovf(g); *o != ovfSticky {
+				*o--
 			}
 		}
-		setTag(&e.meta.tags, i, 0)
+		setTag(e, i, 0)
 		t.counts[e.id]--
 		t.count--
 	} else if p, ok := t.over[key]; ok {
@@ -406,7 +452,7 @@ func (t *u64Table) remove(key uint64) (uint64, bool) {
 	}
 	// Rebuilding at a quarter of the least load a split leaves gives
 	// segments at least twice as full, so churn does not rebuild it again.
-	if len(t.counts) > max(t.floor, 1) && (t.count+len(t.over))*8 < len(t.counts)*segMaxKeys {
+	if len(t.counts) > max(t.floor, 1) && (t.count+len(t.over))*8 < len(t.counts)*int(t.dir[0].maxKeys()) {
 		t.rebuild()
 	}
 	return v, true
@@ -415,10 +461,7 @@ func (t *u64Table) remove(key uint64) (uint64, bool) {
 // rebuild replaces the segments with as few as the keys need, and at
 // least the reserved ones.
 func (t *u64Table) rebuild() {
-	nt := newU64Table()
-	if t.floor > 1 {
-		nt = newU64TableFor(t.floor * segReserveKeys)
-	}
+	nt := newU64TableFor(t.reserved)
 	t.each(func(k, v uint64) { nt.put(k, v) })
 	*t = *nt
 }
@@ -430,9 +473,8 @@ func (t *u64Table) each(fn func(key, val uint64)) {
 	}
 	for j := 0; j < len(t.dir); {
 		e := &t.dir[j]
-		tags := &e.meta.tags
-		for i, s := range (*[segSlots]oaSlot)(e.slots) {
-			if tags[i>>3]>>(uint(i&7)*8)&0x80 != 0 {
+		for i, s := range unsafe.Slice((*oaSlot)(e.slots), int(e.groups)*8) {
+			if *e.tags(i >> 3)>>(uint(i&7)*8)&0x80 != 0 {
 				fn(s.key, s.val)
 			}
 		}
@@ -453,8 +495,8 @@ func (t *u64Table) prefetch(keys []uint64, at []unsafe.Pointer) []unsafe.Pointer
 	for _, k := range keys {
 		m := mixKey(k)
 		e := t.entry(m)
-		g := segGroup(m, e.depth)
-		at = append(at, unsafe.Pointer(&e.meta.tags[g]), unsafe.Pointer(&e.meta.ovf[g]), unsafe.Pointer(e.at(g*8)), unsafe.Pointer(e.at(g*8+4)))
+		g := e.home(m)
+		at = append(at, unsafe.Pointer(e.tags(g)), unsafe.Pointer(e.ovf(g)), unsafe.Pointer(e.at(g*8)), unsafe.Pointer(e.at(g*8+4)))
 	}
 	prefetchPtrs(at)
 	return at
@@ -462,5 +504,6 @@ func (t *u64Table) prefetch(keys []uint64, at []unsafe.Pointer) []unsafe.Pointer
 
 // bytes is the memory of the segments and the directory.
 func (t *u64Table) bytes() int {
-	return len(t.counts)*(segSlots*16+int(unsafe.Sizeof(segMeta{}))+4) + len(t.dir)*int(unsafe.Sizeof(dirEntry{})) + len(t.over)*48
+	g := t.dir[0].groups
+	return len(t.counts)*(int(g)*8*16+metaWords(g)*8+4) + len(t.dir)*int(unsafe.Sizeof(dirEntry{})) + len(t.over)*48
 }
