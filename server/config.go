@@ -171,6 +171,10 @@ type Config struct {
 	// nothing: the index reads long prompts in chains (docs/index-peers.md).
 	// Kept so that configurations naming it still start.
 	IndexJumpSearch bool
+	// IndexGrowTables lets the KV index grow each worker's table of
+	// engine hashes as its cache fills, instead of sizing it once for the
+	// capacity a worker's record or its engine's load reports state.
+	IndexGrowTables bool
 	// MaxMessages and MaxPromptBytes cap what a decision renders and
 	// tokenizes; above a cap the request is routed by load (see
 	// picker.Config). 0: no cap.

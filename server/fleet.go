@@ -269,12 +269,18 @@ func (l poolListener) Upsert(spec fleet.Worker) {
 
 func (l poolListener) Remove(id string) { l.pool.Remove(id) }
 
-// indexListener mirrors the fleet into the KV index.
-type indexListener struct{ ix *kvindex.Index }
+// indexListener mirrors the fleet into the KV index; with reserve, a
+// record's kv_total_blocks sizes the worker's table.
+type indexListener struct {
+	ix      *kvindex.Index
+	reserve bool
+}
 
 func (l indexListener) Upsert(spec fleet.Worker) {
 	l.ix.AddWorker(spec.ID, spec.Model, spec.BlockSize)
-	l.ix.Reserve(spec.ID, spec.KVTotalBlocks)
+	if l.reserve {
+		l.ix.Reserve(spec.ID, spec.KVTotalBlocks)
+	}
 }
 
 // reservingLoad hands load reports to the pool and tells the KV index the
@@ -284,15 +290,26 @@ type reservingLoad struct {
 	pool interface {
 		SetLoadReport(worker string, r fleet.LoadReport) error
 	}
-	ix *kvindex.Index
+	ix *kvindex.Index // nil: the index grows its tables (--index-grow-tables)
 }
 
 func (l reservingLoad) SetLoadReport(worker string, r fleet.LoadReport) error {
 	if err := l.pool.SetLoadReport(worker, r); err != nil {
 		return err
 	}
-	l.ix.Reserve(worker, r.KVTotalBlocks)
+	if l.ix != nil {
+		l.ix.Reserve(worker, r.KVTotalBlocks)
+	}
 	return nil
+}
+
+// reserveIndex is the index reservingLoad sizes, nil with
+// --index-grow-tables.
+func (r *Server) reserveIndex() *kvindex.Index {
+	if r.cfg.IndexGrowTables {
+		return nil
+	}
+	return r.index
 }
 func (l indexListener) Remove(id string) { l.ix.RemoveWorker(id) }
 

@@ -76,7 +76,7 @@ func TestFleetTellsTheIndexFirst(t *testing.T) {
 	ix := kvindex.New(kvindex.Config{})
 	check := &indexFirst{ix: ix}
 	f := &roster{log: slog.New(slog.DiscardHandler), records: map[string]fleet.Worker{},
-		listeners: []fleet.Sink{check}, kept: []fleet.Sink{indexListener{ix}}}
+		listeners: []fleet.Sink{check}, kept: []fleet.Sink{indexListener{ix, true}}}
 	f.Upsert(fleet.Worker{ID: "w", Model: "m", Address: "10.0.0.1:8000", BlockSize: 16})
 	f.learnBlockSize("w", 32)
 	f.restore([]fleet.Worker{{ID: "r", Model: "m", Address: "10.0.0.2:8000", BlockSize: 16}})
@@ -103,7 +103,7 @@ func (refusingPool) SetLoadReport(string, fleet.LoadReport) error { return scori
 // reaches the KV index; a report the pool refuses does not.
 func TestCapacityReachesTheIndex(t *testing.T) {
 	ix := kvindex.New(kvindex.Config{})
-	indexListener{ix}.Upsert(fleet.Worker{ID: "w", Model: "m", BlockSize: 16, KVTotalBlocks: 3000})
+	indexListener{ix, true}.Upsert(fleet.Worker{ID: "w", Model: "m", BlockSize: 16, KVTotalBlocks: 3000})
 	if c := ix.Capacity("w"); c != 3000 {
 		t.Fatalf("capacity from the record: %d, want 3000", c)
 	}
@@ -118,5 +118,17 @@ func TestCapacityReachesTheIndex(t *testing.T) {
 	}
 	if c := ix.Capacity("w"); c != 5000 {
 		t.Fatalf("capacity from the engine's report: %d, want 5000", c)
+	}
+	// --index-grow-tables: neither path sizes the table.
+	indexListener{ix, false}.Upsert(fleet.Worker{ID: "g", Model: "m", BlockSize: 16, KVTotalBlocks: 3000})
+	if err := (reservingLoad{acceptingPool{}, nil}).SetLoadReport("g", fleet.LoadReport{KVTotalBlocks: 5000}); err != nil {
+		t.Fatal(err)
+	}
+	if c := ix.Capacity("g"); c != 0 {
+		t.Fatalf("with the tables left to grow, capacity %d was reserved", c)
+	}
+	r := &Server{cfg: Config{IndexGrowTables: true}, index: ix}
+	if r.reserveIndex() != nil {
+		t.Fatal("--index-grow-tables: load reports still size the index's tables")
 	}
 }

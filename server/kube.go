@@ -64,7 +64,7 @@ func (r *Server) newEngineFeeds(hold <-chan struct{}) (*feed.Feeds, error) {
 		Events: events, EventsPort: r.cfg.EngineEventsPort, ReplayPort: r.cfg.EngineReplayPort, Topic: r.cfg.EngineEventsTopic,
 		Listen: r.cfg.EngineEventsListen, OnUnknownPublisher: r.metrics.unknownPublishers.Inc,
 		Load: load, Engine: engine.Engine(r.cfg.Engine),
-		Core: r.events, Hold: hold, Pool: reservingLoad{r.sched.Load().Pool(), r.index}, Logger: r.log,
+		Core: r.events, Hold: hold, Pool: reservingLoad{r.sched.Load().Pool(), r.reserveIndex()}, Logger: r.log,
 		BlockSize: r.fleet.learnBlockSize,
 	})
 }

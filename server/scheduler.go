@@ -73,7 +73,7 @@ func (r *Server) startScheduler(s *scoring.Scheduler) error {
 	if r.cfg.EngineLoad != EngineLoadScrape {
 		// Load comes over NATS; with scrape it comes from the engines
 		// (engine/feed, server/kube.go) and no report is subscribed to.
-		lr := bus.NewLoadReports(r.nc, r.cfg.Namespace, reservingLoad{s.Pool(), r.index}, s.Pool().Metrics())
+		lr := bus.NewLoadReports(r.nc, r.cfg.Namespace, reservingLoad{s.Pool(), r.reserveIndex()}, s.Pool().Metrics())
 		lr.SetLogger(r.log)
 		if err := lr.Start(r.ctx); err != nil {
 			return fmt.Errorf("load reports: %w", err)

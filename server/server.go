@@ -152,7 +152,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	r.fleet = &roster{blockSize: cfg.BlockSize, log: r.log, records: map[string]fleet.Worker{},
 		listeners: []fleet.Sink{poolListener{sched.Pool(), r.log}, xdsListener{r}},
-		kept:      []fleet.Sink{indexListener{r.index}, approxListener{r.approx}}, flapGrace: r.src.FlapGrace()}
+		kept:      []fleet.Sink{indexListener{r.index, !cfg.IndexGrowTables}, approxListener{r.approx}}, flapGrace: r.src.FlapGrace()}
 	r.fleet.learned = r.metrics.EngineBlockSize
 	r.fleet.restarted = func(id string) {
 		if r.index.HasWorker(id) {

@@ -10,7 +10,7 @@ var serveGroups = []cli.Group{
 	{Title: "Start here", Flags: startHere},
 	{Title: "Discovery", Flags: []string{"workers-file-interval", "lease-flap-grace", "state-dir", "pool-namespace", "pool-model", "pool-block-size", "pool-kv-blocks", "kubeconfig", "xds-addr", "xds-node-id"}},
 	{Title: "Events", Flags: []string{"kv-events", "kv-cache-block-size", "engine", "engine-events", "engine-events-listen", "engine-events-port", "engine-events-topic", "engine-replay-port", "engine-load",
-		"index-jump-search", "embedded-nats-addr", "durable-events", "events-max-age", "events-max-bytes", "jetstream-dir", "jetstream-replicas", "snapshot-interval",
+		"index-jump-search", "index-grow-tables", "embedded-nats-addr", "durable-events", "events-max-age", "events-max-bytes", "jetstream-dir", "jetstream-replicas", "snapshot-interval",
 		"warm-from", "warm-timeout", "resync-interval", "stale-report-age", "replica-sync", "router-id", "sync-heartbeat"}},
 	{Title: "Routing cost", Flags: []string{"cost-model", "prefill-rate", "prefill-overhead", "learn-prefill-rate", "prefill-backlog-decay", "eviction-forecast", "prefill-load-scale",
 		"decode-active-request-weight", "decode-slowdown-weight", "duplicate-prefill-weight", "cache-churn-weight", "prefill-context-cost", "decode-kv-cost", "host-cache-hit-weight", "disk-cache-hit-weight",

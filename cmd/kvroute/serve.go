@@ -61,6 +61,7 @@ func newServeFlags() (*cli.Command, *serveFlags) {
 	fs.StringVar(&s.adminTokenFile, "admin-token-file", "", "`file` holding a bearer token the admin listener requires (Authorization: Bearer <token>); empty: none")
 	fs.StringVar(&s.allowRanges, "allow-address-ranges", "", "comma-separated `CIDRs` (or IPs) of worker addresses to accept although link-local or metadata (169.254.0.0/16, fe80::/10, ... are refused by default)")
 	fs.IntVar(&c.MaxMessages, "max-messages", c.MaxMessages, "chat requests with more messages are routed by load, not tokenized (0: no cap)")
+	fs.BoolVar(&c.IndexGrowTables, "index-grow-tables", false, "KV index: grow each worker's table of engine hashes as its cache fills, instead of sizing it once for the worker's kv_total_blocks or the capacity its engine reports (about 26-40 bytes per block of capacity from the start, where a full cache would need that anyway)")
 	fs.BoolVar(&c.IndexJumpSearch, "index-jump-search", false, "KV index: no effect, kept for configurations that set it (the index reads long prompts in chains of blocks; docs/index-peers.md)")
 	fs.IntVar(&c.MaxPromptBytes, "max-prompt-bytes", c.MaxPromptBytes, "prompts whose rendered text is longer are routed by load, not tokenized (0: no cap)")
 	fs.IntVar(&c.MaxConcurrentDecisions, "max-concurrent-decisions", c.MaxConcurrentDecisions, "routing decisions parsing and tokenizing at once; one that waits 10 s for a slot is shed with 429 (0: no cap; default 2×GOMAXPROCS, at least 4)")
